@@ -1,0 +1,69 @@
+// Command shellgate is the one Shellgate binary: exec, eval, image, doctor
+// (and, later, serve and keys). Each subcommand lives in its own file and
+// registers itself in commands from an init function.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand of the binary.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(ctx context.Context, args []string) error) {
+	if _, dup := commands[name]; dup {
+		panic("shellgate: command registered twice: " + name)
+	}
+	commands[name] = command{summary: summary, run: run}
+}
+
+// exitError carries a process exit code out of a subcommand without printing
+// anything more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: shellgate COMMAND [ARGS]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+	}
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "shellgate: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cmd.run(ctx, os.Args[2:])
+	stop()
+	if err != nil {
+		if e, ok := err.(exitError); ok {
+			os.Exit(e.code)
+		}
+		fmt.Fprintf(os.Stderr, "shellgate %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/shellgate/shellgate
+
+go 1.26.8
