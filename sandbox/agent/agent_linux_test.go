@@ -1,0 +1,127 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+)
+
+// startAgent runs the real agent binary as PID 1 of a new PID namespace on
+// the host (no container runtime), which is enough to test the protocol,
+// capping and process-tree kills.
+func startAgent(t *testing.T) *agent.Client {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a PID namespace")
+	}
+	bin, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	cmd := exec.Command(bin)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := agent.Dial(ctx, outR, inW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		cmd.Wait()
+	})
+	return c
+}
+
+func run(t *testing.T, c *agent.Client, cmd string, timeoutMs int64, maxBytes int) agent.Output {
+	t.Helper()
+	out, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/bin/bash", "-c"}, Command: cmd, Dir: "/", TimeoutMs: timeoutMs, MaxBytes: maxBytes}, nil)
+	if err != nil {
+		t.Fatalf("%q: %v", cmd, err)
+	}
+	return out
+}
+
+func TestAgentProtocol(t *testing.T) {
+	c := startAgent(t)
+	t.Run("01 exit code and streams apart", func(t *testing.T) {
+		out := run(t, c, "echo out; echo err >&2; exit 3", 0, 1024)
+		if string(out.Stdout) != "out\n" || string(out.Stderr) != "err\n" || out.ExitCode != 3 {
+			t.Fatalf("got %+v stdout=%q stderr=%q", out.ExecResult, out.Stdout, out.Stderr)
+		}
+	})
+	t.Run("02 cap keeps the head and counts the rest", func(t *testing.T) {
+		out := run(t, c, "head -c 1000000 /dev/zero | tr '\\0' a", 0, 100)
+		if len(out.Stdout) != 100 || out.StdoutBytes != 1000000 {
+			t.Fatalf("kept %d of %d", len(out.Stdout), out.StdoutBytes)
+		}
+	})
+	t.Run("03 timeout kills detached descendants", func(t *testing.T) {
+		out := run(t, c, "setsid nohup sleep 1000 >/dev/null 2>&1 & (trap '' TERM; sleep 1000) & echo started; sleep 1000", 300, 1024)
+		if !out.TimedOut || string(out.Stdout) != "started\n" {
+			t.Fatalf("got %+v %q", out.ExecResult, out.Stdout)
+		}
+		// The agent shares the host's /proc here, so look from the host.
+		left, _ := exec.Command("pgrep", "-f", "^sleep 1000$").Output()
+		if s := strings.TrimSpace(string(left)); s != "" {
+			t.Fatalf("processes left: %s", s)
+		}
+	})
+	t.Run("04 signal exit", func(t *testing.T) {
+		out := run(t, c, "kill -9 $$", 0, 100)
+		if out.Signal != 9 || out.ExitCode != 137 {
+			t.Fatalf("got %+v", out.ExecResult)
+		}
+	})
+	t.Run("05 missing shell", func(t *testing.T) {
+		out, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/nonexistent"}, Command: "true", Dir: "/"}, nil)
+		if err != nil || out.Error == "" || out.ExitCode != 127 {
+			t.Fatalf("got %+v, %v", out, err)
+		}
+	})
+	t.Run("06 streaming callback sees the output", func(t *testing.T) {
+		var seen bytes.Buffer
+		_, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo a; echo b", Dir: "/", MaxBytes: 10}, func(s byte, d []byte) { seen.Write(d) })
+		if err != nil || seen.String() != "a\nb\n" {
+			t.Fatalf("seen %q, %v", seen.String(), err)
+		}
+	})
+	t.Run("07 context cancel kills the command", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := c.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "sleep 1000", Dir: "/"}, nil)
+		if err == nil {
+			t.Fatal("want context error")
+		}
+		out := run(t, c, "echo next", 0, 100)
+		if string(out.Stdout) != "next\n" {
+			t.Fatalf("next command: %q", out.Stdout)
+		}
+	})
+}
+
+func TestAgentExitsWhenHostGoesAway(t *testing.T) {
+	c := startAgent(t)
+	c.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent did not exit after stdin closed")
+	}
+}

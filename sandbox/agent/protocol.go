@@ -1,0 +1,122 @@
+// Package agent is the small init process that runs as PID 1 inside every
+// sandbox, and the host-side client that talks to it.
+//
+// The host starts a container whose only process is the agent, with the
+// agent's stdin and stdout connected to pipes the host holds. Over those
+// pipes the host sends exec requests and the agent answers with output
+// chunks and a final result. The agent does the fork/exec, the output
+// capping, the timeout and the killing of the whole process tree itself, so a
+// warm command costs one pipe round trip instead of a runtime CLI call.
+//
+// The wire format is a stream of frames:
+//
+//	type uint8 | id uint32 (big endian) | length uint32 | payload
+//
+// Exec and Done payloads are JSON; Output payloads are one stream byte
+// (1 stdout, 2 stderr) followed by raw bytes.
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Frame types.
+const (
+	frameReady  byte = 1 // agent → host, once at start; payload: Hello
+	frameExec   byte = 2 // host → agent; payload: ExecRequest
+	frameOutput byte = 3 // agent → host; payload: stream byte + data
+	frameDone   byte = 4 // agent → host; payload: ExecResult
+	frameCancel byte = 5 // host → agent; no payload: kill the command with this id
+)
+
+// Stream identifiers in Output frames.
+const (
+	Stdout byte = 1
+	Stderr byte = 2
+)
+
+// maxFrame bounds any frame so that a corrupt or hostile peer cannot make the
+// other side allocate without limit.
+const maxFrame = 1 << 20
+
+// Hello is the agent's first frame: it is ready to run commands.
+type Hello struct {
+	Version int `json:"version"`
+	PID     int `json:"pid"`
+}
+
+// ProtocolVersion is bumped on any incompatible change of the frames.
+const ProtocolVersion = 1
+
+// ExecRequest asks the agent to run one command.
+type ExecRequest struct {
+	// Shell and the command: the agent runs append(Shell, Command).
+	Shell   []string `json:"shell"`
+	Command string   `json:"command"`
+	// Dir is the working directory.
+	Dir string `json:"dir"`
+	// TimeoutMs kills the whole process tree after this long (0: no limit).
+	TimeoutMs int64 `json:"timeout_ms"`
+	// MaxBytes is the number of bytes kept per stream; the rest is read and
+	// counted but dropped.
+	MaxBytes int `json:"max_bytes"`
+}
+
+// ExecResult is the outcome of one command.
+type ExecResult struct {
+	ExitCode int  `json:"exit_code"`
+	Signal   int  `json:"signal,omitempty"`
+	TimedOut bool `json:"timed_out,omitempty"`
+	Canceled bool `json:"canceled,omitempty"`
+	// StdoutBytes and StderrBytes count everything the command wrote,
+	// including what was dropped past MaxBytes.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	// Error is set when the command could not be started at all.
+	Error string `json:"error,omitempty"`
+}
+
+func writeFrame(w io.Writer, typ byte, id uint32, payload ...[]byte) error {
+	n := 0
+	for _, p := range payload {
+		n += len(p)
+	}
+	if n > maxFrame {
+		return fmt.Errorf("agent: frame of %d bytes exceeds %d", n, maxFrame)
+	}
+	buf := make([]byte, 9, 9+n)
+	buf[0] = typ
+	binary.BigEndian.PutUint32(buf[1:5], id)
+	binary.BigEndian.PutUint32(buf[5:9], uint32(n))
+	for _, p := range payload {
+		buf = append(buf, p...)
+	}
+	_, err := w.Write(buf)
+	return err
+}
+
+// readFrame reads one frame; buf is reused when large enough.
+func readFrame(r io.Reader, buf []byte) (typ byte, id uint32, payload []byte, err error) {
+	var hdr [9]byte
+	if _, err = io.ReadFull(r, hdr[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[5:9])
+	if n > maxFrame {
+		return 0, 0, nil, fmt.Errorf("agent: frame of %d bytes exceeds %d", n, maxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	payload = buf[:n]
+	if _, err = io.ReadFull(r, payload); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, err
+	}
+	return hdr[0], binary.BigEndian.Uint32(hdr[1:5]), payload, nil
+}
