@@ -1,0 +1,173 @@
+package image
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// lock takes the per-name lock file DATA/images/.lock-NAME (flock, so it is
+// released if the process dies).
+func (s *Store) lock(name string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: lock: %w", name, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("image %q: lock: %w", name, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func (s *Store) tryLock(name string) (func(), bool) {
+	f, err := os.OpenFile(filepath.Join(s.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
+}
+
+// installDir moves src to dst. If dst exists the two are exchanged
+// atomically (renameat2 RENAME_EXCHANGE) and replaced reports true: src then
+// holds the old tree.
+func installDir(src, dst string) (replaced bool, err error) {
+	err = unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, unix.EEXIST) {
+		return false, err
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// removeTree deletes dir after detaching anything mounted beneath it (a
+// build killed while /proc was mounted in its chroot must not make RemoveAll
+// walk into the host's /proc).
+func removeTree(dir string) error {
+	if dir == "" || dir == "/" {
+		return fmt.Errorf("refusing to remove %q", dir)
+	}
+	for _, m := range mountsUnder(dir) {
+		unix.Unmount(m, unix.MNT_DETACH)
+	}
+	if len(mountsUnder(dir)) > 0 {
+		return fmt.Errorf("%s: still has mounts beneath it", dir)
+	}
+	return os.RemoveAll(dir)
+}
+
+// mountsUnder lists mount points at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	// Deepest first.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// diskUsage sums the allocated blocks under root, counting hard links once.
+func diskUsage(root string) (int64, error) {
+	type ino struct{ dev, ino uint64 }
+	seen := map[ino]bool{}
+	var total int64
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			total += fi.Size()
+			return nil
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			k := ino{uint64(st.Dev), st.Ino}
+			if seen[k] {
+				return nil
+			}
+			seen[k] = true
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
+}
+
+// statIDs returns the owner uid and gid of fi.
+func statIDs(fi fs.FileInfo) ([2]int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return [2]int{}, false
+	}
+	return [2]int{int(st.Uid), int(st.Gid)}, true
+}
