@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/shellgate/shellgate/internal/tool"
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/runtime"
+)
+
+func init() {
+	register("exec", "run commands in a sandbox: exec [flags] -- 'CMD1' ['CMD2' ...]", runExec)
+}
+
+func runExec(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	dataDir := dataDirFlag(fs)
+	name := fs.String("sandbox", "", "sandbox name (letters, digits, '_', '-'; up to 40): reuses its /workspace/home across invocations; default a new one")
+	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
+	img := fs.String("image", "default", "root filesystem image")
+	timeout := fs.Int64("timeout-ms", tool.DefaultTimeoutMs, fmt.Sprintf("per-command timeout in ms (max %d)", tool.MaxTimeoutMs))
+	maxOut := fs.Int64("max-output", tool.DefaultMaxOutput, fmt.Sprintf("characters kept per stream per command (max %d)", tool.MaxMaxOutput))
+	asJSON := fs.Bool("json", false, `print {"container_id", "output": [{"stdout","stderr","outcome"}]}`)
+	verbose := fs.Bool("v", false, "log sandbox lifecycle to stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shellgate exec [flags] -- 'CMD1' ['CMD2' ...]\n\nEach argument after -- is one command, run in order in its own `bash -lc` in /workspace/home.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	setFlags := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { setFlags[f.Name] = true })
+	args2 := tool.ShellArgs{Commands: fs.Args()}
+	if setFlags["timeout-ms"] {
+		args2.TimeoutMs = timeout
+	}
+	if setFlags["max-output"] {
+		args2.MaxOutputLength = maxOut
+	}
+	plan, err := args2.Plan()
+	if err != nil {
+		return err
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintln(os.Stderr, "shellgate: note:", n)
+	}
+	if *rtName != "" {
+		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
+			return err
+		}
+	}
+	id := *name
+	if id == "" {
+		id = newContainerID()
+	} else if !sandbox.ValidName(id) {
+		return fmt.Errorf("%w: %q", sandbox.ErrBadName, id)
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	mgr, err := sandbox.Open(ctx, sandbox.Config{
+		DataDir:     *dataDir,
+		Runtime:     *rtName,
+		Image:       *img,
+		IdleTimeout: -1,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return err
+	}
+	outs, runErr := tool.RunShell(ctx, mgr, id, plan)
+	closeErr := mgr.Close(context.WithoutCancel(ctx))
+	if runErr != nil {
+		return errors.Join(runErr, closeErr)
+	}
+	if closeErr != nil {
+		fmt.Fprintln(os.Stderr, "shellgate: warning:", closeErr)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(struct {
+			ContainerID string               `json:"container_id"`
+			Output      []tool.CommandOutput `json:"output"`
+		}{id, outs})
+	}
+	last := 0
+	for i, o := range outs {
+		if len(outs) > 1 {
+			fmt.Fprintf(os.Stderr, "$ %s\n", plan.Commands[i])
+		}
+		os.Stdout.WriteString(o.Stdout)
+		os.Stderr.WriteString(o.Stderr)
+		if o.Outcome.Type == "timeout" {
+			fmt.Fprintf(os.Stderr, "[timeout after %d ms]\n", plan.TimeoutMs)
+			last = 124
+		} else {
+			last = *o.Outcome.ExitCode
+			if last != 0 || len(outs) > 1 {
+				fmt.Fprintf(os.Stderr, "[exit %d]\n", last)
+			}
+		}
+	}
+	if *name == "" {
+		fmt.Fprintf(os.Stderr, "[container_id %s: reuse its home with --sandbox %s]\n", id, id)
+	}
+	if last != 0 {
+		return exitError{min(last, 255)}
+	}
+	return nil
+}
+
+func newContainerID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "cntr_" + strings.ToLower(hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,202 @@
+// Package tool implements the server tools the model calls: validation and
+// limits of their arguments, running them in the caller's sandbox, and the
+// API-neutral shape of their results.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/shellgate/shellgate/sandbox"
+)
+
+// Limits of one shell call (SPEC §2).
+const (
+	MaxCommands      = 100
+	DefaultTimeoutMs = 120_000
+	MaxTimeoutMs     = 300_000
+	DefaultMaxOutput = 16_384
+	MaxMaxOutput     = 65_536
+)
+
+// ShellArgs are the arguments a model writes for the shell tool.
+type ShellArgs struct {
+	Commands        []string `json:"commands"`
+	TimeoutMs       *int64   `json:"timeout_ms,omitempty"`
+	MaxOutputLength *int64   `json:"max_output_length,omitempty"`
+}
+
+// ErrInvalid marks arguments the caller must fix; the message says how.
+var ErrInvalid = errors.New("invalid shell call")
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// ParseShellArgs decodes a model's JSON arguments.
+func ParseShellArgs(raw []byte) (ShellArgs, error) {
+	var a ShellArgs
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	if err := dec.Decode(&a); err != nil {
+		return ShellArgs{}, invalid("arguments are not a JSON object of the form {\"commands\": [\"...\"], \"timeout_ms\": N, \"max_output_length\": N}: %v", err)
+	}
+	return a, nil
+}
+
+// Plan is a validated shell call with its limits resolved.
+type Plan struct {
+	Commands        []string
+	TimeoutMs       int64
+	MaxOutputLength int
+	// Notes say what was adjusted (a clamped limit), for logs and users.
+	Notes []string
+}
+
+// Plan validates the call: 1–100 commands, positive limits; a timeout above
+// 300,000 ms or an output cap above 65,536 is clamped to that maximum.
+func (a ShellArgs) Plan() (Plan, error) {
+	p := Plan{Commands: a.Commands, TimeoutMs: DefaultTimeoutMs, MaxOutputLength: DefaultMaxOutput}
+	switch n := len(a.Commands); {
+	case n == 0:
+		return Plan{}, invalid("commands is empty: give 1 to %d commands", MaxCommands)
+	case n > MaxCommands:
+		return Plan{}, invalid("%d commands in one call: at most %d are allowed", n, MaxCommands)
+	}
+	for i, c := range a.Commands {
+		if strings.TrimSpace(c) == "" {
+			return Plan{}, invalid("command %d is empty", i+1)
+		}
+	}
+	if a.TimeoutMs != nil {
+		t := *a.TimeoutMs
+		if t <= 0 {
+			return Plan{}, invalid("timeout_ms must be a positive number of milliseconds, got %d", t)
+		}
+		if t > MaxTimeoutMs {
+			p.Notes = append(p.Notes, fmt.Sprintf("timeout_ms %d clamped to the maximum %d", t, MaxTimeoutMs))
+			t = MaxTimeoutMs
+		}
+		p.TimeoutMs = t
+	}
+	if a.MaxOutputLength != nil {
+		l := *a.MaxOutputLength
+		if l <= 0 {
+			return Plan{}, invalid("max_output_length must be a positive number of characters, got %d", l)
+		}
+		if l > MaxMaxOutput {
+			p.Notes = append(p.Notes, fmt.Sprintf("max_output_length %d clamped to the maximum %d", l, MaxMaxOutput))
+			l = MaxMaxOutput
+		}
+		p.MaxOutputLength = int(l)
+	}
+	return p, nil
+}
+
+// Outcome is how a command ended: {"type":"exit","exit_code":N} or
+// {"type":"timeout"}.
+type Outcome struct {
+	Type     string `json:"type"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+}
+
+// CommandOutput is one command's result, in the shape every API uses.
+type CommandOutput struct {
+	Stdout  string  `json:"stdout"`
+	Stderr  string  `json:"stderr"`
+	Outcome Outcome `json:"outcome"`
+}
+
+// Executor runs one command in a named sandbox; *sandbox.Manager is one.
+type Executor interface {
+	Exec(ctx context.Context, name string, cmd sandbox.Command) (sandbox.Result, error)
+}
+
+// RunShell runs the plan's commands in order, each in its own shell, in the
+// named sandbox. It stops early only when the sandbox cannot be reached at
+// all or ctx ends.
+func RunShell(ctx context.Context, ex Executor, name string, p Plan) ([]CommandOutput, error) {
+	out := make([]CommandOutput, 0, len(p.Commands))
+	for _, c := range p.Commands {
+		res, err := ex.Exec(ctx, name, sandbox.Command{
+			Command:   c,
+			TimeoutMs: p.TimeoutMs,
+			// A character takes at most 4 bytes of UTF-8.
+			MaxBytes: 4 * p.MaxOutputLength,
+		})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, Output(res, p.MaxOutputLength))
+	}
+	return out, nil
+}
+
+// Output shapes a sandbox result: text capped at maxChars characters per
+// stream (invalid UTF-8 shown as U+FFFD) with the truncation marked.
+func Output(r sandbox.Result, maxChars int) CommandOutput {
+	o := CommandOutput{
+		Stdout: capText(r.Stdout, r.StdoutBytes, maxChars),
+		Stderr: capText(r.Stderr, r.StderrBytes, maxChars),
+	}
+	if r.TimedOut {
+		o.Outcome = Outcome{Type: "timeout"}
+	} else {
+		code := r.ExitCode
+		o.Outcome = Outcome{Type: "exit", ExitCode: &code}
+	}
+	return o
+}
+
+// TruncationMarker starts the line appended to output that was cut.
+const TruncationMarker = "\n[shellgate: output truncated"
+
+func capText(b []byte, total int64, maxChars int) string {
+	cut := total > int64(len(b))
+	if cut {
+		// The agent's byte cap may split the last character.
+		for k := 1; k <= utf8.UTFMax && k <= len(b); k++ {
+			if utf8.RuneStart(b[len(b)-k]) {
+				if !utf8.FullRune(b[len(b)-k:]) {
+					b = b[:len(b)-k]
+				}
+				break
+			}
+		}
+	}
+	var sb strings.Builder
+	sb.Grow(min(len(b), 4*maxChars) + 64)
+	i, n := 0, 0
+	for i < len(b) && n < maxChars {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			sb.WriteRune(utf8.RuneError)
+			size = 1
+		} else {
+			sb.Write(b[i : i+size])
+		}
+		i += size
+		n++
+	}
+	if i < len(b) || cut {
+		total = max(total, int64(len(b)))
+		fmt.Fprintf(&sb, "%s: showing the first %d characters of %s]", TruncationMarker, n, humanBytes(total))
+	}
+	return sb.String()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+

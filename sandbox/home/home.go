@@ -1,0 +1,73 @@
+// Package home keeps each sandbox's /workspace/home as a sparse ext4 image
+// file, loop-mounted while the sandbox is awake. The file system's size is
+// the disk quota: this kernel has no project quotas, and an image enforces
+// ENOSPC exactly, survives the sandbox and a crash of Shellgate, and is one
+// file to copy, expire or back up.
+package home
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Create makes a new empty home image of size bytes owned by uid:gid. The
+// file is sparse: it takes a few MiB until files are written.
+func Create(path string, size int64, uid, gid int) error {
+	if size < 16<<20 {
+		return fmt.Errorf("home size %d is below the 16 MiB minimum", size)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err == nil {
+		err = run("mkfs.ext4", "-q", "-F", "-m", "0",
+			"-E", fmt.Sprintf("root_owner=%d:%d,lazy_itable_init=1,lazy_journal_init=1,nodiscard", uid, gid), path)
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("create home %s: %w", path, err)
+	}
+	return nil
+}
+
+// Mount loop-mounts the image at dir (created if needed). The journal is
+// replayed if Shellgate or the host crashed while it was mounted.
+func Mount(path, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", path, dir); err != nil {
+		return fmt.Errorf("mount home %s: %w", path, err)
+	}
+	return nil
+}
+
+// Unmount unmounts dir; the loop device is freed with it. A mount still busy
+// (a process of a dying sandbox holds a file) is detached lazily: its data
+// is written back when the last user goes.
+func Unmount(dir string) error {
+	err := unix.Unmount(dir, 0)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount home %s: %w", dir, err)
+	}
+	return nil
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

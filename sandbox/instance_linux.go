@@ -1,0 +1,251 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/home"
+	"github.com/shellgate/shellgate/sandbox/runtime"
+)
+
+// instance is one running container.
+type instance struct {
+	rt     runtime.Runtime
+	cid    string
+	dir    string // run/sandboxes/CID: bundle, mount points, owner lock
+	home   string // the home image mounted at dir/home
+	client *agent.Client
+	owner  *os.File // flock held for the container's life: not an orphan
+}
+
+// meta is what a crashed process's successor needs to clean up.
+type meta struct {
+	Runtime string `json:"runtime"`
+	Home    string `json:"home"`
+}
+
+// agentStartTimeout bounds how long a new container may take to answer.
+const agentStartTimeout = 30 * time.Second
+
+// startInstance mounts the layers and the home, and starts a container
+// whose init is the agent.
+func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst *instance, err error) {
+	dir := filepath.Join(m.dirs.run, cid)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg}
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("start sandbox %s: %w", cid, err), m.stopInstance(context.WithoutCancel(ctx), inst))
+		}
+	}()
+	if inst.owner, err = lockFile(filepath.Join(dir, "owner.lock")); err != nil {
+		return inst, err
+	}
+	mb, _ := json.Marshal(meta{Runtime: m.rt.Name(), Home: homeImg})
+	if err = os.WriteFile(filepath.Join(dir, "meta.json"), mb, 0o600); err != nil {
+		return inst, err
+	}
+	layer, rootfs, homeDir := filepath.Join(dir, "layer"), filepath.Join(dir, "rootfs"), filepath.Join(dir, "home")
+	for _, d := range []string{layer, rootfs, homeDir} {
+		if err = os.Mkdir(d, 0o700); err != nil {
+			return inst, err
+		}
+	}
+	// The writable layer lives in a size-capped tmpfs: system changes are
+	// thrown away at sleep and cannot fill the host's disk.
+	if err = unix.Mount("tmpfs", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", m.cfg.LayerBytes)); err != nil {
+		return inst, fmt.Errorf("mount layer: %w", err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err = os.Mkdir(filepath.Join(layer, d), 0o755); err != nil {
+			return inst, err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", m.img.Rootfs, filepath.Join(layer, "upper"), filepath.Join(layer, "work"))
+	if err = unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
+		return inst, fmt.Errorf("mount root overlay: %w", err)
+	}
+	if err = home.Mount(homeImg, homeDir); err != nil {
+		return inst, err
+	}
+	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: m.agent, Limits: m.cfg.Limits})
+	m.rt.Adjust(spec)
+	if err = runtime.WriteBundle(dir, spec); err != nil {
+		return inst, err
+	}
+
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return inst, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return inst, err
+	}
+	err = m.rt.Start(ctx, cid, dir, runtime.Stdio{In: inR, Out: outW})
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return inst, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, agentStartTimeout)
+	defer cancel()
+	if inst.client, err = agent.Dial(dctx, outR, inW); err != nil {
+		return inst, fmt.Errorf("%w (init log: %s)", err, readTail(filepath.Join(dir, "init.log")))
+	}
+	return inst, nil
+}
+
+// stopInstance ends the container and undoes startInstance; it tolerates
+// a half-started instance and is what orphan cleanup runs too.
+func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
+	var errs []error
+	if inst.client != nil {
+		inst.client.Close()
+	}
+	errs = append(errs, inst.rt.Delete(ctx, inst.cid))
+	errs = append(errs, unmountAll(inst.dir))
+	if err := os.RemoveAll(inst.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if inst.owner != nil {
+		inst.owner.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// unmountAll unmounts every mount at or below dir, deepest first: the
+// rootfs overlay, the layer tmpfs and the home.
+func unmountAll(dir string) error {
+	var errs []error
+	mounts := mountsUnder(dir)
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if filepath.Base(mounts[i]) == "home" {
+			errs = append(errs, home.Unmount(mounts[i]))
+			continue
+		}
+		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsUnder lists mount points at or below dir in mount order.
+func mountsUnder(dir string) []string {
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	out := make([]string, len(infos))
+	for i, mi := range infos {
+		out[i] = mi.Mountpoint
+	}
+	return out
+}
+
+// lockFile creates path and takes an exclusive flock on it without
+// waiting. The lock lives as long as the returned file (or the process).
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// lockHome takes the named home's owner lock: one process at a time may
+// hold a sandbox awake.
+func (m *Manager) lockHome(name string) (func(), error) {
+	f, err := lockFile(filepath.Join(m.dirs.homes, name+".lock"))
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil, fmt.Errorf("%w: %s", ErrBusy, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// cleanOrphans removes the containers and mounts of every sandbox whose
+// owner process is gone (kill -9, crash, power loss), and the homes of
+// pooled sandboxes that were never named. Named homes are never touched.
+func (m *Manager) cleanOrphans(ctx context.Context) error {
+	entries, err := os.ReadDir(m.dirs.run)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(m.dirs.run, e.Name())
+		owner, err := lockFile(filepath.Join(dir, "owner.lock"))
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			continue // a live process owns it
+		}
+		inst := &instance{rt: m.rt, cid: e.Name(), dir: dir, owner: owner}
+		var md meta
+		if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
+			json.Unmarshal(b, &md)
+		}
+		inst.home = md.Home
+		if md.Runtime != "" && md.Runtime != m.rt.Name() {
+			if other, err := runtime.New(md.Runtime, m.dirs.runtimeState); err == nil {
+				inst.rt = other
+			}
+		}
+		m.log.Info("cleaning up orphaned sandbox", "container", inst.cid, "runtime", inst.rt.Name())
+		errs = append(errs, m.stopInstance(ctx, inst))
+		if inst.home != "" && filepath.Dir(inst.home) == m.dirs.pool {
+			os.Remove(inst.home)
+		}
+	}
+	// Stray mounts whose directory is gone (a crash mid-cleanup).
+	for _, mp := range mountsUnder(m.dirs.run) {
+		cid, _, _ := strings.Cut(strings.TrimPrefix(mp, m.dirs.run+"/"), "/")
+		if _, err := os.Stat(filepath.Join(m.dirs.run, cid)); errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))
+		}
+	}
+	// Pool homes whose container is gone.
+	pooled, _ := os.ReadDir(m.dirs.pool)
+	for _, p := range pooled {
+		cid := strings.TrimSuffix(p.Name(), ".img")
+		if _, err := os.Stat(filepath.Join(m.dirs.run, cid)); errors.Is(err, os.ErrNotExist) {
+			os.Remove(filepath.Join(m.dirs.pool, p.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func readTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,183 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/moby/profiles/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// cli drives a runc-compatible command line: runsc, crun and runc share the
+// same verbs (run --detach, delete --force, list).
+type cli struct {
+	name  string
+	root  string // --root state directory
+	check sync.Once
+	path  string
+	err   error
+	// wrap runs crun in a private mount namespace without the cgroup2
+	// mount of a hybrid cgroup host, which crun refuses.
+	wrap bool
+}
+
+func newCLI(name, stateRoot string) *cli {
+	return &cli{name: name, root: filepath.Join(stateRoot, name)}
+}
+
+func (c *cli) Name() string { return c.name }
+
+func (c *cli) Check(ctx context.Context) error {
+	c.check.Do(func() {
+		if os.Geteuid() != 0 {
+			c.err = errors.New("Shellgate's sandboxes need root")
+			return
+		}
+		c.path, c.err = exec.LookPath(c.name)
+		if c.err != nil {
+			c.err = fmt.Errorf("%s is not installed (%s)", c.name, installHint(c.name))
+			return
+		}
+		c.wrap = c.name == "crun" && hybridCgroups()
+		if c.err = os.MkdirAll(c.root, 0o700); c.err != nil {
+			return
+		}
+		// The runtime must answer on its own state directory.
+		_, c.err = c.List(ctx)
+	})
+	return c.err
+}
+
+func installHint(name string) string {
+	if name == "runsc" {
+		return "install gVisor with `go install gvisor.dev/gvisor/runsc@" + RunscVersion + "` or `make runtimes`"
+	}
+	return "apt-get install " + name
+}
+
+// RunscVersion is the pinned gVisor build: its systrap platform and
+// --network=sandbox work on these hosts, the 2022 Debian package's do not.
+const RunscVersion = "v0.0.0-20260905035102-160fafc42237"
+
+// hybridCgroups reports a cgroup v1 host that also mounts a cgroup2
+// hierarchy at /sys/fs/cgroup/unified.
+func hybridCgroups() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup/unified", &st); err != nil {
+		return false
+	}
+	return st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+func (c *cli) globalArgs() []string {
+	args := []string{"--root", c.root}
+	if c.name == "runsc" {
+		// systrap is gVisor's fast platform without KVM; the sandbox has a
+		// loopback interface only; the writable layer is our own overlay.
+		args = append(args, "--platform=systrap", "--network=none", "--overlay2=none")
+	}
+	return args
+}
+
+func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
+	full := append(c.globalArgs(), args...)
+	if c.wrap {
+		script := `umount /sys/fs/cgroup/unified 2>/dev/null; exec "$0" "$@"`
+		return exec.CommandContext(ctx, "unshare", append([]string{"--mount", "--propagation", "slave", "sh", "-c", script, c.path}, full...)...)
+	}
+	return exec.CommandContext(ctx, c.path, full...)
+}
+
+func (c *cli) Adjust(spec *Config) {
+	switch c.name {
+	case "runsc":
+		// gVisor applies cgroups to the whole sandbox and a pids limit
+		// crashes it: the process limit is RLIMIT_NPROC inside (per
+		// sandbox, as gVisor keeps its own users), the cgroup a high
+		// backstop.
+		nproc := uint64(*spec.Linux.Resources.Pids.Limit - 8)
+		backstop := int64(16384)
+		spec.Linux.Resources.Pids.Limit = &backstop
+		spec.Process.Rlimits = append(spec.Process.Rlimits, specsRlimit("RLIMIT_NPROC", nproc))
+	default:
+		if p, err := seccomp.GetDefaultProfile(spec); err == nil {
+			spec.Linux.Seccomp = p
+		}
+	}
+}
+
+func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
+	if err := c.Check(ctx); err != nil {
+		return err
+	}
+	cmd := c.command(ctx, "run", "--bundle", dir, "--detach", id)
+	cmd.Stdin, cmd.Stdout = stdio.In, stdio.Out
+	// The CLI's own errors go to stderr, and so do the agent's later: a
+	// log file in the bundle keeps both for error messages.
+	logPath := filepath.Join(dir, "init.log")
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = log
+	err = cmd.Run()
+	log.Close()
+	if err != nil {
+		return fmt.Errorf("%s run %s: %w: %s", c.name, id, err, tail(logPath, 2048))
+	}
+	return nil
+}
+
+// tail returns at most the last n bytes of a file, trimmed.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		f.Seek(-n, 2)
+	}
+	b := make([]byte, n)
+	k, _ := f.Read(b)
+	return strings.TrimSpace(string(b[:k]))
+}
+
+func (c *cli) Delete(ctx context.Context, id string) error {
+	out, err := c.command(ctx, "delete", "--force", id).CombinedOutput()
+	if err != nil {
+		msg := string(out)
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not exist") || strings.Contains(msg, "not found") {
+			return nil
+		}
+		return fmt.Errorf("%s delete %s: %w: %s", c.name, id, err, strings.TrimSpace(msg))
+	}
+	return nil
+}
+
+func (c *cli) List(ctx context.Context) ([]string, error) {
+	out, err := c.command(ctx, "list", "--quiet").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("%s list: %w: %s", c.name, err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return nil, fmt.Errorf("%s list: %w", c.name, err)
+	}
+	var ids []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if id := strings.TrimSpace(sc.Text()); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,84 @@
+// Package runtime turns a sandbox description into an OCI bundle and drives
+// an OCI runtime CLI (gVisor runsc, crun or runc) to run it.
+//
+// Every runtime shares one code path: Spec builds the bundle's config.json,
+// and a Runtime starts, lists and deletes containers from bundles. The
+// container's only process is the Shellgate agent, connected to the host
+// through the stdio pipes given to Start; commands never go through the
+// runtime CLI after the container started.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Runtime is one OCI runtime on this host.
+//
+// Example:
+//
+//	rt, _ := runtime.New("crun", "/var/lib/shellgate/run/runtime")
+//	spec := runtime.Spec(runtime.SpecOptions{Rootfs: merged, Home: home, Agent: agentPath, Limits: runtime.DefaultLimits()})
+//	rt.Adjust(spec)
+//	runtime.WriteBundle(bundleDir, spec)
+//	err := rt.Start(ctx, "sbx-1", bundleDir, runtime.Stdio{In: r, Out: w})
+//	...
+//	rt.Delete(ctx, "sbx-1")
+type Runtime interface {
+	// Name is "runsc", "crun" or "runc".
+	Name() string
+	// Check tells whether the runtime can run sandboxes here; the error
+	// says why not.
+	Check(ctx context.Context) error
+	// Adjust makes the runtime's own changes to a spec built by Spec
+	// (seccomp for crun and runc; process limits in gVisor's way).
+	Adjust(spec *Config)
+	// Start creates and starts container id from the bundle in dir and
+	// returns once the container runs. Its init gets stdio.
+	Start(ctx context.Context, id, dir string, stdio Stdio) error
+	// Delete kills container id and removes its runtime state; deleting a
+	// container that does not exist is not an error.
+	Delete(ctx context.Context, id string) error
+	// List returns the ids of the containers in this runtime's state.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Stdio are the files the container's init gets as stdin and stdout. Its
+// stderr, shared with the runtime CLI's own messages, goes to init.log in
+// the bundle directory.
+type Stdio struct {
+	In, Out *os.File
+}
+
+// Names lists the supported runtimes from the strongest isolation to the
+// fastest.
+var Names = []string{"runsc", "crun", "runc"}
+
+// ErrUnknown is returned by New for a runtime name Shellgate does not know.
+var ErrUnknown = errors.New("unknown runtime")
+
+// New returns the named runtime keeping its state under stateRoot/NAME.
+func New(name, stateRoot string) (Runtime, error) {
+	switch name {
+	case "runsc", "crun", "runc":
+		return newCLI(name, stateRoot), nil
+	}
+	return nil, fmt.Errorf("%w %q: want one of runsc, crun, runc", ErrUnknown, name)
+}
+
+// Best returns the first runtime of Names that works here, with the reasons
+// the stronger ones were passed over.
+func Best(ctx context.Context, stateRoot string) (Runtime, []error, error) {
+	var why []error
+	for _, n := range Names {
+		rt, _ := New(n, stateRoot)
+		if err := rt.Check(ctx); err != nil {
+			why = append(why, fmt.Errorf("%s: %w", n, err))
+			continue
+		}
+		return rt, why, nil
+	}
+	return nil, why, fmt.Errorf("no OCI runtime works on this host: %w", errors.Join(why...))
+}

@@ -1,0 +1,143 @@
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Config is an OCI runtime configuration (a bundle's config.json).
+type Config = specs.Spec
+
+// Paths inside every sandbox.
+const (
+	HomeDir   = "/workspace/home"
+	AgentPath = "/.shellgate/shellgate-agent"
+	UID       = 1000
+	GID       = 1000
+)
+
+// Limits are one sandbox's resources.
+type Limits struct {
+	CPUs        float64 // CPU time, in cores
+	MemoryBytes int64   // memory (and tmpfs pages) of the whole sandbox
+	Processes   int64   // processes and threads
+	TmpBytes    int64   // size of the /tmp tmpfs
+	ShmBytes    int64   // size of /dev/shm
+}
+
+// DefaultLimits are SPEC §3.1's: 1 CPU, 5 GiB memory, 512 processes, and a
+// capped /tmp.
+func DefaultLimits() Limits {
+	return Limits{CPUs: 1, MemoryBytes: 5 << 30, Processes: 512, TmpBytes: 1 << 30, ShmBytes: 64 << 20}
+}
+
+// SpecOptions describe one sandbox.
+type SpecOptions struct {
+	ID       string // container id, also its cgroup's name
+	Rootfs   string // host path of the root filesystem (the overlay's merged dir)
+	Home     string // host path mounted read-write at /workspace/home
+	Agent    string // host path of the static agent binary
+	Hostname string
+	Limits   Limits
+}
+
+// Env is the whole environment of a sandbox: nothing comes from the host.
+var Env = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=" + HomeDir,
+	"USER=sandbox",
+	"LOGNAME=sandbox",
+	"LANG=C.UTF-8",
+	"LC_ALL=C.UTF-8",
+	"TERM=dumb",
+	"PYTHONUNBUFFERED=1",
+}
+
+// Spec builds the configuration every runtime starts from: a read-write
+// root (the overlay whose lower layer is the shared read-only image), the
+// home bind mount, the agent as init running as an unprivileged user with
+// no capabilities and no new privileges, its own PID, mount, IPC, UTS and
+// network namespaces (loopback only), masked /proc and /sys paths, and
+// cgroup limits.
+func Spec(o SpecOptions) *Config {
+	hostname := o.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	l := o.Limits
+	period := uint64(100000)
+	quota := int64(l.CPUs * float64(period))
+	pids := l.Processes + 8 // the agent and the runtime's own helpers
+	swap := l.MemoryBytes   // memory+swap = memory: no swap
+	return &Config{
+		Version:  "1.0.2",
+		Hostname: hostname,
+		Root:     &specs.Root{Path: o.Rootfs},
+		Process: &specs.Process{
+			User:            specs.User{UID: UID, GID: GID, AdditionalGids: []uint32{GID}},
+			Args:            []string{AgentPath},
+			Env:             append([]string(nil), Env...),
+			Cwd:             HomeDir,
+			Capabilities:    &specs.LinuxCapabilities{},
+			NoNewPrivileges: true,
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: 8192, Soft: 8192},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			},
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", fmt.Sprintf("size=%d", l.ShmBytes)}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", l.TmpBytes)}},
+			{Destination: HomeDir, Type: "bind", Source: o.Home, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+			{Destination: AgentPath, Type: "bind", Source: o.Agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+			},
+			CgroupsPath: "/shellgate/" + o.ID,
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: &l.MemoryBytes, Swap: &swap},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:   &specs.LinuxPids{Limit: &pids},
+				Devices: []specs.LinuxDeviceCgroup{
+					{Allow: false, Access: "rwm"},
+				},
+			},
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+				"/sys/firmware", "/sys/devices/virtual/powercap", "/sys/kernel",
+			},
+			ReadonlyPaths: []string{
+				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+			},
+		},
+	}
+}
+
+// WriteBundle writes spec as dir/config.json.
+func WriteBundle(dir string, spec *Config) error {
+	b, err := json.MarshalIndent(spec, "", "\t")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+func specsRlimit(typ string, n uint64) specs.POSIXRlimit {
+	return specs.POSIXRlimit{Type: typ, Hard: n, Soft: n}
+}
