@@ -113,9 +113,9 @@ type dirs struct{ homes, pool, run, runtimeState string }
 
 // box is one named sandbox known to this process.
 type box struct {
-	name     string
-	mu       sync.Mutex // held by every lifecycle step and command
-	inst     *instance  // nil while asleep
+	name string
+	mu   sync.Mutex // held by every lifecycle step and command
+	inst *instance  // nil while asleep
 	// lockRelease releases the home's owner lock, held while awake.
 	lockRelease func()
 	lastUsed    time.Time
