@@ -9,7 +9,7 @@
 //
 // A rootfs is owned by root and shared read-only by every sandbox: the
 // runtime mounts it as the lower layer of an overlay. Every image, however it
-// was made, is prepared for that use (see Prepare): it has a user "sandbox"
+// was made, is prepared for that use (prepare.go): it has a user "sandbox"
 // (uid 1000, gid 1000, home /workspace/home), the empty mount points
 // /workspace/home and /.shellgate, and a world-writable sticky /tmp.
 //
