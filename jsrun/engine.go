@@ -1,0 +1,721 @@
+package jsrun
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/quickjs"
+)
+
+//go:embed prelude.js
+var preludeSource string
+
+var (
+	preludeOnce     sync.Once
+	preludeBytecode []byte
+	preludeErr      error
+)
+
+// compiledPrelude compiles the prelude once per process; every run evaluates
+// the bytecode instead of parsing the source again.
+func compiledPrelude() ([]byte, error) {
+	preludeOnce.Do(func() {
+		vm, err := quickjs.NewVM()
+		if err != nil {
+			preludeErr = err
+			return
+		}
+		defer vm.Close()
+		preludeBytecode, preludeErr = vm.Compile(preludeSource, quickjs.EvalGlobal)
+	})
+	return preludeBytecode, preludeErr
+}
+
+// The guest source becomes the body of this function; the prefix is on the
+// source's first line so line numbers need no mapping.
+const (
+	sourcePrefix = "(async function jsrun$main() {"
+	sourceSuffix = "\n})"
+)
+
+// invocation is one Run call: one VM, driven only from the goroutine that
+// calls run (the loop goroutine). Host functions run on their own goroutines
+// and post results on a channel; only VM.Interrupt is called from elsewhere.
+type invocation struct {
+	r           *Runner
+	in          Input
+	lim         Limits
+	st          *contState
+	resolutions map[string]*resolved
+	id          string
+
+	vm        *quickjs.VM
+	methods   map[string]quickjs.Value
+	bridge    quickjs.Value
+	hasBridge bool
+	deadline  time.Time
+	timedOut  atomic.Bool
+	aborted   atomic.Bool
+
+	calls      []*call
+	newLedger  []ledgerEntry
+	releaseSeq int
+	oldNext    int           // next settlement order of the old ledger to release
+	oldByOrder map[int]*call // dispatched old-ledger calls waiting for release
+	oldSettled int
+	inFlight   int
+	results    chan hostResult
+	inline     []hostResult
+	hostCtx    context.Context
+}
+
+type call struct {
+	index       int
+	name        string
+	args        string
+	old         *ledgerEntry
+	live        bool
+	interrupted bool
+	payload     string
+}
+
+type hostResult struct {
+	index       int
+	value       string
+	err         *ledgerError
+	interrupted bool
+	payload     string
+	fatal       error
+	atMs        int64
+}
+
+func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
+	bc, err := compiledPrelude()
+	if err != nil {
+		return nil, newError(CodeInternal, "compiling prelude: %v", err)
+	}
+	start := time.Now()
+	inv.deadline = start.Add(inv.lim.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(inv.deadline) {
+		inv.deadline = d
+	}
+	hostCtx, cancelHost := context.WithDeadline(ctx, inv.deadline)
+	defer cancelHost()
+	inv.hostCtx = hostCtx
+	inv.results = make(chan hostResult, inv.lim.InFlightHostCalls+1)
+	inv.oldByOrder = map[int]*call{}
+	for _, e := range inv.st.Ledger {
+		if e.Status != statusInterrupted {
+			inv.oldSettled++
+		}
+	}
+
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, newError(CodeInternal, "creating VM: %v", err)
+	}
+	inv.vm = vm
+	inv.methods = map[string]quickjs.Value{}
+	defer func() {
+		for _, v := range inv.methods {
+			v.Free()
+		}
+		if inv.hasBridge {
+			inv.bridge.Free()
+		}
+		if p := recover(); p != nil {
+			// A panic inside the engine abandons the VM; Close still frees
+			// what it can, and the run fails instead of the process.
+			res, err = nil, newError(CodeInternal, "engine panic: %v", p)
+		}
+		_ = vm.Close()
+	}()
+	vm.SetWTF8(true)
+	vm.SetMemoryLimit(uintptr(inv.lim.MemoryBytes))
+	vm.SetMaxStackSize(stackSlots(inv.lim.StackBytes))
+	timer := time.AfterFunc(time.Until(inv.deadline), func() {
+		inv.timedOut.Store(true)
+		vm.Interrupt()
+	})
+	defer timer.Stop()
+	stopAbort := context.AfterFunc(ctx, func() {
+		inv.aborted.Store(true)
+		vm.Interrupt()
+	})
+	defer stopAbort()
+
+	if err := inv.setup(bc); err != nil {
+		return nil, err
+	}
+	return inv.loop(ctx)
+}
+
+// enter is called before every call into the VM: it never re-enters after
+// the deadline or an abort, and re-arms the engine's own timeout.
+func (inv *invocation) enter() error {
+	if inv.aborted.Load() {
+		return newError(CodeAborted, "run aborted by the caller")
+	}
+	remaining := time.Until(inv.deadline)
+	if remaining <= 0 || inv.timedOut.Load() {
+		return inv.timeoutError()
+	}
+	return inv.vm.SetEvalTimeout(remaining)
+}
+
+func (inv *invocation) timeoutError() *Error {
+	return limitError(CodeTimeout, "timeoutMs", "run exceeded its time limit of %s", inv.lim.Timeout)
+}
+
+// vmError classifies an error out of the engine.
+func (inv *invocation) vmError(err error) error {
+	if inv.aborted.Load() {
+		return newError(CodeAborted, "run aborted by the caller")
+	}
+	if inv.timedOut.Load() || !time.Now().Before(inv.deadline) {
+		return inv.timeoutError()
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "out of memory") || msg == "OOM":
+		return limitError(CodeMemoryLimit, "memoryLimitBytes", "run exceeded its memory limit of %d bytes", inv.lim.MemoryBytes)
+	case strings.Contains(msg, "stack overflow"):
+		return limitError(CodeStackOverflow, "maxStackSizeBytes", "run exceeded its stack limit")
+	case strings.Contains(msg, "interrupted"):
+		return inv.timeoutError()
+	}
+	return &Error{Code: CodeInternal, Name: "RunError", Message: "engine error: " + msg, cause: err}
+}
+
+func (inv *invocation) call(method string, args ...any) (any, error) {
+	if err := inv.enter(); err != nil {
+		return nil, err
+	}
+	r, err := inv.methods[method].Call(inv.bridge, args...)
+	if err != nil {
+		return nil, inv.vmError(err)
+	}
+	return r, nil
+}
+
+type preludeConfig struct {
+	Namespaces [][]any `json:"namespaces"`
+	DateNowMs  int64   `json:"dateNowMs"`
+	Seed       string  `json:"seed"`
+	ConsoleMax int     `json:"consoleMax"`
+}
+
+func (inv *invocation) setup(bc []byte) error {
+	vm := inv.vm
+	if err := inv.enter(); err != nil {
+		return err
+	}
+	fn, err := vm.EvalBytecodeValue(bc)
+	if err != nil {
+		return inv.vmError(err)
+	}
+	defer fn.Free()
+	cfg := preludeConfig{Namespaces: [][]any{}, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes}
+	nss := make([]string, 0, len(inv.in.HostFunctions))
+	for ns := range inv.in.HostFunctions {
+		nss = append(nss, ns)
+	}
+	sort.Strings(nss)
+	for _, ns := range nss {
+		fns := make([]string, 0, len(inv.in.HostFunctions[ns]))
+		for f := range inv.in.HostFunctions[ns] {
+			fns = append(fns, f)
+		}
+		sort.Strings(fns)
+		cfg.Namespaces = append(cfg.Namespaces, []any{ns, fns})
+	}
+	cfgJSON, _ := json.Marshal(cfg)
+	if err := inv.enter(); err != nil {
+		return err
+	}
+	bridge, err := fn.CallValue(quickjs.UndefinedValue, string(cfgJSON))
+	if err != nil {
+		return inv.vmError(err)
+	}
+	inv.bridge, inv.hasBridge = bridge, true
+	for _, name := range []string{"start", "poll", "settle", "finish", "console"} {
+		atom, err := vm.NewAtom(name)
+		if err != nil {
+			return inv.vmError(err)
+		}
+		m, err := bridge.GetPropertyValue(atom)
+		if err != nil {
+			return inv.vmError(err)
+		}
+		inv.methods[name] = m
+	}
+
+	if err := inv.enter(); err != nil {
+		return err
+	}
+	main, err := vm.EvalValue(sourcePrefix+inv.in.Source+sourceSuffix, quickjs.EvalGlobal)
+	if err != nil {
+		var qe *quickjs.Error
+		if errors.As(err, &qe) && (qe.Name == "SyntaxError" || qe.Name == "") && !inv.timedOut.Load() {
+			line, col := qe.LineNumber, qe.ColumnNumber
+			if line == 1 {
+				col -= len(sourcePrefix)
+			}
+			return &Error{Code: CodeGuestError, Name: "SyntaxError", Message: qe.Message, Guest: true,
+				Stack: fmt.Sprintf("    at <source>:%d:%d\n", line, col), cause: err}
+		}
+		return inv.vmError(err)
+	}
+	defer main.Free()
+	if _, err := inv.call("start", main); err != nil {
+		return err
+	}
+	return nil
+}
+
+type pollResult struct {
+	calls   [][3]any
+	outcome int
+}
+
+func (inv *invocation) poll() (pollResult, error) {
+	raw, err := inv.call("poll")
+	if err != nil {
+		return pollResult{}, err
+	}
+	s, _ := raw.(string)
+	var p [2]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		return pollResult{}, newError(CodeInternal, "bad poll reply: %v", err)
+	}
+	var out pollResult
+	if err := json.Unmarshal(p[0], &out.calls); err != nil {
+		return pollResult{}, newError(CodeInternal, "bad poll calls: %v", err)
+	}
+	if err := json.Unmarshal(p[1], &out.outcome); err != nil {
+		return pollResult{}, newError(CodeInternal, "bad poll outcome: %v", err)
+	}
+	return out, nil
+}
+
+// drain runs queued jobs until the queue is empty.
+func (inv *invocation) drain() error {
+	for {
+		if err := inv.enter(); err != nil {
+			return err
+		}
+		n, err := inv.vm.ExecutePendingJobs()
+		if err != nil {
+			return inv.vmError(err)
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+func (inv *invocation) loop(ctx context.Context) (*Result, error) {
+	for {
+		if err := inv.drain(); err != nil {
+			return nil, err
+		}
+		p, err := inv.poll()
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range p.calls {
+			if err := inv.dispatch(c); err != nil {
+				return nil, err
+			}
+		}
+		if len(p.calls) > 0 {
+			continue // dispatching may have queued inline results or jobs
+		}
+		if p.outcome != 0 {
+			return inv.finish(p.outcome)
+		}
+		if c := inv.oldByOrder[inv.oldNext]; c != nil {
+			delete(inv.oldByOrder, inv.oldNext)
+			inv.oldNext++
+			if err := inv.releaseOld(c); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(inv.inline) > 0 {
+			hr := inv.inline[0]
+			inv.inline = inv.inline[1:]
+			if err := inv.apply(hr); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if inv.inFlight > 0 {
+			wait := time.NewTimer(time.Until(inv.deadline))
+			select {
+			case hr := <-inv.results:
+				wait.Stop()
+				if err := inv.apply(hr); err != nil {
+					return nil, err
+				}
+				continue
+			case <-wait.C:
+				return nil, inv.timeoutError()
+			case <-ctx.Done():
+				wait.Stop()
+				return nil, newError(CodeAborted, "run aborted by the caller")
+			}
+		}
+		// Quiescent: nothing queued, nothing in flight, the guest not done.
+		if inv.oldNext < inv.oldSettled {
+			return nil, newError(CodeProtocol, "replay diverged: the run stopped before consuming the ledger (%d of %d answers released)", inv.oldNext, inv.oldSettled)
+		}
+		if inv.hasInterruptions() {
+			return inv.interrupted()
+		}
+		return nil, limitError(CodeTimeout, "timeoutMs", "run can never finish: it awaits a promise that nothing can settle")
+	}
+}
+
+func (inv *invocation) hasInterruptions() bool {
+	for _, c := range inv.calls {
+		if c.interrupted {
+			return true
+		}
+	}
+	return false
+}
+
+func (inv *invocation) dispatch(raw [3]any) error {
+	idxF, _ := raw[0].(float64)
+	name, _ := raw[1].(string)
+	args, _ := raw[2].(string)
+	index := int(idxF)
+	if index != len(inv.calls)+1 {
+		return newError(CodeInternal, "host call %d out of sequence", index)
+	}
+	if index > inv.lim.HostCalls {
+		return limitError(CodeBridgeLimit, "maxBridgeRequests", "run made more than %d host calls", inv.lim.HostCalls)
+	}
+	if len(args) > inv.lim.HostArgumentsBytes {
+		return limitError(CodeBridgeLimit, "maxHostFunctionArgumentsBytes", "arguments of %s are %d bytes, over the limit of %d", name, len(args), inv.lim.HostArgumentsBytes)
+	}
+	c := &call{index: index, name: name, args: args}
+	inv.calls = append(inv.calls, c)
+	inv.newLedger = append(inv.newLedger, ledgerEntry{Name: name, Args: args, SettledOrder: -1})
+	if index <= len(inv.st.Ledger) {
+		e := &inv.st.Ledger[index-1]
+		if e.Name != name || e.Args != args {
+			return newError(CodeProtocol, "replay diverged at host call %d: the ledger has %s with other arguments or another function (%s)", index, e.Name, name)
+		}
+		c.old = e
+		switch e.Status {
+		case statusFulfilled, statusRejected:
+			inv.oldByOrder[e.SettledOrder] = c
+			return nil
+		case statusInterrupted:
+			res := inv.resolutions[e.InterruptionID]
+			if res == nil {
+				c.interrupted, c.payload = true, e.Payload
+				inv.markInterrupted(c)
+				return nil
+			}
+			var payload any
+			if e.Payload != "" {
+				payload, _ = decodeWire(e.Payload)
+			}
+			return inv.startLive(c, &ResumeInfo{InterruptionID: e.InterruptionID, Payload: payload, Resolution: res.value})
+		}
+	}
+	return inv.startLive(c, nil)
+}
+
+func (inv *invocation) markInterrupted(c *call) {
+	le := &inv.newLedger[c.index-1]
+	le.Status = statusInterrupted
+	le.InterruptionID = interruptionID(c.index)
+	le.Payload = c.payload
+	le.SettledOrder = -1
+}
+
+func (inv *invocation) lookup(name string) (HostFunc, bool) {
+	ns, fn, ok := strings.Cut(name, ".")
+	if !ok {
+		return HostFunc{}, false
+	}
+	h, ok := inv.in.HostFunctions[ns][fn]
+	return h, ok && h.Fn != nil
+}
+
+func (inv *invocation) startLive(c *call, resume *ResumeInfo) error {
+	h, ok := inv.lookup(c.name)
+	if !ok {
+		inv.inline = append(inv.inline, hostResult{index: c.index, err: &ledgerError{Name: "Error", Message: "Unknown host function " + c.name, Code: string(CodeHostFunction)}, atMs: inv.r.cfg.Now().UnixMilli()})
+		return nil
+	}
+	if inv.inFlight >= inv.lim.InFlightHostCalls {
+		return limitError(CodeBridgeLimit, "maxInFlightBridgeRequests", "more than %d host calls in flight", inv.lim.InFlightHostCalls)
+	}
+	args, err := decodeWire(c.args)
+	if err != nil {
+		return err
+	}
+	argv, _ := args.([]any)
+	cs := &callState{
+		info: CallInfo{LogicalRunID: inv.st.LogicalRunID, InvocationID: inv.id, RequestIndex: c.index,
+			Function: c.name, Resume: resume},
+		maxPayload: inv.lim.HostOutputBytes,
+	}
+	c.live = true
+	if h.Sync {
+		inv.inline = append(inv.inline, inv.invoke(h.Fn, cs, argv))
+		return nil
+	}
+	inv.inFlight++
+	go func() {
+		// The channel has room for every call in flight, so this never
+		// blocks, even after the loop has stopped reading.
+		inv.results <- inv.invoke(h.Fn, cs, argv)
+	}()
+	return nil
+}
+
+// invoke calls a host function, recovering a panic, and serializes its
+// answer. It runs on the host goroutine (or inline for Sync functions).
+func (inv *invocation) invoke(fn Func, cs *callState, args []any) (hr hostResult) {
+	hr.index = cs.info.RequestIndex
+	defer func() {
+		if p := recover(); p != nil {
+			inv.r.log.Error("jsrun: host function panicked", "function", cs.info.Function, "panic", p)
+			hr.value, hr.interrupted = "", false
+			hr.err = &ledgerError{Name: "Error", Message: "Host function failed.", Code: string(CodeHostFunction)}
+		}
+		hr.atMs = inv.r.cfg.Now().UnixMilli()
+	}()
+	ctx := context.WithValue(inv.hostCtx, callKey{}, cs)
+	v, err := fn(ctx, args)
+	cs.mu.Lock()
+	interrupted, payload, ierr := cs.interrupted, cs.payload, cs.err
+	cs.mu.Unlock()
+	if ierr != nil {
+		hr.fatal = ierr
+		return hr
+	}
+	if interrupted {
+		hr.interrupted, hr.payload = true, payload
+		return hr
+	}
+	if err != nil {
+		hr.err = inv.r.hostFailure(cs.info.Function, err)
+		return hr
+	}
+	wire, werr := encodeWire(v, "result of "+cs.info.Function)
+	if werr != nil {
+		var je *Error
+		msg := werr.Error()
+		if errors.As(werr, &je) {
+			msg = je.Message
+		}
+		hr.err = &ledgerError{Name: "TypeError", Message: msg, Code: string(CodeSerialization)}
+		return hr
+	}
+	if len(wire) > inv.lim.HostOutputBytes {
+		hr.fatal = limitError(CodeBridgeLimit, "maxHostFunctionOutputBytes", "result of %s is %d bytes, over the limit of %d", cs.info.Function, len(wire), inv.lim.HostOutputBytes)
+		return hr
+	}
+	hr.value = wire
+	return hr
+}
+
+// apply delivers a live host result to the guest.
+func (inv *invocation) apply(hr hostResult) error {
+	c := inv.calls[hr.index-1]
+	if c.live && inv.inFlight > 0 && !inv.isInline(hr) {
+		inv.inFlight--
+	}
+	if hr.fatal != nil {
+		return hr.fatal
+	}
+	if hr.interrupted {
+		c.interrupted, c.payload = true, hr.payload
+		inv.markInterrupted(c)
+		return nil
+	}
+	le := &inv.newLedger[hr.index-1]
+	le.DateNowMs = hr.atMs
+	if hr.err != nil {
+		le.Status, le.Error = statusRejected, hr.err
+	} else {
+		le.Status, le.Value = statusFulfilled, hr.value
+	}
+	return inv.settle(c, le)
+}
+
+func (inv *invocation) isInline(hr hostResult) bool {
+	h, ok := inv.lookup(inv.calls[hr.index-1].name)
+	return !ok || h.Sync
+}
+
+// releaseOld answers a replayed call from the ledger.
+func (inv *invocation) releaseOld(c *call) error {
+	le := &inv.newLedger[c.index-1]
+	*le = *c.old
+	return inv.settle(c, le)
+}
+
+func (inv *invocation) settle(c *call, le *ledgerEntry) error {
+	le.SettledOrder = inv.releaseSeq
+	inv.releaseSeq++
+	if le.Status == statusFulfilled {
+		_, err := inv.call("settle", c.index, true, le.Value, le.DateNowMs)
+		return err
+	}
+	b, _ := json.Marshal(le.Error)
+	_, err := inv.call("settle", c.index, false, string(b), le.DateNowMs)
+	return err
+}
+
+type guestErrorInfo struct {
+	Name    string `json:"name"`
+	Message string `json:"message"`
+	Code    string `json:"code"`
+	Stack   string `json:"stack"`
+}
+
+func (inv *invocation) finish(outcome int) (*Result, error) {
+	if outcome == 1 {
+		if inv.inFlight > 0 {
+			return nil, newError(CodeDetachedRequest, "the run returned while %d host calls were still in flight", inv.inFlight)
+		}
+		if inv.oldNext < inv.oldSettled {
+			return nil, newError(CodeProtocol, "replay diverged: the run finished before consuming the ledger (%d of %d answers released)", inv.oldNext, inv.oldSettled)
+		}
+		if inv.hasInterruptions() {
+			return inv.interrupted()
+		}
+	}
+	raw, err := inv.call("finish")
+	if err != nil {
+		return nil, err
+	}
+	s, _ := raw.(string)
+	var out [2]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, newError(CodeInternal, "bad finish reply: %v", err)
+	}
+	if string(out[0]) == "1" {
+		var wire string
+		if err := json.Unmarshal(out[1], &wire); err != nil {
+			return nil, newError(CodeInternal, "bad result: %v", err)
+		}
+		if len(wire) > inv.lim.ResultBytes {
+			return nil, limitError(CodeResultTooLarge, "maxResultBytes", "result is %d bytes, over the limit of %d", len(wire), inv.lim.ResultBytes)
+		}
+		v, err := decodeWire(wire)
+		if err != nil {
+			return nil, err
+		}
+		res := &Result{Status: StatusCompleted, Value: v}
+		inv.console(res)
+		return res, nil
+	}
+	var gi guestErrorInfo
+	if err := json.Unmarshal(out[1], &gi); err != nil {
+		return nil, newError(CodeInternal, "bad error reply: %v", err)
+	}
+	return nil, inv.guestError(gi)
+}
+
+func (inv *invocation) guestError(gi guestErrorInfo) error {
+	if gi.Name == "InternalError" && strings.Contains(gi.Message, "out of memory") {
+		return limitError(CodeMemoryLimit, "memoryLimitBytes", "run exceeded its memory limit of %d bytes", inv.lim.MemoryBytes)
+	}
+	if (gi.Name == "InternalError" || gi.Name == "RangeError") && strings.Contains(gi.Message, "stack overflow") {
+		return limitError(CodeStackOverflow, "maxStackSizeBytes", "run exceeded its stack limit")
+	}
+	code := Code(gi.Code)
+	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, Stack: mapStack(gi.Stack)}
+	switch code {
+	case CodeSerialization, CodeHostFunction:
+		// A runtime error the guest did not catch: still a typed failure.
+		e.Guest = false
+	default:
+		e.Guest = true
+	}
+	return e
+}
+
+var frameRe = regexp.MustCompile(`\(<eval>:(\d+):(\d+)\)`)
+
+// mapStack keeps the guest's frames, names the source "<source>" and
+// corrects columns on the first line for the wrapper prefix.
+func mapStack(stack string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(stack, "\n") {
+		if line == "" || (strings.Contains(line, "jsrun$") && !strings.Contains(line, "jsrun$main")) {
+			continue
+		}
+		line = strings.Replace(line, "jsrun$main", "<main>", 1)
+		line = frameRe.ReplaceAllStringFunc(line, func(m string) string {
+			sub := frameRe.FindStringSubmatch(m)
+			ln, _ := strconv.Atoi(sub[1])
+			col, _ := strconv.Atoi(sub[2])
+			if ln == 1 {
+				col -= len(sourcePrefix)
+			}
+			return fmt.Sprintf("(<source>:%d:%d)", ln, col)
+		})
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (inv *invocation) console(res *Result) {
+	raw, err := inv.call("console")
+	if err != nil {
+		return
+	}
+	s, _ := raw.(string)
+	var out []json.RawMessage
+	if json.Unmarshal([]byte(s), &out) != nil || len(out) != 2 {
+		return
+	}
+	_ = json.Unmarshal(out[0], &res.Console)
+	_ = json.Unmarshal(out[1], &res.ConsoleTruncated)
+}
+
+func (inv *invocation) interrupted() (*Result, error) {
+	res := &Result{Status: StatusInterrupted}
+	for _, c := range inv.calls {
+		if !c.interrupted {
+			continue
+		}
+		args, err := decodeWire(c.args)
+		if err != nil {
+			return nil, err
+		}
+		var payload any = Undefined{}
+		if c.payload != "" {
+			if payload, err = decodeWire(c.payload); err != nil {
+				return nil, err
+			}
+		}
+		argv, _ := args.([]any)
+		res.Interruptions = append(res.Interruptions, Interruption{
+			ID: interruptionID(c.index), HostFunctionName: c.name, Arguments: argv, Payload: payload,
+		})
+	}
+	inv.console(res)
+	return res, nil
+}

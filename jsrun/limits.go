@@ -1,0 +1,102 @@
+package jsrun
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits bound one invocation. A zero field means "the default" (the Run
+// SDK's defaults, listed beside each field); per-run Limits override the
+// runner's per field.
+type Limits struct {
+	Timeout            time.Duration // 30 s: whole invocation, host calls included
+	MemoryBytes        int           // 64 MiB: the guest heap
+	StackBytes         int           // 2 MiB: guest call depth (QuickJS frames)
+	ResultBytes        int           // 1 MiB: serialized completed value
+	SourceBytes        int           // 256 KiB
+	HostArgumentsBytes int           // 1 MiB: serialized arguments of one host call
+	HostOutputBytes    int           // 4 MiB: one host result, payload or resolution
+	HostCalls          int           // 256 per run, replayed calls included
+	InFlightHostCalls  int           // 32 live host calls at once
+	ConsoleBytes       int           // 64 KiB of console output, then truncated
+	ContinuationBytes  int           // 32 MiB
+}
+
+// DefaultLimits are the Run SDK's defaults.
+var DefaultLimits = Limits{
+	Timeout:            30 * time.Second,
+	MemoryBytes:        64 << 20,
+	StackBytes:         2 << 20,
+	ResultBytes:        1 << 20,
+	SourceBytes:        256 << 10,
+	HostArgumentsBytes: 1 << 20,
+	HostOutputBytes:    4 << 20,
+	HostCalls:          256,
+	InFlightHostCalls:  32,
+	ConsoleBytes:       64 << 10,
+	ContinuationBytes:  32 << 20,
+}
+
+// merge returns l with every zero field taken from base.
+func (l Limits) merge(base Limits) Limits {
+	pick := func(v, b int) int {
+		if v == 0 {
+			return b
+		}
+		return v
+	}
+	out := base
+	if l.Timeout != 0 {
+		out.Timeout = l.Timeout
+	}
+	out.MemoryBytes = pick(l.MemoryBytes, base.MemoryBytes)
+	out.StackBytes = pick(l.StackBytes, base.StackBytes)
+	out.ResultBytes = pick(l.ResultBytes, base.ResultBytes)
+	out.SourceBytes = pick(l.SourceBytes, base.SourceBytes)
+	out.HostArgumentsBytes = pick(l.HostArgumentsBytes, base.HostArgumentsBytes)
+	out.HostOutputBytes = pick(l.HostOutputBytes, base.HostOutputBytes)
+	out.HostCalls = pick(l.HostCalls, base.HostCalls)
+	out.InFlightHostCalls = pick(l.InFlightHostCalls, base.InFlightHostCalls)
+	out.ConsoleBytes = pick(l.ConsoleBytes, base.ConsoleBytes)
+	out.ContinuationBytes = pick(l.ContinuationBytes, base.ContinuationBytes)
+	return out
+}
+
+const maxLimit = 1<<31 - 1
+
+func (l Limits) validate() error {
+	if l.Timeout < 0 || l.Timeout > maxLimit*time.Millisecond {
+		return newError(CodeInvalidInput, "limit Timeout must be positive and at most 2^31-1 ms")
+	}
+	for name, v := range map[string]int{
+		"MemoryBytes": l.MemoryBytes, "StackBytes": l.StackBytes, "ResultBytes": l.ResultBytes,
+		"SourceBytes": l.SourceBytes, "HostArgumentsBytes": l.HostArgumentsBytes,
+		"HostOutputBytes": l.HostOutputBytes, "HostCalls": l.HostCalls,
+		"InFlightHostCalls": l.InFlightHostCalls, "ConsoleBytes": l.ConsoleBytes,
+		"ContinuationBytes": l.ContinuationBytes,
+	} {
+		if v < 0 || v > maxLimit {
+			return newError(CodeInvalidInput, "limit %s must be positive and at most 2^31-1, got %d", name, v)
+		}
+	}
+	if l.MemoryBytes != 0 && l.MemoryBytes < 1<<20 {
+		return newError(CodeInvalidInput, "limit MemoryBytes must be at least 1 MiB")
+	}
+	return nil
+}
+
+// stackSlots converts a byte budget to the engine's unit: modernc's QuickJS
+// counts libc stack slots, and its default of 5,000 is about what native
+// QuickJS reaches with a 1 MiB stack.
+func stackSlots(bytes int) uintptr {
+	s := uintptr(int64(bytes) * 5000 / (1 << 20))
+	if s < 64 {
+		s = 64
+	}
+	if s > 40000 {
+		s = 40000
+	}
+	return s
+}
+
+func (l Limits) String() string { return fmt.Sprintf("%+v", struct{ Limits }{l}) }

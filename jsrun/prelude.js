@@ -1,0 +1,577 @@
+// The jsrun prelude. Compiled once per process to bytecode and evaluated in
+// every fresh context before the guest source. It evaluates to a function that
+// takes the run's configuration (JSON) and returns the private bridge object
+// the Go loop drives: {start, poll, settle, finish}. Nothing it returns is
+// reachable from the guest: the Go side holds it as a Value.
+//
+// Functions that can appear on a guest-visible stack are named jsrun$... so
+// the Go side can cut them out of stack traces.
+(function jsrun$prelude(cfgJSON) {
+  'use strict';
+  const G = globalThis;
+  const cfg = JSON.parse(cfgJSON);
+
+  // ---- captured intrinsics (the guest cannot change them: all frozen below)
+  const O = Object;
+  const R = Reflect;
+  const { defineProperty, getOwnPropertyDescriptor, getPrototypeOf, freeze, keys: objectKeys, create,
+    getOwnPropertySymbols, isFrozen } = O;
+  const apply = R.apply, ownKeys = R.ownKeys, construct = R.construct;
+  const uncurry = (f) => (self, ...args) => apply(f, self, args);
+  const getter = (proto, name) => uncurry(getOwnPropertyDescriptor(proto, name).get);
+  const ArrayIsArray = Array.isArray;
+  const ObjectProto = O.prototype, ArrayProto = Array.prototype;
+  const hasOwn = O.hasOwn;
+  const propertyIsEnumerable = uncurry(O.prototype.propertyIsEnumerable);
+  const JSONstringify = JSON.stringify, JSONparse = JSON.parse;
+  const $Map = Map, $Set = Set, $WeakSet = WeakSet, $Date = Date, $RegExp = RegExp, $Error = Error,
+    $String = String, $BigInt = BigInt, $Promise = Promise, $Uint8Array = Uint8Array,
+    $ArrayBuffer = ArrayBuffer, $DataView = DataView, $Array = Array, $TypeError = TypeError;
+  const mapGet = uncurry($Map.prototype.get), mapSet = uncurry($Map.prototype.set),
+    mapDelete = uncurry($Map.prototype.delete), mapForEach = uncurry($Map.prototype.forEach),
+    mapSize = getter($Map.prototype, 'size');
+  const setAdd = uncurry($Set.prototype.add), setHas = uncurry($Set.prototype.has),
+    setForEach = uncurry($Set.prototype.forEach), setSize = getter($Set.prototype, 'size');
+  const weakAdd = uncurry($WeakSet.prototype.add), weakHas = uncurry($WeakSet.prototype.has);
+  const arrayPush = uncurry(ArrayProto.push), arrayJoin = uncurry(ArrayProto.join);
+  const dateGetTime = uncurry($Date.prototype.getTime), dateToString = uncurry($Date.prototype.toString),
+    dateToISOString = uncurry($Date.prototype.toISOString);
+  const reSource = getter($RegExp.prototype, 'source'), reFlags = getter($RegExp.prototype, 'flags');
+  const abByteLength = getter($ArrayBuffer.prototype, 'byteLength');
+  const TypedArrayProto = getPrototypeOf($Uint8Array.prototype);
+  const taTag = uncurry(getOwnPropertyDescriptor(TypedArrayProto, Symbol.toStringTag).get);
+  const taBuffer = getter(TypedArrayProto, 'buffer'), taByteOffset = getter(TypedArrayProto, 'byteOffset'),
+    taByteLength = getter(TypedArrayProto, 'byteLength');
+  const dvBuffer = getter($DataView.prototype, 'buffer'), dvByteOffset = getter($DataView.prototype, 'byteOffset'),
+    dvByteLength = getter($DataView.prototype, 'byteLength');
+  const isError = $Error.isError;
+  const strIsWellFormed = uncurry($String.prototype.isWellFormed);
+  const charCodeAt = uncurry($String.prototype.charCodeAt), fromCharCode = $String.fromCharCode;
+  const strSlice = uncurry($String.prototype.slice), strSplit = uncurry($String.prototype.split),
+    strIndexOf = uncurry($String.prototype.indexOf), strStartsWith = uncurry($String.prototype.startsWith);
+  const promiseThen = uncurry($Promise.prototype.then);
+  const typedCtors = {
+    Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
+    Float16Array: G.Float16Array, Float32Array, Float64Array, BigInt64Array, BigUint64Array,
+  };
+  const errorCtors = { Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError,
+    AggregateError, InternalError: G.InternalError };
+
+  // Errors the runtime itself creates keep their code when uncaught; a
+  // guest-made error with a runtime-reserved code (RUN_*) loses it.
+  const runtimeErrors = new $WeakSet();
+  function jsrun$runtimeError(name, message, code, stack) {
+    const Ctor = (name === 'TypeError') ? $TypeError : $Error;
+    const e = new Ctor(message);
+    if (name !== 'Error' && name !== 'TypeError') defineProperty(e, 'name', { value: name, configurable: false, writable: false });
+    defineProperty(e, 'code', { value: code, enumerable: true, configurable: false, writable: false });
+    if (stack !== undefined) defineProperty(e, 'stack', { value: stack, configurable: false, writable: false });
+    weakAdd(runtimeErrors, e);
+    return freeze(e);
+  }
+
+  // ---- base64 (no atob in the realm)
+  const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  function b64encode(bytes) {
+    const out = [];
+    const n = bytes.length;
+    let i = 0;
+    for (; i + 2 < n; i += 3) {
+      const x = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
+      arrayPush(out, B64[x >> 18] + B64[(x >> 12) & 63] + B64[(x >> 6) & 63] + B64[x & 63]);
+    }
+    if (i < n) {
+      const x = (bytes[i] << 16) | ((i + 1 < n ? bytes[i + 1] : 0) << 8);
+      arrayPush(out, B64[x >> 18] + B64[(x >> 12) & 63] + (i + 1 < n ? B64[(x >> 6) & 63] : '=') + '=');
+    }
+    return arrayJoin(out, '');
+  }
+  const B64INV = create(null);
+  for (let i = 0; i < 64; i++) B64INV[B64[i]] = i;
+  function b64decode(s) {
+    let pad = 0;
+    while (pad < 2 && s.length > pad && s[s.length - 1 - pad] === '=') pad++;
+    const n = (s.length / 4) * 3 - pad;
+    const out = new $Uint8Array(n < 0 ? 0 : n);
+    let o = 0;
+    for (let i = 0; i + 3 < s.length; i += 4) {
+      const x = ((B64INV[s[i]] | 0) << 18) | ((B64INV[s[i + 1]] | 0) << 12) |
+        ((B64INV[s[i + 2]] | 0) << 6) | (B64INV[s[i + 3]] | 0);
+      if (o < n) out[o++] = x >> 16;
+      if (o < n) out[o++] = (x >> 8) & 255;
+      if (o < n) out[o++] = x & 255;
+    }
+    return out;
+  }
+
+  // ---- serializer: the jsrun-v1 wire format (see serde.go for the grammar)
+  function jsrun$serializationError(message) {
+    return jsrun$runtimeError('TypeError', message, 'RUN_SERIALIZATION_ERROR');
+  }
+  const identRe = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+  const reTest = uncurry($RegExp.prototype.test);
+  function childPath(path, key) {
+    return reTest(identRe, key) ? path + '.' + key : path + '[' + JSONstringify(key) + ']';
+  }
+  function describe(v) {
+    let name = '';
+    try {
+      const p = getPrototypeOf(v);
+      const c = p && hasOwn(p, 'constructor') ? getOwnPropertyDescriptor(p, 'constructor').value : undefined;
+      if (typeof c === 'function') name = $String(getOwnPropertyDescriptor(c, 'name')?.value ?? '');
+    } catch (_) { /* a Proxy may throw */ }
+    if (name === 'Promise') return 'a Promise';
+    if (name === 'WeakMap' || name === 'WeakSet' || name === 'WeakRef') return 'a ' + name;
+    return name ? 'an instance of class ' + name : 'an object with a custom prototype';
+  }
+  function units(s) {
+    const u = [];
+    for (let i = 0; i < s.length; i++) arrayPush(u, charCodeAt(s, i));
+    return u;
+  }
+  function bytesOf(buffer, offset, length) {
+    return new $Uint8Array(buffer, offset, length);
+  }
+  function serialize(value, rootPath) {
+    const nodes = [];
+    const seen = new $Map();
+    const add = (n) => { arrayPush(nodes, n); return nodes.length - 1; };
+    function ser(v, path) {
+      switch (typeof v) {
+        case 'string': return add(strIsWellFormed(v) ? v : ['s', units(v)]);
+        case 'number':
+          if (v !== v) return add(['n', 'NaN']);
+          if (v === Infinity) return add(['n', 'Infinity']);
+          if (v === -Infinity) return add(['n', '-Infinity']);
+          if (v === 0 && 1 / v < 0) return add(['n', '-0']);
+          return add(v);
+        case 'boolean': return add(v);
+        case 'undefined': return add(['u']);
+        case 'bigint': return add(['b', $String(v)]);
+        case 'symbol': throw jsrun$serializationError('Cannot serialize a symbol at ' + path);
+        case 'function': throw jsrun$serializationError('Cannot serialize a function at ' + path);
+      }
+      if (v === null) return add(null);
+      const prior = mapGet(seen, v);
+      if (prior !== undefined) return prior;
+      const idx = add(0);
+      mapSet(seen, v, idx);
+      nodes[idx] = serObject(v, path);
+      return idx;
+    }
+    function serObject(v, path) {
+      if (ArrayIsArray(v)) {
+        if (getPrototypeOf(v) !== ArrayProto) throw jsrun$serializationError('Cannot serialize ' + describe(v) + ' at ' + path);
+        const len = v.length;
+        const ks = objectKeys(v);
+        let indices = 0;
+        for (let i = 0; i < ks.length; i++) { const k = ks[i]; if ($String(k >>> 0) === k && (k >>> 0) < len) indices++; }
+        if (indices === len) {
+          const n = ['a'];
+          for (let i = 0; i < len; i++) arrayPush(n, ser(v[i], path + '[' + i + ']'));
+          return n;
+        }
+        const n = ['A', len];
+        for (let i = 0; i < ks.length; i++) {
+          const k = ks[i];
+          if ($String(k >>> 0) === k && (k >>> 0) < len) { arrayPush(n, k >>> 0); arrayPush(n, ser(v[k], path + '[' + k + ']')); }
+        }
+        return n;
+      }
+      try { const t = dateGetTime(v); return ['D', t !== t ? null : t]; } catch (_) { /* not a Date */ }
+      try { const src = reSource(v); return ['R', src, reFlags(v)]; } catch (_) { /* not a RegExp */ }
+      try {
+        mapSize(v);
+        const n = ['M'];
+        let i = 0;
+        mapForEach(v, (val, key) => {
+          arrayPush(n, ser(key, path + '.<key ' + i + '>'));
+          arrayPush(n, ser(val, path + '.<value ' + i + '>'));
+          i++;
+        });
+        return n;
+      } catch (e) { if (weakHas(runtimeErrors, e)) throw e; }
+      try {
+        setSize(v);
+        const n = ['S'];
+        let i = 0;
+        setForEach(v, (val) => { arrayPush(n, ser(val, path + '.<value ' + i + '>')); i++; });
+        return n;
+      } catch (e) { if (weakHas(runtimeErrors, e)) throw e; }
+      try { const n = abByteLength(v); return ['B', b64encode(bytesOf(v, 0, n))]; } catch (_) { /* not an ArrayBuffer */ }
+      const tag = taTag(v);
+      if (tag !== undefined) return ['T', tag, b64encode(bytesOf(taBuffer(v), taByteOffset(v), taByteLength(v)))];
+      try { const buf = dvBuffer(v); return ['T', 'DataView', b64encode(bytesOf(buf, dvByteOffset(v), dvByteLength(v)))]; } catch (_) { /* not a DataView */ }
+      if (isError(v)) {
+        let name = v.name, message = v.message;
+        name = typeof name === 'string' ? name : 'Error';
+        message = typeof message === 'string' ? message : '';
+        const n = ['E', name, message, -1, -1];
+        if (hasOwn(v, 'cause')) n[3] = ser(v.cause, path + '.cause');
+        if (hasOwn(v, 'errors') && ArrayIsArray(v.errors)) n[4] = ser(v.errors, path + '.errors');
+        return n;
+      }
+      const proto = getPrototypeOf(v);
+      if (proto !== ObjectProto && proto !== null) throw jsrun$serializationError('Cannot serialize ' + describe(v) + ' at ' + path);
+      const syms = getOwnPropertySymbols(v);
+      for (let i = 0; i < syms.length; i++) {
+        if (propertyIsEnumerable(v, syms[i])) throw jsrun$serializationError('Cannot serialize a symbol-keyed property at ' + path);
+      }
+      const n = [proto === null ? 'O' : 'o'];
+      const ks = objectKeys(v);
+      for (let i = 0; i < ks.length; i++) {
+        const k = ks[i];
+        arrayPush(n, k);
+        arrayPush(n, ser(v[k], childPath(path, k)));
+      }
+      return n;
+    }
+    ser(value, rootPath);
+    return JSONstringify(nodes);
+  }
+
+  function fromUnits(u) {
+    let s = '';
+    for (let i = 0; i < u.length; i += 4096) s += apply(fromCharCode, undefined, u.slice(i, i + 4096));
+    return s;
+  }
+  function deserialize(wire) {
+    const nodes = JSONparse(wire);
+    const memo = new $Array(nodes.length);
+    const done = new $Array(nodes.length);
+    function de(i) {
+      if (done[i]) return memo[i];
+      const n = nodes[i];
+      if (n === null || typeof n !== 'object') { done[i] = true; memo[i] = n; return n; }
+      let out;
+      switch (n[0]) {
+        case 'u': out = undefined; break;
+        case 'n': out = n[1] === 'NaN' ? NaN : n[1] === 'Infinity' ? Infinity : n[1] === '-Infinity' ? -Infinity : -0; break;
+        case 'b': out = $BigInt(n[1]); break;
+        case 's': out = fromUnits(n[1]); break;
+        case 'D': out = new $Date(n[1] === null ? NaN : n[1]); break;
+        case 'R': out = new $RegExp(n[1], n[2]); break;
+        case 'B': { const b = b64decode(n[1]); out = taBuffer(b); break; }
+        case 'T': {
+          const b = b64decode(n[2]);
+          if (n[1] === 'DataView') out = new $DataView(taBuffer(b));
+          else { const C = typedCtors[n[1]]; out = new C(taBuffer(b)); }
+          break;
+        }
+        default: break;
+      }
+      if (out !== undefined || n[0] === 'u' || n[0] === 'n') { done[i] = true; memo[i] = out; return out; }
+      switch (n[0]) {
+        case 'a': {
+          out = new $Array(n.length - 1);
+          done[i] = true; memo[i] = out;
+          for (let j = 1; j < n.length; j++) out[j - 1] = de(n[j]);
+          return out;
+        }
+        case 'A': {
+          out = new $Array(n[1]);
+          done[i] = true; memo[i] = out;
+          for (let j = 2; j + 1 < n.length; j += 2) out[n[j]] = de(n[j + 1]);
+          return out;
+        }
+        case 'o': case 'O': {
+          out = n[0] === 'O' ? create(null) : {};
+          done[i] = true; memo[i] = out;
+          for (let j = 1; j + 1 < n.length; j += 2) {
+            defineProperty(out, n[j], { value: de(n[j + 1]), writable: true, enumerable: true, configurable: true });
+          }
+          return out;
+        }
+        case 'M': {
+          out = new $Map();
+          done[i] = true; memo[i] = out;
+          for (let j = 1; j + 1 < n.length; j += 2) mapSet(out, de(n[j]), de(n[j + 1]));
+          return out;
+        }
+        case 'S': {
+          out = new $Set();
+          done[i] = true; memo[i] = out;
+          for (let j = 1; j < n.length; j++) setAdd(out, de(n[j]));
+          return out;
+        }
+        case 'E': {
+          const C = hasOwn(errorCtors, n[1]) && errorCtors[n[1]] ? errorCtors[n[1]] : $Error;
+          out = C === AggregateError ? new C([], n[2]) : new C(n[2]);
+          if (out.name !== n[1]) defineProperty(out, 'name', { value: n[1], writable: true, configurable: true });
+          defineProperty(out, 'stack', { value: '', writable: true, configurable: true });
+          done[i] = true; memo[i] = out;
+          if (n[3] >= 0) defineProperty(out, 'cause', { value: de(n[3]), writable: true, configurable: true });
+          if (n[4] >= 0) defineProperty(out, 'errors', { value: de(n[4]), writable: true, configurable: true });
+          return out;
+        }
+      }
+      throw new $TypeError('jsrun: bad wire node');
+    }
+    return de(0);
+  }
+
+  // ---- determinism: Date and Math.random
+  let clock = cfg.dateNowMs;
+  const tick = () => { const t = clock; clock += 1; return t; };
+  const RealDate = $Date;
+  const DateShim = function Date(...args) {
+    if (new.target === undefined) return dateToString(new RealDate(tick()));
+    if (args.length === 0) return construct(RealDate, [tick()], new.target);
+    return construct(RealDate, args, new.target);
+  };
+  defineProperty(DateShim, 'length', { value: 7 });
+  defineProperty(DateShim, 'prototype', { value: RealDate.prototype, writable: false, enumerable: false, configurable: false });
+  DateShim.now = function now() { return tick(); };
+  DateShim.parse = RealDate.parse;
+  DateShim.UTC = RealDate.UTC;
+  defineProperty(RealDate.prototype, 'constructor', { value: DateShim, writable: true, configurable: true, enumerable: false });
+  G.Date = DateShim;
+
+  // xorshift128+ over two 64-bit BigInt halves, seeded from the token state.
+  const M64 = (1n << 64n) - 1n;
+  let s0 = $BigInt('0x' + strSlice(cfg.seed, 0, 16)), s1 = $BigInt('0x' + strSlice(cfg.seed, 16, 32));
+  if (s0 === 0n && s1 === 0n) s1 = 1n;
+  const NumberOf = Number;
+  Math.random = function random() {
+    let x = s0;
+    const y = s1;
+    s0 = y;
+    x = (x ^ (x << 23n)) & M64;
+    s1 = x ^ y ^ (x >> 17n) ^ (y >> 26n);
+    // (x & M64), not BigInt.asUintN(64, x): this QuickJS build returns a
+    // negative value from asUintN for some inputs.
+    return NumberOf(((s1 + y) & M64) >> 11n) / 9007199254740992;
+  };
+
+  // ---- console: deterministic formatting, captured and capped
+  let consoleOut = '';
+  let consoleBytes = 0;
+  let consoleTruncated = false;
+  const consoleMax = cfg.consoleMax;
+  function fmt(v, depth, seenSet) {
+    switch (typeof v) {
+      case 'string': return depth === 0 ? v : JSONstringify(v);
+      case 'number': return (v === 0 && 1 / v < 0) ? '-0' : $String(v);
+      case 'bigint': return $String(v) + 'n';
+      case 'undefined': case 'boolean': return $String(v);
+      case 'symbol': try { return $String(v); } catch (_) { return 'Symbol()'; }
+      case 'function': return '[Function: ' + ($String(v.name) || 'anonymous') + ']';
+    }
+    if (v === null) return 'null';
+    if (setHas(seenSet, v)) return '[Circular]';
+    if (depth > 3) return ArrayIsArray(v) ? '[Array]' : '[Object]';
+    setAdd(seenSet, v);
+    try {
+      if (isError(v)) return $String(v.name) + ': ' + $String(v.message);
+      try { return dateToISOString(v); } catch (_) { /* not a date, or invalid */ }
+      if (ArrayIsArray(v)) {
+        const parts = [];
+        for (let i = 0; i < v.length && i < 100; i++) arrayPush(parts, fmt(v[i], depth + 1, seenSet));
+        if (v.length > 100) arrayPush(parts, '... ' + (v.length - 100) + ' more items');
+        return '[ ' + arrayJoin(parts, ', ') + ' ]';
+      }
+      try {
+        mapSize(v);
+        const parts = [];
+        mapForEach(v, (val, key) => arrayPush(parts, fmt(key, depth + 1, seenSet) + ' => ' + fmt(val, depth + 1, seenSet)));
+        return 'Map(' + parts.length + ') { ' + arrayJoin(parts, ', ') + ' }';
+      } catch (_) { /* not a Map */ }
+      try {
+        setSize(v);
+        const parts = [];
+        setForEach(v, (val) => arrayPush(parts, fmt(val, depth + 1, seenSet)));
+        return 'Set(' + parts.length + ') { ' + arrayJoin(parts, ', ') + ' }';
+      } catch (_) { /* not a Set */ }
+      const ks = objectKeys(v);
+      const parts = [];
+      for (let i = 0; i < ks.length && i < 100; i++) arrayPush(parts, ks[i] + ': ' + fmt(v[ks[i]], depth + 1, seenSet));
+      return '{ ' + arrayJoin(parts, ', ') + ' }';
+    } catch (_) {
+      return '[object]';
+    }
+  }
+  function utf8Length(s) {
+    let n = 0;
+    for (let i = 0; i < s.length; i++) {
+      const c = charCodeAt(s, i);
+      n += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
+    }
+    return n;
+  }
+  function emit(stream, args) {
+    if (consoleTruncated) return;
+    const parts = [];
+    for (let i = 0; i < args.length; i++) arrayPush(parts, fmt(args[i], 0, new $Set()));
+    const line = (stream === 'err' ? '[stderr] ' : '') + arrayJoin(parts, ' ') + '\n';
+    const n = utf8Length(line);
+    if (consoleBytes + n > consoleMax) {
+      consoleTruncated = true;
+      return;
+    }
+    consoleBytes += n;
+    consoleOut += line;
+  }
+  const consoleObj = create(ObjectProto);
+  for (const [name, stream] of [['log', 'out'], ['info', 'out'], ['debug', 'out'], ['warn', 'err'], ['error', 'err'], ['trace', 'err']]) {
+    defineProperty(consoleObj, name, {
+      value: { [name](...args) { emit(stream, args); } }[name], enumerable: true, writable: false, configurable: false,
+    });
+  }
+  G.console = consoleObj;
+
+  // ---- no dynamic code: every Function constructor throws, eval is gone
+  function jsrun$noDynamicCode() {
+    throw jsrun$runtimeError('EvalError', 'Dynamic code evaluation is not allowed', 'RUN_ERROR');
+  }
+  const fnCtors = [
+    Function,
+    getPrototypeOf(async function () {}).constructor,
+    getPrototypeOf(function* () {}).constructor,
+    getPrototypeOf(async function* () {}).constructor,
+  ];
+  for (const C of fnCtors) {
+    const blocked = { [C.name](...args) { return jsrun$noDynamicCode(); } }[C.name];
+    defineProperty(blocked, 'prototype', { value: C.prototype, writable: false, enumerable: false, configurable: false });
+    defineProperty(C.prototype, 'constructor', { value: blocked, writable: false, enumerable: false, configurable: false });
+    if (C === Function) G.Function = blocked;
+  }
+  for (const name of ['eval', 'Atomics', 'SharedArrayBuffer', 'WeakRef', 'FinalizationRegistry']) delete G[name];
+
+  // ---- host functions: namespace objects of lazy thenables
+  let outbox = [];
+  let requestCount = 0;
+  const pending = new $Map();
+  function jsrun$dispatch(name, argsWire, serErr, site) {
+    if (serErr !== undefined) return $Promise.reject(serErr);
+    let resolve, reject;
+    const p = new $Promise((res, rej) => { resolve = res; reject = rej; });
+    const idx = ++requestCount;
+    mapSet(pending, idx, { resolve, reject, site });
+    arrayPush(outbox, [idx, name, argsWire]);
+    return p;
+  }
+  function makeHostFunction(qualified, fnName) {
+    const f = {
+      [fnName](...args) {
+        const site = new $Error();
+        let argsWire, serErr;
+        try {
+          argsWire = serialize(args, 'arguments');
+        } catch (e) {
+          serErr = weakHas(runtimeErrors, e) ? e : jsrun$runtimeError('TypeError', 'Cannot serialize the arguments of ' + qualified, 'RUN_SERIALIZATION_ERROR');
+        }
+        let promise;
+        const then = function then(onFulfilled, onRejected) {
+          if (promise === undefined) promise = jsrun$dispatch(qualified, argsWire, serErr, site);
+          return promiseThen(promise, onFulfilled, onRejected);
+        };
+        return freeze({
+          then,
+          catch(onRejected) { return then(undefined, onRejected); },
+          finally(onFinally) {
+            return then((v) => { onFinally(); return v; }, (e) => { onFinally(); throw e; });
+          },
+        });
+      },
+    }[fnName];
+    return freeze(f);
+  }
+  for (const [ns, fns] of cfg.namespaces) {
+    const obj = create(null);
+    for (const fn of fns) defineProperty(obj, fn, { value: makeHostFunction(ns + '.' + fn, fn), enumerable: true });
+    defineProperty(G, ns, { value: freeze(obj), enumerable: false, writable: false, configurable: false });
+  }
+
+  // ---- freeze every intrinsic reachable from the global object
+  const roots = [G.Date, G.console];
+  for (const k of ownKeys(G)) {
+    const d = getOwnPropertyDescriptor(G, k);
+    if (d.value !== G) arrayPush(roots, d.value);
+  }
+  arrayPush(roots, fnCtors, getPrototypeOf([][Symbol.iterator]()), getPrototypeOf(new $Map().entries()),
+    getPrototypeOf(new $Set().values()), getPrototypeOf(''[Symbol.iterator]()),
+    getPrototypeOf(/a/[Symbol.matchAll]('')), getPrototypeOf((function* () {})()),
+    getPrototypeOf((async function* () {})()), getPrototypeOf([].values().map((x) => x)),
+    getPrototypeOf(Iterator.from({ next() { return { done: true }; } })),
+    getOwnPropertyDescriptor(function () { 'use strict'; }.__proto__, 'caller')?.get);
+  const visited = new $Set();
+  const work = roots;
+  while (work.length > 0) {
+    const o = work.pop();
+    if ((typeof o !== 'object' && typeof o !== 'function') || o === null || o === G || setHas(visited, o)) continue;
+    setAdd(visited, o);
+    freeze(o);
+    arrayPush(work, getPrototypeOf(o));
+    const ks = ownKeys(o);
+    for (let i = 0; i < ks.length; i++) {
+      const d = getOwnPropertyDescriptor(o, ks[i]);
+      if (d === undefined) continue;
+      if ('value' in d) arrayPush(work, d.value);
+      else { arrayPush(work, d.get); arrayPush(work, d.set); }
+    }
+  }
+  for (const k of ownKeys(G)) {
+    const d = getOwnPropertyDescriptor(G, k);
+    if (d.configurable || d.writable) {
+      if ('value' in d) defineProperty(G, k, { value: d.value, writable: false, configurable: false, enumerable: d.enumerable });
+      else defineProperty(G, k, { configurable: false });
+    }
+  }
+
+  // ---- the bridge the Go loop drives
+  let outcome = 0; // 0 running, 1 returned, 2 threw
+  let outcomeValue;
+  function errorInfo(e) {
+    let name = 'Error', message = '', code = 'RUN_ERROR', stack = '';
+    if (isError(e)) {
+      try { name = $String(e.name); } catch (_) { /* keep */ }
+      try { message = $String(e.message); } catch (_) { /* keep */ }
+      try { const s = e.stack; if (typeof s === 'string') stack = s; } catch (_) { /* keep */ }
+    } else {
+      try { message = typeof e === 'string' ? e : fmt(e, 1, new $Set()); } catch (_) { message = 'non-error value thrown'; }
+    }
+    let c;
+    try { c = (e !== null && (typeof e === 'object' || typeof e === 'function')) ? e.code : undefined; } catch (_) { c = undefined; }
+    if (typeof c === 'string' && c !== '') {
+      code = (strStartsWith(c, 'RUN_') && !weakHas(runtimeErrors, e)) ? 'RUN_ERROR' : c;
+    }
+    return { name, message, code, stack };
+  }
+  return freeze({
+    start: function jsrun$start(fn) {
+      let p;
+      try { p = fn(); } catch (e) { outcome = 2; outcomeValue = e; return; }
+      promiseThen(p, (v) => { outcome = 1; outcomeValue = v; }, (e) => { outcome = 2; outcomeValue = e; });
+    },
+    // poll reports new host calls and whether the guest function has settled.
+    poll() {
+      const calls = outbox;
+      outbox = [];
+      return JSONstringify([calls, outcome]);
+    },
+    settle: function jsrun$settle(idx, ok, payload, nowMs) {
+      const c = mapGet(pending, idx);
+      if (c === undefined) return;
+      mapDelete(pending, idx);
+      clock = nowMs;
+      if (ok) { c.resolve(deserialize(payload)); return; }
+      const info = JSONparse(payload);
+      let stack = '';
+      try { stack = c.site.stack; } catch (_) { /* keep */ }
+      const e = jsrun$runtimeError(info.name, info.message, info.code, stack);
+      c.reject(e);
+    },
+    // finish serializes the outcome: [1, wire] or [2, errorInfo].
+    finish(maxResult) {
+      if (outcome === 1) {
+        try {
+          return JSONstringify([1, serialize(outcomeValue, 'result')]);
+        } catch (e) {
+          return JSONstringify([2, errorInfo(e)]);
+        }
+      }
+      return JSONstringify([2, errorInfo(outcomeValue)]);
+    },
+    console() { return JSONstringify([consoleOut, consoleTruncated]); },
+  });
+})

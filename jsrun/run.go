@@ -1,0 +1,374 @@
+package jsrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Secret signs continuation tokens: at least 32 bytes. Only needed once
+	// a run interrupts or resumes.
+	Secret []byte
+	// VerificationSecrets are also accepted when verifying (key rotation:
+	// put the retired primary here).
+	VerificationSecrets [][]byte
+	// Audience binds tokens to this runner's purpose (1-512 bytes, default
+	// "jsrun"): a token minted for one audience fails in another.
+	Audience string
+	// MaxAge is a token's lifetime (default 1 h); ClockSkew the tolerance of
+	// the expiry and issue-time checks (default 60 s).
+	MaxAge    time.Duration
+	ClockSkew time.Duration
+	// Store, when set, makes continuations single-use (see ContinuationStore).
+	Store ContinuationStore
+	// Limits are the defaults of every run (zero fields: DefaultLimits).
+	Limits Limits
+	// MaxConcurrentRuns caps runs in progress; 0 means no cap. A run over
+	// the cap fails at once with RUN_CONCURRENCY_LIMIT (no queue).
+	MaxConcurrentRuns int
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	// Logger receives host-function failures whose message is hidden from
+	// the guest; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Input is one invocation.
+type Input struct {
+	// Source is the body of an async function: top-level await and return.
+	Source string
+	// HostFunctions lists the host functions by namespace: the guest calls
+	// HostFunctions["tools"]["sum"] as tools.sum(...).
+	HostFunctions map[string]Namespace
+	// Limits override the runner's limits per field.
+	Limits Limits
+	// Continuation and Resolutions resume an interrupted run: the same
+	// Source, host-function names and Context must be given again.
+	Continuation string
+	Resolutions  []Resolution
+	// Context is bound into the continuation (any serializable value, e.g.
+	// the tenant and user): a resume with another context fails.
+	Context any
+}
+
+// Resolution answers one pending interruption.
+type Resolution struct {
+	InterruptionID string
+	Value          any
+}
+
+// Status of a Result.
+type Status string
+
+// Result statuses.
+const (
+	StatusCompleted   Status = "completed"
+	StatusInterrupted Status = "interrupted"
+)
+
+// Result of a run that did not fail.
+type Result struct {
+	Status Status
+	// Value is the completed value (see values.go for the Go types).
+	Value any
+	// Interruptions and Continuation are set when Status is interrupted.
+	Interruptions []Interruption
+	Continuation  string
+	// ContinuationExpiresAt is when Continuation stops verifying.
+	ContinuationExpiresAt time.Time
+	// Console is the captured console output (console.warn/error lines are
+	// prefixed "[stderr] "), capped at Limits.ConsoleBytes.
+	Console          string
+	ConsoleTruncated bool
+}
+
+// Interruption is one paused host call.
+type Interruption struct {
+	ID               string
+	HostFunctionName string
+	Arguments        []any
+	Payload          any
+}
+
+// Runner runs guest JavaScript. It is safe for concurrent use.
+type Runner struct {
+	cfg         Config
+	limits      Limits
+	codec       *codec
+	active      atomic.Int64
+	invocations atomic.Int64
+	log         *slog.Logger
+}
+
+// NewRunner validates cfg and returns a Runner.
+func NewRunner(cfg Config) (*Runner, error) {
+	if cfg.Secret != nil && len(cfg.Secret) < minSecretBytes {
+		return nil, fmt.Errorf("jsrun: continuation secret must be at least %d bytes, got %d", minSecretBytes, len(cfg.Secret))
+	}
+	for i, s := range cfg.VerificationSecrets {
+		if len(s) < minSecretBytes {
+			return nil, fmt.Errorf("jsrun: verification secret %d must be at least %d bytes", i, minSecretBytes)
+		}
+	}
+	if cfg.Audience == "" {
+		cfg.Audience = defaultAudience
+	}
+	if len(cfg.Audience) > 512 {
+		return nil, fmt.Errorf("jsrun: audience must be 1-512 bytes")
+	}
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = defaultMaxAge
+	}
+	if cfg.ClockSkew <= 0 {
+		cfg.ClockSkew = defaultClockSkew
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.Limits.validate(); err != nil {
+		return nil, err
+	}
+	limits := cfg.Limits.merge(DefaultLimits)
+	return &Runner{
+		cfg:    cfg,
+		limits: limits,
+		log:    cfg.Logger,
+		codec: &codec{secret: cfg.Secret, verify: cfg.VerificationSecrets, maxAge: cfg.MaxAge,
+			skew: cfg.ClockSkew, now: cfg.Now, maxTokens: limits.ContinuationBytes},
+	}, nil
+}
+
+var (
+	defaultRunnerOnce sync.Once
+	defaultRunner     *Runner
+	defaultRunnerErr  error
+)
+
+// Run runs in with a process-wide default Runner whose continuation secret
+// comes from the SHELLGATE_CONTINUATION_SECRET environment variable (needed
+// only once a run interrupts or resumes).
+func Run(ctx context.Context, in Input) (*Result, error) {
+	defaultRunnerOnce.Do(func() {
+		cfg := Config{}
+		if s := os.Getenv("SHELLGATE_CONTINUATION_SECRET"); s != "" {
+			cfg.Secret = []byte(s)
+		}
+		defaultRunner, defaultRunnerErr = NewRunner(cfg)
+	})
+	if defaultRunnerErr != nil {
+		return nil, newError(CodeInvalidInput, "%v", defaultRunnerErr)
+	}
+	return defaultRunner.Run(ctx, in)
+}
+
+var reservedGlobals = map[string]bool{}
+
+func init() {
+	for _, n := range strings.Fields(`AggregateError Array ArrayBuffer Atomics BigInt BigInt64Array BigUint64Array
+		Boolean DataView Date Error EvalError FinalizationRegistry Float16Array Float32Array Float64Array Function
+		Infinity Int16Array Int32Array Int8Array InternalError Iterator JSON Map Math NaN Number Object Promise Proxy
+		RangeError ReferenceError Reflect RegExp Set SharedArrayBuffer String Symbol SyntaxError TypeError URIError
+		Uint16Array Uint32Array Uint8Array Uint8ClampedArray WeakMap WeakRef WeakSet decodeURI decodeURIComponent
+		encodeURI encodeURIComponent escape eval globalThis isFinite isNaN parseFloat parseInt undefined unescape
+		console print require module exports process import fetch setTimeout setInterval queueMicrotask
+		structuredClone atob btoa crypto performance arguments`) {
+		reservedGlobals[n] = true
+	}
+}
+
+var identRe = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+
+// bindingNames validates the host functions and returns their sorted
+// qualified names.
+func bindingNames(hf map[string]Namespace) ([]string, error) {
+	var names []string
+	for ns, fns := range hf {
+		if !identRe.MatchString(ns) || reservedGlobals[ns] || strings.HasPrefix(ns, "__") || strings.HasPrefix(ns, "jsrun$") {
+			return nil, newError(CodeInvalidInput, "invalid host namespace name %q", ns)
+		}
+		for fn, h := range fns {
+			switch fn {
+			case "__proto__", "constructor", "prototype", "then", "catch", "finally":
+				return nil, newError(CodeInvalidInput, "invalid host function name %s.%s", ns, fn)
+			}
+			if !identRe.MatchString(fn) {
+				return nil, newError(CodeInvalidInput, "invalid host function name %s.%q", ns, fn)
+			}
+			if h.Fn == nil {
+				return nil, newError(CodeInvalidInput, "host function %s.%s is nil", ns, fn)
+			}
+			names = append(names, ns+"."+fn)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Run runs one invocation: a fresh run, or a resume when in.Continuation is
+// set. A failure is an *Error.
+func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
+	if err := in.Limits.validate(); err != nil {
+		return nil, err
+	}
+	lim := in.Limits.merge(r.limits)
+	if len(in.Source) > lim.SourceBytes {
+		return nil, limitError(CodeSourceTooLarge, "maxSourceBytes", "source is %d bytes, over the limit of %d", len(in.Source), lim.SourceBytes)
+	}
+	names, err := bindingNames(in.HostFunctions)
+	if err != nil {
+		return nil, err
+	}
+	ctxWire, err := encodeWire(in.Context, "context")
+	if err != nil {
+		return nil, newError(CodeInvalidInput, "continuation context: %v", err)
+	}
+	if n := r.cfg.MaxConcurrentRuns; n > 0 {
+		if r.active.Add(1) > int64(n) {
+			r.active.Add(-1)
+			return nil, limitError(CodeConcurrencyLimit, "maxConcurrentRuns", "%d runs are already in progress", n)
+		}
+		defer r.active.Add(-1)
+	}
+	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Source)
+	codec := *r.codec
+	codec.maxTokens = lim.ContinuationBytes
+
+	var st *contState
+	resolutions := map[string]*resolved{}
+	var storeKey string
+	if in.Continuation != "" {
+		tok := in.Continuation
+		if r.cfg.Store != nil {
+			if len(tok) != storedKeyLen {
+				return nil, protocolError("not a stored continuation key")
+			}
+			storeKey = tok
+			t, err := r.cfg.Store.Acquire(ctx, storeKey)
+			if err != nil {
+				return nil, &Error{Code: CodeProtocol, Name: "RunError", Message: "invalid continuation: " + err.Error(), cause: err}
+			}
+			tok = t
+		}
+		st, err = codec.decode(tok)
+		if err == nil && st.ScopeHash != scope {
+			err = protocolError("bound to another source, host functions, audience or context")
+		}
+		if err == nil {
+			err = checkResolutions(st, in.Resolutions, lim, resolutions)
+		}
+		if err != nil {
+			if storeKey != "" {
+				_ = r.cfg.Store.Release(context.WithoutCancel(ctx), storeKey)
+			}
+			return nil, err
+		}
+		if storeKey != "" {
+			// The resume goes ahead: host effects may happen from here on.
+			defer func() { _ = r.cfg.Store.Consume(context.WithoutCancel(ctx), storeKey) }()
+		}
+	} else {
+		if len(in.Resolutions) > 0 {
+			return nil, newError(CodeProtocol, "resolutions given without a continuation")
+		}
+		st = &contState{
+			Version: stateVersion, Runtime: stateRuntime, Serde: serdeName,
+			LogicalRunID: randomHex(16), ScopeHash: scope,
+			DateNowMs: r.cfg.Now().UnixMilli(), RandomSeed: randomHex(16),
+		}
+	}
+
+	inv := &invocation{
+		r: r, in: in, lim: lim, st: st, resolutions: resolutions,
+		id: fmt.Sprintf("run-%d", r.invocations.Add(1)),
+	}
+	res, err := inv.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if res.Status == StatusInterrupted {
+		next := *st
+		next.Ledger = inv.newLedger
+		tok, exp, err := codec.encode(&next)
+		if err != nil {
+			return nil, err
+		}
+		if r.cfg.Store != nil {
+			key := randomKey()
+			if err := r.cfg.Store.Put(context.WithoutCancel(ctx), key, tok, exp.Add(r.cfg.ClockSkew)); err != nil {
+				return nil, newError(CodeInternal, "storing continuation: %v", err)
+			}
+			tok = key
+		}
+		res.Continuation, res.ContinuationExpiresAt = tok, exp
+	}
+	return res, nil
+}
+
+type resolved struct {
+	value any
+	wire  string
+}
+
+// checkResolutions validates resolutions against the pending interruptions:
+// a non-empty subset, each id once, every value serializable and in bounds.
+func checkResolutions(st *contState, rs []Resolution, lim Limits, out map[string]*resolved) error {
+	pending := map[string]bool{}
+	for _, e := range st.Ledger {
+		if e.Status == statusInterrupted {
+			pending[e.InterruptionID] = true
+		}
+	}
+	if len(pending) == 0 {
+		return newError(CodeProtocol, "the continuation has no pending interruption")
+	}
+	if len(rs) == 0 {
+		return newError(CodeProtocol, "a resume needs at least one resolution")
+	}
+	for _, res := range rs {
+		if !pending[res.InterruptionID] {
+			return newError(CodeProtocol, "resolution for unknown interruption %q", res.InterruptionID)
+		}
+		if out[res.InterruptionID] != nil {
+			return newError(CodeProtocol, "interruption %q resolved twice", res.InterruptionID)
+		}
+		wire, err := encodeWire(res.Value, "resolution")
+		if err != nil {
+			return err
+		}
+		if len(wire) > lim.HostOutputBytes {
+			return limitError(CodeBridgeLimit, "maxHostFunctionOutputBytes", "resolution of %s is %d bytes, over the limit of %d", res.InterruptionID, len(wire), lim.HostOutputBytes)
+		}
+		out[res.InterruptionID] = &resolved{value: res.Value, wire: wire}
+	}
+	return nil
+}
+
+// hostFailure maps a host function's error to what the guest sees.
+func (r *Runner) hostFailure(name string, err error) *ledgerError {
+	var ue *UserError
+	if errors.As(err, &ue) {
+		le := &ledgerError{Name: ue.Name, Message: ue.Message, Code: ue.Code}
+		if le.Name == "" {
+			le.Name = "Error"
+		}
+		if le.Code == "" {
+			le.Code = string(CodeHostFunction)
+		}
+		return le
+	}
+	r.log.Warn("jsrun: host function failed", "function", name, "err", err)
+	return &ledgerError{Name: "Error", Message: "Host function failed.", Code: string(CodeHostFunction)}
+}

@@ -1,0 +1,370 @@
+package jsrun
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Continuation tokens are signed, not encrypted: anyone holding one can read
+// the ledger (host-call arguments and results). A token is
+//
+//	base64url(canonicalJSON(envelope)) "." base64url(HMAC-SHA256(secret, tokenDomain + body))
+//
+// and is bound, through the state's scope hash, to the audience, the sorted
+// host-function names, the caller's continuation context and the SHA-256 of
+// the source. Verification checks size, shape, the MAC against the primary
+// and every verification secret (constant time), canonical encoding, exact key
+// sets, expiry with bounded clock skew, and the scope, before any host effect.
+
+const (
+	tokenDomain      = "jsrun.continuation.v1\x00"
+	tokenAlgorithm   = "HS256"
+	tokenFormat      = "jsrun-continuation"
+	tokenVersion     = 1
+	stateVersion     = 1
+	stateRuntime     = "jsrun-replay-v1"
+	minSecretBytes   = 32
+	storedKeyLen     = 43
+	defaultAudience  = "jsrun"
+	defaultMaxAge    = time.Hour
+	defaultClockSkew = 60 * time.Second
+)
+
+type envelope struct {
+	Algorithm   string    `json:"algorithm"`
+	Format      string    `json:"format"`
+	Version     int       `json:"version"`
+	IssuedAtMs  int64     `json:"issuedAtMs"`
+	ExpiresAtMs int64     `json:"expiresAtMs"`
+	Nonce       string    `json:"nonce"`
+	State       contState `json:"state"`
+}
+
+type contState struct {
+	Version      int           `json:"version"`
+	Runtime      string        `json:"runtime"`
+	Serde        string        `json:"serde"`
+	LogicalRunID string        `json:"logicalRunId"`
+	ScopeHash    string        `json:"scopeHash"`
+	DateNowMs    int64         `json:"dateNowMs"`
+	RandomSeed   string        `json:"randomSeed"`
+	Ledger       []ledgerEntry `json:"ledger"`
+}
+
+// ledgerEntry records one host call by request index.
+type ledgerEntry struct {
+	Name   string `json:"name"`
+	Args   string `json:"args"`
+	Status string `json:"status"` // fulfilled | rejected | interrupted
+	// SettledOrder is the position of this call's answer in the sequence in
+	// which answers were released to the guest (-1 while interrupted).
+	SettledOrder   int          `json:"settledOrder"`
+	DateNowMs      int64        `json:"dateNowMs"`
+	Value          string       `json:"value"`
+	Error          *ledgerError `json:"error"`
+	InterruptionID string       `json:"interruptionId"`
+	Payload        string       `json:"payload"`
+}
+
+type ledgerError struct {
+	Name    string `json:"name"`
+	Message string `json:"message"`
+	Code    string `json:"code"`
+}
+
+const (
+	statusFulfilled   = "fulfilled"
+	statusRejected    = "rejected"
+	statusInterrupted = "interrupted"
+)
+
+// ContinuationStore makes continuations single-use: the run returns a random
+// 43-character key instead of the token, and a resume claims the key. The
+// stored value is still a signed token, verified as usual.
+//
+// Acquire claims key (a second Acquire before Release fails with
+// ErrContinuationClaimed); Consume deletes it after a resume went ahead;
+// Release gives it back when the resume was rejected before any host effect.
+type ContinuationStore interface {
+	Put(ctx context.Context, key, token string, expiresAt time.Time) error
+	Acquire(ctx context.Context, key string) (token string, err error)
+	Consume(ctx context.Context, key string) error
+	Release(ctx context.Context, key string) error
+}
+
+// Errors of a ContinuationStore.
+var (
+	ErrContinuationNotFound = errors.New("jsrun: continuation not found (used, expired or never issued)")
+	ErrContinuationClaimed  = errors.New("jsrun: continuation is being resumed by another request")
+)
+
+// MemoryStore is an in-process ContinuationStore.
+type MemoryStore struct {
+	mu      sync.Mutex
+	entries map[string]*storeEntry
+	now     func() time.Time
+}
+
+type storeEntry struct {
+	token   string
+	expires time.Time
+	claimed bool
+}
+
+// NewMemoryStore returns an empty in-process store.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{entries: map[string]*storeEntry{}, now: time.Now}
+}
+
+func (s *MemoryStore) gc(now time.Time) {
+	for k, e := range s.entries {
+		if now.After(e.expires) {
+			delete(s.entries, k)
+		}
+	}
+}
+
+// Put stores token under key until expiresAt.
+func (s *MemoryStore) Put(_ context.Context, key, token string, expiresAt time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gc(s.now())
+	s.entries[key] = &storeEntry{token: token, expires: expiresAt}
+	return nil
+}
+
+// Acquire claims key.
+func (s *MemoryStore) Acquire(_ context.Context, key string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[key]
+	if !ok || s.now().After(e.expires) {
+		return "", ErrContinuationNotFound
+	}
+	if e.claimed {
+		return "", ErrContinuationClaimed
+	}
+	e.claimed = true
+	return e.token, nil
+}
+
+// Consume deletes key.
+func (s *MemoryStore) Consume(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.entries, key)
+	return nil
+}
+
+// Release un-claims key.
+func (s *MemoryStore) Release(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.entries[key]; ok {
+		e.claimed = false
+	}
+	return nil
+}
+
+// codec signs and verifies tokens.
+type codec struct {
+	secret    []byte
+	verify    [][]byte
+	maxAge    time.Duration
+	skew      time.Duration
+	now       func() time.Time
+	maxTokens int
+}
+
+func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+func (c *codec) mac(secret []byte, body string) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(tokenDomain))
+	h.Write([]byte(body))
+	return h.Sum(nil)
+}
+
+func canonicalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+func (c *codec) encode(st *contState) (string, time.Time, error) {
+	if len(c.secret) < minSecretBytes {
+		return "", time.Time{}, newError(CodeInvalidInput, "a continuation secret of at least %d bytes is needed to interrupt a run", minSecretBytes)
+	}
+	now := c.now()
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	env := envelope{
+		Algorithm: tokenAlgorithm, Format: tokenFormat, Version: tokenVersion,
+		IssuedAtMs: now.UnixMilli(), ExpiresAtMs: now.Add(c.maxAge).UnixMilli(),
+		Nonce: hex.EncodeToString(nonce), State: *st,
+	}
+	body, err := canonicalJSON(env)
+	if err != nil {
+		return "", time.Time{}, newError(CodeInternal, "encoding continuation: %v", err)
+	}
+	b := b64(body)
+	tok := b + "." + b64(c.mac(c.secret, b))
+	if len(tok) > c.maxTokens {
+		return "", time.Time{}, limitError(CodeContinuationTooLarge, "maxContinuationBytes", "continuation is %d bytes, over the limit of %d", len(tok), c.maxTokens)
+	}
+	return tok, time.UnixMilli(env.ExpiresAtMs), nil
+}
+
+func protocolError(format string, args ...any) *Error {
+	return newError(CodeProtocol, "invalid continuation: "+format, args...)
+}
+
+// decode verifies a token and returns its state. It never calls a host
+// function.
+func (c *codec) decode(tok string) (*contState, error) {
+	if len(tok) > c.maxTokens {
+		return nil, protocolError("%d bytes, over the limit of %d", len(tok), c.maxTokens)
+	}
+	if len(c.secret) < minSecretBytes {
+		return nil, newError(CodeInvalidInput, "a continuation secret of at least %d bytes is needed to resume a run", minSecretBytes)
+	}
+	body, sig, ok := strings.Cut(tok, ".")
+	if !ok || body == "" || strings.Contains(sig, ".") {
+		return nil, protocolError("malformed token")
+	}
+	mac, err := base64.RawURLEncoding.Strict().DecodeString(sig)
+	if err != nil || len(mac) != sha256.Size {
+		return nil, protocolError("malformed signature")
+	}
+	valid := false
+	for _, s := range append([][]byte{c.secret}, c.verify...) {
+		if len(s) >= minSecretBytes && hmac.Equal(mac, c.mac(s, body)) {
+			valid = true
+		}
+	}
+	if !valid {
+		return nil, protocolError("signature does not verify")
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(body)
+	if err != nil {
+		return nil, protocolError("malformed body")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var env envelope
+	if err := dec.Decode(&env); err != nil || dec.More() {
+		return nil, protocolError("malformed envelope")
+	}
+	canon, err := canonicalJSON(env)
+	if err != nil || !bytes.Equal(canon, raw) {
+		return nil, protocolError("envelope is not canonical")
+	}
+	if env.Algorithm != tokenAlgorithm || env.Format != tokenFormat || env.Version != tokenVersion {
+		return nil, protocolError("unsupported format")
+	}
+	now := c.now().UnixMilli()
+	skew := c.skew.Milliseconds()
+	if env.IssuedAtMs > now+skew {
+		return nil, protocolError("issued in the future")
+	}
+	if now > env.ExpiresAtMs+skew {
+		return nil, protocolError("expired")
+	}
+	if env.ExpiresAtMs-env.IssuedAtMs > c.maxAge.Milliseconds() || env.ExpiresAtMs < env.IssuedAtMs {
+		return nil, protocolError("lifetime longer than allowed")
+	}
+	st := &env.State
+	if st.Version != stateVersion || st.Runtime != stateRuntime || st.Serde != serdeName {
+		return nil, protocolError("unsupported state version")
+	}
+	if err := validateState(st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+// validateState checks a verified state's internal consistency, so that a
+// validly signed but odd state still cannot confuse the replay.
+func validateState(st *contState) error {
+	if !isHex(st.LogicalRunID, 32) || !isHex(st.RandomSeed, 32) || !isHex(st.ScopeHash, 64) {
+		return protocolError("bad identifiers")
+	}
+	orders := map[int]bool{}
+	for i, e := range st.Ledger {
+		switch e.Status {
+		case statusFulfilled, statusRejected:
+			if e.SettledOrder < 0 || e.SettledOrder >= len(st.Ledger) || orders[e.SettledOrder] {
+				return protocolError("ledger entry %d has a bad settlement order", i+1)
+			}
+			orders[e.SettledOrder] = true
+			if (e.Status == statusRejected) != (e.Error != nil) || e.InterruptionID != "" || e.Payload != "" {
+				return protocolError("ledger entry %d is inconsistent", i+1)
+			}
+		case statusInterrupted:
+			if e.SettledOrder != -1 || e.Error != nil || e.Value != "" || e.InterruptionID != interruptionID(i+1) {
+				return protocolError("ledger entry %d is inconsistent", i+1)
+			}
+		default:
+			return protocolError("ledger entry %d has an unknown status", i+1)
+		}
+	}
+	for i := range len(orders) {
+		if !orders[i] {
+			return protocolError("ledger settlement orders are not contiguous")
+		}
+	}
+	return nil
+}
+
+func interruptionID(requestIndex int) string { return fmt.Sprintf("interrupt-%d", requestIndex) }
+
+// scopeHash binds a continuation to everything a resume must repeat.
+func scopeHash(audience string, names []string, contextWire, source string) string {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	srcSum := sha256.Sum256([]byte(source))
+	b, _ := canonicalJSON(struct {
+		Audience string   `json:"audience"`
+		Names    []string `json:"bindingManifest"`
+		Context  string   `json:"continuationContext"`
+		Source   string   `json:"sourceSha256"`
+	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:])})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func randomKey() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b64(b) // 43 characters
+}
