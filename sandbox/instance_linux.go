@@ -228,6 +228,7 @@ func (m *Manager) cleanOrphans(ctx context.Context) error {
 			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))
 		}
 	}
+	errs = append(errs, m.dropRuntimeMounts(ctx))
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)
 	for _, p := range pooled {
@@ -248,4 +249,14 @@ func readTail(path string) string {
 		b = b[len(b)-2048:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// dropRuntimeMounts removes the mounts a runtime keeps in its own state
+// directory (runsc's shared null network namespace) once it has no
+// container left, in this process or any other.
+func (m *Manager) dropRuntimeMounts(ctx context.Context) error {
+	if ids, err := m.rt.List(ctx); err != nil || len(ids) > 0 {
+		return nil
+	}
+	return unmountAll(m.dirs.runtimeState)
 }

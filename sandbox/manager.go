@@ -47,6 +47,8 @@ type Config struct {
 	Runtime string
 	// Image names the root filesystem; default "default".
 	Image string
+	// Images is the image store's directory; default DATA/images.
+	Images string
 	// Agent is the static shellgate-agent binary; empty finds it next to
 	// the executable.
 	Agent  string
@@ -186,7 +188,10 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		}
 		m.rt = rt
 	}
-	store, err := image.Open(filepath.Join(data, "images"))
+	if cfg.Images == "" {
+		cfg.Images = filepath.Join(data, "images")
+	}
+	store, err := image.Open(cfg.Images)
 	if err != nil {
 		return nil, err
 	}
@@ -403,6 +408,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			break
 		}
 	}
+	errs = append(errs, m.dropRuntimeMounts(ctx))
 	return errors.Join(errs...)
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/shellgate/shellgate/internal/tool"
@@ -31,6 +32,11 @@ func runExec(ctx context.Context, args []string) error {
 	maxOut := fs.Int64("max-output", tool.DefaultMaxOutput, fmt.Sprintf("characters kept per stream per command (max %d)", tool.MaxMaxOutput))
 	asJSON := fs.Bool("json", false, `print {"container_id", "output": [{"stdout","stderr","outcome"}]}`)
 	verbose := fs.Bool("v", false, "log sandbox lifecycle to stderr")
+	var copyIn []string
+	fs.Func("copy-in", "copy a host file into /workspace/home before the commands: LOCAL[:DEST] (repeatable)", func(v string) error {
+		copyIn = append(copyIn, v)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate exec [flags] -- 'CMD1' ['CMD2' ...]\n\nEach argument after -- is one command, run in order in its own `bash -lc` in /workspace/home.")
 		fs.PrintDefaults()
@@ -79,7 +85,11 @@ func runExec(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	outs, runErr := tool.RunShell(ctx, mgr, id, plan)
+	var outs []tool.CommandOutput
+	runErr := copyFiles(ctx, mgr, id, copyIn)
+	if runErr == nil {
+		outs, runErr = tool.RunShell(ctx, mgr, id, plan)
+	}
 	closeErr := mgr.Close(context.WithoutCancel(ctx))
 	if runErr != nil {
 		return errors.Join(runErr, closeErr)
@@ -125,4 +135,29 @@ func newContainerID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return "cntr_" + strings.ToLower(hex.EncodeToString(b[:]))
+}
+
+// copyFiles copies LOCAL[:DEST] host files into the sandbox's home; DEST
+// defaults to LOCAL's base name.
+func copyFiles(ctx context.Context, mgr *sandbox.Manager, id string, specs []string) error {
+	for _, spec := range specs {
+		local, dest, ok := strings.Cut(spec, ":")
+		if !ok {
+			dest = filepath.Base(local)
+		}
+		f, err := os.Open(local)
+		if err != nil {
+			return fmt.Errorf("--copy-in: %w", err)
+		}
+		if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+			f.Close()
+			return fmt.Errorf("--copy-in %s: not a regular file", local)
+		}
+		err = mgr.WriteFile(ctx, id, dest, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--copy-in: %w", err)
+		}
+	}
+	return nil
 }

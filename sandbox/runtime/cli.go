@@ -30,7 +30,13 @@ type cli struct {
 }
 
 func newCLI(name, stateRoot string) *cli {
-	return &cli{name: name, root: filepath.Join(stateRoot, name)}
+	c := &cli{name: name, root: filepath.Join(stateRoot, name)}
+	c.path, c.err = exec.LookPath(name)
+	if c.err != nil {
+		c.err = fmt.Errorf("%s is not installed (%s)", name, installHint(name))
+	}
+	c.wrap = name == "crun" && hybridCgroups()
+	return c
 }
 
 func (c *cli) Name() string { return c.name }
@@ -41,12 +47,9 @@ func (c *cli) Check(ctx context.Context) error {
 			c.err = errors.New("Shellgate's sandboxes need root")
 			return
 		}
-		c.path, c.err = exec.LookPath(c.name)
 		if c.err != nil {
-			c.err = fmt.Errorf("%s is not installed (%s)", c.name, installHint(c.name))
 			return
 		}
-		c.wrap = c.name == "crun" && hybridCgroups()
 		if c.err = os.MkdirAll(c.root, 0o700); c.err != nil {
 			return
 		}
@@ -103,7 +106,7 @@ func (c *cli) Adjust(spec *Config) {
 		// crashes it: the process limit is RLIMIT_NPROC inside (per
 		// sandbox, as gVisor keeps its own users), the cgroup a high
 		// backstop.
-		nproc := uint64(*spec.Linux.Resources.Pids.Limit - 8)
+		nproc := uint64(*spec.Linux.Resources.Pids.Limit)
 		backstop := int64(16384)
 		spec.Linux.Resources.Pids.Limit = &backstop
 		spec.Process.Rlimits = append(spec.Process.Rlimits, specsRlimit("RLIMIT_NPROC", nproc))

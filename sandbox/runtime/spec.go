@@ -71,7 +71,7 @@ func Spec(o SpecOptions) *Config {
 	l := o.Limits
 	period := uint64(100000)
 	quota := int64(l.CPUs * float64(period))
-	pids := l.Processes + 8 // the agent and the runtime's own helpers
+	pids := l.Processes + 1 // and the agent
 	swap := l.MemoryBytes   // memory+swap = memory: no swap
 	return &Config{
 		Version:  "1.0.2",

@@ -1,0 +1,79 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/shellgate/shellgate/sandbox/runtime"
+)
+
+// WriteFile copies r into the named sandbox's home at rel (a relative path
+// inside /workspace/home; missing directories are created), waking the
+// sandbox if needed. The path is resolved beneath the home with os.Root, so
+// no "..", absolute path or symlink planted by the sandbox can lead outside
+// it. The file belongs to the sandbox user.
+func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
+	clean, err := homeRelPath(rel)
+	if err != nil {
+		return err
+	}
+	b, err := m.box(name)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := m.wakeLocked(ctx, b); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(filepath.Join(b.inst.dir, "home"))
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if dir := path.Dir(clean); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", rel, err)
+		}
+		// Directories created here belong to the sandbox user too.
+		for d := dir; d != "."; d = path.Dir(d) {
+			root.Lchown(d, runtime.UID, runtime.GID)
+		}
+	}
+	f, err := root.OpenFile(clean, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", rel, err)
+	}
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Lchown(clean, runtime.UID, runtime.GID)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", rel, err)
+	}
+	return nil
+}
+
+// homeRelPath validates a path relative to /workspace/home (an absolute
+// path under /workspace/home is accepted too).
+func homeRelPath(p string) (string, error) {
+	if strings.HasPrefix(p, runtime.HomeDir+"/") {
+		p = strings.TrimPrefix(p, runtime.HomeDir+"/")
+	}
+	if p == "" || strings.ContainsRune(p, 0) || path.IsAbs(p) {
+		return "", fmt.Errorf("bad path %q: want a relative path inside %s", p, runtime.HomeDir)
+	}
+	clean := path.Clean(p)
+	if clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
+		return "", fmt.Errorf("bad path %q: it leaves %s", p, runtime.HomeDir)
+	}
+	return clean, nil
+}
