@@ -1,0 +1,35 @@
+# The README's two commands are `make demo` and `make test`.
+GO ?= go
+BIN := bin
+
+.PHONY: build setup images demo test test-race bench clean
+
+# Both binaries are static: the agent runs inside sandboxes of any image.
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shellgate ./cmd/shellgate
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shellgate-agent ./cmd/shellgate-agent
+
+setup:
+	scripts/setup-host.sh
+
+images: build
+	$(BIN)/shellgate image build --busybox
+	$(BIN)/shellgate image build
+
+# The main job: build, set up the host, build the default image, and answer
+# a question about a CSV with pandas inside a sandbox.
+demo: setup build
+	scripts/demo.sh
+
+# Every test, on the real runtimes, as root.
+test: setup images
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
+
+bench: setup images
+	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh
+	$(GO) run ./bench/sandbox
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,100 @@
+package tool
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/shellgate/shellgate/sandbox"
+)
+
+func i64(v int64) *int64 { return &v }
+
+func TestPlan(t *testing.T) {
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = "true"
+	}
+	cases := []struct {
+		name    string
+		args    ShellArgs
+		wantErr string
+		timeout int64
+		maxOut  int
+	}{
+		{name: "01 defaults", args: ShellArgs{Commands: []string{"ls"}}, timeout: 120000, maxOut: 16384},
+		{name: "02 empty list", args: ShellArgs{}, wantErr: "commands is empty"},
+		{name: "03 101 commands", args: ShellArgs{Commands: many}, wantErr: "101 commands in one call: at most 100"},
+		{name: "04 100 commands", args: ShellArgs{Commands: many[:100]}, timeout: 120000, maxOut: 16384},
+		{name: "05 blank command", args: ShellArgs{Commands: []string{"ls", "  "}}, wantErr: "command 2 is empty"},
+		{name: "06 negative timeout", args: ShellArgs{Commands: []string{"ls"}, TimeoutMs: i64(-5)}, wantErr: "timeout_ms must be a positive"},
+		{name: "07 zero timeout", args: ShellArgs{Commands: []string{"ls"}, TimeoutMs: i64(0)}, wantErr: "timeout_ms must be a positive"},
+		{name: "08 huge timeout clamped", args: ShellArgs{Commands: []string{"ls"}, TimeoutMs: i64(1 << 60)}, timeout: 300000, maxOut: 16384},
+		{name: "09 output clamped", args: ShellArgs{Commands: []string{"ls"}, MaxOutputLength: i64(1 << 40)}, timeout: 120000, maxOut: 65536},
+		{name: "10 negative output", args: ShellArgs{Commands: []string{"ls"}, MaxOutputLength: i64(-1)}, wantErr: "max_output_length must be a positive"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := c.args.Plan()
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !errors.Is(err, ErrInvalid) {
+					t.Fatalf("err = %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.TimeoutMs != c.timeout || p.MaxOutputLength != c.maxOut {
+				t.Fatalf("plan %+v", p)
+			}
+			if (c.timeout == MaxTimeoutMs || c.maxOut == MaxMaxOutput) && len(p.Notes) == 0 {
+				t.Error("clamping must be noted")
+			}
+		})
+	}
+}
+
+func TestParseShellArgs(t *testing.T) {
+	for _, bad := range []string{`not json`, `{"commands": "ls"}`, `{"commands": ["ls"], "timeout_ms": "5"}`, `{"commands": ["ls"], "timeout_ms": 1e40}`} {
+		if _, err := ParseShellArgs([]byte(bad)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v", bad, err)
+		}
+	}
+	a, err := ParseShellArgs([]byte(`{"commands":["echo hi"],"timeout_ms":5000}`))
+	if err != nil || a.Commands[0] != "echo hi" || *a.TimeoutMs != 5000 {
+		t.Fatalf("%+v %v", a, err)
+	}
+}
+
+func TestOutputShaping(t *testing.T) {
+	cases := []struct {
+		name   string
+		in     string
+		total  int64
+		max    int
+		want   string
+		marked bool
+	}{
+		{"01 short", "hello\n", 6, 100, "hello\n", false},
+		{"02 cut by characters", "héllo wörld", 13, 5, "héllo", true},
+		{"03 cut by the agent mid-rune", "ab\xe4\xb8", 1000, 100, "ab", true},
+		{"04 invalid bytes", "a\xffb", 3, 100, "a\uFFFDb", false},
+		{"05 emoji counted as one", "🎉🎉🎉", 12, 2, "🎉🎉", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := Output(sandbox.Result{Stdout: []byte(c.in), StdoutBytes: c.total}, c.max)
+			got, marked := o.Stdout, strings.Contains(o.Stdout, TruncationMarker)
+			if marked {
+				got = got[:strings.Index(got, TruncationMarker)]
+			}
+			if got != c.want || marked != c.marked {
+				t.Fatalf("got %q (marked %v), want %q (marked %v)", o.Stdout, marked, c.want, c.marked)
+			}
+		})
+	}
+	if o := Output(sandbox.Result{TimedOut: true}, 10); o.Outcome.Type != "timeout" || o.Outcome.ExitCode != nil {
+		t.Errorf("timeout outcome: %+v", o.Outcome)
+	}
+}

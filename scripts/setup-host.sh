@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what Shellgate's sandboxes and tests need on a fresh Debian 12
+# host: the OCI runtimes (crun and runc from Debian, gVisor's runsc built
+# from the Go module proxy at the pinned version), debootstrap and busybox
+# for the images, e2fsprogs for the homes. Idempotent: a second run only
+# checks.
+set -euo pipefail
+
+RUNSC_VERSION="$(sed -n 's/^const RunscVersion = "\(.*\)"$/\1/p' "$(dirname "$0")/../sandbox/runtime/cli.go")"
+
+if [ "$(id -u)" != 0 ]; then
+	echo "setup-host: run as root (sandboxes need mounts, cgroups and OCI runtimes)" >&2
+	exit 1
+fi
+
+pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 procps ca-certificates)
+if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
+	pkgs+=(podman bubblewrap hyperfine uidmap)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "setup-host: installing ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# gVisor: a static build (a dynamic one cannot re-exec itself inside its
+# own empty chroot), pinned, from the Go module proxy.
+want="gvisor.dev/gvisor/runsc@${RUNSC_VERSION}"
+stamp=/usr/local/lib/shellgate/runsc.version
+if ! command -v runsc >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+	echo "setup-host: building $want (about 2 minutes)"
+	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
+	mkdir -p "$(dirname "$stamp")"
+	echo "$want" > "$stamp"
+fi
+echo "setup-host: ok ($(runsc --version 2>/dev/null | head -1); $(crun --version | head -1); $(runc --version | head -1))"

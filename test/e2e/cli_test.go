@@ -1,0 +1,156 @@
+// Package e2e drives the real shellgate binary as a user would, on the real
+// runtimes and images. It needs root and the images that `make images`
+// builds; it skips with the reason otherwise.
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shellgate/shellgate/internal/tool"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/runtime"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+)
+
+// cli builds the shellgate binary next to a freshly built agent and returns
+// a function running it on a private data directory that shares the images.
+func cli(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	agent, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "shellgate")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	data := t.TempDir()
+	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
+		t.Fatal(err)
+	}
+	return func(args ...string) (string, string, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agent, "SHELLGATE_DATA="+data)
+		var so, se strings.Builder
+		cmd.Stdout, cmd.Stderr = &so, &se
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return so.String(), se.String(), code
+	}
+}
+
+func TestExecBadInput(t *testing.T) {
+	sandboxtest.Skip(t, "runc", "busybox")
+	run := cli(t)
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = "true"
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"01 no commands", []string{"exec", "--image", "busybox", "--"}, "commands is empty"},
+		{"02 101 commands", append([]string{"exec", "--image", "busybox", "--"}, many...), "101 commands in one call: at most 100"},
+		{"03 negative timeout", []string{"exec", "--image", "busybox", "--timeout-ms", "-1", "--", "true"}, "timeout_ms must be a positive"},
+		{"04 timeout not a number", []string{"exec", "--image", "busybox", "--timeout-ms", "1e99", "--", "true"}, "invalid value"},
+		{"05 unknown runtime", []string{"exec", "--image", "busybox", "--runtime", "kata", "--", "true"}, `unknown runtime "kata"`},
+		{"06 missing image", []string{"exec", "--image", "nope", "--", "true"}, `image "nope" not found`},
+		{"07 bad sandbox name", []string{"exec", "--image", "busybox", "--sandbox", "../x", "--", "true"}, "sandbox name must be"},
+		{"08 missing copy-in file", []string{"exec", "--image", "busybox", "--copy-in", "/nonexistent.csv", "--", "true"}, "no such file"},
+		{"09 copy-in escaping home", []string{"exec", "--image", "busybox", "--copy-in", "/etc/hostname:../../etc/x", "--", "true"}, "it leaves /workspace/home"},
+		{"10 unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, code := run(c.args...)
+			if code == 0 || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d, stderr %q, want %q", code, stderr, c.want)
+			}
+		})
+	}
+	t.Run("11 huge timeout is clamped with a note", func(t *testing.T) {
+		out, stderr, code := run("exec", "--image", "busybox", "--timeout-ms", "99999999", "--", "echo ok")
+		if code != 0 || out != "ok\n" || !strings.Contains(stderr, "clamped to the maximum 300000") {
+			t.Fatalf("exit %d, out %q, stderr %q", code, out, stderr)
+		}
+	})
+}
+
+func TestExecJSONAndReuse(t *testing.T) {
+	sandboxtest.Skip(t, "runc", "busybox")
+	run := cli(t)
+	out, stderr, code := run("exec", "--image", "busybox", "--runtime", "runc", "--sandbox", "reuse", "--json", "--", "echo hi > f; cat f", "exit 4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got struct {
+		ContainerID string               `json:"container_id"`
+		Output      []tool.CommandOutput `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.ContainerID != "reuse" || len(got.Output) != 2 || got.Output[0].Stdout != "hi\n" || *got.Output[1].Outcome.ExitCode != 4 {
+		t.Fatalf("%s", out)
+	}
+	// A second invocation sees the home of the first.
+	out, _, code = run("exec", "--image", "busybox", "--runtime", "runc", "--sandbox", "reuse", "--", "cat f")
+	if code != 0 || out != "hi\n" {
+		t.Fatalf("reuse: exit %d %q", code, out)
+	}
+	// The exit code of the last command is the CLI's.
+	if _, _, code = run("exec", "--image", "busybox", "--runtime", "runc", "--", "exit 7"); code != 7 {
+		t.Fatalf("exit code %d, want 7", code)
+	}
+}
+
+// TestCSVExample is the README's example end to end: a CSV copied into a
+// sandbox, and python3 with pandas answering a question about it, on every
+// runtime that works here.
+func TestCSVExample(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	var csv strings.Builder
+	csv.WriteString("order_id,region,quantity,unit_price\n")
+	regions := []string{"north", "south", "east", "west"}
+	var northCents int64
+	for i := 1; i <= 5000; i++ {
+		r := regions[rng.Intn(len(regions))]
+		q, cents := rng.Intn(20)+1, rng.Intn(10000)+1
+		if r == "north" {
+			northCents += int64(q * cents)
+		}
+		fmt.Fprintf(&csv, "%d,%s,%d,%d.%02d\n", i, r, q, cents/100, cents%100)
+	}
+	path := filepath.Join(t.TempDir(), "sales.csv")
+	os.WriteFile(path, []byte(csv.String()), 0o644)
+	want := fmt.Sprintf("%d.%02d\n", northCents/100, northCents%100)
+
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) {
+			sandboxtest.Skip(t, rt, "default")
+			run := cli(t)
+			out, stderr, code := run("exec", "--runtime", rt, "--copy-in", path+":data/sales.csv", "--",
+				`python3 -c "import pandas as pd; df = pd.read_csv('data/sales.csv'); print('%.2f' % (df[df.region == 'north'].quantity * df[df.region == 'north'].unit_price).sum())"`)
+			if code != 0 || out != want {
+				t.Fatalf("exit %d, got %q, want %q; stderr %s", code, out, want, stderr)
+			}
+		})
+	}
+}
