@@ -18,3 +18,9 @@ func TestCrashRecovery(t *testing.T) {
 		t.Run(rt, func(t *testing.T) { sandboxtest.CrashSuite(t, rt) })
 	}
 }
+
+func TestLifecycle(t *testing.T) {
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) { sandboxtest.LifecycleSuite(t, rt) })
+	}
+}

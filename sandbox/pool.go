@@ -14,6 +14,14 @@ import (
 // sandboxes wake cold: their home must be mounted before the container
 // starts.
 
+// PoolReady is the number of pooled sandboxes ready now.
+func (m *Manager) PoolReady() int {
+	if m.pool == nil {
+		return 0
+	}
+	return len(m.pool)
+}
+
 // fromPool takes a ready pooled sandbox, or nil.
 func (m *Manager) fromPool() *instance {
 	if m.pool == nil {

@@ -310,6 +310,14 @@ echo started; sleep 1000`
 			}
 		}
 	})
+	t.Run("16 privileged operations are denied", func(t *testing.T) {
+		o := Run(t, m, box, "mkdir -p /tmp/m; mount -t tmpfs x /tmp/m 2>&1 && echo MOUNTED; mknod /tmp/null c 1 3 2>&1 && echo MKNOD; chroot / true 2>&1 && echo CHROOT; cat /sys/fs/cgroup/release_agent 2>&1 | grep -v -e 'No such' -e 'can.t open' -e 'Permission' ; true")
+		for _, bad := range []string{"MOUNTED", "MKNOD", "CHROOT"} {
+			if strings.Contains(o.Stdout, bad) {
+				t.Errorf("%s succeeded: %q", bad, o.Stdout)
+			}
+		}
+	})
 	t.Run("15 destroy removes the home", func(t *testing.T) {
 		ctx := context.Background()
 		Run(t, m, "doomed", "echo x > f")
@@ -321,6 +329,55 @@ echo started; sleep 1000`
 		}
 		if o := Run(t, m, "doomed", "ls"); o.Stdout != "lost+found\n" && o.Stdout != "" {
 			t.Errorf("new sandbox of the same name sees old files: %q", o.Stdout)
+		}
+	})
+}
+
+// LifecycleSuite covers the warm pool and idle sleep.
+func LifecycleSuite(t *testing.T, rt string) {
+	ctx := context.Background()
+	t.Run("01 a new name takes a pooled sandbox", func(t *testing.T) {
+		m, data := Open(t, rt, "busybox", func(c *sandbox.Config) { c.PoolSize = 1 })
+		deadline := time.Now().Add(60 * time.Second)
+		for m.PoolReady() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("pool never filled")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		pooled, _ := filepath.Glob(filepath.Join(data, "homes", ".pool", "*.img"))
+		if len(pooled) != 1 {
+			t.Fatalf("pool homes: %v", pooled)
+		}
+		if o := Run(t, m, "fresh", "echo kept > f; ls"); o.Stdout != "f\nlost+found\n" && o.Stdout != "f\n" {
+			t.Fatalf("pooled sandbox home not fresh: %q", o.Stdout)
+		}
+		if _, err := os.Stat(pooled[0]); !os.IsNotExist(err) {
+			t.Errorf("pooled home %s was not renamed to the sandbox's", pooled[0])
+		}
+		if err := m.Sleep(ctx, "fresh"); err != nil {
+			t.Fatal(err)
+		}
+		if o := Run(t, m, "fresh", "cat f"); o.Stdout != "kept\n" {
+			t.Errorf("pooled sandbox's home lost at wake: %q", o.Stdout)
+		}
+	})
+	t.Run("02 idle sandboxes sleep and wake with their files", func(t *testing.T) {
+		m, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.IdleTimeout = 300 * time.Millisecond })
+		Run(t, m, "idle", "echo still-here > f")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st, _ := m.Status("idle")
+			if st == sandbox.Sleeping {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("idle sandbox never slept")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if o := Run(t, m, "idle", "cat f"); o.Stdout != "still-here\n" {
+			t.Errorf("after idle sleep: %q", o.Stdout)
 		}
 	})
 }
