@@ -136,6 +136,9 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Limits == (runtime.Limits{}) {
 		cfg.Limits = runtime.DefaultLimits()
 	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox limits: %w", err)
+	}
 	if cfg.HomeBytes == 0 {
 		cfg.HomeBytes = 5 << 30
 	}

@@ -32,6 +32,12 @@ func runExec(ctx context.Context, args []string) error {
 	maxOut := fs.Int64("max-output", tool.DefaultMaxOutput, fmt.Sprintf("characters kept per stream per command (max %d)", tool.MaxMaxOutput))
 	asJSON := fs.Bool("json", false, `print {"container_id", "output": [{"stdout","stderr","outcome"}]}`)
 	verbose := fs.Bool("v", false, "log sandbox lifecycle to stderr")
+	defLimits := runtime.DefaultLimits()
+	cpus := fs.Float64("cpus", defLimits.CPUs, "CPU cores of the sandbox")
+	memMB := fs.Int64("memory-mb", defLimits.MemoryBytes>>20, "memory of the sandbox in MiB")
+	procs := fs.Int64("processes", defLimits.Processes, "processes and threads of the sandbox")
+	tmpMB := fs.Int64("tmp-mb", defLimits.TmpBytes>>20, "size of /tmp in MiB")
+	homeMB := fs.Int64("home-mb", 5<<10, "size of /workspace/home in MiB (applies when the home is created)")
 	var copyIn []string
 	fs.Func("copy-in", "copy a host file into /workspace/home before the commands: LOCAL[:DEST] (repeatable)", func(v string) error {
 		copyIn = append(copyIn, v)
@@ -60,6 +66,13 @@ func runExec(ctx context.Context, args []string) error {
 	for _, n := range plan.Notes {
 		fmt.Fprintln(os.Stderr, "shellgate: note:", n)
 	}
+	limits := runtime.Limits{CPUs: *cpus, MemoryBytes: *memMB << 20, Processes: *procs, TmpBytes: *tmpMB << 20, ShmBytes: defLimits.ShmBytes}
+	if err := limits.Validate(); err != nil {
+		return err
+	}
+	if *homeMB < 16 {
+		return fmt.Errorf("--home-mb %d: at least 16", *homeMB)
+	}
 	if *rtName != "" {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
 			return err
@@ -80,6 +93,8 @@ func runExec(ctx context.Context, args []string) error {
 		Runtime:     *rtName,
 		Image:       *img,
 		IdleTimeout: -1,
+		Limits:      limits,
+		HomeBytes:   *homeMB << 20,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {

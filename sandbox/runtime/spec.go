@@ -35,6 +35,23 @@ func DefaultLimits() Limits {
 	return Limits{CPUs: 1, MemoryBytes: 5 << 30, Processes: 512, TmpBytes: 1 << 30, ShmBytes: 64 << 20}
 }
 
+// Validate checks that every limit is usable.
+func (l Limits) Validate() error {
+	switch {
+	case l.CPUs < 0.01 || l.CPUs > 1024:
+		return fmt.Errorf("cpus %g: want 0.01 to 1024", l.CPUs)
+	case l.MemoryBytes < 32<<20:
+		return fmt.Errorf("memory %d MiB: at least 32 MiB", l.MemoryBytes>>20)
+	case l.Processes < 8 || l.Processes > 1<<20:
+		return fmt.Errorf("processes %d: want 8 to %d", l.Processes, 1<<20)
+	case l.TmpBytes < 1<<20:
+		return fmt.Errorf("/tmp size %d bytes: at least 1 MiB", l.TmpBytes)
+	case l.ShmBytes < 1<<20:
+		return fmt.Errorf("/dev/shm size %d bytes: at least 1 MiB", l.ShmBytes)
+	}
+	return nil
+}
+
 // SpecOptions describe one sandbox.
 type SpecOptions struct {
 	ID       string // container id, also its cgroup's name

@@ -76,6 +76,8 @@ func TestExecBadInput(t *testing.T) {
 		{"08 missing copy-in file", []string{"exec", "--image", "busybox", "--copy-in", "/nonexistent.csv", "--", "true"}, "no such file"},
 		{"09 copy-in escaping home", []string{"exec", "--image", "busybox", "--copy-in", "/etc/hostname:../../etc/x", "--", "true"}, "it leaves /workspace/home"},
 		{"10 unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"12 memory below the minimum", []string{"exec", "--image", "busybox", "--memory-mb", "10", "--", "true"}, "at least 32 MiB"},
+		{"13 zero processes", []string{"exec", "--image", "busybox", "--processes", "0", "--", "true"}, "processes 0: want 8"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
