@@ -42,16 +42,22 @@ const agentStartTimeout = 30 * time.Second
 // whose init is the agent.
 func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst *instance, err error) {
 	dir := filepath.Join(m.dirs.run, cid)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
 	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("start sandbox %s: %w", cid, err), m.stopInstance(context.WithoutCancel(ctx), inst))
 		}
 	}()
-	if inst.owner, err = lockFile(filepath.Join(dir, "owner.lock")); err != nil {
+	// Another process's orphan cleanup must not see the directory before
+	// its owner lock is held.
+	err = m.withRunLock(unix.LOCK_SH, func() error {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return err
+		}
+		inst.owner, err = lockFile(filepath.Join(dir, "owner.lock"))
+		return err
+	})
+	if err != nil {
 		return inst, err
 	}
 	mb, _ := json.Marshal(meta{Runtime: m.rt.Name(), Home: homeImg})
@@ -193,6 +199,24 @@ func (m *Manager) lockHome(name string) (func(), error) {
 // owner process is gone (kill -9, crash, power loss), and the homes of
 // pooled sandboxes that were never named. Named homes are never touched.
 func (m *Manager) cleanOrphans(ctx context.Context) error {
+	return m.withRunLock(unix.LOCK_EX, func() error { return m.cleanOrphansLocked(ctx) })
+}
+
+// withRunLock runs fn holding run/.lock: shared while a sandbox directory
+// is made and locked, exclusive while orphans are looked for.
+func (m *Manager) withRunLock(how int, fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(m.dirs.run), ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		return err
+	}
+	return fn()
+}
+
+func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 	entries, err := os.ReadDir(m.dirs.run)
 	if err != nil {
 		return err
