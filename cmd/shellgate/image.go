@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/shellgate/shellgate/sandbox/image"
 )
 
@@ -112,7 +113,7 @@ func imageBuild(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("image %s built in %s: %s at %s\n", img.Name, time.Since(start).Round(time.Millisecond), humanSize(img.SizeBytes), img.Rootfs)
+		fmt.Printf("image %s built in %s: %s at %s\n", img.Name, time.Since(start).Round(time.Millisecond), humanize.IBytes(uint64(img.SizeBytes)), img.Rootfs)
 		return nil
 	}
 	_, err = store.BuildDebian(ctx, name, image.DebianOptions{Force: *force, Mirror: *mirror, Progress: os.Stdout})
@@ -148,7 +149,7 @@ func imageImport(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("image %s imported in %s: %s, shell %s\n", img.Name, time.Since(start).Round(time.Millisecond), humanSize(img.SizeBytes), strings.Join(img.Shell, " "))
+	fmt.Printf("image %s imported in %s: %s, shell %s\n", img.Name, time.Since(start).Round(time.Millisecond), humanize.IBytes(uint64(img.SizeBytes)), strings.Join(img.Shell, " "))
 	return nil
 }
 
@@ -177,7 +178,7 @@ func printImages(w io.Writer, imgs []image.Image) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSIZE\tCREATED\tSHELL\tSOURCE")
 	for _, img := range imgs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.Name, humanSize(img.SizeBytes),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.Name, humanize.IBytes(uint64(img.SizeBytes)),
 			img.CreatedAt.Local().Format("2006-01-02 15:04"), strings.Join(img.Shell, " "), img.Source)
 	}
 	return tw.Flush()
@@ -211,17 +212,4 @@ func imageRemove(args []string) error {
 		fmt.Printf("removed image %s\n", n)
 	}
 	return errors.Join(errs...)
-}
-
-func humanSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

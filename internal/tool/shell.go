@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -183,19 +185,7 @@ func capText(b []byte, total int64, maxChars int) string {
 	}
 	if i < len(b) || cut {
 		total = max(total, int64(len(b)))
-		fmt.Fprintf(&sb, "%s: showing the first %d characters of %s]", TruncationMarker, n, humanBytes(total))
+		fmt.Fprintf(&sb, "%s: showing the first %d characters of %s]", TruncationMarker, n, humanize.IBytes(uint64(total)))
 	}
 	return sb.String()
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dustin/go-humanize"
 )
 
 // DefaultSuite is the Debian release of the default image.
@@ -91,7 +93,7 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts DebianOptions
 	key := debianBuildKey(opts.Suite, opts.Packages)
 	if !opts.Force {
 		if img, err := s.Get(name); err == nil && img.BuildKey == key {
-			fmt.Fprintf(opts.Progress, "image %s is up to date (%s, %s)\n", name, humanBytes(img.SizeBytes), img.CreatedAt.Local().Format(time.DateTime))
+			fmt.Fprintf(opts.Progress, "image %s is up to date (%s, %s)\n", name, humanize.IBytes(uint64(img.SizeBytes)), img.CreatedAt.Local().Format(time.DateTime))
 			return img, nil
 		}
 	}
@@ -153,7 +155,7 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts DebianOptions
 		return nil, err
 	}
 	after, _ := diskUsage(st.rootfs)
-	fmt.Fprintf(b.out, "      trimmed %s: %s -> %s\n", humanBytes(before-after), humanBytes(before), humanBytes(after))
+	fmt.Fprintf(b.out, "      trimmed %s: %s -> %s\n", humanize.IBytes(uint64(before-after)), humanize.IBytes(uint64(before)), humanize.IBytes(uint64(after)))
 	b.step(5, "preparing for sandboxes (user %s %d:%d, %s, %s)", SandboxUser, SandboxUID, SandboxGID, SandboxHome, AgentDir)
 	shell, err := prepare(st.rootfs)
 	if err != nil {
@@ -167,7 +169,7 @@ func (s *Store) BuildDebian(ctx context.Context, name string, opts DebianOptions
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(b.out, "image %s built in %s: %s at %s\n", name, time.Since(b.start).Round(100*time.Millisecond), humanBytes(img.SizeBytes), img.Rootfs)
+	fmt.Fprintf(b.out, "image %s built in %s: %s at %s\n", name, time.Since(b.start).Round(100*time.Millisecond), humanize.IBytes(uint64(img.SizeBytes)), img.Rootfs)
 	return img, nil
 }
 
@@ -473,17 +475,4 @@ func (b *debianBuild) trim() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

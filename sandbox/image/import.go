@@ -22,6 +22,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dustin/go-humanize"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -550,7 +551,7 @@ func importOCI(ctx context.Context, a *applier, b blobStore, source string, prog
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(progress, "layer %d/%d %s (%s)\n", i+1, len(man.Layers), shortDigest(string(l.Digest)), humanBytes(l.Size))
+		fmt.Fprintf(progress, "layer %d/%d %s (%s)\n", i+1, len(man.Layers), shortDigest(string(l.Digest)), humanize.IBytes(uint64(l.Size)))
 		if err := applyBlob(ctx, a, b, p, string(l.Digest), l.Size); err != nil {
 			return "", fmt.Errorf("layer %d %s: %w", i+1, l.Digest, err)
 		}
