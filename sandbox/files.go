@@ -22,23 +22,25 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 	if err != nil {
 		return err
 	}
-	b, err := m.box(name)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := m.wakeLocked(ctx, b); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(filepath.Join(b.inst.dir, "home"))
+	return m.withBox(name, func(b *box) error {
+		if err := m.wakeLocked(ctx, b); err != nil {
+			return err
+		}
+		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, r)
+	})
+}
+
+// writeBeneath writes r to rel inside dir, resolving every path component
+// beneath dir.
+func writeBeneath(dir, clean string, r io.Reader) error {
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
 	if dir := path.Dir(clean); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("write %s: %w", rel, err)
+			return fmt.Errorf("write %s: %w", clean, err)
 		}
 		// Directories created here belong to the sandbox user too.
 		for d := dir; d != "."; d = path.Dir(d) {
@@ -47,7 +49,7 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 	}
 	f, err := root.OpenFile(clean, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", rel, err)
+		return fmt.Errorf("write %s: %w", clean, err)
 	}
 	_, err = io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
@@ -57,7 +59,7 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 		err = root.Lchown(clean, runtime.UID, runtime.GID)
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", rel, err)
+		return fmt.Errorf("write %s: %w", clean, err)
 	}
 	return nil
 }

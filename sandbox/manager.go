@@ -309,35 +309,22 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 
 // Create makes the named sandbox exist and be awake (a no-op when it is).
 func (m *Manager) Create(ctx context.Context, name string) error {
-	b, err := m.box(name)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return m.wakeLocked(ctx, b)
+	return m.withBox(name, func(b *box) error { return m.wakeLocked(ctx, b) })
 }
 
 // Sleep stops the named sandbox's processes and drops its writable layer;
 // its home stays. Sleeping a sleeping sandbox is a no-op.
 func (m *Manager) Sleep(ctx context.Context, name string) error {
-	b, err := m.box(name)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return m.sleepLocked(ctx, b)
+	return m.withBox(name, func(b *box) error { return m.sleepLocked(ctx, b) })
 }
 
 // Destroy stops the named sandbox and deletes its home.
 func (m *Manager) Destroy(ctx context.Context, name string) error {
-	b, err := m.box(name)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	return m.withBox(name, func(b *box) error { return m.destroyLocked(ctx, b) })
+}
+
+func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
+	name := b.name
 	if err := m.sleepLocked(ctx, b); err != nil {
 		return err
 	}
@@ -413,6 +400,17 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	errs = append(errs, m.dropRuntimeMounts(ctx))
 	return errors.Join(errs...)
+}
+
+// withBox runs fn holding the named sandbox's lock.
+func (m *Manager) withBox(name string, fn func(*box) error) error {
+	b, err := m.box(name)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return fn(b)
 }
 
 func (m *Manager) box(name string) (*box, error) {
