@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -80,9 +81,16 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			return inst, err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", m.img.Rootfs, filepath.Join(layer, "upper"), filepath.Join(layer, "work"))
-	if err = unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
-		return inst, fmt.Errorf("mount root overlay: %w", err)
+	// Relative paths, from the sandbox directory: /proc/self/mountinfo
+	// inside the sandbox shows the overlay's options, which must not name
+	// host paths.
+	if err = os.Symlink(m.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
+		return inst, err
+	}
+	mount := exec.CommandContext(ctx, "mount", "-t", "overlay", "overlay", "-o", "lowerdir=lower,upperdir=layer/upper,workdir=layer/work", "rootfs")
+	mount.Dir = dir
+	if out, err := mount.CombinedOutput(); err != nil {
+		return inst, fmt.Errorf("mount root overlay: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	if err = home.Mount(homeImg, homeDir); err != nil {
 		return inst, err
