@@ -482,6 +482,33 @@
     defineProperty(G, ns, { value: freeze(obj), enumerable: false, writable: false, configurable: false });
   }
 
+  // ---- the override mistake: assigning e.g. this.name in an Error subclass
+  // would fail once Error.prototype is frozen, so the commonly overridden
+  // properties become accessors whose setter defines an own property.
+  function enableOverride(obj, prop) {
+    const d = getOwnPropertyDescriptor(obj, prop);
+    if (d === undefined || !('value' in d)) return;
+    const value = d.value;
+    defineProperty(obj, prop, {
+      get: { [prop]() { return value; } }[prop],
+      set: {
+        [prop](v) {
+          if (this === obj) throw new $TypeError("Cannot assign to read only property '" + $String(prop) + "'");
+          defineProperty(this, prop, { value: v, writable: true, enumerable: true, configurable: true });
+        },
+      }[prop],
+      enumerable: d.enumerable,
+      configurable: false,
+    });
+  }
+  for (const C of [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError, AggregateError, G.InternalError]) {
+    if (C === undefined) continue;
+    for (const p of ['name', 'message', 'constructor', 'toString']) enableOverride(C.prototype, p);
+  }
+  for (const p of ['constructor', 'toString', 'valueOf', 'toLocaleString', 'hasOwnProperty', 'isPrototypeOf', 'propertyIsEnumerable']) enableOverride(ObjectProto, p);
+  for (const p of ['constructor', 'toString', 'push', 'join']) enableOverride(ArrayProto, p);
+  enableOverride(Function.prototype, 'toString');
+
   // ---- freeze every intrinsic reachable from the global object
   const roots = [G.Date, G.console];
   for (const k of ownKeys(G)) {

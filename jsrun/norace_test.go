@@ -1,0 +1,5 @@
+//go:build !race
+
+package jsrun
+
+const raceEnabled = false
