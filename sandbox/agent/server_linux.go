@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -22,6 +23,12 @@ import (
 func Serve(in io.Reader, out io.Writer) error {
 	if os.Getpid() != 1 {
 		return errors.New("agent: must run as PID 1 of a PID namespace")
+	}
+	// Commands run as the agent's own user. Not dumpable, the agent's
+	// /proc/1/fd (the pipes to the host), memory and ptrace are closed to
+	// them: they cannot forge frames or drive the agent.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE): %w", err)
 	}
 	s := &server{out: out, queue: make(chan job, 128), reaped: make(chan struct{}, 1)}
 	sigs := make(chan os.Signal, 16)
