@@ -105,6 +105,38 @@ type bench struct {
 	cleanup []func()
 	hasPy   bool
 	hasBash bool
+	floor   []floorRow
+}
+
+// floorRow is the cost of one command measured by a loop inside a sandbox:
+// what a warm exec cannot go below, whatever the agent does.
+type floorRow struct {
+	Runtime string
+	Cmd     string
+	Per     time.Duration
+}
+
+var floorCmds = []string{"/bin/true", "bash -c true", "bash -lc true"}
+
+const floorK = 30
+
+func (b *bench) floorIn(m *sandbox.Manager, rt string) error {
+	if !b.hasBash {
+		return nil
+	}
+	for _, c := range floorCmds {
+		loop := fmt.Sprintf(`s=$(date +%%s%%N); for i in $(seq %d); do %s; done; e=$(date +%%s%%N); echo $(( (e-s)/%d ))`, floorK, c, floorK)
+		res, err := m.Exec(b.ctx, "bench-warm", sandbox.Command{Command: loop, TimeoutMs: 120_000, MaxBytes: 1024})
+		if err != nil {
+			return err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
+		if err != nil || res.ExitCode != 0 {
+			return fmt.Errorf("floor loop %q: exit %d, %q %q", c, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		b.floor = append(b.floor, floorRow{rt, c, time.Duration(ns)})
+	}
+	return nil
 }
 
 func main() {
@@ -147,7 +179,13 @@ func (b *bench) run() error {
 	if b.data, err = os.MkdirTemp("/var/tmp", "shellgate-bench-"); err != nil {
 		return err
 	}
-	b.atExit(func() { os.RemoveAll(b.data) })
+	b.atExit(func() {
+		// runsc leaves its null-netns bind mount in its state directory.
+		for _, mp := range mountsUnder(b.data) {
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+		os.RemoveAll(b.data)
+	})
 	if err := os.Symlink(*flagImages, filepath.Join(b.data, "images")); err != nil {
 		return err
 	}
@@ -182,6 +220,19 @@ func (b *bench) run() error {
 	}
 	log.Printf("done in %s", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// mountsUnder lists the mount points below dir, deepest last.
+func mountsUnder(dir string) []string {
+	raw, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	slices.Reverse(out)
+	return out
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -260,6 +311,10 @@ func (b *bench) shellgate(rt string) error {
 		}
 		b.rows = append(b.rows, r)
 	}
+	if err := b.floorIn(m, rt); err != nil {
+		m.Close(b.ctx)
+		return err
+	}
 	if err := destroy(b.ctx, m, "bench-warm"); err != nil {
 		m.Close(b.ctx)
 		return err
@@ -278,7 +333,10 @@ func (b *bench) shellgate(rt string) error {
 	pooled := &row{Group: groupFirst, System: name + " pooled", Mine: true}
 	settle := max(unpooled.median(), 50*time.Millisecond)
 	misses := 0
-	for i := range *flagCold {
+	for i := 0; len(pooled.d) < *flagCold; i++ {
+		if misses > *flagCold {
+			return errors.New("the pool was empty too often")
+		}
 		if err := b.waitPool(1, settle); err != nil {
 			return err
 		}
@@ -293,16 +351,17 @@ func (b *bench) shellgate(rt string) error {
 		for h := range before {
 			taken = taken || !after[h]
 		}
-		if !taken {
-			misses++ // the pool was empty: a cold start
+		if taken {
+			pooled.d = append(pooled.d, d)
+		} else {
+			misses++ // the pool was not ready yet: a cold start, not recorded
 		}
-		pooled.d = append(pooled.d, d)
 		if err := destroy(b.ctx, m, sb); err != nil {
 			return err
 		}
 	}
 	if misses > 0 {
-		pooled.Note = fmt.Sprintf("%d of %d found the pool empty", misses, len(pooled.d))
+		pooled.Note = fmt.Sprintf("%d more tries found the pool not yet refilled and were dropped", misses)
 	}
 	b.rows = append(b.rows, pooled)
 	return m.Close(b.ctx)
@@ -332,8 +391,10 @@ func (b *bench) poolHomes() map[string]bool {
 }
 
 // waitPool waits until n pooled sandboxes exist with their container
-// started (init.log is written by the runtime CLI call), then settle more for
-// the agent to answer and the host to go quiet.
+// started (init.log is written by the runtime CLI call, a process is in the
+// container's cgroup), then settle more for the agent to answer and the host
+// to go quiet. A sandbox taken before it is ready is detected and dropped by
+// the caller.
 func (b *bench) waitPool(n int, settle time.Duration) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -341,7 +402,8 @@ func (b *bench) waitPool(n int, settle time.Duration) error {
 		ready := 0
 		for _, e := range es {
 			cid := strings.TrimSuffix(e.Name(), ".img")
-			if exists(filepath.Join(b.data, "run", "sandboxes", cid, "init.log")) {
+			procs, _ := os.ReadFile("/sys/fs/cgroup/memory/shellgate/" + cid + "/cgroup.procs")
+			if exists(filepath.Join(b.data, "run", "sandboxes", cid, "init.log")) && len(bytes.TrimSpace(procs)) > 0 {
 				ready++
 			}
 		}
@@ -499,9 +561,33 @@ func smapsRollup(pid int) (rss, pss int64) {
 	return rss, pss
 }
 
+// comm is the process's argv[0] base name (runsc re-executes itself as
+// "exe" with argv[0] runsc-sandbox, runsc-gofer).
 func comm(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return strings.TrimSpace(string(b))
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	a0, _, _ := bytes.Cut(b, []byte{0})
+	return filepath.Base(string(a0))
+}
+
+// countNames turns [a a b] into "a ×2, b".
+func countNames(names []string) string {
+	var order []string
+	n := map[string]int{}
+	for _, x := range names {
+		if n[x] == 0 {
+			order = append(order, x)
+		}
+		n[x]++
+	}
+	var parts []string
+	for _, x := range order {
+		if n[x] > 1 {
+			parts = append(parts, fmt.Sprintf("%s ×%d", x, n[x]))
+		} else {
+			parts = append(parts, x)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func cgroupUsage(cid string) int64 {
@@ -583,14 +669,20 @@ func (b *bench) peers() error {
 	host := []struct{ group, system, want string }{
 		{groupFirst, "host fork/exec `true`", ""},
 		{groupTrue, "host fork/exec `true`", ""},
-		{groupTrue, "host fork/exec `bash -lc true`", ""},
+		{groupTrue, "host fork/exec `env -i … bash -lc true`", ""},
 		{groupPy, "host fork/exec `python3 -c 'print(1)'`", "1\n"},
 	}
 	for _, h := range host {
 		a := fixed("/bin/true")
 		switch {
 		case strings.Contains(h.system, "bash"):
-			a = fixed("/bin/bash", "-lc", "true")
+			// Like the sandbox: no inherited environment and an empty
+			// home, so the host's own ~/.bashrc does not count.
+			home := filepath.Join(b.data, "host-home")
+			if err := os.MkdirAll(home, 0o700); err != nil {
+				return err
+			}
+			a = fixed("env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME="+home, "/bin/bash", "-lc", "true")
 		case h.group == groupPy:
 			if !exists(py) {
 				continue
@@ -901,6 +993,41 @@ func (b *bench) report(start time.Time, load0 string) string {
 		p("\n")
 	}
 
+	if len(b.floor) > 0 {
+		p("### Floor: one command inside a running sandbox\n\n")
+		p("A loop of %d runs inside the sandbox (`for i in $(seq %d); do CMD; done`), per run: the fork/exec cost a warm exec pays whatever the agent does. Shellgate runs each command as `bash -lc CMD`.\n\n", floorK, floorK)
+		p("| Runtime | %s | Shellgate warm `true` median − `bash -lc true` here (agent round trip) |\n|---|", strings.Join(mapf(floorCmds, func(c string) string { return "`" + c + "` ms" }), " | "))
+		for range floorCmds {
+			p("---:|")
+		}
+		p("---:|\n")
+		rts := []string{}
+		for _, f := range b.floor {
+			if !slices.Contains(rts, f.Runtime) {
+				rts = append(rts, f.Runtime)
+			}
+		}
+		for _, rt := range rts {
+			p("| %s |", rt)
+			var lc time.Duration
+			for _, f := range b.floor {
+				if f.Runtime == rt {
+					p(" %s |", ms(f.Per))
+					if f.Cmd == "bash -lc true" {
+						lc = f.Per
+					}
+				}
+			}
+			over := "?"
+			for _, r := range b.rows {
+				if r.Group == groupTrue && r.System == "Shellgate "+rt {
+					over = ms(r.median() - lc)
+				}
+			}
+			p(" %s |\n", over)
+		}
+		p("\n")
+	}
 	if len(b.mem) > 0 {
 		p("### Memory of one idle sandbox\n\n")
 		p("After one `true`, idle 1 s. RSS/PSS summed over the container's processes (/proc/PID/smaps_rollup); cgroup = memory.usage_in_bytes of /sys/fs/cgroup/memory/shellgate/CID (includes page cache charged to it); host Δ = rise of MemTotal−MemAvailable with K idle sandboxes started at once, per sandbox (includes the tmpfs layer, loop-mounted home, kernel memory).\n\n")
@@ -919,7 +1046,7 @@ func (b *bench) report(start time.Time, load0 string) string {
 				perHost = fmt.Sprintf("%d", (1<<30)/m.HostDeltaPerSbx)
 				host = mib(m.HostDeltaPerSbx)
 			}
-			p("| %s | %d (%s) | %s | %s | %s | %s (%d) | %s / %s |\n", m.Runtime, m.Procs, strings.Join(m.ProcNames, ", "),
+			p("| %s | %d (%s) | %s | %s | %s | %s (%d) | %s / %s |\n", m.Runtime, m.Procs, countNames(m.ProcNames),
 				mib(m.RSS), mib(m.PSS), cg, host, m.K, perPSS, perHost)
 		}
 		p("\n")
