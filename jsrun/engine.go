@@ -24,6 +24,9 @@ var (
 	preludeOnce     sync.Once
 	preludeBytecode []byte
 	preludeErr      error
+	// freezePaths lists the access paths of every intrinsic container, found
+	// once per process by the prelude's discovery walk.
+	freezePaths json.RawMessage = json.RawMessage("null")
 )
 
 // compiledPrelude compiles the prelude once per process; every run evaluates
@@ -37,8 +40,51 @@ func compiledPrelude() ([]byte, error) {
 		}
 		defer vm.Close()
 		preludeBytecode, preludeErr = vm.Compile(preludeSource, quickjs.EvalGlobal)
+		if preludeErr == nil {
+			preludeErr = discoverFreezePaths(preludeBytecode)
+		}
 	})
 	return preludeBytecode, preludeErr
+}
+
+// discoverFreezePaths runs the prelude once in discovery mode.
+func discoverFreezePaths(bc []byte) error {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return err
+	}
+	defer vm.Close()
+	fn, err := vm.EvalBytecodeValue(bc)
+	if err != nil {
+		return err
+	}
+	defer fn.Free()
+	cfg := `{"namespaces":[],"dateNowMs":0,"seed":"00000000000000000000000000000001","consoleMax":0,"freeze":null}`
+	bridge, err := fn.CallValue(quickjs.UndefinedValue, cfg)
+	if err != nil {
+		return err
+	}
+	defer bridge.Free()
+	atom, err := vm.NewAtom("discovered")
+	if err != nil {
+		return err
+	}
+	m, err := bridge.GetPropertyValue(atom)
+	if err != nil {
+		return err
+	}
+	defer m.Free()
+	out, err := m.Call(bridge)
+	if err != nil {
+		return err
+	}
+	s, _ := out.(string)
+	var paths [][]string
+	if err := json.Unmarshal([]byte(s), &paths); err != nil || len(paths) == 0 {
+		return fmt.Errorf("jsrun: prelude discovery returned %q", s)
+	}
+	freezePaths = json.RawMessage(s)
+	return nil
 }
 
 // The guest source becomes the body of this function; the prefix is on the
@@ -209,10 +255,11 @@ func (inv *invocation) call(method string, args ...any) (any, error) {
 }
 
 type preludeConfig struct {
-	Namespaces [][]any `json:"namespaces"`
-	DateNowMs  int64   `json:"dateNowMs"`
-	Seed       string  `json:"seed"`
-	ConsoleMax int     `json:"consoleMax"`
+	Namespaces [][]any         `json:"namespaces"`
+	DateNowMs  int64           `json:"dateNowMs"`
+	Seed       string          `json:"seed"`
+	ConsoleMax int             `json:"consoleMax"`
+	Freeze     json.RawMessage `json:"freeze"`
 }
 
 func (inv *invocation) setup(bc []byte) error {
@@ -225,7 +272,7 @@ func (inv *invocation) setup(bc []byte) error {
 		return inv.vmError(err)
 	}
 	defer fn.Free()
-	cfg := preludeConfig{Namespaces: [][]any{}, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes}
+	cfg := preludeConfig{Namespaces: [][]any{}, Freeze: freezePaths, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes}
 	nss := make([]string, 0, len(inv.in.HostFunctions))
 	for ns := range inv.in.HostFunctions {
 		nss = append(nss, ns)

@@ -510,31 +510,72 @@
   enableOverride(Function.prototype, 'toString');
 
   // ---- freeze every intrinsic reachable from the global object
-  const roots = [G.Date, G.console];
-  for (const k of ownKeys(G)) {
-    const d = getOwnPropertyDescriptor(G, k);
-    if (d.value !== G) arrayPush(roots, d.value);
-  }
-  arrayPush(roots, fnCtors, getPrototypeOf([][Symbol.iterator]()), getPrototypeOf(new $Map().entries()),
-    getPrototypeOf(new $Set().values()), getPrototypeOf(''[Symbol.iterator]()),
+  // Containers are frozen (constructors, prototypes, namespaces such as Math
+  // and JSON, and the hidden intrinsic prototypes); plain methods (functions
+  // without a prototype property) are leaves: their own properties (name,
+  // length) are already read-only. Walking every property descriptor costs
+  // milliseconds in this engine, so the Go side runs the walk once per
+  // process (cfg.freeze === null: discovery) and hands every later run the
+  // list of access paths to the containers found.
+  const hidden = [fnCtors[1], fnCtors[2], fnCtors[3], getPrototypeOf([][Symbol.iterator]()),
+    getPrototypeOf(new $Map().entries()), getPrototypeOf(new $Set().values()), getPrototypeOf(''[Symbol.iterator]()),
     getPrototypeOf(/a/[Symbol.matchAll]('')), getPrototypeOf((function* () {})()),
     getPrototypeOf((async function* () {})()), getPrototypeOf([].values().map((x) => x)),
     getPrototypeOf(Iterator.from({ next() { return { done: true }; } })),
-    getOwnPropertyDescriptor(function () { 'use strict'; }.__proto__, 'caller')?.get);
-  const visited = new $Set();
-  const work = roots;
-  while (work.length > 0) {
-    const o = work.pop();
-    if ((typeof o !== 'object' && typeof o !== 'function') || o === null || o === G || setHas(visited, o)) continue;
-    setAdd(visited, o);
-    freeze(o);
-    arrayPush(work, getPrototypeOf(o));
-    const ks = ownKeys(o);
-    for (let i = 0; i < ks.length; i++) {
-      const d = getOwnPropertyDescriptor(o, ks[i]);
-      if (d === undefined) continue;
-      if ('value' in d) arrayPush(work, d.value);
-      else { arrayPush(work, d.get); arrayPush(work, d.set); }
+    getPrototypeOf(getPrototypeOf((async function* () {})()))];
+  const wellKnown = ['iterator', 'asyncIterator', 'hasInstance', 'isConcatSpreadable', 'match', 'matchAll',
+    'replace', 'search', 'species', 'split', 'toPrimitive', 'toStringTag', 'unscopables'];
+  const FunctionProto = Function.prototype;
+  const isContainer = (v) => (typeof v === 'object' && v !== null) ||
+    (typeof v === 'function' && (v === FunctionProto || hasOwn(v, 'prototype')));
+  const dataValue = (o, k) => { const d = getOwnPropertyDescriptor(o, k); return d === undefined ? undefined : d.value; };
+  let discovered = null;
+  if (cfg.freeze === null) {
+    const stepOf = (k) => {
+      if (typeof k === 'string') return '.' + k;
+      for (let i = 0; i < wellKnown.length; i++) if (Symbol[wellKnown[i]] === k) return '@' + wellKnown[i];
+      return undefined;
+    };
+    const visited = new $Set();
+    const queue = [];
+    for (const k of ownKeys(G)) {
+      const v = dataValue(G, k);
+      const step = stepOf(k);
+      if (v !== G && step !== undefined && isContainer(v)) arrayPush(queue, [v, [step]]);
+    }
+    for (let i = 0; i < hidden.length; i++) arrayPush(queue, [hidden[i], ['#' + i]]);
+    discovered = [];
+    for (let qi = 0; qi < queue.length; qi++) {
+      const [o, path] = queue[qi];
+      if (o === G || setHas(visited, o)) continue;
+      setAdd(visited, o);
+      freeze(o);
+      arrayPush(discovered, path);
+      const p = getPrototypeOf(o);
+      if (p !== null && isContainer(p)) arrayPush(queue, [p, [...path, '^']]);
+      const ds = O.getOwnPropertyDescriptors(o);
+      const ks = ownKeys(ds);
+      for (let i = 0; i < ks.length; i++) {
+        const v = ds[ks[i]].value;
+        const step = stepOf(ks[i]);
+        if (v !== undefined && step !== undefined && isContainer(v)) arrayPush(queue, [v, [...path, step]]);
+      }
+    }
+  } else {
+    const paths = cfg.freeze;
+    for (let i = 0; i < paths.length; i++) {
+      const path = paths[i];
+      let o;
+      for (let j = 0; j < path.length; j++) {
+        const step = path[j];
+        const kind = step[0], rest = strSlice(step, 1);
+        if (j === 0) o = kind === '#' ? hidden[rest | 0] : dataValue(G, rest);
+        else if (kind === '^') o = getPrototypeOf(o);
+        else if (kind === '.') o = dataValue(o, rest);
+        else o = dataValue(o, Symbol[rest]);
+        if (!isContainer(o)) break;
+      }
+      if (isContainer(o) && o !== G) freeze(o);
     }
   }
   for (const k of ownKeys(G)) {
@@ -600,5 +641,6 @@
       return JSONstringify([2, errorInfo(outcomeValue)]);
     },
     console() { return JSONstringify([consoleOut, consoleTruncated]); },
+    discovered() { return JSONstringify(discovered); },
   });
 })

@@ -1,0 +1,158 @@
+package jsrun
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Benchmarks of the four cases the Run SDK budgets (see BENCHMARKS.md), plus
+// 1,000 concurrent runs. Timings never gate tests.
+
+func benchRunner(b *testing.B) *Runner {
+	b.Helper()
+	r, err := NewRunner(Config{Secret: testSecret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := r.Run(context.Background(), Input{Source: "return 1"}); err != nil { // compile the prelude
+		b.Fatal(err)
+	}
+	return r
+}
+
+var benchHost = map[string]Namespace{"host": {
+	"echo": Async(func(_ context.Context, args []any) (any, error) { return args[0], nil }),
+	"approve": Async(func(ctx context.Context, args []any) (any, error) {
+		if r := ResumeFrom(ctx); r != nil {
+			return r.Resolution, nil
+		}
+		return nil, Interrupt(ctx, args[0])
+	}),
+}}
+
+// percentiles reports the median and p99 of per-op durations as metrics.
+func percentiles(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs")
+}
+
+func benchSource(b *testing.B, src string) {
+	r := benchRunner(b)
+	ctx := context.Background()
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
+		d = append(d, time.Since(t))
+		if err != nil || res.Status != StatusCompleted {
+			b.Fatal(res, err)
+		}
+	}
+	b.StopTimer()
+	percentiles(b, d)
+}
+
+func BenchmarkFreshRun(b *testing.B) { benchSource(b, "return 1+1") }
+
+func BenchmarkHostRoundTrip(b *testing.B) { benchSource(b, "return await host.echo(1)") }
+
+func BenchmarkTenRoundTrips(b *testing.B) {
+	benchSource(b, "let s = 0; for (let i = 0; i < 10; i++) s += await host.echo(i); return s")
+}
+
+func BenchmarkInterruptResume(b *testing.B) {
+	r := benchRunner(b)
+	ctx := context.Background()
+	src := "const a = await host.echo(1); const ok = await host.approve(a); return ok"
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
+		if err != nil || res.Status != StatusInterrupted {
+			b.Fatal(res, err)
+		}
+		res, err = r.Run(ctx, Input{Source: src, HostFunctions: benchHost, Continuation: res.Continuation,
+			Resolutions: []Resolution{{InterruptionID: res.Interruptions[0].ID, Value: true}}})
+		d = append(d, time.Since(t))
+		if err != nil || res.Status != StatusCompleted {
+			b.Fatal(res, err)
+		}
+	}
+	b.StopTimer()
+	percentiles(b, d)
+}
+
+// BenchmarkConcurrent1000 starts 1,000 runs at once, each holding its
+// context open across a host call, and reports the process's peak RSS.
+func BenchmarkConcurrent1000(b *testing.B) {
+	r := benchRunner(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		gate := make(chan struct{})
+		var started sync.WaitGroup
+		started.Add(1000)
+		hf := map[string]Namespace{"host": {"wait": Async(func(ctx context.Context, args []any) (any, error) {
+			started.Done()
+			<-gate
+			return args[0], nil
+		})}}
+		var wg sync.WaitGroup
+		errs := make(chan error, 1000)
+		t := time.Now()
+		for j := 0; j < 1000; j++ {
+			wg.Add(1)
+			go func(j int) {
+				defer wg.Done()
+				res, err := r.Run(ctx, Input{Source: "const a = new Array(1000).fill(0).map((_, i) => ({i})); return (await host.wait(" + strconv.Itoa(j) + ")) + a.length", HostFunctions: hf})
+				if err != nil {
+					errs <- err
+				} else if res.Value != float64(j+1000) {
+					errs <- os.ErrInvalid
+				}
+			}(j)
+		}
+		started.Wait() // all 1,000 contexts are alive now
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		close(gate)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(t).Milliseconds()), "wall-ms")
+		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-inuse-MiB")
+		b.ReportMetric(float64(peakRSS())/(1<<10), "peak-rss-MiB")
+	}
+}
+
+// peakRSS reads VmHWM (KiB) from /proc/self/status; 0 where unavailable.
+func peakRSS() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
