@@ -1,0 +1,81 @@
+package jsrun
+
+import (
+	"math"
+	"math/big"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTaggedRoundTrip(t *testing.T) {
+	shared := map[string]any{"k": "v"}
+	loop := map[string]any{"n": 1.0}
+	loop["self"] = loop
+	v := map[string]any{
+		"plain": []any{1.0, "s", true, nil}, "u": Undefined{}, "nan": math.NaN(), "nz": math.Copysign(0, -1),
+		"big": big.NewInt(-42), "d": time.UnixMilli(1700000000123).UTC(), "bad": InvalidDate{}, "re": &RegExp{"a", "g"},
+		"m": &Map{Keys: []any{1.0}, Values: []any{"one"}}, "s": &Set{Values: []any{"x"}}, "ab": ArrayBuffer{1, 2},
+		"ta": &TypedArray{Type: "Int16Array", Data: []byte{1, 0}}, "sp": &SparseArray{Length: 4, Elements: map[int]any{2: "z"}},
+		"np": NullProto{"a": 1.0}, "e": &JSError{Name: "TypeError", Message: "m", Cause: "c", HasCause: true},
+		"clash": map[string]any{"$type": "mine"}, "lone": "\xed\xa0\x80", "pair": []any{shared, shared}, "loop": loop,
+	}
+	b, err := MarshalTagged(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`{"$type":"undefined"}`, `{"$type":"number","value":"-0"}`, `"$type":"ref"`, `{"$type":"string","utf16":[55296]}`, `{"$type":"object","value":{"$type":"mine"}}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("encoding lacks %s:\n%s", want, b)
+		}
+	}
+	back, err := UnmarshalTagged(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, err := EncodeValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := EncodeValue(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w1 != w2 {
+		t.Fatalf("round trip changed the value:\n%s\n%s", w1, w2)
+	}
+	m := back.(map[string]any)
+	if l := m["loop"].(map[string]any); reflect.ValueOf(l["self"]).UnsafePointer() != reflect.ValueOf(l).UnsafePointer() {
+		t.Fatal("cycle lost")
+	}
+}
+
+func TestTaggedErrors(t *testing.T) {
+	for _, bad := range []string{`{"$type":"nope"}`, `{"$type":"ref","id":9}`, `{"$type":"bigint","value":"x"}`, `[1,`, `1 2`,
+		`{"$type":"typedarray","kind":"Int32Array","base64":"AQ=="}`, `{"$type":"date","value":"yesterday"}`} {
+		if _, err := UnmarshalTagged([]byte(bad)); ErrorCode(err) != CodeSerialization {
+			t.Errorf("%s: got %v", bad, err)
+		}
+	}
+}
+
+func FuzzTagged(f *testing.F) {
+	for _, s := range []string{`null`, `{"a":[1,{"$type":"undefined"}]}`, `{"$type":"object","$id":1,"value":{"me":{"$type":"ref","id":1}}}`,
+		`{"$type":"array","length":3,"items":{"1":2}}`, `{"$type":"map","entries":[[1,2]]}`, `{"$type":"ref","id":1}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := UnmarshalTagged([]byte(s))
+		if err != nil {
+			return
+		}
+		b, err := MarshalTagged(v)
+		if err != nil {
+			t.Fatalf("decoded value does not re-encode: %v", err)
+		}
+		if _, err := UnmarshalTagged(b); err != nil {
+			t.Fatalf("re-encoded value does not decode: %v\n%s", err, b)
+		}
+	})
+}
