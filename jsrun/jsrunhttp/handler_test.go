@@ -1,0 +1,295 @@
+package jsrunhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shellgate/shellgate/jsrun"
+)
+
+// memSandbox is an in-memory Sandbox for tests: files in a map, and "echo X"
+// as the only command it understands.
+type memSandbox struct {
+	mu    sync.Mutex
+	files map[string][]byte
+	execs int
+}
+
+func (m *memSandbox) Exec(_ context.Context, cmds []string, timeoutMs, maxOutput int) ([]CommandResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.execs++
+	var out []CommandResult
+	for _, c := range cmds {
+		if rest, ok := strings.CutPrefix(c, "echo "); ok {
+			s := rest + "\n"
+			trunc := len(s) > maxOutput
+			if trunc {
+				s = s[:maxOutput]
+			}
+			out = append(out, CommandResult{Stdout: s, Truncated: trunc})
+			continue
+		}
+		out = append(out, CommandResult{Stderr: "unknown command\n", ExitCode: 127})
+	}
+	return out, nil
+}
+
+func (m *memSandbox) ReadFile(_ context.Context, p string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.files[p]
+	if !ok {
+		return nil, fmt.Errorf("open %s: %w", p, fs.ErrNotExist)
+	}
+	return b, nil
+}
+
+func (m *memSandbox) WriteFile(_ context.Context, p string, data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.files[p] = append([]byte(nil), data...)
+	return nil
+}
+
+type testServer struct {
+	*httptest.Server
+	sb *memSandbox
+}
+
+func newServer(t *testing.T) *testServer {
+	t.Helper()
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Audience: "shellgate-eval"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &memSandbox{files: map[string][]byte{"data.csv": []byte("a,b\n1,2\n")}}
+	h := NewHandler(Config{
+		Runner: runner,
+		Scope:  func(r *http.Request) string { return r.Header.Get("X-Workspace") },
+		Sandboxes: func(_ context.Context, r *http.Request, id string) (Sandbox, error) {
+			if id != "ctr_1" || r.Header.Get("X-Workspace") != "ws_a" {
+				return nil, fmt.Errorf("container %s: %w", id, ErrSandboxNotFound)
+			}
+			return sb, nil
+		},
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /api/v1/eval", h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &testServer{Server: srv, sb: sb}
+}
+
+func (s *testServer) post(t *testing.T, workspace string, body any) (int, map[string]any, string) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/v1/eval", bytes.NewReader(b))
+	req.Header.Set("X-Workspace", workspace)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("response is not JSON: %s", raw)
+	}
+	return resp.StatusCode, out, string(raw)
+}
+
+func TestCompletedWithTaggedValue(t *testing.T) {
+	s := newServer(t)
+	code, out, raw := s.post(t, "ws_a", map[string]any{"source": `console.log('hi'); return {n: 1, u: undefined, big: 10n, d: new Date(0), m: new Map([['k', NaN]])}`})
+	if code != 200 || out["status"] != "completed" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	want := `"value":{"big":{"$type":"bigint","value":"10"},"d":{"$type":"date","value":"1970-01-01T00:00:00.000Z"},"m":{"$type":"map","entries":[["k",{"$type":"number","value":"NaN"}]]},"n":1,"u":{"$type":"undefined"}}`
+	if !strings.Contains(raw, want) || out["console"] != "hi\n" {
+		t.Fatalf("got %s", raw)
+	}
+}
+
+func TestClientFunctionInterruptAndResume(t *testing.T) {
+	s := newServer(t)
+	src := `const [a, b] = await Promise.all([ui.confirm('delete?'), ui.ask({q: 'name'})]);
+		let rejected = null;
+		try { await ui.confirm('again?') } catch (e) { rejected = [e.name, e.message, e.code] }
+		return {a, b, rejected}`
+	req := map[string]any{"source": src, "client_functions": map[string][]string{"ui": {"confirm", "ask"}}, "context": map[string]any{"user": "u1"}}
+	code, out, raw := s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	ints := out["interruptions"].([]any)
+	if len(ints) != 2 {
+		t.Fatalf("want 2 interruptions: %s", raw)
+	}
+	first := ints[0].(map[string]any)
+	if first["id"] != "interrupt-1" || first["host_function_name"] != "ui.confirm" || fmt.Sprint(first["arguments"]) != "[delete?]" {
+		t.Fatalf("interruption %v", first)
+	}
+	if !strings.Contains(raw, `"arguments":[{"q":"name"}]`) {
+		t.Fatalf("arguments not plain JSON: %s", raw)
+	}
+	// Partial resolution: only the first.
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	code, out, raw = s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" || len(out["interruptions"].([]any)) != 1 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-2", "value": map[string]any{"$type": "undefined"}}}
+	code, out, raw = s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// Reject the third call.
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-3", "error": map[string]any{"message": "user said no", "code": "DENIED"}}}
+	code, out, raw = s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "completed" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	if !strings.Contains(raw, `"value":{"a":true,"b":{"$type":"undefined"},"rejected":["Error","user said no","DENIED"]}`) {
+		t.Fatalf("got %s", raw)
+	}
+}
+
+func TestContinuationBoundToWorkspaceAndContext(t *testing.T) {
+	s := newServer(t)
+	req := map[string]any{"source": `return await ui.ok()`, "client_functions": map[string][]string{"ui": {"ok"}}, "context": "c1"}
+	_, out, _ := s.post(t, "ws_a", req)
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": 1}}
+	code, out2, raw := s.post(t, "ws_b", req)
+	if code != 400 || out2["error"].(map[string]any)["code"] != "RUN_PROTOCOL_ERROR" {
+		t.Fatalf("other workspace: %d %s", code, raw)
+	}
+	req["context"] = "c2"
+	code, _, raw = s.post(t, "ws_a", req)
+	if code != 400 {
+		t.Fatalf("other context: %d %s", code, raw)
+	}
+	req["context"] = "c1"
+	code, out2, raw = s.post(t, "ws_a", req)
+	if code != 200 || out2["value"] != 1.0 {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
+
+func TestSandboxBuiltins(t *testing.T) {
+	s := newServer(t)
+	src := `const csv = await sandbox.readFile('data.csv');
+		await sandbox.writeFile('/workspace/home/out/rows.txt', String(csv.trim().split('\n').length - 1));
+		const [r] = await sandbox.exec('echo hello', {max_output_length: 3});
+		let missing; try { await sandbox.readFile('nope.txt') } catch (e) { missing = e.code }
+		let escape; try { await sandbox.readFile('../../etc/passwd') } catch (e) { escape = e.code }
+		let abs; try { await sandbox.readFile('/etc/passwd') } catch (e) { abs = e.code }
+		const bytes = await sandbox.readFileBytes('out/rows.txt');
+		return {stdout: r.stdout, truncated: r.truncated, missing, escape, abs, bytes: bytes[0]}`
+	code, out, raw := s.post(t, "ws_a", map[string]any{"source": src, "sandbox": map[string]any{"container_id": "ctr_1"}})
+	if code != 200 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	v := out["value"].(map[string]any)
+	if v["stdout"] != "hel" || v["truncated"] != true || v["missing"] != "ENOENT" || v["escape"] != "EVAL_BAD_ARGUMENT" || v["abs"] != "EVAL_BAD_ARGUMENT" || v["bytes"] != float64('1') {
+		t.Fatalf("got %s", raw)
+	}
+	if string(s.sb.files["out/rows.txt"]) != "1" {
+		t.Fatalf("file %q", s.sb.files["out/rows.txt"])
+	}
+	// Another workspace cannot reach the container.
+	code, out, raw = s.post(t, "ws_b", map[string]any{"source": `return 1`, "sandbox": map[string]any{"container_id": "ctr_1"}})
+	if code != 404 || out["error"].(map[string]any)["code"] != CodeSandboxNotFound {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
+
+func TestSandboxApproval(t *testing.T) {
+	s := newServer(t)
+	src := `const [r] = await sandbox.exec('echo approved'); return r.stdout`
+	req := map[string]any{"source": src, "sandbox": map[string]any{"container_id": "ctr_1", "require_approval": []string{"exec"}}}
+	code, out, raw := s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" || !strings.Contains(raw, `"payload":{"function":"sandbox.exec","kind":"approval"}`) {
+		t.Fatalf("%d %s", code, raw)
+	}
+	if s.sb.execs != 0 {
+		t.Fatal("command ran before approval")
+	}
+	tok := out["continuation"]
+	// Dropping the approval requirement on resume is a binding mismatch.
+	bad := map[string]any{"source": src, "sandbox": map[string]any{"container_id": "ctr_1"}, "continuation": tok,
+		"resolutions": []map[string]any{{"interruption_id": "interrupt-1", "value": true}}}
+	if code, _, raw := s.post(t, "ws_a", bad); code != 400 {
+		t.Fatalf("approval requirement dropped: %d %s", code, raw)
+	}
+	req["continuation"] = tok
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": false}}
+	code, out, raw = s.post(t, "ws_a", req)
+	if code != 422 || out["error"].(map[string]any)["code"] != CodeNotApproved || s.sb.execs != 0 {
+		t.Fatalf("denied: %d %s", code, raw)
+	}
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	code, out, raw = s.post(t, "ws_a", req)
+	if code != 200 || out["value"] != "approved\n" || s.sb.execs != 1 {
+		t.Fatalf("approved: %d %s", code, raw)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	s := newServer(t)
+	cases := []struct {
+		name   string
+		body   string
+		status int
+		code   string
+	}{
+		{"01 bad JSON", `{`, 400, CodeBadRequest},
+		{"02 unknown field", `{"source":"1","nope":1}`, 400, CodeBadRequest},
+		{"03 guest error", `{"source":"throw new TypeError('bad')"}`, 422, "RUN_ERROR"},
+		{"04 timeout", `{"source":"while(true){}","limits":{"timeout_ms":100}}`, 422, "RUN_TIMEOUT"},
+		{"05 tampered continuation", `{"source":"1","continuation":"abc.def","resolutions":[{"interruption_id":"interrupt-1","value":1}]}`, 400, "RUN_PROTOCOL_ERROR"},
+		{"06 reserved namespace", `{"source":"1","client_functions":{"Math":["x"]}}`, 400, "RUN_INVALID_INPUT"},
+		{"07 sandbox namespace taken", `{"source":"1","client_functions":{"sandbox":["x"]},"sandbox":{"container_id":"ctr_1"}}`, 400, CodeBadRequest},
+		{"08 bad tagged value", `{"source":"1","context":{"$type":"nope"}}`, 400, CodeBadRequest},
+		{"09 non-serializable result", `{"source":"return () => 1"}`, 422, "RUN_SERIALIZATION_ERROR"},
+		{"10 limits cannot be raised", `{"source":"return 'x'.repeat(2000000)","limits":{"max_result_bytes":100000000}}`, 422, "RUN_RESULT_TOO_LARGE"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := http.Post(s.URL+"/api/v1/eval", "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			var out Response
+			if err := json.Unmarshal(raw, &out); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != c.status || out.Status != "error" || out.Error == nil || out.Error.Code != c.code {
+				t.Fatalf("got %d %s", resp.StatusCode, raw)
+			}
+		})
+	}
+	resp, err := http.Get(s.URL + "/api/v1/eval")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+}
