@@ -2,12 +2,14 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
@@ -62,6 +64,58 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 		return fmt.Errorf("write %s: %w", clean, err)
 	}
 	return nil
+}
+
+// ErrTooLarge is returned by ReadFile for a file over the caller's cap.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadFile reads a regular file at rel inside the named sandbox's home,
+// waking the sandbox if needed. Like WriteFile it resolves the path beneath
+// the home; FIFOs, devices and directories are refused without blocking,
+// and a file over maxBytes is ErrTooLarge.
+func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64) ([]byte, error) {
+	clean, err := homeRelPath(rel)
+	if err != nil {
+		return nil, err
+	}
+	var data []byte
+	err = m.withBox(name, func(b *box) error {
+		if err := m.wakeLocked(ctx, b); err != nil {
+			return err
+		}
+		data, err = readBeneath(filepath.Join(b.inst.dir, "home"), clean, maxBytes)
+		return err
+	})
+	return data, err
+}
+
+func readBeneath(dir, clean string, maxBytes int64) ([]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	// O_NONBLOCK: opening a FIFO must not wait for a writer.
+	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", clean, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file", clean)
+	}
+	if st.Size() > maxBytes {
+		return nil, fmt.Errorf("read %s: %w: %d bytes, the cap is %d", clean, ErrTooLarge, st.Size(), maxBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	if err == nil && int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("read %s: %w: the cap is %d", clean, ErrTooLarge, maxBytes)
+	}
+	return data, err
 }
 
 // homeRelPath validates a path relative to /workspace/home (an absolute

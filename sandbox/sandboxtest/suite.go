@@ -6,6 +6,7 @@ package sandboxtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -318,6 +319,31 @@ echo started; sleep 1000`
 		for _, bad := range []string{"MOUNTED", "MKNOD", "CHROOT"} {
 			if strings.Contains(o.Stdout, bad) {
 				t.Errorf("%s succeeded: %q", bad, o.Stdout)
+			}
+		}
+	})
+	t.Run("17 files in and out of the home, path-safe", func(t *testing.T) {
+		ctx := context.Background()
+		if err := m.WriteFile(ctx, box, "in/data.csv", strings.NewReader("a,b\n1,2\n")); err != nil {
+			t.Fatal(err)
+		}
+		if o := Run(t, m, box, "stat -c '%u %s' in/data.csv && ln -sf /etc/passwd in/link && ln -sf ../.. in/up && mkfifo in/fifo && echo made"); !strings.HasPrefix(o.Stdout, "1000 8\n") {
+			t.Fatalf("uploaded file: %q %q", o.Stdout, o.Stderr)
+		}
+		if b, err := m.ReadFile(ctx, box, "in/data.csv", 1<<20); err != nil || string(b) != "a,b\n1,2\n" {
+			t.Fatalf("read back: %q %v", b, err)
+		}
+		if _, err := m.ReadFile(ctx, box, "in/data.csv", 3); !errors.Is(err, sandbox.ErrTooLarge) {
+			t.Errorf("size cap: %v", err)
+		}
+		for _, p := range []string{"../x", "/etc/passwd", "in/link", "in/up/etc/passwd", "in/fifo", "in", "a\x00b"} {
+			if b, err := m.ReadFile(ctx, box, p, 1<<20); err == nil {
+				t.Errorf("read %q: got %d bytes, want an error", p, len(b))
+			}
+		}
+		for _, p := range []string{"../x", "in/up/escape", "in/link"} {
+			if err := m.WriteFile(ctx, box, p, strings.NewReader("x")); err == nil {
+				t.Errorf("write %q succeeded", p)
 			}
 		}
 	})
