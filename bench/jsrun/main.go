@@ -1,0 +1,231 @@
+// Command jsrun-bench runs jsrun and quickjs-emscripten (the engine the Run
+// SDK embeds, on Node) side by side on the same cases and prints a table of
+// medians, p99 and ratios.
+//
+//	(cd bench/jsrun && npm ci) && go run ./bench/jsrun -n 300
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shellgate/shellgate/jsrun"
+	"modernc.org/quickjs"
+)
+
+type stat struct {
+	p50, p99 float64 // µs
+	extra    string
+}
+
+func main() {
+	n := flag.Int("n", 300, "iterations per case")
+	concurrent := flag.Int("concurrent", 1000, "runs alive at once in the concurrency case")
+	dir := flag.String("dir", "bench/jsrun", "directory of bench.mjs (with node_modules)")
+	flag.Parse()
+
+	goStats := runGo(*n, *concurrent)
+	nodeStats, nodeErr := runNode(*dir, *n, *concurrent)
+
+	fmt.Printf("jsrun (Go %s, modernc.org/quickjs) vs quickjs-emscripten 0.32 (Node %s); %d iterations per case, %d CPUs\n\n",
+		runtime.Version(), nodeVersion(), *n, runtime.NumCPU())
+	fmt.Println("| case | jsrun p50 | jsrun p99 | emscripten p50 | emscripten p99 | p50 ratio (jsrun/emscripten) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	for _, c := range []string{"bare", "fresh", "roundtrip", "ten", "interrupt_resume"} {
+		g, ns := goStats[c], nodeStats[c]
+		ratio := "—"
+		if ns.p50 > 0 {
+			ratio = fmt.Sprintf("%.2f", g.p50/ns.p50)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", label(c), ms(g.p50), ms(g.p99), ms(ns.p50), ms(ns.p99), ratio)
+	}
+	fmt.Printf("| %d concurrent runs | %s | | %s | | |\n", *concurrent, goStats["concurrent"].extra, nodeStats["concurrent"].extra)
+	if nodeErr != nil {
+		fmt.Fprintf(os.Stderr, "\nnode side failed: %v\n", nodeErr)
+		os.Exit(1)
+	}
+}
+
+func label(c string) string {
+	return map[string]string{
+		"bare":             "bare engine: new context, eval `1+1`, dispose",
+		"fresh":            "fresh run of `return 1+1`",
+		"roundtrip":        "one host round trip",
+		"ten":              "ten sequential round trips",
+		"interrupt_resume": "interrupt + resume (signed token, replay)",
+	}[c]
+}
+
+func ms(us float64) string {
+	if us == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.3f ms", us/1000)
+}
+
+func percentiles(d []time.Duration) stat {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(p float64) float64 {
+		i := int(float64(len(d)) * p)
+		if i >= len(d) {
+			i = len(d) - 1
+		}
+		return float64(d[i].Nanoseconds()) / 1000
+	}
+	return stat{p50: at(0.5), p99: at(0.99)}
+}
+
+var host = map[string]jsrun.Namespace{"host": {
+	"echo": jsrun.Async(func(_ context.Context, args []any) (any, error) { return args[0], nil }),
+	"approve": jsrun.Async(func(ctx context.Context, args []any) (any, error) {
+		if r := jsrun.ResumeFrom(ctx); r != nil {
+			return r.Resolution, nil
+		}
+		return nil, jsrun.Interrupt(ctx, args[0])
+	}),
+}}
+
+func runGo(n, concurrent int) map[string]stat {
+	r, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32)})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	must := func(res *jsrun.Result, err error) *jsrun.Result {
+		if err != nil {
+			panic(err)
+		}
+		return res
+	}
+	cases := map[string]func(){
+		"bare": func() {
+			vm, err := quickjs.NewVM()
+			if err != nil {
+				panic(err)
+			}
+			if _, err := vm.Eval("1+1", quickjs.EvalGlobal); err != nil {
+				panic(err)
+			}
+			vm.Close()
+		},
+		"fresh":     func() { must(r.Run(ctx, jsrun.Input{Source: "return 1+1", HostFunctions: host})) },
+		"roundtrip": func() { must(r.Run(ctx, jsrun.Input{Source: "return await host.echo(1)", HostFunctions: host})) },
+		"ten": func() {
+			must(r.Run(ctx, jsrun.Input{Source: "let s = 0; for (let i = 0; i < 10; i++) s += await host.echo(i); return s", HostFunctions: host}))
+		},
+		"interrupt_resume": func() {
+			src := "const a = await host.echo(1); const ok = await host.approve(a); return ok"
+			res := must(r.Run(ctx, jsrun.Input{Source: src, HostFunctions: host}))
+			must(r.Run(ctx, jsrun.Input{Source: src, HostFunctions: host, Continuation: res.Continuation,
+				Resolutions: []jsrun.Resolution{{InterruptionID: res.Interruptions[0].ID, Value: true}}}))
+		},
+	}
+	out := map[string]stat{}
+	for _, name := range []string{"bare", "fresh", "roundtrip", "ten", "interrupt_resume"} {
+		fn := cases[name]
+		for i := 0; i < 20; i++ {
+			fn()
+		}
+		d := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			t := time.Now()
+			fn()
+			d = append(d, time.Since(t))
+		}
+		out[name] = percentiles(d)
+	}
+	out["concurrent"] = goConcurrent(r, concurrent)
+	return out
+}
+
+func goConcurrent(r *jsrun.Runner, n int) stat {
+	gate := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(n)
+	hf := map[string]jsrun.Namespace{"host": {"echo": jsrun.Async(func(_ context.Context, args []any) (any, error) {
+		started.Done()
+		<-gate
+		return args[0], nil
+	})}}
+	var wg sync.WaitGroup
+	t := time.Now()
+	for j := 0; j < n; j++ {
+		wg.Add(1)
+		go func(j int) {
+			defer wg.Done()
+			res, err := r.Run(context.Background(), jsrun.Input{Source: "const a = new Array(1000).fill(0).map((_, i) => ({i})); return (await host.echo(" + strconv.Itoa(j) + ")) + a.length", HostFunctions: hf})
+			if err != nil || res.Value != float64(j+1000) {
+				panic(fmt.Sprint(res, err))
+			}
+		}(j)
+	}
+	started.Wait()
+	rss := peakRSSMiB()
+	close(gate)
+	wg.Wait()
+	return stat{extra: fmt.Sprintf("all correct, %d ms wall, peak RSS %.0f MiB", time.Since(t).Milliseconds(), rss)}
+}
+
+func peakRSSMiB() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func runNode(dir string, n, concurrent int) (map[string]stat, error) {
+	out := map[string]stat{}
+	cmd := exec.Command("node", filepath.Join(dir, "bench.mjs"), "--n", strconv.Itoa(n), "--concurrent", strconv.Itoa(concurrent))
+	cmd.Stderr = os.Stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("node %s/bench.mjs (run npm ci there first): %w", dir, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		var line struct {
+			Case   string  `json:"case"`
+			P50    float64 `json:"p50_us"`
+			P99    float64 `json:"p99_us"`
+			WallMs float64 `json:"wall_ms"`
+			RSS    float64 `json:"rss_mib"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		s := stat{p50: line.P50, p99: line.P99}
+		if line.Case == "concurrent" {
+			s.extra = fmt.Sprintf("all correct, %.0f ms wall, RSS %.0f MiB", line.WallMs, line.RSS)
+		}
+		out[line.Case] = s
+	}
+	return out, nil
+}
+
+func nodeVersion() string {
+	b, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
