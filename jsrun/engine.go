@@ -59,7 +59,7 @@ func discoverFreezePaths(bc []byte) error {
 		return err
 	}
 	defer fn.Free()
-	cfg := `{"namespaces":[],"dateNowMs":0,"seed":"00000000000000000000000000000001","consoleMax":0,"freeze":null}`
+	cfg := `{"freeze":null}`
 	bridge, err := fn.CallValue(quickjs.UndefinedValue, cfg)
 	if err != nil {
 		return err
@@ -105,13 +105,12 @@ type invocation struct {
 	resolutions map[string]*resolved
 	id          string
 
-	vm        *quickjs.VM
-	methods   map[string]quickjs.Value
-	bridge    quickjs.Value
-	hasBridge bool
-	deadline  time.Time
-	timedOut  atomic.Bool
-	aborted   atomic.Bool
+	vm       *quickjs.VM
+	methods  map[string]quickjs.Value
+	bridge   quickjs.Value
+	deadline time.Time
+	timedOut atomic.Bool
+	aborted  atomic.Bool
 
 	calls      []*call
 	newLedger  []ledgerEntry
@@ -166,27 +165,29 @@ func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
 		}
 	}
 
-	vm, err := quickjs.NewVM()
-	if err != nil {
-		return nil, newError(CodeInternal, "creating VM: %v", err)
+	h := inv.r.takeHardened()
+	if h == nil {
+		if h, err = newHardened(bc, time.Until(inv.deadline)); err != nil {
+			if time.Now().After(inv.deadline) {
+				return nil, inv.timeoutError()
+			}
+			return nil, newError(CodeInternal, "preparing context: %v", err)
+		}
 	}
-	inv.vm = vm
-	inv.methods = map[string]quickjs.Value{}
+	vm := h.vm
+	inv.vm, inv.bridge, inv.methods = vm, h.bridge, h.methods
 	defer func() {
-		for _, v := range inv.methods {
-			v.Free()
-		}
-		if inv.hasBridge {
-			inv.bridge.Free()
-		}
 		if p := recover(); p != nil {
 			// A panic inside the engine abandons the VM; Close still frees
 			// what it can, and the run fails instead of the process.
 			res, err = nil, newError(CodeInternal, "engine panic: %v", p)
+			_ = vm.Close()
+			return
 		}
-		_ = vm.Close()
+		// Freeing a context costs a few hundred µs; the result does not
+		// wait for it. Nothing else holds the context any more.
+		go h.close()
 	}()
-	vm.SetWTF8(true)
 	vm.SetMemoryLimit(uintptr(inv.lim.MemoryBytes))
 	vm.SetMaxStackSize(stackSlots(inv.lim.StackBytes))
 	timer := time.AfterFunc(time.Until(inv.deadline), func() {
@@ -200,7 +201,7 @@ func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
 	})
 	defer stopAbort()
 
-	if err := inv.setup(bc); err != nil {
+	if err := inv.setup(); err != nil {
 		return nil, err
 	}
 	return inv.loop(ctx)
@@ -254,25 +255,17 @@ func (inv *invocation) call(method string, args ...any) (any, error) {
 	return r, nil
 }
 
+// preludeConfig is what init receives: the per-run part of the setup.
 type preludeConfig struct {
-	Namespaces [][]any         `json:"namespaces"`
-	DateNowMs  int64           `json:"dateNowMs"`
-	Seed       string          `json:"seed"`
-	ConsoleMax int             `json:"consoleMax"`
-	Freeze     json.RawMessage `json:"freeze"`
+	Namespaces [][]any `json:"namespaces"`
+	DateNowMs  int64   `json:"dateNowMs"`
+	Seed       string  `json:"seed"`
+	ConsoleMax int     `json:"consoleMax"`
 }
 
-func (inv *invocation) setup(bc []byte) error {
+func (inv *invocation) setup() error {
 	vm := inv.vm
-	if err := inv.enter(); err != nil {
-		return err
-	}
-	fn, err := vm.EvalBytecodeValue(bc)
-	if err != nil {
-		return inv.vmError(err)
-	}
-	defer fn.Free()
-	cfg := preludeConfig{Namespaces: [][]any{}, Freeze: freezePaths, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes}
+	cfg := preludeConfig{Namespaces: [][]any{}, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes}
 	nss := make([]string, 0, len(inv.in.HostFunctions))
 	for ns := range inv.in.HostFunctions {
 		nss = append(nss, ns)
@@ -287,24 +280,8 @@ func (inv *invocation) setup(bc []byte) error {
 		cfg.Namespaces = append(cfg.Namespaces, []any{ns, fns})
 	}
 	cfgJSON, _ := json.Marshal(cfg)
-	if err := inv.enter(); err != nil {
+	if _, err := inv.call("init", string(cfgJSON)); err != nil {
 		return err
-	}
-	bridge, err := fn.CallValue(quickjs.UndefinedValue, string(cfgJSON))
-	if err != nil {
-		return inv.vmError(err)
-	}
-	inv.bridge, inv.hasBridge = bridge, true
-	for _, name := range []string{"start", "poll", "settle", "finish", "console"} {
-		atom, err := vm.NewAtom(name)
-		if err != nil {
-			return inv.vmError(err)
-		}
-		m, err := bridge.GetPropertyValue(atom)
-		if err != nil {
-			return inv.vmError(err)
-		}
-		inv.methods[name] = m
 	}
 
 	if err := inv.enter(); err != nil {

@@ -311,7 +311,7 @@
   }
 
   // ---- determinism: Date and Math.random
-  let clock = cfg.dateNowMs;
+  let clock = 0; // set by init
   const tick = () => { const t = clock; clock += 1; return t; };
   const RealDate = $Date;
   const DateShim = function Date(...args) {
@@ -329,8 +329,7 @@
 
   // xorshift128+ over two 64-bit BigInt halves, seeded from the token state.
   const M64 = (1n << 64n) - 1n;
-  let s0 = $BigInt('0x' + strSlice(cfg.seed, 0, 16)), s1 = $BigInt('0x' + strSlice(cfg.seed, 16, 32));
-  if (s0 === 0n && s1 === 0n) s1 = 1n;
+  let s0 = 0n, s1 = 1n; // set by init
   const NumberOf = Number;
   Math.random = function random() {
     let x = s0;
@@ -347,7 +346,7 @@
   let consoleOut = '';
   let consoleBytes = 0;
   let consoleTruncated = false;
-  const consoleMax = cfg.consoleMax;
+  let consoleMax = 0; // set by init
   function fmt(v, depth, seenSet) {
     switch (typeof v) {
       case 'string': return depth === 0 ? v : JSONstringify(v);
@@ -476,11 +475,8 @@
     }[fnName];
     return freeze(f);
   }
-  for (const [ns, fns] of cfg.namespaces) {
-    const obj = create(null);
-    for (const fn of fns) defineProperty(obj, fn, { value: makeHostFunction(ns + '.' + fn, fn), enumerable: true });
-    defineProperty(G, ns, { value: freeze(obj), enumerable: false, writable: false, configurable: false });
-  }
+  // The namespaces themselves are defined by init, after hardening, so that a
+  // context can be hardened before its run is known.
 
   // ---- the override mistake: assigning e.g. this.name in an Error subclass
   // would fail once Error.prototype is frozen, so the commonly overridden
@@ -606,6 +602,21 @@
     return { name, message, code, stack };
   }
   return freeze({
+    // init configures a hardened context for one run: the determinism state,
+    // the console cap and the host namespaces. Called once, before start.
+    init(runJSON) {
+      const run = JSONparse(runJSON);
+      clock = run.dateNowMs;
+      s0 = $BigInt('0x' + strSlice(run.seed, 0, 16));
+      s1 = $BigInt('0x' + strSlice(run.seed, 16, 32));
+      if (s0 === 0n && s1 === 0n) s1 = 1n;
+      consoleMax = run.consoleMax;
+      for (const [ns, fns] of run.namespaces) {
+        const obj = create(null);
+        for (const fn of fns) defineProperty(obj, fn, { value: makeHostFunction(ns + '.' + fn, fn), enumerable: true });
+        defineProperty(G, ns, { value: freeze(obj), enumerable: false, writable: false, configurable: false });
+      }
+    },
     start: function jsrun$start(fn) {
       let p;
       try { p = fn(); } catch (e) { outcome = 2; outcomeValue = e; return; }

@@ -864,3 +864,26 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+func TestPrewarmedContextsAreFreshPerRun(t *testing.T) {
+	r := newTestRunner(t, func(c *Config) { c.Prewarm = 2 })
+	defer r.Close()
+	var calls atomic.Int64
+	hf := tools(&calls)
+	for i := 0; i < 6; i++ {
+		time.Sleep(20 * time.Millisecond) // let the pool refill
+		res := mustRun(t, r, Input{Source: `const seen = typeof globalThis.mark; globalThis.mark = 1; return [seen, await tools.sum(1, 2), Object.isFrozen(Array.prototype)]`, HostFunctions: hf})
+		if !reflect.DeepEqual(res.Value, []any{"undefined", 3.0, true}) {
+			t.Fatalf("run %d: %v", i, res.Value)
+		}
+	}
+	// Interrupt and resume through prewarmed contexts too.
+	res := mustRun(t, r, Input{Source: `return await tools.approve(1)`, HostFunctions: hf})
+	res = mustRun(t, r, Input{Source: `return await tools.approve(1)`, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, "y")})
+	if res.Value != "y" {
+		t.Fatalf("got %v", res.Value)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
