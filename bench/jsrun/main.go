@@ -44,8 +44,8 @@ func main() {
 		runtime.Version(), nodeVersion(), *n, runtime.NumCPU())
 	fmt.Println("| case | jsrun p50 | jsrun p99 | emscripten p50 | emscripten p99 | p50 ratio (jsrun/emscripten) |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
-	for _, c := range []string{"bare", "fresh", "roundtrip", "ten", "interrupt_resume"} {
-		g, ns := goStats[c], nodeStats[c]
+	for _, c := range []string{"bare", "fresh", "roundtrip", "ten", "interrupt_resume", "fresh_prewarmed", "interrupt_resume_prewarmed"} {
+		g, ns := goStats[c], nodeStats[strings.TrimSuffix(c, "_prewarmed")]
 		ratio := "—"
 		if ns.p50 > 0 {
 			ratio = fmt.Sprintf("%.2f", g.p50/ns.p50)
@@ -61,11 +61,13 @@ func main() {
 
 func label(c string) string {
 	return map[string]string{
-		"bare":             "bare engine: new context, eval `1+1`, dispose",
-		"fresh":            "fresh run of `return 1+1`",
-		"roundtrip":        "one host round trip",
-		"ten":              "ten sequential round trips",
-		"interrupt_resume": "interrupt + resume (signed token, replay)",
+		"bare":                       "bare engine: new context, eval `1+1`, dispose",
+		"fresh":                      "fresh run of `return 1+1`",
+		"roundtrip":                  "one host round trip",
+		"ten":                        "ten sequential round trips",
+		"interrupt_resume":           "interrupt + resume (signed token, replay)",
+		"fresh_prewarmed":            "fresh run, jsrun Prewarm=4, one run per 5 ms (emscripten: closed loop)",
+		"interrupt_resume_prewarmed": "interrupt + resume, jsrun Prewarm=4, one per 5 ms (emscripten: closed loop)",
 	}[c]
 }
 
@@ -146,6 +148,26 @@ func runGo(n, concurrent int) map[string]stat {
 			d = append(d, time.Since(t))
 		}
 		out[name] = percentiles(d)
+	}
+	// The same two cases with prewarmed contexts, paced so the pool keeps
+	// up: the latency a server sees below saturation.
+	pr, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32), Prewarm: 4})
+	if err != nil {
+		panic(err)
+	}
+	defer pr.Close()
+	r = pr
+	for _, name := range []string{"fresh", "interrupt_resume"} {
+		fn := cases[name]
+		time.Sleep(100 * time.Millisecond)
+		d := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			time.Sleep(5 * time.Millisecond)
+			t := time.Now()
+			fn()
+			d = append(d, time.Since(t))
+		}
+		out[name+"_prewarmed"] = percentiles(d)
 	}
 	out["concurrent"] = goConcurrent(r, concurrent)
 	return out
