@@ -135,12 +135,13 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 		inst.client.Close()
 	}
 	errs = append(errs, inst.rt.Delete(ctx, inst.cid))
+	removeCgroups(inst.cid)
 	errs = append(errs, unmountAll(inst.dir))
 	if err := os.RemoveAll(inst.dir); err != nil {
 		errs = append(errs, err)
 	}
 	if inst.owner != nil {
-		inst.owner.Close()
+		unlockFile(inst.owner)
 	}
 	return errors.Join(errs...)
 }
@@ -200,7 +201,16 @@ func (m *Manager) lockHome(name string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	return func() { f.Close() }, nil
+	return func() { unlockFile(f) }, nil
+}
+
+// unlockFile releases a lock from lockFile. The explicit LOCK_UN matters: a
+// child forked by another goroutine (a runtime CLI being started) holds a
+// copy of the descriptor until it execs, and a plain Close would leave the
+// lock held by that copy for a moment.
+func unlockFile(f *os.File) {
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	f.Close()
 }
 
 // cleanOrphans removes the containers and mounts of every sandbox whose
@@ -291,4 +301,23 @@ func (m *Manager) dropRuntimeMounts(ctx context.Context) error {
 		return nil
 	}
 	return unmountAll(m.dirs.runtimeState)
+}
+
+// removeCgroups removes the container's cgroups in every hierarchy if the
+// runtime left them (a container that failed to start, or a runtime killed
+// mid-way). Only empty cgroups can be removed, so this never touches a live
+// one.
+func removeCgroups(cid string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "shellgate", cid))
+	if d := filepath.Join("/sys/fs/cgroup", "shellgate", cid); dirExists(d) {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		unix.Rmdir(d)
+	}
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }

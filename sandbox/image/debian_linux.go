@@ -31,7 +31,7 @@ var DefaultPackages = []string{
 
 // debianFormat is part of the build key: bump it when the recipe changes
 // (trimming, preparation) so existing images are rebuilt.
-const debianFormat = 1
+const debianFormat = 2
 
 // DebianOptions configure BuildDebian. The zero value builds the default
 // image.

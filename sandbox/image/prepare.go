@@ -73,6 +73,9 @@ func prepare(rootfs string) ([]string, error) {
 			return nil, err
 		}
 	}
+	if err := forklessProfile(r); err != nil {
+		return nil, err
+	}
 	if err := lchown(r, ".", 0, 0); err != nil {
 		return nil, err
 	}
@@ -80,6 +83,30 @@ func prepare(rootfs string) ([]string, error) {
 		return nil, err
 	}
 	return shell, nil
+}
+
+// forklessProfile makes /etc/profile ask bash for the user id ($EUID)
+// instead of running id(1) in a subshell: every sandbox command is a login
+// shell, and that fork was the largest part of a warm `true` (about 1 ms on
+// crun, 20 ms under gVisor). Other shells still fall back to id.
+func forklessProfile(r *os.Root) error {
+	const path = "etc/profile"
+	fi, err := r.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.Mode().IsRegular()) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b, err := r.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	fixed := strings.ReplaceAll(string(b), `"$(id -u)"`, `"${EUID:-$(id -u)}"`)
+	if fixed == string(b) {
+		return nil
+	}
+	return r.WriteFile(path, []byte(fixed), fi.Mode().Perm())
 }
 
 // editDB puts line into a colon-separated database such as /etc/passwd:

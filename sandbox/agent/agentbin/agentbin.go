@@ -3,11 +3,14 @@
 package agentbin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 )
 
@@ -44,24 +47,36 @@ var (
 	buildErr  error
 )
 
-// Build compiles a static agent from this module's source into a temporary
-// directory, once per process. Tests and benchmarks use it so that they
-// always run the agent of the code under test.
+// Build compiles a static agent from this module's source, once per
+// process, into one directory per checkout under the temporary directory
+// (replaced atomically, so sandboxes still running an older build keep it).
+// Tests and benchmarks use it so that they always run the agent of the code
+// under test.
 func Build() (string, error) {
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shellgate-agent-")
+		_, src, _, _ := goruntime.Caller(0)
+		sum := sha256.Sum256([]byte(src))
+		dir := filepath.Join(os.TempDir(), "shellgate-agent-"+hex.EncodeToString(sum[:6]))
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		tmp, err := os.CreateTemp(dir, ".build-*")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		out := filepath.Join(dir, Name)
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/shellgate/shellgate/cmd/shellgate-agent")
+		tmp.Close()
+		defer os.Remove(tmp.Name())
+		cmd := exec.Command("go", "build", "-trimpath", "-o", tmp.Name(), "github.com/shellgate/shellgate/cmd/shellgate-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			buildErr = errors.Join(fmt.Errorf("build agent: %w", err), errors.New(string(b)))
 			return
 		}
-		buildPath = out
+		out := filepath.Join(dir, Name)
+		if buildErr = os.Rename(tmp.Name(), out); buildErr == nil {
+			buildPath = out
+		}
 	})
 	return buildPath, buildErr
 }
