@@ -15,17 +15,14 @@ import (
 	"strings"
 
 	"github.com/shellgate/shellgate/jsrun"
+	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/jsrun/jsrunhttp"
+	"github.com/shellgate/shellgate/sandbox"
 )
 
 func init() {
 	register("eval", "run a JavaScript file in the secure eval (interrupt/resume from the shell)", runEval)
 }
-
-// evalSandboxResolver is the hook the sandbox engine fills in to make
-// --sandbox NAME work: it returns the built-ins' view of the named container
-// under dataDir. Until it is set, --sandbox fails with a clear message.
-var evalSandboxResolver func(ctx context.Context, dataDir string) (jsrunhttp.SandboxResolver, error)
 
 // evalAudience is shared with the server's handler so that a continuation
 // printed by the CLI is only good for eval.
@@ -54,7 +51,9 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	continuation := fs.String("continuation", "", "continuation token from an interrupted run")
 	var resolves multiFlag
 	fs.Var(&resolves, "resolve", "ID=JSON resolution (tagged JSON), repeatable")
-	sandboxName := fs.String("sandbox", "", "container to enable the sandbox built-ins on")
+	sandboxName := fs.String("sandbox", "", "sandbox (container) whose built-ins the code may call: sandbox.exec, readFile, writeFile")
+	rtName := fs.String("runtime", "", "with --sandbox: OCI runtime (default: the strongest that works here)")
+	imageName := fs.String("image", "default", "with --sandbox: root filesystem image")
 	contextJSON := fs.String("context", "", "tagged-JSON value bound into the continuation")
 	// Accept flags before or after FILE.js.
 	var file string
@@ -127,14 +126,21 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	}
 	cfg := jsrunhttp.Config{Runner: runner}
 	if *sandboxName != "" {
-		if evalSandboxResolver == nil {
-			return errors.New("--sandbox is not wired to the sandbox engine in this build yet (cmd/shellgate: evalSandboxResolver is unset)")
+		if !sandbox.ValidName(*sandboxName) {
+			return fmt.Errorf("--sandbox: %w: %q", sandbox.ErrBadName, *sandboxName)
 		}
-		resolver, err := evalSandboxResolver(ctx, *dataDir)
+		mgr, err := sandbox.Open(ctx, sandbox.Config{DataDir: *dataDir, Runtime: *rtName, Image: *imageName, IdleTimeout: -1})
 		if err != nil {
 			return fmt.Errorf("--sandbox: %w", err)
 		}
-		cfg.Sandboxes = resolver
+		defer mgr.Close(context.WithoutCancel(ctx))
+		// The CLI's caller owns every sandbox of the data directory.
+		cfg.Sandboxes = func(_ context.Context, _ *http.Request, id string) (jsrunhttp.Sandbox, error) {
+			if !sandbox.ValidName(id) {
+				return nil, fmt.Errorf("%w: %q", jsrunhttp.ErrSandboxNotFound, id)
+			}
+			return tool.EvalSandbox{Manager: mgr, Name: id}, nil
+		}
 		req.Sandbox = &jsrunhttp.SandboxRequest{ContainerID: *sandboxName}
 	}
 	status, resp := jsrunhttp.EvalRequest(ctx, jsrunhttp.NewHandler(cfg), req)

@@ -110,6 +110,8 @@ type CommandOutput struct {
 	Stdout  string  `json:"stdout"`
 	Stderr  string  `json:"stderr"`
 	Outcome Outcome `json:"outcome"`
+	// Truncated is set when either stream was cut (the text says so too).
+	Truncated bool `json:"-"`
 }
 
 // Executor runs one command in a named sandbox; *sandbox.Manager is one.
@@ -140,10 +142,11 @@ func RunShell(ctx context.Context, ex Executor, name string, p Plan) ([]CommandO
 // Output shapes a sandbox result: text capped at maxChars characters per
 // stream (invalid UTF-8 shown as U+FFFD) with the truncation marked.
 func Output(r sandbox.Result, maxChars int) CommandOutput {
-	o := CommandOutput{
-		Stdout: capText(r.Stdout, r.StdoutBytes, maxChars),
-		Stderr: capText(r.Stderr, r.StderrBytes, maxChars),
-	}
+	var cutOut, cutErr bool
+	o := CommandOutput{}
+	o.Stdout, cutOut = capText(r.Stdout, r.StdoutBytes, maxChars)
+	o.Stderr, cutErr = capText(r.Stderr, r.StderrBytes, maxChars)
+	o.Truncated = cutOut || cutErr
 	if r.TimedOut {
 		o.Outcome = Outcome{Type: "timeout"}
 	} else {
@@ -156,7 +159,7 @@ func Output(r sandbox.Result, maxChars int) CommandOutput {
 // TruncationMarker starts the line appended to output that was cut.
 const TruncationMarker = "\n[shellgate: output truncated"
 
-func capText(b []byte, total int64, maxChars int) string {
+func capText(b []byte, total int64, maxChars int) (string, bool) {
 	cut := total > int64(len(b))
 	if cut {
 		// The agent's byte cap may split the last character.
@@ -186,6 +189,7 @@ func capText(b []byte, total int64, maxChars int) string {
 	if i < len(b) || cut {
 		total = max(total, int64(len(b)))
 		fmt.Fprintf(&sb, "%s: showing the first %d characters of %s]", TruncationMarker, n, humanize.IBytes(uint64(total)))
+		return sb.String(), true
 	}
-	return sb.String()
+	return sb.String(), false
 }

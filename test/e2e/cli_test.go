@@ -156,3 +156,50 @@ func TestCSVExample(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalFromTheShell drives the secure eval as a script would: a client
+// function interrupts, the shell resumes with the token, and the sandbox
+// built-ins act on a real sandbox's home.
+func TestEvalFromTheShell(t *testing.T) {
+	sandboxtest.Skip(t, "runc", "busybox")
+	run := cli(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "plan.js")
+	os.WriteFile(script, []byte(`
+await sandbox.writeFile("nums.txt", "4\n5\n6\n");
+const ok = await ui.confirm({question: "sum the numbers?"});
+if (!ok) return "declined";
+const [r] = await sandbox.exec(["awk '{s+=$1} END {print s}' nums.txt"]);
+return {sum: Number(r.stdout.trim()), exit: r.exit_code};
+`), 0o644)
+	base := []string{"eval", script, "--client-functions", "ui.confirm", "--sandbox", "evalbox", "--image", "busybox", "--runtime", "runc"}
+	out, stderr, code := run(base...)
+	if code != 3 {
+		t.Fatalf("want exit 3 (interrupted), got %d: %s %s", code, out, stderr)
+	}
+	var first struct {
+		Status        string `json:"status"`
+		Continuation  string `json:"continuation"`
+		Interruptions []struct {
+			ID               string `json:"id"`
+			HostFunctionName string `json:"host_function_name"`
+		} `json:"interruptions"`
+	}
+	if err := json.Unmarshal([]byte(out), &first); err != nil || first.Status != "interrupted" || len(first.Interruptions) != 1 || first.Interruptions[0].HostFunctionName != "ui.confirm" {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// The write happened once, before the interruption; the resume replays it.
+	out, stderr, code = run(append(base, "--continuation", first.Continuation, "--resolve", first.Interruptions[0].ID+"=true")...)
+	if code != 0 || strings.TrimSpace(out) != `{"status":"completed","value":{"exit":0,"sum":15}}` {
+		t.Fatalf("resume: exit %d %s %s", code, out, stderr)
+	}
+	// A tampered token fails before any effect.
+	bad := first.Continuation[:len(first.Continuation)-4] + "AAAA"
+	out, _, code = run(append(base, "--continuation", bad, "--resolve", first.Interruptions[0].ID+"=true")...)
+	if code != 1 || !strings.Contains(out, "RUN_PROTOCOL_ERROR") {
+		t.Fatalf("tampered token: exit %d %s", code, out)
+	}
+	if _, stderr, code = run("eval", script, "--sandbox", "../etc"); code == 0 || !strings.Contains(stderr, "sandbox name must be") {
+		t.Fatalf("bad sandbox name: exit %d %s", code, stderr)
+	}
+}
