@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/internal/tool"
+	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/jsrun/jsrunhttp"
 	"github.com/shellgate/shellgate/sandbox"
 )
