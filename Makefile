@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build setup images demo test test-race bench clean
+.PHONY: build setup images demo test bench clean
 
 # Both binaries are static: the agent runs inside sandboxes of any image.
 build:
@@ -26,10 +26,13 @@ test: setup images
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
+	$(GO) test -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
 
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh
 	$(GO) run ./bench/sandbox
+	cd bench/jsrun && npm ci
+	$(GO) run ./bench/jsrun
 
 clean:
 	rm -rf $(BIN)
