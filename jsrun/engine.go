@@ -24,67 +24,181 @@ var (
 	preludeOnce     sync.Once
 	preludeBytecode []byte
 	preludeErr      error
-	// freezePaths lists the access paths of every intrinsic container, found
-	// once per process by the prelude's discovery walk.
-	freezePaths json.RawMessage = json.RawMessage("null")
 )
 
-// compiledPrelude compiles the prelude once per process; every run evaluates
-// the bytecode instead of parsing the source again.
+// freezeMarker is where the generated freeze list goes in the prelude.
+const freezeMarker = "/*@jsrun:freeze@*/"
+
+// compiledPrelude prepares the prelude once per process: it runs the
+// prelude's discovery walk over the intrinsics in a scratch context, splices
+// the straight-line freeze code generated from it into the source, and
+// compiles that once; every context evaluates the bytecode.
 func compiledPrelude() ([]byte, error) {
 	preludeOnce.Do(func() {
+		var code string
+		if code, preludeErr = discoverFreezeCode(); preludeErr != nil {
+			return
+		}
+		if strings.Count(preludeSource, freezeMarker) != 1 {
+			preludeErr = errors.New("jsrun: prelude freeze marker missing")
+			return
+		}
 		vm, err := quickjs.NewVM()
 		if err != nil {
 			preludeErr = err
 			return
 		}
 		defer vm.Close()
-		preludeBytecode, preludeErr = vm.Compile(preludeSource, quickjs.EvalGlobal)
-		if preludeErr == nil {
-			preludeErr = discoverFreezePaths(preludeBytecode)
-		}
+		src := strings.Replace(preludeSource, freezeMarker, code, 1)
+		preludeBytecode, preludeErr = vm.Compile(src, quickjs.EvalGlobal)
 	})
 	return preludeBytecode, preludeErr
 }
 
-// discoverFreezePaths runs the prelude once in discovery mode.
-func discoverFreezePaths(bc []byte) error {
+// discovery is what the prelude's discovery walk reports: the access path
+// of every intrinsic container (in breadth-first order, so a path's parent
+// comes before it) and the global bindings that were made read-only.
+type discovery struct {
+	Paths [][]string `json:"paths"`
+	// Globals are [step, isData] pairs.
+	Globals [][2]any `json:"globals"`
+}
+
+// discoverFreezeCode runs the prelude once in discovery mode and returns the
+// JavaScript that repeats what the walk did without walking.
+func discoverFreezeCode() (string, error) {
 	vm, err := quickjs.NewVM()
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer vm.Close()
-	fn, err := vm.EvalBytecodeValue(bc)
+	vm.SetWTF8(true)
+	fn, err := vm.EvalValue(preludeSource, quickjs.EvalGlobal)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer fn.Free()
-	cfg := `{"freeze":null}`
-	bridge, err := fn.CallValue(quickjs.UndefinedValue, cfg)
+	bridge, err := fn.CallValue(quickjs.UndefinedValue, true)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer bridge.Free()
 	atom, err := vm.NewAtom("discovered")
 	if err != nil {
-		return err
+		return "", err
 	}
 	m, err := bridge.GetPropertyValue(atom)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer m.Free()
 	out, err := m.Call(bridge)
 	if err != nil {
-		return err
+		return "", err
 	}
 	s, _ := out.(string)
-	var paths [][]string
-	if err := json.Unmarshal([]byte(s), &paths); err != nil || len(paths) == 0 {
-		return fmt.Errorf("jsrun: prelude discovery returned %q", s)
+	var d discovery
+	if err := json.Unmarshal([]byte(s), &d); err != nil || len(d.Paths) == 0 {
+		return "", fmt.Errorf("jsrun: prelude discovery returned %q", s)
 	}
-	freezePaths = json.RawMessage(s)
-	return nil
+	return freezeCode(d)
+}
+
+var jsIdentRe = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+
+// jsStep renders one path step applied to expression x.
+func jsStep(x, step string) (string, error) {
+	if step == "" {
+		return "", errors.New("jsrun: empty freeze path step")
+	}
+	kind, rest := step[0], step[1:]
+	switch kind {
+	case '^':
+		return "getPrototypeOf(" + x + ")", nil
+	case '.':
+		if rest == "__proto__" { // an accessor on Object.prototype, never a data step
+			return "", errors.New("jsrun: __proto__ in a freeze path")
+		}
+		if jsIdentRe.MatchString(rest) {
+			return x + "." + rest, nil
+		}
+		q, _ := json.Marshal(rest)
+		return x + "[" + string(q) + "]", nil
+	case '@':
+		if !jsIdentRe.MatchString(rest) {
+			return "", fmt.Errorf("jsrun: bad symbol step %q", step)
+		}
+		return x + "[S." + rest + "]", nil
+	}
+	return "", fmt.Errorf("jsrun: bad freeze path step %q", step)
+}
+
+// freezeCode generates the body of the prelude's jsrun$freezeKnown: one
+// local per container, read from its parent through the path the walk took,
+// frozen in the walk's order; then the global bindings made read-only.
+func freezeCode(d discovery) (string, error) {
+	var b strings.Builder
+	index := map[string]int{}
+	for i, path := range d.Paths {
+		if len(path) == 0 {
+			return "", errors.New("jsrun: empty freeze path")
+		}
+		var expr string
+		first := path[0]
+		if len(path) == 1 {
+			switch {
+			case strings.HasPrefix(first, "#"):
+				n, err := strconv.Atoi(first[1:])
+				if err != nil {
+					return "", fmt.Errorf("jsrun: bad hidden step %q", first)
+				}
+				expr = "hidden[" + strconv.Itoa(n) + "]"
+			case strings.HasPrefix(first, ".") || strings.HasPrefix(first, "@"):
+				var err error
+				if expr, err = jsStep("G", first); err != nil {
+					return "", err
+				}
+			default:
+				return "", fmt.Errorf("jsrun: bad freeze path %q", path)
+			}
+		} else {
+			parentKey := strings.Join(path[:len(path)-1], "\x00")
+			p, ok := index[parentKey]
+			if !ok {
+				return "", fmt.Errorf("jsrun: freeze path %q has no parent before it", path)
+			}
+			var err error
+			if expr, err = jsStep("v"+strconv.Itoa(p), path[len(path)-1]); err != nil {
+				return "", err
+			}
+		}
+		index[strings.Join(path, "\x00")] = i
+		fmt.Fprintf(&b, "const v%d = %s; freeze(v%d);\n", i, expr, i)
+	}
+	for _, g := range d.Globals {
+		step, _ := g[0].(string)
+		isData, _ := g[1].(bool)
+		if step == "" || (step[0] != '.' && step[0] != '@') {
+			return "", fmt.Errorf("jsrun: global binding %v has no access path", g[0])
+		}
+		var key string
+		if step[0] == '.' {
+			q, _ := json.Marshal(step[1:])
+			key = string(q)
+		} else {
+			if !jsIdentRe.MatchString(step[1:]) {
+				return "", fmt.Errorf("jsrun: bad symbol step %q", step)
+			}
+			key = "S." + step[1:]
+		}
+		desc := "NC"
+		if isData {
+			desc = "RO"
+		}
+		fmt.Fprintf(&b, "defineProperty(G, %s, %s);\n", key, desc)
+	}
+	b.WriteString("return true;")
+	return b.String(), nil
 }
 
 // The guest source becomes the body of this function; the prefix is on the

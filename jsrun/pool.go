@@ -1,7 +1,6 @@
 package jsrun
 
 import (
-	"encoding/json"
 	"time"
 
 	"modernc.org/quickjs"
@@ -43,10 +42,7 @@ func newHardened(bc []byte, timeout time.Duration) (h *hardened, err error) {
 		_ = vm.Close()
 		return nil, err
 	}
-	cfg, _ := json.Marshal(struct {
-		Freeze json.RawMessage `json:"freeze"`
-	}{freezePaths})
-	bridge, err := fn.CallValue(quickjs.UndefinedValue, string(cfg))
+	bridge, err := fn.CallValue(quickjs.UndefinedValue, false)
 	fn.Free()
 	if err != nil {
 		_ = vm.Close()

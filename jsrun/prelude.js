@@ -1,15 +1,14 @@
 // The jsrun prelude. Compiled once per process to bytecode and evaluated in
 // every fresh context before the guest source. It evaluates to a function that
-// takes the run's configuration (JSON) and returns the private bridge object
+// takes the discovery flag (see "freeze" below) and returns the private bridge object
 // the Go loop drives: {start, poll, settle, finish}. Nothing it returns is
 // reachable from the guest: the Go side holds it as a Value.
 //
 // Functions that can appear on a guest-visible stack are named jsrun$... so
 // the Go side can cut them out of stack traces.
-(function jsrun$prelude(cfgJSON) {
+(function jsrun$prelude(discover) {
   'use strict';
   const G = globalThis;
-  const cfg = JSON.parse(cfgJSON);
 
   // ---- captured intrinsics (the guest cannot change them: all frozen below)
   const O = Object;
@@ -509,10 +508,15 @@
   // Containers are frozen (constructors, prototypes, namespaces such as Math
   // and JSON, and the hidden intrinsic prototypes); plain methods (functions
   // without a prototype property) are leaves: their own properties (name,
-  // length) are already read-only. Walking every property descriptor costs
+  // length) are already read-only. Then every global binding is made
+  // read-only and non-configurable. Walking every property descriptor costs
   // milliseconds in this engine, so the Go side runs the walk once per
-  // process (cfg.freeze === null: discovery) and hands every later run the
-  // list of access paths to the containers found.
+  // process (discover === true) and generates straight-line code from what it
+  // found (one property read and one freeze per container, one
+  // defineProperty per global), which it splices into this source in place
+  // of the marker below before compiling the bytecode every context uses.
+  // Without the generated code (the marker left in place) a non-discovery
+  // prelude throws rather than leave anything unfrozen.
   const hidden = [fnCtors[1], fnCtors[2], fnCtors[3], getPrototypeOf([][Symbol.iterator]()),
     getPrototypeOf(new $Map().entries()), getPrototypeOf(new $Set().values()), getPrototypeOf(''[Symbol.iterator]()),
     getPrototypeOf(/a/[Symbol.matchAll]('')), getPrototypeOf((function* () {})()),
@@ -526,7 +530,7 @@
     (typeof v === 'function' && (v === FunctionProto || hasOwn(v, 'prototype')));
   const dataValue = (o, k) => { const d = getOwnPropertyDescriptor(o, k); return d === undefined ? undefined : d.value; };
   let discovered = null;
-  if (cfg.freeze === null) {
+  if (discover === true) {
     const stepOf = (k) => {
       if (typeof k === 'string') return '.' + k;
       for (let i = 0; i < wellKnown.length; i++) if (Symbol[wellKnown[i]] === k) return '@' + wellKnown[i];
@@ -540,13 +544,13 @@
       if (v !== G && step !== undefined && isContainer(v)) arrayPush(queue, [v, [step]]);
     }
     for (let i = 0; i < hidden.length; i++) arrayPush(queue, [hidden[i], ['#' + i]]);
-    discovered = [];
+    const paths = [];
     for (let qi = 0; qi < queue.length; qi++) {
       const [o, path] = queue[qi];
       if (o === G || setHas(visited, o)) continue;
       setAdd(visited, o);
       freeze(o);
-      arrayPush(discovered, path);
+      arrayPush(paths, path);
       const p = getPrototypeOf(o);
       if (p !== null && isContainer(p)) arrayPush(queue, [p, [...path, '^']]);
       const ds = O.getOwnPropertyDescriptors(o);
@@ -557,28 +561,30 @@
         if (v !== undefined && step !== undefined && isContainer(v)) arrayPush(queue, [v, [...path, step]]);
       }
     }
-  } else {
-    const paths = cfg.freeze;
-    for (let i = 0; i < paths.length; i++) {
-      const path = paths[i];
-      let o;
-      for (let j = 0; j < path.length; j++) {
-        const step = path[j];
-        const kind = step[0], rest = strSlice(step, 1);
-        if (j === 0) o = kind === '#' ? hidden[rest | 0] : dataValue(G, rest);
-        else if (kind === '^') o = getPrototypeOf(o);
-        else if (kind === '.') o = dataValue(o, rest);
-        else o = dataValue(o, Symbol[rest]);
-        if (!isContainer(o)) break;
+    // Globals to make read-only: [step, isData]; a key that is neither a
+    // string nor a well-known symbol has no step and fails the discovery.
+    const globals = [];
+    for (const k of ownKeys(G)) {
+      const d = getOwnPropertyDescriptor(G, k);
+      if (d.configurable || d.writable) {
+        arrayPush(globals, [stepOf(k) ?? null, 'value' in d]);
+        if ('value' in d) defineProperty(G, k, { value: d.value, writable: false, configurable: false, enumerable: d.enumerable });
+        else defineProperty(G, k, { configurable: false });
       }
-      if (isContainer(o) && o !== G) freeze(o);
     }
-  }
-  for (const k of ownKeys(G)) {
-    const d = getOwnPropertyDescriptor(G, k);
-    if (d.configurable || d.writable) {
-      if ('value' in d) defineProperty(G, k, { value: d.value, writable: false, configurable: false, enumerable: d.enumerable });
-      else defineProperty(G, k, { configurable: false });
+    discovered = { paths, globals };
+  } else {
+    const RO = create(null);
+    RO.writable = false;
+    RO.configurable = false;
+    const NC = create(null);
+    NC.configurable = false;
+    const known = function jsrun$freezeKnown(G, S, hidden, freeze, getPrototypeOf, defineProperty, RO, NC) {
+      'use strict';
+      /*@jsrun:freeze@*/
+    };
+    if (known(G, Symbol, hidden, freeze, getPrototypeOf, defineProperty, RO, NC) !== true) {
+      throw new $Error('jsrun: prelude compiled without its freeze list');
     }
   }
 

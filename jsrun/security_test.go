@@ -136,6 +136,71 @@ func TestSecurityFrozenBuiltins(t *testing.T) {
 	}
 }
 
+// TestSecurityEveryIntrinsicFrozen walks everything reachable from the
+// global object and the hidden intrinsics (every own key, data values,
+// accessor functions and prototypes) in a hardened context, with and without
+// a prewarmed pool, and checks that every container is frozen and every
+// global binding read-only: the per-process freeze list must miss nothing the
+// walk finds.
+func TestSecurityEveryIntrinsicFrozen(t *testing.T) {
+	src := `'use strict';
+		const FP = Function.prototype;
+		const isContainer = (v) => (typeof v === 'object' && v !== null) ||
+			(typeof v === 'function' && (v === FP || Object.hasOwn(v, 'prototype')));
+		const roots = [['globalThis', globalThis],
+			['AsyncFunction', Object.getPrototypeOf(async function () {}).constructor],
+			['GeneratorFunction', Object.getPrototypeOf(function* () {}).constructor],
+			['AsyncGeneratorFunction', Object.getPrototypeOf(async function* () {}).constructor],
+			['ArrayIterator', Object.getPrototypeOf([][Symbol.iterator]())],
+			['MapIterator', Object.getPrototypeOf(new Map().entries())],
+			['SetIterator', Object.getPrototypeOf(new Set().values())],
+			['StringIterator', Object.getPrototypeOf(''[Symbol.iterator]())],
+			['RegExpStringIterator', Object.getPrototypeOf(/a/[Symbol.matchAll](''))],
+			['Generator', Object.getPrototypeOf(Object.getPrototypeOf((function* () {})()))],
+			['AsyncGenerator', Object.getPrototypeOf(Object.getPrototypeOf((async function* () {})()))],
+			['IteratorHelper', Object.getPrototypeOf([].values().map((x) => x))],
+			['WrapForValidIterator', Object.getPrototypeOf(Iterator.from({ next() { return { done: true } } }))],
+			['AsyncIterator', Object.getPrototypeOf(Object.getPrototypeOf(Object.getPrototypeOf((async function* () {})())))],
+			['hostNamespace', tools], ['hostFunction', tools.sum]];
+		const seen = new Set();
+		const queue = roots.slice();
+		const notFrozen = [], writableGlobals = [];
+		let containers = 0;
+		for (let i = 0; i < queue.length; i++) {
+			const [path, o] = queue[i];
+			if (seen.has(o)) continue;
+			seen.add(o);
+			containers++;
+			if (o !== globalThis && !Object.isFrozen(o)) notFrozen.push(path);
+			const p = Object.getPrototypeOf(o);
+			if (p !== null && isContainer(p)) queue.push([path + '^', p]);
+			for (const k of Reflect.ownKeys(o)) {
+				const d = Object.getOwnPropertyDescriptor(o, k);
+				if (o === globalThis && (d.configurable || d.writable)) writableGlobals.push(String(k));
+				for (const v of [d.value, d.get, d.set]) {
+					if (isContainer(v)) queue.push([path + '.' + String(k), v]);
+				}
+			}
+		}
+		return {containers, notFrozen, writableGlobals}`
+	for _, prewarm := range []int{0, 2} {
+		r, err := NewRunner(Config{Secret: testSecret, Prewarm: prewarm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int64
+		hf := map[string]Namespace{"tools": tools(&calls)["tools"]}
+		for i := 0; i < 3; i++ {
+			res := mustRun(t, r, Input{Source: src, HostFunctions: hf})
+			v := res.Value.(map[string]any)
+			if v["containers"].(float64) < 100 || len(v["notFrozen"].([]any)) != 0 || len(v["writableGlobals"].([]any)) != 0 {
+				t.Fatalf("prewarm %d: %+v", prewarm, v)
+			}
+		}
+		_ = r.Close()
+	}
+}
+
 func TestSecurityCleanRealmAfterFailure(t *testing.T) {
 	r := newTestRunner(t)
 	_, err := r.Run(context.Background(), Input{Source: `globalThis.leak = 'secret'; throw new Error('x')`})
