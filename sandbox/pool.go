@@ -3,9 +3,13 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
 // The warm pool keeps PoolSize started sandboxes with fresh, empty homes.
@@ -91,9 +95,39 @@ func (m *Manager) newPooled() (*instance, error) {
 	if err := m.newHome(home); err != nil {
 		return nil, err
 	}
-	inst, err := m.startInstance(context.Background(), cid, home)
+	ctx := context.Background()
+	inst, err := m.startInstance(ctx, cid, home)
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(home))
 	}
+	if err := m.warmUp(ctx, inst); err != nil {
+		return nil, errors.Join(err, m.stopInstance(ctx, inst), os.Remove(home))
+	}
 	return inst, nil
 }
+
+// warmUp runs one `true` through the image's shell in a pooled sandbox
+// before anyone takes it. A new sandbox's first commands are slower than
+// later ones: the first fork/exec of the shell and its libraries and locale
+// files fills caches (in gVisor the sentry's own page and dentry caches,
+// per sandbox). Paying that while pooled keeps it off the first command of
+// the sandbox's user. The command reads nothing from and writes nothing to
+// the still empty home.
+func (m *Manager) warmUp(ctx context.Context, inst *instance) error {
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	out, err := inst.client.Exec(ctx, agent.ExecRequest{
+		Shell: m.img.Shell, Command: "true", Dir: runtime.HomeDir,
+		TimeoutMs: warmUpTimeout.Milliseconds(), MaxBytes: 4096,
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("warm up pooled sandbox %s: %w", inst.cid, err)
+	}
+	if out.ExitCode != 0 || out.Error != "" {
+		return fmt.Errorf("warm up pooled sandbox %s: `true` exited %d: %s%s", inst.cid, out.ExitCode, out.Error, out.Stderr)
+	}
+	return nil
+}
+
+// warmUpTimeout bounds the pool's warm-up command.
+const warmUpTimeout = 30 * time.Second
