@@ -300,7 +300,7 @@ func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
 		}
 		// Freeing a context costs a few hundred µs; the result does not
 		// wait for it. Nothing else holds the context any more.
-		go h.close()
+		inv.r.retire(h)
 	}()
 	vm.SetMemoryLimit(uintptr(inv.lim.MemoryBytes))
 	vm.SetMaxStackSize(stackSlots(inv.lim.StackBytes))

@@ -87,7 +87,74 @@ func (r *Runner) takeHardened() *hardened {
 	}
 }
 
-// prewarm keeps r.pool full until Close.
+// retiredQueue bounds the used contexts waiting for the prewarm goroutine
+// to close them; past it a context is closed on a goroutine of its own.
+const retiredQueue = 64
+
+// retire frees a used context off the result path. With a prewarm pool the
+// prewarm goroutine closes it, so background work (closing and hardening)
+// occupies at most one core and runs in progress keep the other; without a
+// pool (or once the queue is full or the Runner closed) it is closed on a
+// goroutine of its own.
+func (r *Runner) retire(h *hardened) {
+	if r.retired != nil {
+		r.retireMu.Lock()
+		queued := false
+		if !r.closed {
+			select {
+			case r.retired <- h:
+				queued = true
+			default:
+			}
+		}
+		r.retireMu.Unlock()
+		if queued {
+			return
+		}
+	}
+	go h.close()
+}
+
+// Background work waits up to quietWait, polling every quietPoll, for runs
+// in progress to finish: on a small machine, hardening the next context
+// (a few ms of CPU) competes with the run it is meant to speed up. Under
+// sustained load it goes ahead anyway, at most quietWait later.
+const (
+	quietWait = 2 * time.Millisecond
+	quietPoll = 200 * time.Microsecond
+)
+
+// quiet waits for runs in progress to finish, at most quietWait; false when
+// the Runner is closing.
+func (r *Runner) quiet() bool {
+	for waited := time.Duration(0); waited < quietWait && r.running.Load() > 0; waited += quietPoll {
+		select {
+		case <-r.stop:
+			return false
+		case <-time.After(quietPoll):
+		}
+	}
+	return true
+}
+
+// closeRetired closes the contexts queued by retire, each after the runs in
+// progress had their chance to finish; false when the Runner is closing.
+func (r *Runner) closeRetired() bool {
+	for {
+		select {
+		case h := <-r.retired:
+			if !r.quiet() {
+				h.close()
+				return false
+			}
+			h.close()
+		default:
+			return true
+		}
+	}
+}
+
+// prewarm keeps r.pool full and closes retired contexts until Close.
 func (r *Runner) prewarm() {
 	defer close(r.poolDone)
 	bc, err := compiledPrelude()
@@ -95,6 +162,9 @@ func (r *Runner) prewarm() {
 		return
 	}
 	for {
+		if !r.closeRetired() || !r.quiet() {
+			return
+		}
 		h, err := newHardened(bc, 10*time.Second)
 		if err != nil {
 			select {
@@ -104,27 +174,43 @@ func (r *Runner) prewarm() {
 				continue
 			}
 		}
-		select {
-		case r.pool <- h:
-		case <-r.stop:
-			h.close()
-			return
+		for h != nil {
+			select {
+			case r.pool <- h:
+				h = nil
+			case old := <-r.retired:
+				if !r.quiet() {
+					old.close()
+					h.close()
+					return
+				}
+				old.close()
+			case <-r.stop:
+				h.close()
+				return
+			}
 		}
 	}
 }
 
-// Close stops prewarming and frees the prewarmed contexts. Runs in progress
-// are not affected; a Runner without Config.Prewarm needs no Close.
+// Close stops prewarming and frees the prewarmed contexts and those waiting
+// to be closed. Runs in progress are not affected (their contexts are closed
+// as they finish); a Runner without Config.Prewarm needs no Close.
 func (r *Runner) Close() error {
 	if r.pool == nil {
 		return nil
 	}
 	r.closeOnce.Do(func() {
+		r.retireMu.Lock()
+		r.closed = true
+		r.retireMu.Unlock()
 		close(r.stop)
 		<-r.poolDone
 		for {
 			select {
 			case h := <-r.pool:
+				h.close()
+			case h := <-r.retired:
 				h.close()
 			default:
 				return

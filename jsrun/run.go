@@ -114,7 +114,13 @@ type Runner struct {
 	invocations atomic.Int64
 	log         *slog.Logger
 
+	// running counts runs in progress: the prewarm goroutine lets them
+	// finish before it spends a core on background work.
+	running   atomic.Int64
 	pool      chan *hardened
+	retired   chan *hardened
+	retireMu  sync.Mutex
+	closed    bool
 	stop      chan struct{}
 	poolDone  chan struct{}
 	closeOnce sync.Once
@@ -161,6 +167,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	}
 	if cfg.Prewarm > 0 {
 		r.pool = make(chan *hardened, cfg.Prewarm)
+		r.retired = make(chan *hardened, retiredQueue)
 		r.stop = make(chan struct{})
 		r.poolDone = make(chan struct{})
 		go r.prewarm()
@@ -240,6 +247,8 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if err := in.Limits.validate(); err != nil {
 		return nil, err
 	}
+	r.running.Add(1)
+	defer r.running.Add(-1)
 	lim := in.Limits.merge(r.limits)
 	if len(in.Source) > lim.SourceBytes {
 		return nil, limitError(CodeSourceTooLarge, "maxSourceBytes", "source is %d bytes, over the limit of %d", len(in.Source), lim.SourceBytes)
