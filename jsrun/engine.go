@@ -431,6 +431,16 @@ func (inv *invocation) poll() (pollResult, error) {
 	if err != nil {
 		return pollResult{}, err
 	}
+	switch n := raw.(type) {
+	case int:
+		return pollResult{outcome: n}, nil
+	case int32:
+		return pollResult{outcome: int(n)}, nil
+	case int64:
+		return pollResult{outcome: int(n)}, nil
+	case float64:
+		return pollResult{outcome: int(n)}, nil
+	}
 	s, _ := raw.(string)
 	var p [2]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &p); err != nil {

@@ -131,7 +131,34 @@
   function bytesOf(buffer, offset, length) {
     return new $Uint8Array(buffer, offset, length);
   }
+  // Fast paths for the common JSON-safe cases. They return exactly what the
+  // full serializer returns for the same value, or undefined to fall back.
+  const jsonSafe = (v) => {
+    switch (typeof v) {
+      case 'string': return strIsWellFormed(v);
+      case 'number': return v === v && v !== Infinity && v !== -Infinity && !(v === 0 && 1 / v < 0);
+      case 'boolean': return true;
+      case 'object': return v === null;
+    }
+    return false;
+  };
+  // serializeArgs serializes a host call's arguments: a rest-parameter
+  // array the runtime created (dense, plain, no accessors), so reading an
+  // element twice (fast path, then the fallback) has no effect.
+  function serializeArgs(args) {
+    const len = args.length;
+    const root = ['a'];
+    const nodes = [root];
+    for (let i = 0; i < len; i++) {
+      const v = args[i];
+      if (!jsonSafe(v)) return serialize(args, 'arguments');
+      arrayPush(root, i + 1);
+      arrayPush(nodes, v);
+    }
+    return JSONstringify(nodes);
+  }
   function serialize(value, rootPath) {
+    if (jsonSafe(value)) return JSONstringify([value]);
     const nodes = [];
     const seen = new $Map();
     const add = (n) => { arrayPush(nodes, n); return nodes.length - 1; };
@@ -236,6 +263,8 @@
   }
   function deserialize(wire) {
     const nodes = JSONparse(wire);
+    const first = nodes[0];
+    if (nodes.length === 1 && (first === null || typeof first !== 'object')) return first;
     const memo = new $Array(nodes.length);
     const done = new $Array(nodes.length);
     function de(i) {
@@ -454,7 +483,7 @@
         const site = new $Error();
         let argsWire, serErr;
         try {
-          argsWire = serialize(args, 'arguments');
+          argsWire = serializeArgs(args);
         } catch (e) {
           serErr = weakHas(runtimeErrors, e) ? e : jsrun$runtimeError('TypeError', 'Cannot serialize the arguments of ' + qualified, 'RUN_SERIALIZATION_ERROR');
         }
@@ -629,7 +658,10 @@
       promiseThen(p, (v) => { outcome = 1; outcomeValue = v; }, (e) => { outcome = 2; outcomeValue = e; });
     },
     // poll reports new host calls and whether the guest function has settled.
+    // (Just the outcome, a number, when there are no new calls: the common
+    // case needs no JSON on either side.)
     poll() {
+      if (outbox.length === 0) return outcome;
       const calls = outbox;
       outbox = [];
       return JSONstringify([calls, outcome]);
