@@ -121,6 +121,38 @@ func BenchmarkInterruptResume(b *testing.B) {
 	percentiles(b, d)
 }
 
+// BenchmarkInterruptResumePrewarmed is BenchmarkInterruptResume with
+// Config.Prewarm, paced like BenchmarkFreshRunPrewarmed (ns/op includes the
+// 5 ms pauses; read p50-µs/p99-µs).
+func BenchmarkInterruptResumePrewarmed(b *testing.B) {
+	r, err := NewRunner(Config{Secret: testSecret, Prewarm: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	src := "const a = await host.echo(1); const ok = await host.approve(a); return ok"
+	time.Sleep(100 * time.Millisecond)
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		time.Sleep(5 * time.Millisecond) // ns/op includes this pause; read p50-µs
+		t := time.Now()
+		res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
+		if err != nil || res.Status != StatusInterrupted {
+			b.Fatal(res, err)
+		}
+		res, err = r.Run(ctx, Input{Source: src, HostFunctions: benchHost, Continuation: res.Continuation,
+			Resolutions: []Resolution{{InterruptionID: res.Interruptions[0].ID, Value: true}}})
+		d = append(d, time.Since(t))
+		if err != nil || res.Status != StatusCompleted {
+			b.Fatal(res, err)
+		}
+	}
+	b.StopTimer()
+	percentiles(b, d)
+}
+
 // BenchmarkConcurrent1000 starts 1,000 runs at once, each holding its
 // context open across a host call, and reports the process's peak RSS.
 func BenchmarkConcurrent1000(b *testing.B) {
