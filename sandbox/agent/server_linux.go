@@ -30,7 +30,12 @@ func Serve(in io.Reader, out io.Writer) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE): %w", err)
 	}
-	s := &server{out: out, queue: make(chan job, 128), reaped: make(chan struct{}, 1)}
+	// Every command's stdin is /dev/null, opened once.
+	devnull, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("agent: open %s: %w", os.DevNull, err)
+	}
+	s := &server{out: out, queue: make(chan job, 128), reaped: make(chan struct{}, 1), devnull: devnull, env: os.Environ()}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	// PID 1 ignores signals it has no handler for; make TERM and INT from
@@ -84,6 +89,9 @@ type server struct {
 	running  uint32              // id of the running job
 	canceled map[uint32]bool     // ids canceled before or while running
 	reaped   chan struct{}       // pulsed after each reaping round
+
+	devnull int      // read-only /dev/null, every command's stdin
+	env     []string // every command's environment: the agent's own
 }
 
 func (s *server) send(typ byte, id uint32, payload ...[]byte) error {
@@ -121,27 +129,34 @@ func (s *server) reap(sigs chan os.Signal) {
 			killAll()
 			os.Exit(0)
 		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-			s.mu.Lock()
-			if pid == s.mainPID && s.status == nil {
-				st := ws
-				s.status = &st
-				close(s.exited)
-			}
-			s.mu.Unlock()
-		}
+		s.reapAll()
 		select {
 		case s.reaped <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// reapAll collects every exited child without waiting and reports whether
+// it found one; the running command's status is kept.
+func (s *server) reapAll() (any bool) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return any
+		}
+		any = true
+		s.mu.Lock()
+		if pid == s.mainPID && s.status == nil {
+			st := ws
+			s.status = &st
+			close(s.exited)
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -163,13 +178,21 @@ func (s *server) worker() {
 
 // capture reads one stream to EOF, forwarding the first max bytes as Output
 // frames and counting the rest.
-func (s *server) capture(id uint32, stream byte, r *os.File, max int, total *int64, done *sync.WaitGroup) {
+//
+// r is a blocking pipe read end used with plain read(2) rather than an
+// os.File: Go's poller would add an EAGAIN read, epoll_ctl calls and an
+// epoll wait per stream and command, and every syscall is a trip into the
+// sentry under gVisor.
+func (s *server) capture(id uint32, stream byte, r int, max int, total *int64, done *sync.WaitGroup) {
 	defer done.Done()
-	defer r.Close()
+	defer unix.Close(r)
 	buf := make([]byte, 32<<10)
 	kept := 0
 	for {
-		n, err := r.Read(buf)
+		n, err := unix.Read(r, buf)
+		if err == unix.EINTR {
+			continue
+		}
 		if n > 0 {
 			*total += int64(n)
 			if keep := min(n, max-kept); keep > 0 {
@@ -177,7 +200,7 @@ func (s *server) capture(id uint32, stream byte, r *os.File, max int, total *int
 				s.send(frameOutput, id, []byte{stream}, buf[:keep])
 			}
 		}
-		if err != nil {
+		if err != nil || n <= 0 {
 			return
 		}
 	}
@@ -192,25 +215,20 @@ func (s *server) run(j job) (res ExecResult) {
 		req.MaxBytes = 64 << 10
 	}
 	argv := append(append([]string(nil), req.Shell...), req.Command)
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
+	var outP, errP [2]int
+	if err := unix.Pipe2(outP[:], unix.O_CLOEXEC); err != nil {
 		return ExecResult{ExitCode: -1, Error: err.Error()}
 	}
-	defer devnull.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
+	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(outP[0])
+		unix.Close(outP[1])
 		return ExecResult{ExitCode: -1, Error: err.Error()}
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return ExecResult{ExitCode: -1, Error: err.Error()}
-	}
+	outR, outW, errR, errW := outP[0], outP[1], errP[0], errP[1]
 	attr := &syscall.ProcAttr{
 		Dir:   req.Dir,
-		Env:   os.Environ(),
-		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		Env:   s.env,
+		Files: []uintptr{uintptr(s.devnull), uintptr(outW), uintptr(errW)},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
 	s.mu.Lock()
@@ -221,11 +239,11 @@ func (s *server) run(j job) (res ExecResult) {
 		s.mainPID = pid
 	}
 	s.mu.Unlock()
-	outW.Close()
-	errW.Close()
+	unix.Close(outW)
+	unix.Close(errW)
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		unix.Close(outR)
+		unix.Close(errR)
 		return ExecResult{ExitCode: 127, Error: "start " + argv[0] + ": " + err.Error()}
 	}
 
@@ -270,16 +288,23 @@ func (s *server) run(j job) (res ExecResult) {
 	return res
 }
 
-// waitIdle returns once no process but the agent is left.
+// waitIdle returns once no process but the agent is left. It returns at
+// once when nothing is left (the common case: one kill(-1, 0)), reaps what
+// it killed itself rather than waiting for SIGCHLD to go round the signal
+// goroutines, and only then waits, for a reaping round or 1 ms: killed
+// processes take a moment to become reapable zombies.
 func (s *server) waitIdle() {
 	for {
 		if err := unix.Kill(-1, 0); err == unix.ESRCH {
 			return
 		}
 		killAll()
+		if s.reapAll() {
+			continue
+		}
 		select {
 		case <-s.reaped:
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
