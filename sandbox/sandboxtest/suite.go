@@ -179,7 +179,9 @@ echo started; sleep 1000`
 			t.Errorf("output before the timeout lost: %q", o.Stdout)
 		}
 		// Only the agent and this command's own processes may be left.
-		ps := Run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' -e '[0-9] bash -lc' || true")
+		// busybox starts applets through /proc/self/exe: the looking
+		// pipeline's own processes may show as [exe].
+		ps := Run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' -e '[0-9] bash -lc' -e '\\[exe\\]' || true")
 		if strings.TrimSpace(ps.Stdout) != "" {
 			t.Errorf("processes left after the timeout:\n%s", ps.Stdout)
 		}

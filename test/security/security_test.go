@@ -35,7 +35,7 @@ func code(o tool.CommandOutput) int {
 // command looking.
 func leftovers(t *testing.T, m *sandbox.Manager, box string) string {
 	t.Helper()
-	o := sandboxtest.Run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' || true")
+	o := sandboxtest.Run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' -e '\\[exe\\]' || true")
 	return strings.TrimSpace(o.Stdout + o.Stderr)
 }
 
