@@ -1,36 +1,26 @@
-package sandbox
+package sandbox_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
-	"github.com/shellgate/shellgate/sandbox/image"
+	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/runtime"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // Benchmarks of the sandbox fast path against real runtimes, as root:
 //
 //	sudo go test ./sandbox -run '^$' -bench . -benchtime 100x
 //
-// Images come from $SHELLGATE_IMAGES (default /var/lib/shellgate/images),
-// the image from $SHELLGATE_BENCH_IMAGE (default "default"). Each benchmark
+// Images come from $SHELLGATE_TEST_IMAGES (default
+// /var/lib/shellgate/images), the image from $SHELLGATE_BENCH_IMAGE (default "default"). Each benchmark
 // also reports its median as median-ms. The side-by-side comparison with
 // podman, crun, runc, bwrap and the host is `go run ./bench/sandbox`.
-
-func benchImages() string {
-	if d := os.Getenv("SHELLGATE_IMAGES"); d != "" {
-		return d
-	}
-	return "/var/lib/shellgate/images"
-}
 
 func benchImage() string {
 	if n := os.Getenv("SHELLGATE_BENCH_IMAGE"); n != "" {
@@ -39,52 +29,23 @@ func benchImage() string {
 	return "default"
 }
 
-// benchManager opens a manager on a private data directory sharing the
-// image store, or skips the benchmark saying why it cannot run here.
-func benchManager(b *testing.B, rt string, pool int) *Manager {
+// benchManager opens a manager with the default limits on a private data
+// directory sharing the image store, or skips the benchmark saying why it
+// cannot run here.
+func benchManager(b *testing.B, rt string, pool int) *sandbox.Manager {
 	b.Helper()
-	if os.Geteuid() != 0 {
-		b.Skip("sandbox benchmarks need root")
-	}
-	ctx := context.Background()
-	r, err := runtime.New(rt, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := r.Check(ctx); err != nil {
-		b.Skipf("runtime %s does not work here: %v", rt, err)
-	}
-	store, err := image.Open(benchImages())
-	if err != nil {
-		b.Skipf("image store %s: %v", benchImages(), err)
-	}
-	if _, err := store.Get(benchImage()); err != nil {
-		b.Skipf("image %q missing in %s (build it with `shellgate image build`): %v", benchImage(), benchImages(), err)
-	}
-	agent, err := agentbin.Build()
-	if err != nil {
-		b.Skipf("cannot build the agent: %v", err)
-	}
-	data := b.TempDir()
-	if err := os.Symlink(benchImages(), filepath.Join(data, "images")); err != nil {
-		b.Fatal(err)
-	}
-	m, err := Open(ctx, Config{DataDir: data, Runtime: rt, Image: benchImage(), Agent: agent, PoolSize: pool, IdleTimeout: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := m.Close(context.Background()); err != nil {
-			b.Error(err)
-		}
+	m, _ := sandboxtest.Open(b, rt, benchImage(), func(c *sandbox.Config) {
+		c.PoolSize = pool
+		c.Limits = runtime.DefaultLimits()
+		c.HomeBytes = 0
 	})
 	return m
 }
 
-func benchExec(b *testing.B, m *Manager, name, cmd, want string) time.Duration {
+func benchExec(b *testing.B, m *sandbox.Manager, name, cmd, want string) time.Duration {
 	b.Helper()
 	t0 := time.Now()
-	res, err := m.Exec(context.Background(), name, Command{Command: cmd, TimeoutMs: 120_000, MaxBytes: 16384})
+	res, err := m.Exec(context.Background(), name, sandbox.Command{Command: cmd, TimeoutMs: 120_000, MaxBytes: 16384})
 	d := time.Since(t0)
 	if err != nil {
 		b.Fatal(err)
@@ -151,51 +112,31 @@ func benchFirst(b *testing.B, pool int) {
 			for b.Loop() {
 				b.StopTimer()
 				if pool > 0 {
-					waitPoolFull(b, m)
+					waitPoolFull(b, m, pool)
 				}
 				name := fmt.Sprintf("first-%d", i)
 				i++
 				b.StartTimer()
 				d = append(d, benchExec(b, m, name, "true", ""))
 				b.StopTimer()
-				if err := destroyRetry(ctx, m, name); err != nil {
+				if err := m.Destroy(ctx, name); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()
 			}
 			b.StopTimer()
 			reportMedian(b, d)
-			if n := busyRetries.Swap(0); n > 0 {
-				b.Logf("Destroy found the home lock busy %d times (transient)", n)
-			}
 		})
 	}
 }
 
 // waitPoolFull waits until the warm pool holds PoolSize started sandboxes.
-func waitPoolFull(b *testing.B, m *Manager) {
+func waitPoolFull(b *testing.B, m *sandbox.Manager, size int) {
 	deadline := time.Now().Add(time.Minute)
-	for len(m.pool) < cap(m.pool) {
+	for m.PoolReady() < size {
 		if time.Now().After(deadline) {
 			b.Fatal("the warm pool did not refill within a minute")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
-
-// destroyRetry retries Destroy while it fails with ErrBusy: the home's flock
-// can be held for a moment by a process the pool filler is forking (the
-// child shares the lock's open file until its exec closes it).
-func destroyRetry(ctx context.Context, m *Manager, name string) error {
-	var err error
-	for range 100 {
-		if err = m.Destroy(ctx, name); !errors.Is(err, ErrBusy) {
-			return err
-		}
-		busyRetries.Add(1)
-		time.Sleep(time.Millisecond)
-	}
-	return err
-}
-
-var busyRetries atomic.Int64
