@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,35 @@ type instance struct {
 	home   string // the home image mounted at dir/home
 	client *agent.Client
 	owner  *os.File // flock held for the container's life: not an orphan
+	// oomKills is the cgroup's OOM-kill count already reported.
+	oomKills int64
+}
+
+// newOOMKill reports whether the container's memory cgroup counted an
+// OOM kill since the last call (cgroup v1 memory.oom_control or v2
+// memory.events).
+func (inst *instance) newOOMKill() bool {
+	n := int64(-1)
+	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup/memory/shellgate", inst.cid, "memory.oom_control"),
+		filepath.Join("/sys/fs/cgroup/shellgate", inst.cid, "memory.events"),
+	} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+		break
+	}
+	if n > inst.oomKills {
+		inst.oomKills = n
+		return true
+	}
+	return false
 }
 
 // meta is what a crashed process's successor needs to clean up.

@@ -244,6 +244,10 @@ type Result struct {
 	StdoutBytes, StderrBytes int64 // everything written, kept or not
 	ExitCode                 int
 	TimedOut                 bool
+	// OOMKilled is set when the kernel's out-of-memory killer ended the
+	// command at the sandbox's memory limit (crun, runc; under gVisor the
+	// whole sandbox stops instead, see Restarted).
+	OOMKilled bool
 	// Restarted is set when the sandbox itself died during the command
 	// (for example gVisor ends the whole sandbox when its memory limit is
 	// hit). The home is intact; the next command runs in a fresh sandbox.
@@ -300,11 +304,16 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 	if out.Error != "" {
 		out.Stderr = append(out.Stderr, []byte("shellgate: "+out.Error+"\n")...)
 	}
-	return Result{
+	res := Result{
 		Stdout: out.Stdout, Stderr: out.Stderr,
 		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes,
 		ExitCode: out.ExitCode, TimedOut: out.TimedOut,
-	}, nil
+	}
+	if out.Signal == 9 && !out.TimedOut && b.inst.newOOMKill() {
+		res.OOMKilled = true
+		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", m.cfg.Limits.MemoryBytes>>20)...)
+	}
+	return res, nil
 }
 
 // Create makes the named sandbox exist and be awake (a no-op when it is).

@@ -210,6 +210,11 @@ echo started; sleep 1000`
 		if o.Outcome.Type == "timeout" || exitCode(o) == 0 {
 			t.Errorf("memory bomb: %+v %q", o.Outcome, o.Stderr)
 		}
+		// The result says why: the OOM killer (crun, runc) or the whole
+		// sandbox stopped (gVisor).
+		if !strings.Contains(o.Stderr, "out-of-memory killer") && !strings.Contains(o.Stderr, "memory limit exceeded?") {
+			t.Errorf("memory bomb result does not say why: %q", o.Stderr)
+		}
 		if next := Run(t, m, box, "cat mem-marker"); next.Stdout != "keep\n" {
 			t.Errorf("after OOM: %+v %q %q", next.Outcome, next.Stdout, next.Stderr)
 		}
