@@ -98,24 +98,32 @@ func BenchmarkTenRoundTrips(b *testing.B) {
 	benchSource(b, "let s = 0; for (let i = 0; i < 10; i++) s += await host.echo(i); return s")
 }
 
+const interruptResumeSrc = "const a = await host.echo(1); const ok = await host.approve(a); return ok"
+
+// interruptResume runs interruptResumeSrc until it interrupts, resumes it
+// with approval and returns the time both took.
+func interruptResume(b *testing.B, r *Runner, ctx context.Context) time.Duration {
+	t := time.Now()
+	res, err := r.Run(ctx, Input{Source: interruptResumeSrc, HostFunctions: benchHost})
+	if err != nil || res.Status != StatusInterrupted {
+		b.Fatal(res, err)
+	}
+	res, err = r.Run(ctx, Input{Source: interruptResumeSrc, HostFunctions: benchHost, Continuation: res.Continuation,
+		Resolutions: []Resolution{{InterruptionID: res.Interruptions[0].ID, Value: true}}})
+	d := time.Since(t)
+	if err != nil || res.Status != StatusCompleted {
+		b.Fatal(res, err)
+	}
+	return d
+}
+
 func BenchmarkInterruptResume(b *testing.B) {
 	r := benchRunner(b)
 	ctx := context.Background()
-	src := "const a = await host.echo(1); const ok = await host.approve(a); return ok"
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t := time.Now()
-		res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
-		if err != nil || res.Status != StatusInterrupted {
-			b.Fatal(res, err)
-		}
-		res, err = r.Run(ctx, Input{Source: src, HostFunctions: benchHost, Continuation: res.Continuation,
-			Resolutions: []Resolution{{InterruptionID: res.Interruptions[0].ID, Value: true}}})
-		d = append(d, time.Since(t))
-		if err != nil || res.Status != StatusCompleted {
-			b.Fatal(res, err)
-		}
+		d = append(d, interruptResume(b, r, ctx))
 	}
 	b.StopTimer()
 	percentiles(b, d)
@@ -131,23 +139,12 @@ func BenchmarkInterruptResumePrewarmed(b *testing.B) {
 	}
 	defer r.Close()
 	ctx := context.Background()
-	src := "const a = await host.echo(1); const ok = await host.approve(a); return ok"
 	time.Sleep(100 * time.Millisecond)
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		time.Sleep(5 * time.Millisecond) // ns/op includes this pause; read p50-µs
-		t := time.Now()
-		res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
-		if err != nil || res.Status != StatusInterrupted {
-			b.Fatal(res, err)
-		}
-		res, err = r.Run(ctx, Input{Source: src, HostFunctions: benchHost, Continuation: res.Continuation,
-			Resolutions: []Resolution{{InterruptionID: res.Interruptions[0].ID, Value: true}}})
-		d = append(d, time.Since(t))
-		if err != nil || res.Status != StatusCompleted {
-			b.Fatal(res, err)
-		}
+		d = append(d, interruptResume(b, r, ctx))
 	}
 	b.StopTimer()
 	percentiles(b, d)

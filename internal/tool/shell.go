@@ -74,28 +74,32 @@ func (a ShellArgs) Plan() (Plan, error) {
 		}
 	}
 	if a.TimeoutMs != nil {
-		t := *a.TimeoutMs
-		if t <= 0 {
-			return Plan{}, invalid("timeout_ms must be a positive number of milliseconds, got %d", t)
-		}
-		if t > MaxTimeoutMs {
-			p.Notes = append(p.Notes, fmt.Sprintf("timeout_ms %d clamped to the maximum %d", t, MaxTimeoutMs))
-			t = MaxTimeoutMs
+		t, err := clamp("timeout_ms", *a.TimeoutMs, MaxTimeoutMs, "milliseconds", &p.Notes)
+		if err != nil {
+			return Plan{}, err
 		}
 		p.TimeoutMs = t
 	}
 	if a.MaxOutputLength != nil {
-		l := *a.MaxOutputLength
-		if l <= 0 {
-			return Plan{}, invalid("max_output_length must be a positive number of characters, got %d", l)
-		}
-		if l > MaxMaxOutput {
-			p.Notes = append(p.Notes, fmt.Sprintf("max_output_length %d clamped to the maximum %d", l, MaxMaxOutput))
-			l = MaxMaxOutput
+		l, err := clamp("max_output_length", *a.MaxOutputLength, MaxMaxOutput, "characters", &p.Notes)
+		if err != nil {
+			return Plan{}, err
 		}
 		p.MaxOutputLength = int(l)
 	}
 	return p, nil
+}
+
+// clamp accepts a positive limit, lowering one above max to max with a note.
+func clamp(name string, v, max int64, unit string, notes *[]string) (int64, error) {
+	if v <= 0 {
+		return 0, invalid("%s must be a positive number of %s, got %d", name, unit, v)
+	}
+	if v > max {
+		*notes = append(*notes, fmt.Sprintf("%s %d clamped to the maximum %d", name, v, max))
+		return max, nil
+	}
+	return v, nil
 }
 
 // Outcome is how a command ended: {"type":"exit","exit_code":N} or
