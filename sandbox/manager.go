@@ -29,7 +29,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
@@ -94,12 +96,13 @@ func ValidName(name string) bool { return nameRE.MatchString(name) }
 // Manager runs the sandboxes of one data directory. Several processes may
 // share a data directory: a sandbox is awake in at most one of them.
 type Manager struct {
-	cfg   Config
-	rt    runtime.Runtime
-	img   *image.Image
-	log   *slog.Logger
-	dirs  dirs
-	agent string
+	cfg    Config
+	rt     runtime.Runtime
+	img    *image.Image
+	imgErr error
+	log    *slog.Logger
+	dirs   dirs
+	agent  string
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -198,9 +201,9 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.img, err = store.Get(cfg.Image); err != nil {
-		return nil, err
-	}
+	// A missing image is reported when a sandbox must start, so that
+	// listing and removing sandboxes works without one.
+	m.img, m.imgErr = store.Get(cfg.Image)
 	if m.agent = cfg.Agent; m.agent == "" {
 		if m.agent, err = agentbin.Find(); err != nil {
 			return nil, err
@@ -225,8 +228,9 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 // Runtime is the name of the OCI runtime in use.
 func (m *Manager) Runtime() string { return m.rt.Name() }
 
-// Image is the root filesystem sandboxes start from.
-func (m *Manager) Image() *image.Image { return m.img }
+// Image is the root filesystem sandboxes start from, or the error that
+// says why it is missing.
+func (m *Manager) Image() (*image.Image, error) { return m.img, m.imgErr }
 
 // Command is one command to run in a sandbox.
 type Command struct {
@@ -375,6 +379,46 @@ func (m *Manager) Status(name string) (Status, error) {
 	return Sleeping, nil
 }
 
+// Info describes one sandbox of the data directory.
+type Info struct {
+	Name   string
+	Status Status
+	// DiskBytes is what the home takes on the host's disk (the image is
+	// sparse); QuotaBytes is its size, the most it can hold.
+	DiskBytes, QuotaBytes int64
+	// LastUsed is when its home was last written.
+	LastUsed time.Time
+}
+
+// List returns every sandbox with a home in the data directory, by name.
+func (m *Manager) List() ([]Info, error) {
+	entries, err := os.ReadDir(m.dirs.homes)
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".img")
+		if !ok || !ValidName(name) || !e.Type().IsRegular() {
+			continue
+		}
+		st, err := m.Status(name)
+		if err != nil {
+			continue // destroyed meanwhile
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		inf := Info{Name: name, Status: st, QuotaBytes: fi.Size(), LastUsed: fi.ModTime()}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			inf.DiskBytes = sys.Blocks * 512
+		}
+		out = append(out, inf)
+	}
+	return out, nil
+}
+
 // Close puts every awake sandbox to sleep and empties the pool.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
@@ -452,6 +496,9 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box) error {
 		default:
 			return nil
 		}
+	}
+	if m.img == nil {
+		return m.imgErr
 	}
 	unlock, err := m.lockHome(b.name)
 	if err != nil {

@@ -72,6 +72,8 @@ func TestExecBadInput(t *testing.T) {
 		{"04 timeout not a number", []string{"exec", "--image", "busybox", "--timeout-ms", "1e99", "--", "true"}, "invalid value"},
 		{"05 unknown runtime", []string{"exec", "--image", "busybox", "--runtime", "kata", "--", "true"}, `unknown runtime "kata"`},
 		{"06 missing image", []string{"exec", "--image", "nope", "--", "true"}, `image "nope" not found`},
+		{"14 sandbox without a verb", []string{"sandbox"}, "usage: shellgate sandbox"},
+		{"15 sandbox rm of a bad name", []string{"sandbox", "rm", "../x"}, "sandbox name must be"},
 		{"07 bad sandbox name", []string{"exec", "--image", "busybox", "--sandbox", "../x", "--", "true"}, "sandbox name must be"},
 		{"08 missing copy-in file", []string{"exec", "--image", "busybox", "--copy-in", "/nonexistent.csv", "--", "true"}, "no such file"},
 		{"09 copy-in escaping home", []string{"exec", "--image", "busybox", "--copy-in", "/etc/hostname:../../etc/x", "--", "true"}, "it leaves /workspace/home"},
@@ -87,6 +89,11 @@ func TestExecBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("16 a failed exec leaves no sandbox behind", func(t *testing.T) {
+		if out, _, code := run("sandbox", "list"); code != 0 || strings.Count(out, "\n") != 1 {
+			t.Fatalf("sandboxes after bad input: exit %d\n%s", code, out)
+		}
+	})
 	t.Run("11 huge timeout is clamped with a note", func(t *testing.T) {
 		out, stderr, code := run("exec", "--image", "busybox", "--timeout-ms", "99999999", "--", "echo ok")
 		if code != 0 || out != "ok\n" || !strings.Contains(stderr, "clamped to the maximum 300000") {
@@ -116,6 +123,20 @@ func TestExecJSONAndReuse(t *testing.T) {
 	out, _, code = run("exec", "--image", "busybox", "--runtime", "runc", "--sandbox", "reuse", "--", "cat f")
 	if code != 0 || out != "hi\n" {
 		t.Fatalf("reuse: exit %d %q", code, out)
+	}
+	// The sandbox is listed, and removing it deletes its home.
+	out, _, code = run("sandbox", "list")
+	if code != 0 || !strings.Contains(out, "reuse ") || !strings.Contains(out, "sleeping") {
+		t.Fatalf("sandbox list: exit %d %q", code, out)
+	}
+	if out, _, code = run("sandbox", "rm", "reuse"); code != 0 || out != "removed sandbox reuse\n" {
+		t.Fatalf("sandbox rm: exit %d %q", code, out)
+	}
+	if _, stderr, code := run("sandbox", "rm", "reuse"); code == 0 || !strings.Contains(stderr, "sandbox not found: reuse") {
+		t.Fatalf("second rm: exit %d %q", code, stderr)
+	}
+	if out, _, _ = run("exec", "--image", "busybox", "--runtime", "runc", "--sandbox", "reuse", "--", "ls"); out != "lost+found\n" {
+		t.Fatalf("home survived rm: %q", out)
 	}
 	// The exit code of the last command is the CLI's.
 	if _, _, code = run("exec", "--image", "busybox", "--runtime", "runc", "--", "exit 7"); code != 7 {
