@@ -80,12 +80,17 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		}
 	}()
 	// Another process's orphan cleanup must not see the directory before
-	// its owner lock is held.
-	err = m.withRunLock(unix.LOCK_SH, func() error {
+	// its owner lock is held, nor its Close unmount the agent tmpfs before
+	// the directory exists.
+	var agentPath string
+	err = m.withRunLock(unix.LOCK_EX, func() error {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return err
 		}
-		inst.owner, err = lockFile(filepath.Join(dir, "owner.lock"))
+		if inst.owner, err = lockFile(filepath.Join(dir, "owner.lock")); err != nil {
+			return err
+		}
+		agentPath, err = m.servedAgentLocked()
 		return err
 	})
 	if err != nil {
@@ -125,7 +130,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	if err = home.Mount(homeImg, homeDir); err != nil {
 		return inst, err
 	}
-	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: m.agent, Limits: m.cfg.Limits})
+	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: agentPath, Limits: m.cfg.Limits})
 	m.rt.Adjust(spec)
 	if err = runtime.WriteBundle(dir, spec); err != nil {
 		return inst, err
@@ -250,8 +255,9 @@ func (m *Manager) cleanOrphans(ctx context.Context) error {
 	return m.withRunLock(unix.LOCK_EX, func() error { return m.cleanOrphansLocked(ctx) })
 }
 
-// withRunLock runs fn holding run/.lock: shared while a sandbox directory
-// is made and locked, exclusive while orphans are looked for.
+// withRunLock runs fn holding run/.lock, exclusively while a sandbox
+// directory is made and locked, while orphans are looked for and while the
+// agent tmpfs is mounted or unmounted.
 func (m *Manager) withRunLock(how int, fn func() error) error {
 	f, err := os.OpenFile(filepath.Join(filepath.Dir(m.dirs.run), ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -300,7 +306,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))
 		}
 	}
-	errs = append(errs, m.dropRuntimeMounts(ctx))
+	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)
 	for _, p := range pooled {

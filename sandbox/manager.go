@@ -103,6 +103,8 @@ type Manager struct {
 	log    *slog.Logger
 	dirs   dirs
 	agent  string
+	// agentSum names this agent build in the agent tmpfs.
+	agentSum string
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -208,6 +210,9 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		if m.agent, err = agentbin.Find(); err != nil {
 			return nil, err
 		}
+	}
+	if m.agentSum, err = hashAgent(m.agent); err != nil {
+		return nil, err
 	}
 	if err := m.cleanOrphans(ctx); err != nil {
 		return nil, fmt.Errorf("clean up after a previous run: %w", err)
@@ -451,7 +456,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			break
 		}
 	}
-	errs = append(errs, m.dropRuntimeMounts(ctx))
+	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfs())
 	return errors.Join(errs...)
 }
 

@@ -274,8 +274,9 @@ echo started; sleep 1000`
 		if strings.Contains(o.Stdout, "host-secret") || strings.Contains(o.Stdout, "s3cret") {
 			t.Errorf("host data directory visible: %q", o.Stdout)
 		}
-		if mi := Run(t, m, box, "cat /proc/self/mountinfo"); strings.Contains(mi.Stdout, data) {
-			t.Errorf("mountinfo names the data directory:\n%s", mi.Stdout)
+		agent, _ := agentbin.Build()
+		if mi := Run(t, m, box, "cat /proc/self/mountinfo"); strings.Contains(mi.Stdout, data) || strings.Contains(mi.Stdout, filepath.Dir(agent)) {
+			t.Errorf("mountinfo names host paths (data %s, agent %s):\n%s", data, agent, mi.Stdout)
 		}
 		if !strings.HasSuffix(o.Stdout, "sandbox\n") {
 			t.Errorf("hostname: %q", o.Stdout)
