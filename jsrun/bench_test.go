@@ -47,18 +47,24 @@ func percentiles(b *testing.B, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs")
 }
 
+// timedRun runs src to completion and returns how long it took.
+func timedRun(b *testing.B, r *Runner, ctx context.Context, src string) time.Duration {
+	t := time.Now()
+	res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
+	d := time.Since(t)
+	if err != nil || res.Status != StatusCompleted {
+		b.Fatal(res, err)
+	}
+	return d
+}
+
 func benchSource(b *testing.B, src string) {
 	r := benchRunner(b)
 	ctx := context.Background()
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t := time.Now()
-		res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
-		d = append(d, time.Since(t))
-		if err != nil || res.Status != StatusCompleted {
-			b.Fatal(res, err)
-		}
+		d = append(d, timedRun(b, r, ctx, src))
 	}
 	b.StopTimer()
 	percentiles(b, d)
@@ -81,12 +87,7 @@ func BenchmarkFreshRunPrewarmed(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		time.Sleep(5 * time.Millisecond) // ns/op includes this pause; read p50-µs
-		t := time.Now()
-		res, err := r.Run(ctx, Input{Source: "return 1+1", HostFunctions: benchHost})
-		d = append(d, time.Since(t))
-		if err != nil || res.Status != StatusCompleted {
-			b.Fatal(res, err)
-		}
+		d = append(d, timedRun(b, r, ctx, "return 1+1"))
 	}
 	b.StopTimer()
 	percentiles(b, d)
