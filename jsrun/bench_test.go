@@ -76,6 +76,12 @@ func BenchmarkFreshRun(b *testing.B) { benchSource(b, "return 1+1") }
 // context is ready (Config.Prewarm), at one run per 5 ms so the pool keeps
 // up; ns/op includes the pause, the p50/p99 metrics do not.
 func BenchmarkFreshRunPrewarmed(b *testing.B) {
+	benchPrewarmed(b, func(r *Runner, ctx context.Context) time.Duration { return timedRun(b, r, ctx, "return 1+1") })
+}
+
+// benchPrewarmed times step with Config.Prewarm, one step per 5 ms so the
+// pool keeps up (ns/op includes the pauses; read p50-µs/p99-µs).
+func benchPrewarmed(b *testing.B, step func(*Runner, context.Context) time.Duration) {
 	r, err := NewRunner(Config{Secret: testSecret, Prewarm: 4})
 	if err != nil {
 		b.Fatal(err)
@@ -86,8 +92,8 @@ func BenchmarkFreshRunPrewarmed(b *testing.B) {
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		time.Sleep(5 * time.Millisecond) // ns/op includes this pause; read p50-µs
-		d = append(d, timedRun(b, r, ctx, "return 1+1"))
+		time.Sleep(5 * time.Millisecond)
+		d = append(d, step(r, ctx))
 	}
 	b.StopTimer()
 	percentiles(b, d)
@@ -134,21 +140,7 @@ func BenchmarkInterruptResume(b *testing.B) {
 // Config.Prewarm, paced like BenchmarkFreshRunPrewarmed (ns/op includes the
 // 5 ms pauses; read p50-µs/p99-µs).
 func BenchmarkInterruptResumePrewarmed(b *testing.B) {
-	r, err := NewRunner(Config{Secret: testSecret, Prewarm: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	ctx := context.Background()
-	time.Sleep(100 * time.Millisecond)
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		time.Sleep(5 * time.Millisecond) // ns/op includes this pause; read p50-µs
-		d = append(d, interruptResume(b, r, ctx))
-	}
-	b.StopTimer()
-	percentiles(b, d)
+	benchPrewarmed(b, func(r *Runner, ctx context.Context) time.Duration { return interruptResume(b, r, ctx) })
 }
 
 // BenchmarkConcurrent1000 starts 1,000 runs at once, each holding its

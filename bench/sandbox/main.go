@@ -549,24 +549,21 @@ func sandboxPIDs(cid string) []int {
 }
 
 func smapsRollup(pid int) (rss, pss int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0, 0
-	}
+	kb := kbFields(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	return kb["Rss:"], kb["Pss:"]
+}
+
+// kbFields reads a /proc file of "Key: N kB" lines into bytes by key.
+func kbFields(path string) map[string]int64 {
+	b, _ := os.ReadFile(path)
+	out := map[string]int64{}
 	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "Rss:":
-			rss = v << 10
-		case "Pss:":
-			pss = v << 10
+		if f := strings.Fields(l); len(f) >= 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			out[f[0]] = v << 10
 		}
 	}
-	return rss, pss
+	return out
 }
 
 // comm is the process's argv[0] base name (runsc re-executes itself as
@@ -615,22 +612,8 @@ func cgroupUsage(cid string) int64 {
 
 // hostUsed is MemTotal - MemAvailable in bytes.
 func hostUsed() int64 {
-	b, _ := os.ReadFile("/proc/meminfo")
-	var total, avail int64
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "MemTotal:":
-			total = v << 10
-		case "MemAvailable:":
-			avail = v << 10
-		}
-	}
-	return total - avail
+	kb := kbFields("/proc/meminfo")
+	return kb["MemTotal:"] - kb["MemAvailable:"]
 }
 
 // --- peers ---
