@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"github.com/shellgate/shellgate/internal/testenv"
+
 	"bytes"
 	"context"
 	"os"
@@ -19,9 +21,7 @@ import (
 // capping and process-tree kills.
 func startAgent(t *testing.T) *agent.Client {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a PID namespace")
-	}
+	testenv.NeedRoot(t, "a PID namespace")
 	bin, err := agentbin.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
@@ -39,18 +40,16 @@ const HomeBytes = 64 << 20
 // Skip skips t unless the suite can run here with runtime rt and image img.
 func Skip(t testing.TB, rt, img string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("sandbox tests need root")
-	}
+	testenv.NeedRoot(t, "sandboxes need mounts, cgroups and OCI runtimes")
 	r, err := runtime.New(rt, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Check(context.Background()); err != nil {
-		t.Skipf("runtime %s does not work here: %v", rt, err)
+		testenv.Missing(t, "runtime %s does not work here: %v", rt, err)
 	}
 	if _, err := os.Stat(filepath.Join(ImagesDir(), img, "rootfs")); err != nil {
-		t.Skipf("image %s is not built (run `shellgate image build`): %v", img, err)
+		testenv.Missing(t, "image %s is not built (run `shellgate image build`): %v", img, err)
 	}
 }
 
@@ -305,20 +304,30 @@ echo started; sleep 1000`
 		}
 	})
 	t.Run("14 concurrent commands on one sandbox are serialized", func(t *testing.T) {
-		done := make(chan tool.CommandOutput, 4)
-		for i := 0; i < 4; i++ {
+		// Each command holds a directory as a lock for a moment: were two
+		// to run at once, the second mkdir would fail. Each one's output
+		// must come back to its own caller.
+		const n = 4
+		done := make(chan [2]string, n)
+		for i := 0; i < n; i++ {
 			go func(i int) {
-				p, _ := tool.ShellArgs{Commands: []string{fmt.Sprintf("echo %d", i)}}.Plan()
+				p, _ := tool.ShellArgs{Commands: []string{fmt.Sprintf("mkdir /tmp/serial || echo OVERLAP; sleep 0.2; echo %d; rmdir /tmp/serial", i)}}.Plan()
 				out, err := tool.RunShell(context.Background(), m, box, p)
 				if err != nil {
 					t.Error(err)
+					done <- [2]string{fmt.Sprint(i), "error"}
+					return
 				}
-				done <- out[0]
+				if exitCode(out[0]) != 0 {
+					t.Errorf("command %d: %+v", i, out[0])
+				}
+				done <- [2]string{fmt.Sprint(i), out[0].Stdout}
 			}(i)
 		}
-		for i := 0; i < 4; i++ {
-			if o := <-done; exitCode(o) != 0 {
-				t.Errorf("concurrent: %+v", o)
+		for i := 0; i < n; i++ {
+			r := <-done
+			if r[1] != r[0]+"\n" {
+				t.Errorf("command %s printed %q, want only its own %q (OVERLAP means two ran at once)", r[0], r[1], r[0]+"\n")
 			}
 		}
 	})

@@ -4,6 +4,8 @@
 package e2e
 
 import (
+	"github.com/shellgate/shellgate/internal/testenv"
+
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -23,9 +25,7 @@ import (
 // a function running it on a private data directory that shares the images.
 func cli(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.NeedRoot(t, "the CLI runs sandboxes")
 	agent, err := agentbin.Build()
 	if err != nil {
 		t.Fatal(err)
@@ -188,10 +188,11 @@ func TestEvalFromTheShell(t *testing.T) {
 	script := filepath.Join(dir, "plan.js")
 	os.WriteFile(script, []byte(`
 await sandbox.writeFile("nums.txt", "4\n5\n6\n");
+await sandbox.exec(["echo ran >> runs.log"]);
 const ok = await ui.confirm({question: "sum the numbers?"});
 if (!ok) return "declined";
-const [r] = await sandbox.exec(["awk '{s+=$1} END {print s}' nums.txt"]);
-return {sum: Number(r.stdout.trim()), exit: r.exit_code};
+const [r, n] = await sandbox.exec(["awk '{s+=$1} END {print s}' nums.txt", "wc -l < runs.log"]);
+return {sum: Number(r.stdout.trim()), exit: r.exit_code, runs: Number(n.stdout.trim())};
 `), 0o644)
 	base := []string{"eval", script, "--client-functions", "ui.confirm", "--sandbox", "evalbox", "--image", "busybox", "--runtime", "runc"}
 	out, stderr, code := run(base...)
@@ -209,9 +210,10 @@ return {sum: Number(r.stdout.trim()), exit: r.exit_code};
 	if err := json.Unmarshal([]byte(out), &first); err != nil || first.Status != "interrupted" || len(first.Interruptions) != 1 || first.Interruptions[0].HostFunctionName != "ui.confirm" {
 		t.Fatalf("%v: %s", err, out)
 	}
-	// The write happened once, before the interruption; the resume replays it.
+	// The append ran once, before the interruption; the resume answers it
+	// from the ledger instead of running it again, so runs.log has one line.
 	out, stderr, code = run(append(base, "--continuation", first.Continuation, "--resolve", first.Interruptions[0].ID+"=true")...)
-	if code != 0 || strings.TrimSpace(out) != `{"status":"completed","value":{"exit":0,"sum":15}}` {
+	if code != 0 || strings.TrimSpace(out) != `{"status":"completed","value":{"exit":0,"runs":1,"sum":15}}` {
 		t.Fatalf("resume: exit %d %s %s", code, out, stderr)
 	}
 	// A tampered token fails before any effect.

@@ -10,6 +10,8 @@ package security
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -149,9 +151,21 @@ func cases(t *testing.T, rt string) {
 		}
 	})
 	t.Run("09 /sys, release_agent, /dev/mem, /dev/kmsg, mknod [escape]", func(t *testing.T) {
-		o := sandboxtest.Run(t, m, box, `touch /sys/x 2>/dev/null && echo SYS; for d in /sys/fs/cgroup/*/release_agent /sys/fs/cgroup/release_agent; do [ -w "$d" ] && echo RELEASE; done; [ -e /dev/mem ] && echo MEM; [ -e /dev/kmsg ] && echo KMSG; mknod /tmp/sda b 8 0 2>/dev/null && echo MKNOD; true`)
+		// The classic cgroup v1 escape: mount a hierarchy, point its
+		// release_agent at a script, let the host run it. Every step is
+		// tried for real, and the host's release_agent files must be
+		// unchanged afterwards.
+		before := hostReleaseAgents(t)
+		o := sandboxtest.Run(t, m, box, `touch /sys/x 2>/dev/null && echo SYS
+for d in /sys/fs/cgroup/*/release_agent /sys/fs/cgroup/release_agent; do [ -e "$d" ] && { echo /tmp/pwn > "$d"; } 2>/dev/null && echo RELEASE; done
+mkdir -p /tmp/cg && for c in memory pids rdma cpu; do mount -t cgroup -o $c cgroup /tmp/cg 2>/dev/null && { echo CGMOUNT; echo /tmp/pwn > /tmp/cg/release_agent 2>/dev/null && echo RELEASE; umount /tmp/cg; }; done
+mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
+[ -e /dev/mem ] && echo MEM; [ -e /dev/kmsg ] && echo KMSG; mknod /tmp/sda b 8 0 2>/dev/null && echo MKNOD; true`)
 		if s := strings.TrimSpace(o.Stdout); s != "" {
 			t.Errorf("reachable: %q", s)
+		}
+		if after := hostReleaseAgents(t); after != before {
+			t.Errorf("a host release_agent changed:\nbefore %q\nafter  %q", before, after)
 		}
 	})
 	t.Run("10 no secrets, no capabilities, privileged syscalls denied [escape]", func(t *testing.T) {
@@ -212,4 +226,23 @@ func cases(t *testing.T, rt string) {
 			t.Errorf("lost writes: %q", o.Stdout)
 		}
 	})
+}
+
+// hostReleaseAgents reads every release_agent of the host's cgroup
+// hierarchies: the files a cgroup escape would write.
+func hostReleaseAgents(t *testing.T) string {
+	t.Helper()
+	paths, _ := filepath.Glob("/sys/fs/cgroup/*/release_agent")
+	var b strings.Builder
+	for _, p := range paths {
+		c, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		fmt.Fprintf(&b, "%s=%q;", p, c)
+	}
+	if len(paths) == 0 {
+		t.Log("no cgroup v1 release_agent on this host: only the in-sandbox attempts are checked")
+	}
+	return b.String()
 }
