@@ -17,6 +17,7 @@ import (
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/jsrun/jsrunhttp"
+	"github.com/shellgate/shellgate/jsrun/jsrunsql"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -43,6 +44,8 @@ the POST /api/v1/eval response JSON. A call to a client function interrupts
 the run; resume with --continuation and one --resolve per answered id.
 Values are tagged JSON (docs/jsrun.md). The signing secret is
 $SHELLGATE_CONTINUATION_SECRET (>= 32 bytes) or DATA/keys/continuation.key.
+A continuation resumes once: a second resume fails with RUN_CONTINUATION_USED
+(uses are recorded in DATA/eval/continuations.db).
 Exit status: 0 completed, 3 interrupted, 1 error.`)
 		fs.PrintDefaults()
 	}
@@ -120,7 +123,14 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	if err != nil {
 		return err
 	}
-	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Audience: evalAudience})
+	// Each continuation resumes once: its first resume is recorded in the
+	// data directory, shared by every shellgate process using it.
+	store, err := jsrunsql.OpenSQLite(ctx, continuationStorePath(*dataDir))
+	if err != nil {
+		return fmt.Errorf("opening the continuation store (set --data-dir): %w", err)
+	}
+	defer store.Close()
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: store, Audience: evalAudience})
 	if err != nil {
 		return err
 	}
@@ -159,6 +169,11 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 }
 
 func readAllStdin() ([]byte, error) { return io.ReadAll(os.Stdin) }
+
+// continuationStorePath is the SQLite database of used continuations.
+func continuationStorePath(dataDir string) string {
+	return filepath.Join(dataDir, "eval", "continuations.db")
+}
 
 // continuationSecret returns $SHELLGATE_CONTINUATION_SECRET, or the key kept
 // in DATA/keys/continuation.key, generating it (0600) on first use.
