@@ -166,29 +166,3 @@ func TestSingleUseIsRequiredAndFailsClosed(t *testing.T) {
 		t.Fatal("the approved call ran although the claim failed")
 	}
 }
-
-func TestMemoryStoreSweepsExpiredClaims(t *testing.T) {
-	s := NewMemoryStore()
-	ctx := context.Background()
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	if err := s.Claim(ctx, "a", t0, t0.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Claim(ctx, "b", t0.Add(30*time.Minute), t0.Add(2*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	var used *UsedError
-	if err := s.Claim(ctx, "a", t0.Add(59*time.Minute), t0.Add(2*time.Hour)); !errors.As(err, &used) || !used.FirstUse.Equal(t0) {
-		t.Fatalf("second claim: %v", err)
-	}
-	// Past a's expiry the sweep drops it; b stays.
-	if err := s.Claim(ctx, "c", t0.Add(90*time.Minute), t0.Add(3*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if s.Len() != 2 {
-		t.Fatalf("%d claims held, want 2 (b, c)", s.Len())
-	}
-	if err := s.Claim(ctx, "b", t0.Add(91*time.Minute), t0.Add(3*time.Hour)); !errors.Is(err, ErrContinuationUsed) {
-		t.Fatalf("b: %v", err)
-	}
-}

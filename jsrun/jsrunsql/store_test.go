@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/jsrun"
+	"github.com/shellgate/shellgate/jsrun/storetest"
 )
 
 func open(t *testing.T, path string) *Store {
@@ -27,6 +28,12 @@ func open(t *testing.T, path string) *Store {
 }
 
 var t0 = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+
+func TestSQLiteConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) jsrun.ContinuationStore {
+		return open(t, filepath.Join(t.TempDir(), "continuations.db"))
+	})
+}
 
 func TestClaimIsSingleUseAndDurable(t *testing.T) {
 	ctx := context.Background()
