@@ -17,7 +17,7 @@ import (
 
 func benchRunner(b *testing.B) *Runner {
 	b.Helper()
-	r, err := NewRunner(Config{Secret: testSecret})
+	r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func BenchmarkFreshRunPrewarmed(b *testing.B) {
 // benchPrewarmed times step with Config.Prewarm, one step per 5 ms so the
 // pool keeps up (ns/op includes the pauses; read p50-µs/p99-µs).
 func benchPrewarmed(b *testing.B, step func(*Runner, context.Context) time.Duration) {
-	r, err := NewRunner(Config{Secret: testSecret, Prewarm: 4})
+	r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore(), Prewarm: 4})
 	if err != nil {
 		b.Fatal(err)
 	}

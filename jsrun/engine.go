@@ -233,9 +233,12 @@ type invocation struct {
 	oldByOrder map[int]*call // dispatched old-ledger calls waiting for release
 	oldSettled int
 	inFlight   int
-	results    chan hostResult
-	inline     []hostResult
-	hostCtx    context.Context
+	// liveCalls counts host functions actually called (not answered from
+	// the ledger): a failed resume with none gives its token back.
+	liveCalls int
+	results   chan hostResult
+	inline    []hostResult
+	hostCtx   context.Context
 }
 
 type call struct {
@@ -625,6 +628,7 @@ func (inv *invocation) startLive(c *call, resume *ResumeInfo) error {
 		maxPayload: inv.lim.HostOutputBytes,
 	}
 	c.live = true
+	inv.liveCalls++
 	if h.Sync {
 		inv.inline = append(inv.inline, inv.invoke(h.Fn, cs, argv))
 		return nil

@@ -38,6 +38,9 @@ const (
 	// CodeProtocol: bad, tampered, expired or mismatched continuation; wrong
 	// resolutions; replay divergence.
 	CodeProtocol Code = "RUN_PROTOCOL_ERROR"
+	// CodeContinuationUsed: the continuation was resumed before (each token
+	// resumes once); Details["first_used_at"] is when, in RFC 3339 UTC.
+	CodeContinuationUsed Code = "RUN_CONTINUATION_USED"
 	// CodeConcurrencyLimit: the runner is at Config.MaxConcurrentRuns.
 	CodeConcurrencyLimit Code = "RUN_CONCURRENCY_LIMIT"
 	// CodeDetachedRequest: the guest returned while host calls were in flight.

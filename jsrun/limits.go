@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// Limits bound one invocation. A zero field means "the default" (the Run
-// SDK's defaults, listed beside each field); per-run Limits override the
-// runner's per field.
+// Limits bound one invocation. In Config a zero field means the default
+// (the Run SDK's, listed beside each field). In Input a zero field means the
+// runner's limit, and any other value can only lower it: a value above the
+// runner's limit gets the runner's limit (see lower).
 type Limits struct {
 	Timeout            time.Duration // 30 s: whole invocation, host calls included
 	MemoryBytes        int           // 64 MiB: the guest heap
@@ -59,6 +60,33 @@ func (l Limits) merge(base Limits) Limits {
 	out.InFlightHostCalls = pick(l.InFlightHostCalls, base.InFlightHostCalls)
 	out.ConsoleBytes = pick(l.ConsoleBytes, base.ConsoleBytes)
 	out.ContinuationBytes = pick(l.ContinuationBytes, base.ContinuationBytes)
+	return out
+}
+
+// lower returns the limits of a run that asked for l on a runner whose
+// limits are op (complete, no zero field): per field, the smaller of the two,
+// and op's where l is zero. A request never raises the operator's limits.
+func (l Limits) lower(op Limits) Limits {
+	pick := func(v, o int) int {
+		if v == 0 || v > o {
+			return o
+		}
+		return v
+	}
+	out := op
+	if l.Timeout != 0 && l.Timeout < op.Timeout {
+		out.Timeout = l.Timeout
+	}
+	out.MemoryBytes = pick(l.MemoryBytes, op.MemoryBytes)
+	out.StackBytes = pick(l.StackBytes, op.StackBytes)
+	out.ResultBytes = pick(l.ResultBytes, op.ResultBytes)
+	out.SourceBytes = pick(l.SourceBytes, op.SourceBytes)
+	out.HostArgumentsBytes = pick(l.HostArgumentsBytes, op.HostArgumentsBytes)
+	out.HostOutputBytes = pick(l.HostOutputBytes, op.HostOutputBytes)
+	out.HostCalls = pick(l.HostCalls, op.HostCalls)
+	out.InFlightHostCalls = pick(l.InFlightHostCalls, op.InFlightHostCalls)
+	out.ConsoleBytes = pick(l.ConsoleBytes, op.ConsoleBytes)
+	out.ContinuationBytes = pick(l.ContinuationBytes, op.ContinuationBytes)
 	return out
 }
 

@@ -29,9 +29,13 @@ type Config struct {
 	// the expiry and issue-time checks (default 60 s).
 	MaxAge    time.Duration
 	ClockSkew time.Duration
-	// Store, when set, makes continuations single-use (see ContinuationStore).
+	// Store makes continuations single-use (see ContinuationStore): a
+	// token resumes at most once. It is required together with Secret:
+	// choose NewMemoryStore (claims die with the process) or a durable
+	// store from jsrun/jsrunsql explicitly.
 	Store ContinuationStore
-	// Limits are the defaults of every run (zero fields: DefaultLimits).
+	// Limits are the operator's limits (zero fields: DefaultLimits). A run's
+	// Input.Limits can lower them, never raise them.
 	Limits Limits
 	// MaxConcurrentRuns caps runs in progress; 0 means no cap. A run over
 	// the cap fails at once with RUN_CONCURRENCY_LIMIT (no queue).
@@ -57,7 +61,8 @@ type Input struct {
 	// HostFunctions lists the host functions by namespace: the guest calls
 	// HostFunctions["tools"]["sum"] as tools.sum(...).
 	HostFunctions map[string]Namespace
-	// Limits override the runner's limits per field.
+	// Limits lower the runner's limits per field (zero: the runner's). A
+	// value above the runner's limit gets the runner's limit.
 	Limits Limits
 	// Continuation and Resolutions resume an interrupted run: the same
 	// Source, host-function names and Context must be given again.
@@ -138,6 +143,9 @@ func NewRunner(cfg Config) (*Runner, error) {
 			return nil, fmt.Errorf("jsrun: verification secret %d must be at least %d bytes", i, minSecretBytes)
 		}
 	}
+	if cfg.Secret != nil && cfg.Store == nil {
+		return nil, fmt.Errorf("jsrun: a continuation secret needs a Config.Store so that each continuation resumes at most once (jsrun.NewMemoryStore() within one process, jsrun/jsrunsql to survive restarts)")
+	}
 	if cfg.Audience == "" {
 		cfg.Audience = defaultAudience
 	}
@@ -185,12 +193,16 @@ var (
 
 // Run runs in with a process-wide default Runner whose continuation secret
 // comes from the SHELLGATE_CONTINUATION_SECRET environment variable (needed
-// only once a run interrupts or resumes).
+// only once a run interrupts or resumes). Calling it opts in to an in-memory
+// single-use store: each continuation resumes at most once in this process,
+// but the process forgets its claims when it exits. Build a Runner with a
+// jsrun/jsrunsql store when tokens can outlive the process.
 func Run(ctx context.Context, in Input) (*Result, error) {
 	defaultRunnerOnce.Do(func() {
 		cfg := Config{}
 		if s := os.Getenv("SHELLGATE_CONTINUATION_SECRET"); s != "" {
 			cfg.Secret = []byte(s)
+			cfg.Store = NewMemoryStore()
 		}
 		defaultRunner, defaultRunnerErr = NewRunner(cfg)
 	})
@@ -251,7 +263,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 	r.running.Add(1)
 	defer r.running.Add(-1)
-	lim := in.Limits.merge(r.limits)
+	lim := in.Limits.lower(r.limits)
 	if len(in.Source) > lim.SourceBytes {
 		return nil, limitError(CodeSourceTooLarge, "maxSourceBytes", "source is %d bytes, over the limit of %d", len(in.Source), lim.SourceBytes)
 	}
@@ -276,37 +288,28 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 
 	var st *contState
 	resolutions := map[string]*resolved{}
-	var storeKey string
+	var claimed string // the token ID this resume claimed in the store
 	if in.Continuation != "" {
-		tok := in.Continuation
-		if r.cfg.Store != nil {
-			if len(tok) != storedKeyLen {
-				return nil, protocolError("not a stored continuation key")
-			}
-			storeKey = tok
-			t, err := r.cfg.Store.Acquire(ctx, storeKey)
-			if err != nil {
-				return nil, &Error{Code: CodeProtocol, Name: "RunError", Message: "invalid continuation: " + err.Error(), cause: err}
-			}
-			tok = t
+		if r.cfg.Store == nil {
+			return nil, newError(CodeInvalidInput, "resuming needs a continuation secret and a Config.Store")
 		}
-		st, err = codec.decode(tok)
-		if err == nil && st.ScopeHash != scope {
+		env, err := codec.open(in.Continuation)
+		if err == nil && env.State.ScopeHash != scope {
 			err = protocolError("bound to another source, host functions, audience or context")
 		}
 		if err == nil {
+			st = &env.State
 			err = checkResolutions(st, in.Resolutions, lim, resolutions)
 		}
 		if err != nil {
-			if storeKey != "" {
-				_ = r.cfg.Store.Release(context.WithoutCancel(ctx), storeKey)
-			}
 			return nil, err
 		}
-		if storeKey != "" {
-			// The resume goes ahead: host effects may happen from here on.
-			defer func() { _ = r.cfg.Store.Consume(context.WithoutCancel(ctx), storeKey) }()
+		// Everything above is checked without an effect; from here on the
+		// resume may call host functions, so the token is claimed first.
+		if err := r.claim(ctx, env); err != nil {
+			return nil, err
 		}
+		claimed = env.Nonce
 	} else {
 		if len(in.Resolutions) > 0 {
 			return nil, newError(CodeProtocol, "resolutions given without a continuation")
@@ -324,6 +327,14 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 	res, err := inv.run(ctx)
 	if err != nil {
+		if claimed != "" && inv.liveCalls == 0 {
+			// No host function ran: the token may be tried again.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if rerr := r.cfg.Store.Release(rctx, claimed); rerr != nil {
+				r.log.Warn("jsrun: releasing a continuation claim", "err", rerr)
+			}
+			cancel()
+		}
 		return nil, err
 	}
 	if res.Status == StatusInterrupted {
@@ -333,16 +344,32 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.cfg.Store != nil {
-			key := randomKey()
-			if err := r.cfg.Store.Put(context.WithoutCancel(ctx), key, tok, exp.Add(r.cfg.ClockSkew)); err != nil {
-				return nil, newError(CodeInternal, "storing continuation: %v", err)
-			}
-			tok = key
-		}
 		res.Continuation, res.ContinuationExpiresAt = tok, exp
 	}
 	return res, nil
+}
+
+// claim records the first use of a verified token in the store. A token
+// claimed before fails with CodeContinuationUsed naming the first use; a
+// store failure fails the resume (closed: nothing runs unclaimed).
+func (r *Runner) claim(ctx context.Context, env *envelope) error {
+	// The claim must outlive every instant at which the token verifies.
+	until := time.UnixMilli(env.ExpiresAtMs).Add(r.cfg.ClockSkew)
+	err := r.cfg.Store.Claim(ctx, env.Nonce, r.cfg.Now(), until)
+	if err == nil {
+		return nil
+	}
+	var used *UsedError
+	if errors.As(err, &used) {
+		e := newError(CodeContinuationUsed, "continuation already used: it was first resumed at %s, and a continuation resumes only once", formatUse(used.FirstUse))
+		e.Details = map[string]any{"first_used_at": formatUse(used.FirstUse)}
+		e.cause = err
+		return e
+	}
+	if ctx.Err() != nil {
+		return &Error{Code: CodeAborted, Name: "RunError", Message: "run aborted by the caller", cause: err}
+	}
+	return &Error{Code: CodeInternal, Name: "RunError", Message: "continuation store: " + err.Error(), cause: err}
 }
 
 type resolved struct {

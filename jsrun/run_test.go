@@ -20,7 +20,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef-test")
 
 func newTestRunner(t testing.TB, mod ...func(*Config)) *Runner {
 	t.Helper()
-	cfg := Config{Secret: testSecret}
+	cfg := Config{Secret: testSecret, Store: NewMemoryStore()}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -556,34 +556,6 @@ func TestTokenTamperingExpiryAndRotation(t *testing.T) {
 	// Issued in the future beyond the skew.
 	setNow(now.Add(-2 * time.Minute))
 	wantCode(t, resume(rotated, tok), CodeProtocol)
-}
-
-func TestSingleUseStore(t *testing.T) {
-	var calls atomic.Int64
-	hf := tools(&calls)
-	store := NewMemoryStore()
-	r := newTestRunner(t, func(c *Config) { c.Store = store })
-	src := `return await tools.approve('x')`
-	res := mustRun(t, r, Input{Source: src, HostFunctions: hf})
-	if len(res.Continuation) != storedKeyLen {
-		t.Fatalf("stored continuation key %q", res.Continuation)
-	}
-	// A bad resolution is rejected before any effect and does not burn the key.
-	_, err := r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: []Resolution{{InterruptionID: "nope"}}})
-	wantCode(t, err, CodeProtocol)
-	out := mustRun(t, r, Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, 5)})
-	if out.Value != 5.0 {
-		t.Fatalf("got %+v", out)
-	}
-	_, err = r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, 5)})
-	wantCode(t, err, CodeProtocol)
-	// Claimed keys cannot be resumed twice at once.
-	res = mustRun(t, r, Input{Source: src, HostFunctions: hf})
-	if _, err := store.Acquire(context.Background(), res.Continuation); err != nil {
-		t.Fatal(err)
-	}
-	_, err = r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, 5)})
-	wantCode(t, err, CodeProtocol)
 }
 
 // resign rewrites a token's state with the test secret, as an attacker who

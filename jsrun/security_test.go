@@ -184,7 +184,7 @@ func TestSecurityEveryIntrinsicFrozen(t *testing.T) {
 		}
 		return {containers, notFrozen, writableGlobals}`
 	for _, prewarm := range []int{0, 2} {
-		r, err := NewRunner(Config{Secret: testSecret, Prewarm: prewarm})
+		r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore(), Prewarm: prewarm})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,6 @@ const (
 	stateVersion     = 1
 	stateRuntime     = "jsrun-replay-v1"
 	minSecretBytes   = 32
-	storedKeyLen     = 43
 	defaultAudience  = "jsrun"
 	defaultMaxAge    = time.Hour
 	defaultClockSkew = 60 * time.Second
@@ -90,92 +89,99 @@ const (
 	statusInterrupted = "interrupted"
 )
 
-// ContinuationStore makes continuations single-use: the run returns a random
-// 43-character key instead of the token, and a resume claims the key. The
-// stored value is still a signed token, verified as usual.
+// ContinuationStore makes continuations single-use: before a resume may have
+// any effect, the runner claims the token's ID (the random nonce inside the
+// signed envelope, 32 hex characters) in the store, and only the first claim
+// wins. Only tokens that verified are claimed, so a store never holds
+// anything an attacker made up. A claim needs to be kept only while its token
+// could still verify: until expiresAt (the token's expiry plus the clock
+// skew); stores delete older claims by themselves.
 //
-// Acquire claims key (a second Acquire before Release fails with
-// ErrContinuationClaimed); Consume deletes it after a resume went ahead;
-// Release gives it back when the resume was rejected before any host effect.
+// Claim records the first use of id at time at and returns nil, or, when id
+// was claimed before, a *UsedError carrying the time of that first use.
+// Concurrent claims of one id (from any number of goroutines or processes
+// sharing the store) must let exactly one succeed. Release forgets a claim:
+// the runner calls it only when the resume failed before any host function
+// ran, so the token may be tried again.
+//
+// NewMemoryStore keeps claims in this process; jsrun/jsrunsql keeps them in
+// SQLite (or another SQL database) so that they survive restarts and are
+// shared between processes.
 type ContinuationStore interface {
-	Put(ctx context.Context, key, token string, expiresAt time.Time) error
-	Acquire(ctx context.Context, key string) (token string, err error)
-	Consume(ctx context.Context, key string) error
-	Release(ctx context.Context, key string) error
+	Claim(ctx context.Context, id string, at, expiresAt time.Time) error
+	Release(ctx context.Context, id string) error
 }
 
-// Errors of a ContinuationStore.
-var (
-	ErrContinuationNotFound = errors.New("jsrun: continuation not found (used, expired or never issued)")
-	ErrContinuationClaimed  = errors.New("jsrun: continuation is being resumed by another request")
-)
+// ErrContinuationUsed is what a *UsedError matches with errors.Is.
+var ErrContinuationUsed = errors.New("jsrun: continuation already used")
 
-// MemoryStore is an in-process ContinuationStore.
+// UsedError reports that a continuation was claimed before: FirstUse is when.
+type UsedError struct {
+	FirstUse time.Time
+}
+
+func (e *UsedError) Error() string {
+	return "jsrun: continuation already used: first resumed at " + formatUse(e.FirstUse)
+}
+
+// Is makes errors.Is(err, ErrContinuationUsed) true.
+func (e *UsedError) Is(target error) bool { return target == ErrContinuationUsed }
+
+func formatUse(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// MemoryStore is an in-process ContinuationStore. Its claims die with the
+// process: a token issued before a restart can be resumed once more after
+// it. Use it in tests and in programs whose tokens never outlive the
+// process; servers and the CLI use jsrun/jsrunsql.
 type MemoryStore struct {
-	mu      sync.Mutex
-	entries map[string]*storeEntry
-	now     func() time.Time
+	mu        sync.Mutex
+	claims    map[string]memClaim
+	lastSweep time.Time
 }
 
-type storeEntry struct {
-	token   string
-	expires time.Time
-	claimed bool
-}
+type memClaim struct{ at, expires time.Time }
 
 // NewMemoryStore returns an empty in-process store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{entries: map[string]*storeEntry{}, now: time.Now}
+	return &MemoryStore{claims: map[string]memClaim{}}
 }
 
-func (s *MemoryStore) gc(now time.Time) {
-	for k, e := range s.entries {
-		if now.After(e.expires) {
-			delete(s.entries, k)
+// sweepEvery bounds how often a store deletes expired claims.
+const sweepEvery = time.Minute
+
+// Claim records the first use of id.
+func (s *MemoryStore) Claim(_ context.Context, id string, at, expiresAt time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at.Sub(s.lastSweep) >= sweepEvery || at.Before(s.lastSweep) {
+		for k, c := range s.claims {
+			if at.After(c.expires) {
+				delete(s.claims, k)
+			}
 		}
+		s.lastSweep = at
 	}
-}
-
-// Put stores token under key until expiresAt.
-func (s *MemoryStore) Put(_ context.Context, key, token string, expiresAt time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.gc(s.now())
-	s.entries[key] = &storeEntry{token: token, expires: expiresAt}
+	if c, ok := s.claims[id]; ok {
+		return &UsedError{FirstUse: c.at}
+	}
+	s.claims[id] = memClaim{at: at, expires: expiresAt}
 	return nil
 }
 
-// Acquire claims key.
-func (s *MemoryStore) Acquire(_ context.Context, key string) (string, error) {
+// Release forgets the claim of id.
+func (s *MemoryStore) Release(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[key]
-	if !ok || s.now().After(e.expires) {
-		return "", ErrContinuationNotFound
-	}
-	if e.claimed {
-		return "", ErrContinuationClaimed
-	}
-	e.claimed = true
-	return e.token, nil
-}
-
-// Consume deletes key.
-func (s *MemoryStore) Consume(_ context.Context, key string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.entries, key)
+	delete(s.claims, id)
 	return nil
 }
 
-// Release un-claims key.
-func (s *MemoryStore) Release(_ context.Context, key string) error {
+// Len returns the number of claims held (expired ones included until the
+// next sweep).
+func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.entries[key]; ok {
-		e.claimed = false
-	}
-	return nil
+	return len(s.claims)
 }
 
 // codec signs and verifies tokens.
@@ -238,6 +244,16 @@ func protocolError(format string, args ...any) *Error {
 // decode verifies a token and returns its state. It never calls a host
 // function.
 func (c *codec) decode(tok string) (*contState, error) {
+	env, err := c.open(tok)
+	if err != nil {
+		return nil, err
+	}
+	return &env.State, nil
+}
+
+// open verifies a token and returns its envelope. It never calls a host
+// function.
+func (c *codec) open(tok string) (*envelope, error) {
 	if len(tok) > c.maxTokens {
 		return nil, protocolError("%d bytes, over the limit of %d", len(tok), c.maxTokens)
 	}
@@ -289,6 +305,9 @@ func (c *codec) decode(tok string) (*contState, error) {
 	if env.ExpiresAtMs-env.IssuedAtMs > c.maxAge.Milliseconds() || env.ExpiresAtMs < env.IssuedAtMs {
 		return nil, protocolError("lifetime longer than allowed")
 	}
+	if !isHex(env.Nonce, 32) {
+		return nil, protocolError("bad nonce")
+	}
 	st := &env.State
 	if st.Version != stateVersion || st.Runtime != stateRuntime || st.Serde != serdeName {
 		return nil, protocolError("unsupported state version")
@@ -296,7 +315,7 @@ func (c *codec) decode(tok string) (*contState, error) {
 	if err := validateState(st); err != nil {
 		return nil, err
 	}
-	return st, nil
+	return &env, nil
 }
 
 func isHex(s string, n int) bool {
@@ -361,10 +380,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func randomKey() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return b64(b) // 43 characters
 }

@@ -101,7 +101,7 @@ var host = map[string]jsrun.Namespace{"host": {
 }}
 
 func runGo(n, concurrent int) map[string]stat {
-	r, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32)})
+	r, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32), Store: jsrun.NewMemoryStore()})
 	if err != nil {
 		panic(err)
 	}
@@ -151,7 +151,7 @@ func runGo(n, concurrent int) map[string]stat {
 	}
 	// The same two cases with prewarmed contexts, paced so the pool keeps
 	// up: the latency a server sees below saturation.
-	pr, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32), Prewarm: 4})
+	pr, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32), Store: jsrun.NewMemoryStore(), Prewarm: 4})
 	if err != nil {
 		panic(err)
 	}

@@ -13,10 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/jsrun/jsrunhttp"
+	"github.com/shellgate/shellgate/jsrun/jsrunsql"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -43,6 +46,8 @@ the POST /api/v1/eval response JSON. A call to a client function interrupts
 the run; resume with --continuation and one --resolve per answered id.
 Values are tagged JSON (docs/jsrun.md). The signing secret is
 $SHELLGATE_CONTINUATION_SECRET (>= 32 bytes) or DATA/keys/continuation.key.
+A continuation resumes once: a second resume fails with RUN_CONTINUATION_USED
+(uses are recorded in DATA/eval/continuations.db).
 Exit status: 0 completed, 3 interrupted, 1 error.`)
 		fs.PrintDefaults()
 	}
@@ -120,7 +125,13 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	if err != nil {
 		return err
 	}
-	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Audience: evalAudience})
+	// Each continuation resumes once: its first resume is recorded in the
+	// data directory, shared by every shellgate process using it. The
+	// database is opened on the first claim, so runs that do not resume
+	// never touch it.
+	store := &lazyStore{path: continuationStorePath(*dataDir)}
+	defer store.Close()
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: store, Audience: evalAudience})
 	if err != nil {
 		return err
 	}
@@ -159,6 +170,51 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 }
 
 func readAllStdin() ([]byte, error) { return io.ReadAll(os.Stdin) }
+
+// continuationStorePath is the SQLite database of used continuations.
+func continuationStorePath(dataDir string) string {
+	return filepath.Join(dataDir, "eval", "continuations.db")
+}
+
+// lazyStore opens the SQLite continuation store when it is first needed.
+type lazyStore struct {
+	path string
+	once sync.Once
+	s    *jsrunsql.Store
+	err  error
+}
+
+func (l *lazyStore) open(ctx context.Context) (*jsrunsql.Store, error) {
+	l.once.Do(func() {
+		l.s, l.err = jsrunsql.OpenSQLite(ctx, l.path)
+		if l.err != nil {
+			l.err = fmt.Errorf("opening the continuation store (set --data-dir): %w", l.err)
+		}
+	})
+	return l.s, l.err
+}
+
+func (l *lazyStore) Claim(ctx context.Context, id string, at, expiresAt time.Time) error {
+	s, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Claim(ctx, id, at, expiresAt)
+}
+
+func (l *lazyStore) Release(ctx context.Context, id string) error {
+	s, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Release(ctx, id)
+}
+
+func (l *lazyStore) Close() {
+	if l.s != nil {
+		l.s.Close()
+	}
+}
 
 // continuationSecret returns $SHELLGATE_CONTINUATION_SECRET, or the key kept
 // in DATA/keys/continuation.key, generating it (0600) on first use.

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
 	"time"
@@ -63,7 +64,10 @@ var ErrSandboxNotFound = errors.New("sandbox not found")
 // Config configures the handler.
 type Config struct {
 	// Runner runs the code; its Audience should be specific to this
-	// service, e.g. "shellgate-eval".
+	// service, e.g. "shellgate-eval". Its Config.Limits are the most a
+	// request gets: request limits can only lower them. A runner that can
+	// interrupt has a single-use store (jsrun requires one with a secret),
+	// so each continuation resumes once.
 	Runner *jsrun.Runner
 	// Sandboxes resolves request.sandbox.container_id; nil disables the
 	// built-in functions.
@@ -75,8 +79,7 @@ type Config struct {
 	// MaxBodyBytes bounds the request body (default 40 MiB: the 32 MiB
 	// continuation limit plus source and resolutions).
 	MaxBodyBytes int64
-	// Limits are the most a request may ask for; a request may only lower
-	// them (zero fields: the runner's).
+	// Logger receives failures the response does not detail.
 	Logger *slog.Logger
 }
 
@@ -103,10 +106,13 @@ type SandboxRequest struct {
 	RequireApproval []string `json:"require_approval,omitempty"`
 }
 
-// Limits a request may lower.
+// Limits a request may lower. A value above the server's limit gets the
+// server's limit; zero or absent keeps it.
 type Limits struct {
 	TimeoutMs          int `json:"timeout_ms,omitempty"`
 	MemoryBytes        int `json:"memory_bytes,omitempty"`
+	StackBytes         int `json:"stack_bytes,omitempty"`
+	MaxSourceBytes     int `json:"max_source_bytes,omitempty"`
 	MaxResultBytes     int `json:"max_result_bytes,omitempty"`
 	MaxHostCalls       int `json:"max_host_calls,omitempty"`
 	MaxConsoleBytes    int `json:"max_console_bytes,omitempty"`
@@ -143,12 +149,15 @@ type Interruption struct {
 	Payload          json.RawMessage   `json:"payload"`
 }
 
-// ErrorBody is a typed error.
+// ErrorBody is a typed error. Details carries jsrun's machine-readable
+// extras, e.g. {"limit": "timeoutMs"} or, for RUN_CONTINUATION_USED,
+// {"first_used_at": "2026-12-01T03:00:05.000Z"}.
 type ErrorBody struct {
-	Code    string `json:"code"`
-	Name    string `json:"name,omitempty"`
-	Message string `json:"message"`
-	Stack   string `json:"stack,omitempty"`
+	Code    string         `json:"code"`
+	Name    string         `json:"name,omitempty"`
+	Message string         `json:"message"`
+	Stack   string         `json:"stack,omitempty"`
+	Details map[string]any `json:"details,omitempty"`
 }
 
 // Error codes of the HTTP layer (the rest are jsrun's RUN_* codes).
@@ -275,13 +284,19 @@ func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsr
 	}
 	if req.Limits != nil {
 		l := req.Limits
-		in.Limits = jsrun.Limits{
-			Timeout: time.Duration(l.TimeoutMs) * time.Millisecond, MemoryBytes: l.MemoryBytes,
-			ResultBytes: l.MaxResultBytes, HostCalls: l.MaxHostCalls, ConsoleBytes: l.MaxConsoleBytes,
-			InFlightHostCalls: l.MaxInFlightCalls, HostArgumentsBytes: l.MaxArgumentsBytes, HostOutputBytes: l.MaxHostOutputBytes,
+		if l.TimeoutMs < 0 || l.MemoryBytes < 0 || l.StackBytes < 0 || l.MaxSourceBytes < 0 || l.MaxResultBytes < 0 ||
+			l.MaxHostCalls < 0 || l.MaxConsoleBytes < 0 || l.MaxInFlightCalls < 0 || l.MaxArgumentsBytes < 0 || l.MaxHostOutputBytes < 0 {
+			return in, &badRequest{"limits must not be negative"}
 		}
-		if err := h.capLimits(&in.Limits); err != nil {
-			return in, err
+		// The runner keeps every limit at or below its own (the operator's):
+		// a request can lower them, never raise them.
+		// Values past jsrun's range (2^31-1) are above any operator limit
+		// too, so they get the operator's limit like any other raise.
+		c := func(v int) int { return min(v, math.MaxInt32) }
+		in.Limits = jsrun.Limits{
+			Timeout: time.Duration(c(l.TimeoutMs)) * time.Millisecond, MemoryBytes: c(l.MemoryBytes), StackBytes: c(l.StackBytes),
+			SourceBytes: c(l.MaxSourceBytes), ResultBytes: c(l.MaxResultBytes), HostCalls: c(l.MaxHostCalls), ConsoleBytes: c(l.MaxConsoleBytes),
+			InFlightHostCalls: c(l.MaxInFlightCalls), HostArgumentsBytes: c(l.MaxArgumentsBytes), HostOutputBytes: c(l.MaxHostOutputBytes),
 		}
 	}
 	var clientCtx any = jsrun.Undefined{}
@@ -321,32 +336,6 @@ func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsr
 		in.Resolutions = append(in.Resolutions, jsrun.Resolution{InterruptionID: res.InterruptionID, Value: v})
 	}
 	return in, nil
-}
-
-// capLimits keeps request limits at or below the runner's defaults: a
-// request may lower a limit, never raise it.
-func (h *handler) capLimits(l *jsrun.Limits) error {
-	max := jsrun.DefaultLimits
-	capInt := func(v *int, m int) {
-		if *v > m {
-			*v = m
-		}
-	}
-	if l.Timeout > max.Timeout {
-		l.Timeout = max.Timeout
-	}
-	capInt(&l.MemoryBytes, max.MemoryBytes)
-	capInt(&l.ResultBytes, max.ResultBytes)
-	capInt(&l.HostCalls, max.HostCalls)
-	capInt(&l.ConsoleBytes, max.ConsoleBytes)
-	capInt(&l.InFlightHostCalls, max.InFlightHostCalls)
-	capInt(&l.HostArgumentsBytes, max.HostArgumentsBytes)
-	capInt(&l.HostOutputBytes, max.HostOutputBytes)
-	if l.Timeout < 0 || l.MemoryBytes < 0 || l.ResultBytes < 0 || l.HostCalls < 0 || l.ConsoleBytes < 0 ||
-		l.InFlightHostCalls < 0 || l.HostArgumentsBytes < 0 || l.HostOutputBytes < 0 {
-		return &badRequest{"limits must not be negative"}
-	}
-	return nil
 }
 
 // rejection is a client's error resolution. It marshals to JSON so that
@@ -396,7 +385,7 @@ func errorStatus(err error) (int, *Response) {
 	if !errors.As(err, &je) {
 		return http.StatusInternalServerError, errorResponse(string(jsrun.CodeInternal), "internal error")
 	}
-	body := &ErrorBody{Code: string(je.Code), Message: je.Message}
+	body := &ErrorBody{Code: string(je.Code), Message: je.Message, Details: je.Details}
 	if je.Guest {
 		body.Name, body.Stack = je.Name, je.Stack
 	}
@@ -404,6 +393,8 @@ func errorStatus(err error) (int, *Response) {
 	switch je.Code {
 	case jsrun.CodeInvalidInput, jsrun.CodeSourceTooLarge, jsrun.CodeProtocol:
 		status = http.StatusBadRequest
+	case jsrun.CodeContinuationUsed:
+		status = http.StatusConflict
 	case jsrun.CodeConcurrencyLimit:
 		status = http.StatusTooManyRequests
 	case jsrun.CodeAborted:

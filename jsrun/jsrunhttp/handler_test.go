@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/jsrun"
 )
@@ -66,9 +67,13 @@ type testServer struct {
 	sb *memSandbox
 }
 
-func newServer(t *testing.T) *testServer {
+func newServer(t *testing.T, mod ...func(*jsrun.Config)) *testServer {
 	t.Helper()
-	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Audience: "shellgate-eval"})
+	cfg := jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Store: jsrun.NewMemoryStore(), Audience: "shellgate-eval"}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	runner, err := jsrun.NewRunner(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +246,156 @@ func TestSandboxApproval(t *testing.T) {
 	if code != 422 || out["error"].(map[string]any)["code"] != CodeNotApproved || s.sb.execs != 0 {
 		t.Fatalf("denied: %d %s", code, raw)
 	}
+	// The denial was the answer to that token: it cannot be approved after.
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	code, out, raw = s.post(t, "ws_a", req)
+	if code != 409 || out["error"].(map[string]any)["code"] != "RUN_CONTINUATION_USED" || s.sb.execs != 0 {
+		t.Fatalf("approval after a denial: %d %s", code, raw)
+	}
+	delete(req, "continuation")
+	delete(req, "resolutions")
+	_, out, _ = s.post(t, "ws_a", req)
+	req["continuation"] = out["continuation"]
 	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
 	code, out, raw = s.post(t, "ws_a", req)
 	if code != 200 || out["value"] != "approved\n" || s.sb.execs != 1 {
 		t.Fatalf("approved: %d %s", code, raw)
 	}
+}
+
+// TestApprovedCallRunsOnce is issue 6 item 14 over HTTP: resuming the same
+// continuation three times ran its approved command three times.
+func TestApprovedCallRunsOnce(t *testing.T) {
+	s := newServer(t)
+	src := `const [r] = await sandbox.exec('echo approved'); return r.stdout`
+	req := map[string]any{"source": src, "sandbox": map[string]any{"container_id": "ctr_1", "require_approval": []string{"exec"}}}
+	_, out, raw := s.post(t, "ws_a", req)
+	if out["status"] != "interrupted" {
+		t.Fatal(raw)
+	}
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	if code, _, raw := s.post(t, "ws_a", req); code != 200 {
+		t.Fatalf("first resume: %d %s", code, raw)
+	}
+	var first string
+	for i := 2; i <= 3; i++ {
+		code, out, raw := s.post(t, "ws_a", req)
+		e, _ := out["error"].(map[string]any)
+		if code != 409 || e == nil || e["code"] != "RUN_CONTINUATION_USED" {
+			t.Fatalf("resume %d: %d %s", i, code, raw)
+		}
+		at, _ := e["details"].(map[string]any)["first_used_at"].(string)
+		if _, err := time.Parse(time.RFC3339, at); err != nil || !strings.Contains(e["message"].(string), at) {
+			t.Fatalf("resume %d does not name the first use: %s", i, raw)
+		}
+		if first != "" && at != first {
+			t.Fatalf("first use moved from %s to %s", first, at)
+		}
+		first = at
+	}
+	if s.sb.execs != 1 {
+		t.Fatalf("the approved command ran %d times, want once", s.sb.execs)
+	}
+
+	// Concurrent resumes of one token: exactly one runs.
+	delete(req, "continuation")
+	delete(req, "resolutions")
+	_, out, _ = s.post(t, "ws_a", req)
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	const n = 8
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			codes[i], _, _ = s.post(t, "ws_a", req)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	ok, conflict := 0, 0
+	for _, c := range codes {
+		switch c {
+		case 200:
+			ok++
+		case 409:
+			conflict++
+		}
+	}
+	if ok != 1 || conflict != n-1 || s.sb.execs != 2 {
+		t.Fatalf("%d resumes succeeded, %d conflicted (codes %v), commands run %d; want 1, %d, 2", ok, conflict, codes, s.sb.execs, n-1)
+	}
+}
+
+// TestRequestLimitsCappedAtServer is issue 6 item 15 over HTTP: request
+// limits were capped at jsrun's defaults, not at the server's runner, so a
+// request lifted a 200 ms server timeout to 30 s.
+func TestRequestLimitsCappedAtServer(t *testing.T) {
+	// The timeout is checked on a server of its own, so that a slow machine
+	// cannot turn another case into a timeout.
+	quick := newServer(t, func(c *jsrun.Config) { c.Limits = jsrun.Limits{Timeout: 200 * time.Millisecond} })
+	s := newServer(t, func(c *jsrun.Config) {
+		c.Limits = jsrun.Limits{Timeout: 20 * time.Second, MemoryBytes: 8 << 20, StackBytes: 256 << 10,
+			ResultBytes: 1000, SourceBytes: 1000, HostCalls: 3, InFlightHostCalls: 2, ConsoleBytes: 100,
+			HostArgumentsBytes: 1000, HostOutputBytes: 1000}
+	})
+	raise := map[string]any{"timeout_ms": 30000, "memory_bytes": 64 << 20, "stack_bytes": 2 << 20, "max_source_bytes": 256 << 10,
+		"max_result_bytes": 1 << 20, "max_host_calls": 256, "max_in_flight_calls": 32, "max_console_bytes": 64 << 10,
+		"max_arguments_bytes": 1 << 20, "max_host_output_bytes": 4 << 20}
+	sb := map[string]any{"container_id": "ctr_1"}
+	s.sb.files["big.txt"] = bytes.Repeat([]byte("y"), 2000)
+	cases := []struct {
+		name, src, code, message string
+		sandbox                  bool
+	}{
+		{"time", `while (true) {}`, "RUN_TIMEOUT", "200ms", false},
+		{"memory", `const a = []; for (let i = 0; i < 24; i++) a.push('x'.repeat(1 << 20) + i); return a.length`, "RUN_MEMORY_LIMIT", "", false},
+		{"stack", `function deep(n) { return n === 0 ? 0 : 1 + deep(n - 1) } return deep(5000)`, "RUN_STACK_OVERFLOW", "", false},
+		{"result", `return 'x'.repeat(2000)`, "RUN_RESULT_TOO_LARGE", "limit of 1000", false},
+		{"source", `return 1 // ` + strings.Repeat("x", 1000), "RUN_SOURCE_TOO_LARGE", "limit of 1000", false},
+		{"host calls", `for (let i = 0; i < 4; i++) await sandbox.exec('echo ' + i); return 1`, "RUN_BRIDGE_LIMIT", "more than 3 host calls", true},
+		{"in flight", `return await Promise.all([sandbox.exec('echo 1'), sandbox.exec('echo 2'), sandbox.exec('echo 3')])`, "RUN_BRIDGE_LIMIT", "more than 2 host calls in flight", true},
+		{"arguments", `return await sandbox.writeFile('f', 'x'.repeat(2000))`, "RUN_BRIDGE_LIMIT", "limit of 1000", true},
+		{"host output", `return (await sandbox.readFile('big.txt')).length`, "RUN_BRIDGE_LIMIT", "limit of 1000", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := map[string]any{"source": c.src, "limits": raise}
+			if c.sandbox {
+				body["sandbox"] = sb
+			}
+			srv := s
+			if c.code == "RUN_TIMEOUT" {
+				srv = quick
+			}
+			code, out, raw := srv.post(t, "ws_a", body)
+			e, _ := out["error"].(map[string]any)
+			if e == nil || e["code"] != c.code || !strings.Contains(e["message"].(string), c.message) {
+				t.Fatalf("want %s naming %q: %d %s", c.code, c.message, code, raw)
+			}
+		})
+	}
+	t.Run("console", func(t *testing.T) {
+		_, out, raw := s.post(t, "ws_a", map[string]any{"source": `console.log('x'.repeat(500)); return 1`, "limits": raise})
+		if c, _ := out["console"].(string); out["console_truncated"] != true || len(c) > 100 {
+			t.Fatalf("console not held to the server's 100 bytes: %s", raw)
+		}
+	})
+	t.Run("lowering", func(t *testing.T) {
+		_, out, raw := quick.post(t, "ws_a", map[string]any{"source": `while (true) {}`, "limits": map[string]any{"timeout_ms": 50}})
+		if e, _ := out["error"].(map[string]any); e == nil || !strings.Contains(e["message"].(string), "50ms") {
+			t.Fatalf("lowered timeout: %s", raw)
+		}
+		_, out, raw = s.post(t, "ws_a", map[string]any{"source": `return 1`, "limits": map[string]any{"timeout_ms": 1 << 62}})
+		if out["value"] != 1.0 {
+			t.Fatalf("a huge limit is the server's limit, not an error: %s", raw)
+		}
+	})
 }
 
 func TestErrors(t *testing.T) {

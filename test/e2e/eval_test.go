@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+)
+
+type evalError struct {
+	Status string `json:"status"`
+	Error  struct {
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details"`
+	} `json:"error"`
+}
+
+// TestEvalContinuationResumesOnce is issue 6 item 14 from the shell:
+// resuming one continuation three times ran its approved command three
+// times. Two `shellgate eval` processes race to resume the same token, then
+// a third tries again: the command runs exactly once, and the others fail
+// with RUN_CONTINUATION_USED naming the first use.
+func TestEvalContinuationResumesOnce(t *testing.T) {
+	sandboxtest.Skip(t, "runc", "busybox")
+	run := cli(t)
+	script := filepath.Join(t.TempDir(), "append.js")
+	os.WriteFile(script, []byte(`
+const ok = await ui.confirm("append a line to runs.txt?");
+if (!ok) return "declined";
+const [r] = await sandbox.exec(["echo approved >> runs.txt && wc -l < runs.txt"]);
+return r.stdout.trim();
+`), 0o644)
+	base := []string{"eval", script, "--client-functions", "ui.confirm", "--sandbox", "evalonce", "--image", "busybox", "--runtime", "runc"}
+	out, stderr, code := run(base...)
+	var first struct {
+		Status       string `json:"status"`
+		Continuation string `json:"continuation"`
+	}
+	if err := json.Unmarshal([]byte(out), &first); err != nil || code != 3 || first.Status != "interrupted" {
+		t.Fatalf("first run: exit %d %v: %s %s", code, err, out, stderr)
+	}
+	resume := append(base, "--continuation", first.Continuation, "--resolve", "interrupt-1=true")
+
+	type result struct {
+		out, stderr string
+		code        int
+	}
+	var results [2]result
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, e, c := run(resume...)
+			results[i] = result{o, e, c}
+		}()
+	}
+	wg.Wait()
+	won, refusedAt := 0, ""
+	for _, r := range results {
+		switch r.code {
+		case 0:
+			won++
+			if strings.TrimSpace(r.out) != `{"status":"completed","value":"1"}` {
+				t.Fatalf("winning resume: %s %s", r.out, r.stderr)
+			}
+		case 1:
+			var e evalError
+			if err := json.Unmarshal([]byte(r.out), &e); err != nil || e.Error.Code != "RUN_CONTINUATION_USED" {
+				t.Fatalf("losing resume: %v %s %s", err, r.out, r.stderr)
+			}
+			refusedAt, _ = e.Error.Details["first_used_at"].(string)
+		default:
+			t.Fatalf("resume: exit %d %s %s", r.code, r.out, r.stderr)
+		}
+	}
+	if won != 1 || refusedAt == "" {
+		t.Fatalf("%d of 2 racing resumes won (want 1): %+v", won, results)
+	}
+	if _, err := time.Parse(time.RFC3339, refusedAt); err != nil {
+		t.Fatalf("first_used_at %q: %v", refusedAt, err)
+	}
+
+	// A third resume, later, names the same first use.
+	out, _, code = run(resume...)
+	var e evalError
+	if err := json.Unmarshal([]byte(out), &e); err != nil || code != 1 || e.Error.Code != "RUN_CONTINUATION_USED" ||
+		e.Error.Details["first_used_at"] != refusedAt || !strings.Contains(e.Error.Message, refusedAt) {
+		t.Fatalf("third resume: exit %d %s", code, out)
+	}
+
+	// The approved command ran once.
+	out, stderr, code = run("exec", "--sandbox", "evalonce", "--image", "busybox", "--runtime", "runc", "--", "cat runs.txt")
+	if code != 0 || out != "approved\n" {
+		t.Fatalf("runs.txt after three resumes: exit %d %q %s", code, out, stderr)
+	}
+}
