@@ -131,7 +131,9 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		return inst, err
 	}
 	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: agentPath, Limits: m.cfg.Limits})
-	m.rt.Adjust(spec)
+	if err = m.rt.Adjust(spec); err != nil {
+		return inst, err
+	}
 	if err = runtime.WriteBundle(dir, spec); err != nil {
 		return inst, err
 	}

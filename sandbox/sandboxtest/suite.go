@@ -6,6 +6,7 @@ package sandboxtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
@@ -330,6 +333,34 @@ echo started; sleep 1000`
 			}
 		}
 	})
+	if rt != "runsc" { // gVisor filters syscalls in its own kernel
+		t.Run("18 seccomp profile in the bundle, user namespaces denied", func(t *testing.T) {
+			Run(t, m, box, "true")
+			bundles, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "config.json"))
+			if len(bundles) == 0 {
+				t.Fatal("no running sandbox's bundle found")
+			}
+			for _, b := range bundles {
+				raw, err := os.ReadFile(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var spec runtime.Config
+				if err := json.Unmarshal(raw, &spec); err != nil {
+					t.Fatal(err)
+				}
+				if p := spec.Linux.Seccomp; p == nil || p.DefaultAction != specs.ActErrno || len(p.Syscalls) == 0 {
+					t.Errorf("%s: no seccomp profile: %+v", b, p)
+				}
+			}
+			// unshare(CLONE_NEWUSER) needs no capability: only the
+			// profile stops it.
+			o := Run(t, m, box, "unshare -U true 2>&1; echo rc=$?")
+			if !strings.Contains(o.Stdout, "Operation not permitted") || strings.HasSuffix(o.Stdout, "rc=0\n") {
+				t.Errorf("unshare -U was not denied: %q", o.Stdout)
+			}
+		})
+	}
 	t.Run("17 files in and out of the home, path-safe", func(t *testing.T) {
 		ctx := context.Background()
 		if err := m.WriteFile(ctx, box, "in/data.csv", strings.NewReader("a,b\n1,2\n")); err != nil {
