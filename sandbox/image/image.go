@@ -8,7 +8,9 @@
 //	DATA/images/default/rootfs/...
 //
 // A rootfs is owned by root and shared read-only by every sandbox: the
-// runtime mounts it as the lower layer of an overlay. Every image, however it
+// runtime mounts it as the lower layer of an overlay. The store directory
+// is private to root (0700), and no file in it keeps a setuid or setgid bit
+// or a file capability: they are stripped from every build and import. Every image, however it
 // was made, is prepared for that use (prepare.go): it has a user "sandbox"
 // (uid 1000, gid 1000, home /workspace/home), the empty mount points
 // /workspace/home and /.shellgate, and a world-writable sticky /tmp.
@@ -105,7 +107,12 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	// Private to root: nobody else on the host may reach the images'
+	// files (sandboxes get them through mounts made by root).
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	s := &Store{dir: abs}
@@ -234,6 +241,12 @@ func (st *stage) commit(img *Image) (*Image, error) {
 	img.Name = st.name
 	if img.CreatedAt.IsZero() {
 		img.CreatedAt = time.Now().UTC()
+	}
+	// However the tree was made (import, debootstrap and package
+	// scripts, busybox), no setuid, setgid or file capability reaches
+	// the store.
+	if _, err := stripPrivileges(st.rootfs); err != nil {
+		return nil, fmt.Errorf("image %q: %w", st.name, err)
 	}
 	size, err := diskUsage(st.rootfs)
 	if err != nil {

@@ -87,6 +87,7 @@ func TestBusybox(t *testing.T) {
 		t.Errorf("bad metadata: %+v", img)
 	}
 	checkPrepared(t, img.Rootfs)
+	checkNoPrivileges(t, img.Rootfs)
 	for _, p := range []string{"bin/sh", "bin/ls", "usr/bin/awk"} {
 		if target, err := os.Readlink(filepath.Join(img.Rootfs, p)); err != nil || target != "/bin/busybox" {
 			t.Errorf("%s -> %q, %v", p, target, err)
@@ -338,6 +339,9 @@ func TestDebianReal(t *testing.T) {
 	}
 	t.Logf("built in %s, %d bytes", time.Since(start), img.SizeBytes)
 	checkPrepared(t, img.Rootfs)
+	// Debian ships su, passwd, mount... setuid root, and packages may
+	// setcap: none of it may reach the store.
+	checkNoPrivileges(t, img.Rootfs)
 	out, err := exec.Command("chroot", "--userspec=1000:1000", img.Rootfs, "/bin/bash", "-lc",
 		`cd /tmp && python3 -c 'import pandas, numpy; print(pandas.DataFrame({"a":[1,2,3]}).a.sum())' && node -e 'console.log(6*7)' && jq -n 1+1 && id -un`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "6\n42\n2\nsandbox") {
