@@ -45,23 +45,6 @@ func (s *Store) tryLock(name string) (func(), bool) {
 	return func() { f.Close() }, true
 }
 
-// installDir moves src to dst. If dst exists the two are exchanged
-// atomically (renameat2 RENAME_EXCHANGE) and replaced reports true: src then
-// holds the old tree.
-func installDir(src, dst string) (replaced bool, err error) {
-	err = unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
-	if err == nil {
-		return false, nil
-	}
-	if !errors.Is(err, unix.EEXIST) {
-		return false, err
-	}
-	if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
 // removeTree deletes dir after detaching anything mounted beneath it (a
 // build killed while /proc was mounted in its chroot must not make RemoveAll
 // walk into the host's /proc).

@@ -98,9 +98,17 @@ func TestBusybox(t *testing.T) {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 
-	// Rebuilding replaces it in place and leaves no staging directories.
-	if _, err := s.BuildBusybox(context.Background(), "busybox"); err != nil {
+	// Rebuilding makes a new version, removes the old one (no sandbox
+	// leases it) and leaves no staging directories.
+	old := img
+	if img, err = s.BuildBusybox(context.Background(), "busybox"); err != nil {
 		t.Fatal(err)
+	}
+	if img.Version == old.Version || img.Rootfs == old.Rootfs {
+		t.Errorf("rebuild kept version %q", old.Version)
+	}
+	if _, err := os.Stat(old.Rootfs); !os.IsNotExist(err) {
+		t.Errorf("unleased old version still there: %v", err)
 	}
 	assertNoLeftovers(t, s)
 
@@ -172,8 +180,19 @@ func assertNoLeftovers(t *testing.T, s *Store) {
 	t.Helper()
 	ents, _ := os.ReadDir(s.Dir())
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), oldPrefix) {
+		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), oldPrefix) || strings.HasPrefix(e.Name(), linkPrefix) {
 			t.Errorf("leftover %s in the store", e.Name())
+		}
+	}
+	// Nothing leases a version here: only current ones may be left.
+	names, _ := os.ReadDir(filepath.Join(s.Dir(), versionsDir))
+	for _, n := range names {
+		cur, _ := s.Current(n.Name())
+		versions, _ := os.ReadDir(filepath.Join(s.Dir(), versionsDir, n.Name()))
+		for _, v := range versions {
+			if v.Name() != cur {
+				t.Errorf("unleased old version %s/%s left in the store (current %q)", n.Name(), v.Name(), cur)
+			}
 		}
 	}
 }

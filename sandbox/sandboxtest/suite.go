@@ -21,6 +21,7 @@ import (
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -446,6 +447,88 @@ func LifecycleSuite(t *testing.T, rt string) {
 		}
 		if o := Run(t, m, "idle", "cat f"); o.Stdout != "still-here\n" {
 			t.Errorf("after idle sleep: %q", o.Stdout)
+		}
+	})
+	t.Run("03 an image rebuilt or removed under running sandboxes", func(t *testing.T) {
+		Skip(t, rt, "busybox")
+		imgs := t.TempDir()
+		store, err := image.Open(imgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := store.BuildBusybox(ctx, "base")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := t.TempDir()
+		if out, err := exec.Command("cp", "-a", base.Rootfs+"/.", src).CombinedOutput(); err != nil {
+			t.Fatalf("copy rootfs: %v %s", err, out)
+		}
+		importVersion := func(marker string) *image.Image {
+			t.Helper()
+			if err := os.WriteFile(filepath.Join(src, "marker"), []byte(marker+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			img, err := store.Import(ctx, "leased", src, nil)
+			if err != nil {
+				t.Fatalf("import %s: %v", marker, err)
+			}
+			return img
+		}
+		v1 := importVersion("v1")
+		m, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.Images, c.Image, c.PoolSize = imgs, "leased", 1 })
+		poolFull := func() {
+			t.Helper()
+			deadline := time.Now().Add(60 * time.Second)
+			for m.PoolReady() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("pool never filled")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		poolFull()
+		before := Run(t, m, "old", "cat /marker; ls /usr/bin | wc -l") // the pooled sandbox
+		if !strings.HasPrefix(before.Stdout, "v1\n") {
+			t.Fatalf("first sandbox: %q %q", before.Stdout, before.Stderr)
+		}
+		poolFull() // refilled on v1: a pooled sandbox leases it too
+
+		v2 := importVersion("v2") // a re-import under running sandboxes succeeds
+		if _, err := os.Stat(v1.Rootfs); err != nil {
+			t.Fatalf("the rebuild removed the version a sandbox runs on: %v", err)
+		}
+		// The running sandbox keeps its version: its files and programs.
+		// The running sandbox keeps its version: files it read before,
+		// directories and files it never read, and programs.
+		if o := Run(t, m, "old", "cat /marker; ls /usr/bin | wc -l; head -1 /etc/group; busybox true && echo ran"); o.Stdout != before.Stdout+"root:x:0:\nran\n" {
+			t.Errorf("running sandbox after the rebuild: %q %q, want %q and more", o.Stdout, o.Stderr, before.Stdout)
+		}
+		// A new sandbox gets the new version, not the stale pooled one.
+		if o := Run(t, m, "new", "cat /marker"); o.Stdout != "v2\n" {
+			t.Errorf("new sandbox after the rebuild: %q %q", o.Stdout, o.Stderr)
+		}
+		if err := store.Remove("leased"); !errors.Is(err, image.ErrInUse) {
+			t.Errorf("removing an image in use: %v, want image.ErrInUse", err)
+		}
+		if _, err := os.Stat(v2.Rootfs); err != nil {
+			t.Fatalf("a refused removal removed the current version: %v", err)
+		}
+		// The old version goes when its last sandbox sleeps.
+		if err := m.Sleep(ctx, "old"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(v1.Rootfs); !os.IsNotExist(err) {
+			t.Errorf("old version still on disk after its last sandbox slept: %v", err)
+		}
+		if o := Run(t, m, "old", "cat /marker"); o.Stdout != "v2\n" {
+			t.Errorf("woken sandbox: %q %q", o.Stdout, o.Stderr)
+		}
+		if err := m.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Remove("leased"); err != nil {
+			t.Errorf("removing the image once no sandbox runs: %v", err)
 		}
 	})
 }
