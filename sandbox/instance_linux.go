@@ -18,6 +18,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/home"
+	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -29,6 +30,10 @@ type instance struct {
 	home   string // the home image mounted at dir/home
 	client *agent.Client
 	owner  *os.File // flock held for the container's life: not an orphan
+	// lease keeps the image version img (the overlay's lower layer) on
+	// disk for the container's life, across rebuilds of the image.
+	lease *image.Lease
+	img   *image.Image
 	// oomKills is the cgroup's OOM-kill count already reported.
 	oomKills int64
 }
@@ -96,6 +101,11 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	if err != nil {
 		return inst, err
 	}
+	// The image's current version, kept until the container is gone.
+	if inst.lease, err = m.images.Acquire(m.cfg.Image); err != nil {
+		return inst, err
+	}
+	inst.img = inst.lease.Image
 	mb, _ := json.Marshal(meta{Runtime: m.rt.Name(), Home: homeImg})
 	if err = os.WriteFile(filepath.Join(dir, "meta.json"), mb, 0o600); err != nil {
 		return inst, err
@@ -119,7 +129,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	// Relative paths, from the sandbox directory: /proc/self/mountinfo
 	// inside the sandbox shows the overlay's options, which must not name
 	// host paths.
-	if err = os.Symlink(m.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
+	if err = os.Symlink(inst.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
 		return inst, err
 	}
 	mount := exec.CommandContext(ctx, "mount", "-t", "overlay", "overlay", "-o", "lowerdir=lower,upperdir=layer/upper,workdir=layer/work", "rootfs")
@@ -131,7 +141,9 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		return inst, err
 	}
 	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: agentPath, Limits: m.cfg.Limits})
-	m.rt.Adjust(spec)
+	if err = m.rt.Adjust(spec); err != nil {
+		return inst, err
+	}
 	if err = runtime.WriteBundle(dir, spec); err != nil {
 		return inst, err
 	}
@@ -171,9 +183,16 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	}
 	errs = append(errs, inst.rt.Delete(ctx, inst.cid))
 	removeCgroups(inst.cid)
-	errs = append(errs, unmountAll(inst.dir))
+	unmountErr := unmountAll(inst.dir)
+	errs = append(errs, unmountErr)
 	if err := os.RemoveAll(inst.dir); err != nil {
 		errs = append(errs, err)
+	}
+	// The image version may go once no overlay uses it as its lower
+	// layer; after a failed unmount the lease stays until this process
+	// ends.
+	if inst.lease != nil && unmountErr == nil {
+		inst.lease.Release()
 	}
 	if inst.owner != nil {
 		unlockFile(inst.owner)

@@ -12,7 +12,8 @@
 //
 // Layout under the data directory:
 //
-//	images/NAME/rootfs           shared read-only root filesystems
+//	images/NAME/rootfs           shared read-only root filesystems (NAME links to
+//	                             the current version; see package image)
 //	homes/NAME.img, NAME.lock    each sandbox's home (sparse ext4) and its owner lock
 //	homes/.pool/CID.img          homes of pooled sandboxes not yet named
 //	run/sandboxes/CID/           a running container: bundle, mounts, owner lock
@@ -96,10 +97,11 @@ func ValidName(name string) bool { return nameRE.MatchString(name) }
 // Manager runs the sandboxes of one data directory. Several processes may
 // share a data directory: a sandbox is awake in at most one of them.
 type Manager struct {
-	cfg    Config
-	rt     runtime.Runtime
-	img    *image.Image
-	imgErr error
+	cfg Config
+	rt  runtime.Runtime
+	// images holds cfg.Image; each container leases the version that is
+	// current when it starts.
+	images *image.Store
 	log    *slog.Logger
 	dirs   dirs
 	agent  string
@@ -205,7 +207,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	// A missing image is reported when a sandbox must start, so that
 	// listing and removing sandboxes works without one.
-	m.img, m.imgErr = store.Get(cfg.Image)
+	m.images = store
 	if m.agent = cfg.Agent; m.agent == "" {
 		if m.agent, err = agentbin.Find(); err != nil {
 			return nil, err
@@ -233,9 +235,10 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 // Runtime is the name of the OCI runtime in use.
 func (m *Manager) Runtime() string { return m.rt.Name() }
 
-// Image is the root filesystem sandboxes start from, or the error that
-// says why it is missing.
-func (m *Manager) Image() (*image.Image, error) { return m.img, m.imgErr }
+// Image is the root filesystem new sandboxes start from (the image's
+// current version), or the error that says why it is missing. Running
+// sandboxes keep the version they started from until they sleep.
+func (m *Manager) Image() (*image.Image, error) { return m.images.Get(m.cfg.Image) }
 
 // Command is one command to run in a sandbox.
 type Command struct {
@@ -287,7 +290,7 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 	}
 	defer cancel()
 	out, err := b.inst.client.Exec(hostCtx, agent.ExecRequest{
-		Shell:     m.img.Shell,
+		Shell:     b.inst.img.Shell,
 		Command:   cmd.Command,
 		Dir:       runtime.HomeDir,
 		TimeoutMs: cmd.TimeoutMs,
@@ -502,8 +505,8 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box) error {
 			return nil
 		}
 	}
-	if m.img == nil {
-		return m.imgErr
+	if _, err := m.images.Get(m.cfg.Image); err != nil {
+		return err
 	}
 	unlock, err := m.lockHome(b.name)
 	if err != nil {

@@ -26,7 +26,9 @@ func (m *Manager) PoolReady() int {
 	return len(m.pool)
 }
 
-// fromPool takes a ready pooled sandbox, or nil.
+// fromPool takes a ready pooled sandbox, or nil. Pooled sandboxes of an
+// image version that is no longer current (the image was rebuilt) are
+// discarded: a new sandbox starts on the current one.
 func (m *Manager) fromPool() *instance {
 	if m.pool == nil {
 		return nil
@@ -34,12 +36,19 @@ func (m *Manager) fromPool() *instance {
 	for {
 		select {
 		case inst := <-m.pool:
+			cur, err := m.images.Current(m.cfg.Image)
+			stale := err != nil || cur != inst.img.Version
 			select {
 			case <-inst.client.Done(): // died while pooled
 				m.stopInstance(context.Background(), inst)
 				os.Remove(inst.home)
 				continue
 			default:
+				if stale {
+					m.stopInstance(context.Background(), inst)
+					os.Remove(inst.home)
+					continue
+				}
 				return inst
 			}
 		default:
@@ -117,7 +126,7 @@ func (m *Manager) warmUp(ctx context.Context, inst *instance) error {
 	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
 	defer cancel()
 	out, err := inst.client.Exec(ctx, agent.ExecRequest{
-		Shell: m.img.Shell, Command: "true", Dir: runtime.HomeDir,
+		Shell: inst.img.Shell, Command: "true", Dir: runtime.HomeDir,
 		TimeoutMs: warmUpTimeout.Milliseconds(), MaxBytes: 4096,
 	}, nil)
 	if err != nil {

@@ -31,7 +31,8 @@ var DefaultPackages = []string{
 
 // debianFormat is part of the build key: bump it when the recipe changes
 // (trimming, preparation) so existing images are rebuilt.
-const debianFormat = 2
+// Format 3 strips setuid/setgid bits and file capabilities.
+const debianFormat = 3
 
 // DebianOptions configure BuildDebian. The zero value builds the default
 // image.

@@ -45,23 +45,6 @@ func (s *Store) tryLock(name string) (func(), bool) {
 	return func() { f.Close() }, true
 }
 
-// installDir moves src to dst. If dst exists the two are exchanged
-// atomically (renameat2 RENAME_EXCHANGE) and replaced reports true: src then
-// holds the old tree.
-func installDir(src, dst string) (replaced bool, err error) {
-	err = unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
-	if err == nil {
-		return false, nil
-	}
-	if !errors.Is(err, unix.EEXIST) {
-		return false, err
-	}
-	if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
 // removeTree deletes dir after detaching anything mounted beneath it (a
 // build killed while /proc was mounted in its chroot must not make RemoveAll
 // walk into the host's /proc).
@@ -130,6 +113,55 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// capabilityXattr holds a file's capabilities (setcap(8)).
+const capabilityXattr = "security.capability"
+
+// stripPrivileges removes every way a file of the tree could raise the
+// privileges of whoever runs it: setuid and setgid bits (of directories
+// too: nothing in a sandbox needs them) and file capabilities. The store
+// is private to root, but a sandbox mounts the tree, and a rootfs copied
+// out of the store must not carry setuid-root binaries either. Symbolic
+// links are not followed. It returns how many entries it changed.
+func stripPrivileges(root string) (int, error) {
+	changed := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 || !(d.IsDir() || d.Type().IsRegular()) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		did := false
+		if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+			// p is no symlink (Lstat) and WalkDir reached it through
+			// real directories, so Chmod changes this very entry.
+			if err := os.Chmod(p, fi.Mode()&(fs.ModePerm|fs.ModeSticky)); err != nil {
+				return fmt.Errorf("strip setuid/setgid %s: %w", p, err)
+			}
+			did = true
+		}
+		if d.Type().IsRegular() {
+			err := unix.Lremovexattr(p, capabilityXattr)
+			switch {
+			case err == nil:
+				did = true
+			case errors.Is(err, unix.ENODATA), errors.Is(err, unix.EOPNOTSUPP):
+			default:
+				return fmt.Errorf("strip capabilities %s: %w", p, err)
+			}
+		}
+		if did {
+			changed++
+		}
+		return nil
+	})
+	return changed, err
 }
 
 // diskUsage sums the allocated blocks under root, counting hard links once.

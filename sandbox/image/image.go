@@ -1,28 +1,36 @@
 // Package image builds, imports and stores the root filesystems that
 // sandboxes run on.
 //
-// A Store is a directory (Shellgate uses DATA/images). Each image is a
-// subdirectory NAME holding image.json (the metadata) and rootfs (the tree):
+// A Store is a directory (Shellgate uses DATA/images). Each image NAME
+// resolves to a directory holding image.json (the metadata) and rootfs (the
+// tree):
 //
 //	DATA/images/default/image.json
 //	DATA/images/default/rootfs/...
 //
+// NAME is a link to the image's current version: a rebuild or re-import
+// makes a new version and switches the link, and running sandboxes keep the
+// version they started from through a lease (lease_linux.go).
+//
 // A rootfs is owned by root and shared read-only by every sandbox: the
-// runtime mounts it as the lower layer of an overlay. Every image, however it
+// runtime mounts it as the lower layer of an overlay. The store directory
+// is private to root (0700), and no file in it keeps a setuid or setgid bit
+// or a file capability: they are stripped from every build and import. Every image, however it
 // was made, is prepared for that use (prepare.go): it has a user "sandbox"
 // (uid 1000, gid 1000, home /workspace/home), the empty mount points
 // /workspace/home and /.shellgate, and a world-writable sticky /tmp.
 //
 // Images are installed atomically: a build or import works in
-// DATA/images/.tmp-NAME-XXXX and is renamed into place only when complete, so
-// a half-built image is never visible to Get, and a crash leaves only a
-// hidden directory that the next Open removes.
+// DATA/images/.tmp-NAME-XXXX and becomes a version, and current, only when
+// complete, so a half-built image is never visible to Get, and a crash
+// leaves only a hidden directory that the next Open removes.
 package image
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,7 +52,11 @@ const (
 // Image is one installed root filesystem.
 type Image struct {
 	Name string `json:"name"`
-	// Rootfs is the absolute path of the tree. Treat it as read-only.
+	// Version identifies this build or import of Name; empty for an image
+	// installed before versions existed.
+	Version string `json:"-"`
+	// Rootfs is the absolute path of the tree (of this version). Treat it
+	// as read-only; it stays in place while a Lease holds the version.
 	Rootfs string `json:"-"`
 	// Shell runs one command line when the command is appended, e.g.
 	// ["/bin/bash", "-lc"], or ["/bin/sh", "-lc"] for busybox.
@@ -105,18 +117,29 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	// Private to root: nobody else on the host may reach the images'
+	// files (sandboxes get them through mounts made by root).
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(abs, versionsDir), 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	s := &Store{dir: abs}
 	s.cleanStale()
+	s.collectAll()
 	return s, nil
 }
 
 // Dir is the store's absolute directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Get returns the installed image name, or an error matching ErrNotFound.
+// Get returns the current version of the installed image name, or an error
+// matching ErrNotFound. Nothing keeps that version on disk: a sandbox that
+// runs on it takes a Lease (Acquire) instead.
 func (s *Store) Get(name string) (*Image, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -125,7 +148,15 @@ func (s *Store) Get(name string) (*Image, error) {
 }
 
 func (s *Store) read(name string) (*Image, error) {
-	dir := filepath.Join(s.dir, name)
+	dir, version, err := s.resolve(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.readAt(name, dir, version)
+}
+
+// readAt reads the version of name in dir.
+func (s *Store) readAt(name, dir, version string) (*Image, error) {
 	b, err := os.ReadFile(filepath.Join(dir, metaFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, &NotFoundError{Name: name}
@@ -138,6 +169,7 @@ func (s *Store) read(name string) (*Image, error) {
 		return nil, fmt.Errorf("image %q: bad %s: %w", name, metaFile, err)
 	}
 	img.Name = name
+	img.Version = version
 	img.Rootfs = filepath.Join(dir, rootfsDir)
 	if len(img.Shell) == 0 {
 		return nil, fmt.Errorf("image %q: %s has no shell", name, metaFile)
@@ -153,7 +185,7 @@ func (s *Store) List() ([]Image, error) {
 	}
 	var out []Image
 	for _, e := range ents {
-		if !e.IsDir() || ValidateName(e.Name()) != nil {
+		if !(e.IsDir() || e.Type()&fs.ModeSymlink != 0) || ValidateName(e.Name()) != nil {
 			continue
 		}
 		img, err := s.read(e.Name())
@@ -167,36 +199,6 @@ func (s *Store) List() ([]Image, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-// Remove deletes an installed image. The image disappears atomically (it is
-// renamed away first); sandboxes still running on it must be stopped by the
-// caller first, as their overlay's lower layer is deleted.
-func (s *Store) Remove(name string) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	unlock, err := s.lock(name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if _, err := s.read(name); err != nil {
-		return err
-	}
-	old, err := os.MkdirTemp(s.dir, oldPrefix+name+"-")
-	if err != nil {
-		return fmt.Errorf("remove image %q: %w", name, err)
-	}
-	gone := filepath.Join(old, name)
-	if err := os.Rename(filepath.Join(s.dir, name), gone); err != nil {
-		os.Remove(old)
-		return fmt.Errorf("remove image %q: %w", name, err)
-	}
-	if err := removeTree(old); err != nil {
-		return fmt.Errorf("remove image %q: %w", name, err)
-	}
-	return nil
 }
 
 // stage is an image under construction in a hidden directory of the store.
@@ -235,6 +237,12 @@ func (st *stage) commit(img *Image) (*Image, error) {
 	if img.CreatedAt.IsZero() {
 		img.CreatedAt = time.Now().UTC()
 	}
+	// However the tree was made (import, debootstrap and package
+	// scripts, busybox), no setuid, setgid or file capability reaches
+	// the store.
+	if _, err := stripPrivileges(st.rootfs); err != nil {
+		return nil, fmt.Errorf("image %q: %w", st.name, err)
+	}
 	size, err := diskUsage(st.rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("image %q: size: %w", st.name, err)
@@ -247,24 +255,34 @@ func (st *stage) commit(img *Image) (*Image, error) {
 	if err := writeFileSync(filepath.Join(st.dir, metaFile), append(b, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("image %q: %w", st.name, err)
 	}
-	if err := os.Chmod(st.dir, 0o755); err != nil {
+	lease, err := os.OpenFile(filepath.Join(st.dir, leaseFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
 		return nil, fmt.Errorf("image %q: %w", st.name, err)
 	}
-	dst := filepath.Join(st.s.dir, st.name)
-	replaced, err := installDir(st.dir, dst)
-	if err != nil {
+	lease.Close()
+	if err := os.Chmod(st.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image %q: %w", st.name, err)
+	}
+	// The staged tree becomes a new version, then the current one. The
+	// previous version stays while sandboxes lease it.
+	version := newVersionID()
+	vdir := filepath.Join(st.s.dir, versionsDir, st.name)
+	if err := os.MkdirAll(vdir, 0o700); err != nil {
 		return nil, fmt.Errorf("install image %q: %w", st.name, err)
 	}
-	if replaced {
-		// st.dir now holds the previous image.
-		if err := removeTree(st.dir); err != nil {
-			return nil, fmt.Errorf("image %q installed, but removing the old one: %w", st.name, err)
-		}
+	dst := filepath.Join(vdir, version)
+	if err := os.Rename(st.dir, dst); err != nil {
+		return nil, fmt.Errorf("install image %q: %w", st.name, err)
+	}
+	st.dir = dst // removed by abort if the switch fails
+	if err := st.s.switchTo(st.name, version); err != nil {
+		return nil, fmt.Errorf("install image %q: %w", st.name, err)
 	}
 	st.dir = ""
+	st.s.collectLocked(st.name)
 	st.unlock()
 	st.unlock = nil
-	return st.s.read(st.name)
+	return st.s.readAt(st.name, dst, version)
 }
 
 // abort removes the staging directory (if not committed) and unlocks.
@@ -294,6 +312,8 @@ func (s *Store) cleanStale() {
 			rest = n[len(tmpPrefix):]
 		case strings.HasPrefix(n, oldPrefix):
 			rest = n[len(oldPrefix):]
+		case strings.HasPrefix(n, linkPrefix):
+			rest = n[len(linkPrefix):]
 		default:
 			continue
 		}

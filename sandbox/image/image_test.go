@@ -89,6 +89,7 @@ func TestBusybox(t *testing.T) {
 		t.Errorf("bad metadata: %+v", img)
 	}
 	checkPrepared(t, img.Rootfs)
+	checkNoPrivileges(t, img.Rootfs)
 	for _, p := range []string{"bin/sh", "bin/ls", "usr/bin/awk"} {
 		if target, err := os.Readlink(filepath.Join(img.Rootfs, p)); err != nil || target != "/bin/busybox" {
 			t.Errorf("%s -> %q, %v", p, target, err)
@@ -99,9 +100,17 @@ func TestBusybox(t *testing.T) {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 
-	// Rebuilding replaces it in place and leaves no staging directories.
-	if _, err := s.BuildBusybox(context.Background(), "busybox"); err != nil {
+	// Rebuilding makes a new version, removes the old one (no sandbox
+	// leases it) and leaves no staging directories.
+	old := img
+	if img, err = s.BuildBusybox(context.Background(), "busybox"); err != nil {
 		t.Fatal(err)
+	}
+	if img.Version == old.Version || img.Rootfs == old.Rootfs {
+		t.Errorf("rebuild kept version %q", old.Version)
+	}
+	if _, err := os.Stat(old.Rootfs); !os.IsNotExist(err) {
+		t.Errorf("unleased old version still there: %v", err)
 	}
 	assertNoLeftovers(t, s)
 
@@ -173,8 +182,19 @@ func assertNoLeftovers(t *testing.T, s *Store) {
 	t.Helper()
 	ents, _ := os.ReadDir(s.Dir())
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), oldPrefix) {
+		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), oldPrefix) || strings.HasPrefix(e.Name(), linkPrefix) {
 			t.Errorf("leftover %s in the store", e.Name())
+		}
+	}
+	// Nothing leases a version here: only current ones may be left.
+	names, _ := os.ReadDir(filepath.Join(s.Dir(), versionsDir))
+	for _, n := range names {
+		cur, _ := s.Current(n.Name())
+		versions, _ := os.ReadDir(filepath.Join(s.Dir(), versionsDir, n.Name()))
+		for _, v := range versions {
+			if v.Name() != cur {
+				t.Errorf("unleased old version %s/%s left in the store (current %q)", n.Name(), v.Name(), cur)
+			}
 		}
 	}
 }
@@ -338,6 +358,9 @@ func TestDebianReal(t *testing.T) {
 	}
 	t.Logf("built in %s, %d bytes", time.Since(start), img.SizeBytes)
 	checkPrepared(t, img.Rootfs)
+	// Debian ships su, passwd, mount... setuid root, and packages may
+	// setcap: none of it may reach the store.
+	checkNoPrivileges(t, img.Rootfs)
 	out, err := exec.Command("chroot", "--userspec=1000:1000", img.Rootfs, "/bin/bash", "-lc",
 		`cd /tmp && python3 -c 'import pandas, numpy; print(pandas.DataFrame({"a":[1,2,3]}).a.sum())' && node -e 'console.log(6*7)' && jq -n 1+1 && id -un`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "6\n42\n2\nsandbox") {

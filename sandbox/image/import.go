@@ -40,8 +40,10 @@ import (
 // Tarballs may be gzip-compressed. Extraction never writes outside the new
 // root: entries with ".." paths and hard links leaving the root fail the
 // import, and writes through symbolic links that leave the root fail too.
-// File modes (setuid included) are kept as the source declares them; device
-// nodes and FIFOs are skipped (the runtime provides /dev).
+// File modes are kept as the source declares them, except setuid and
+// setgid bits, which are dropped, as are file capabilities and all other
+// extended attributes; device nodes and FIFOs are skipped (the runtime
+// provides /dev).
 func (s *Store) Import(ctx context.Context, name, src string, progress io.Writer) (*Image, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -230,7 +232,7 @@ func (a *applier) apply(hdr *tar.Header, body io.Reader, whiteouts bool) error {
 	if err := a.owner(p, hdr); err != nil {
 		return err
 	}
-	mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSticky) // never setuid/setgid
 	if err := a.root.Chmod(p, mode); err != nil {
 		return fmt.Errorf("%s: %w", hdr.Name, err)
 	}

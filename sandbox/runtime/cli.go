@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -123,7 +124,12 @@ func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, c.path, full...)
 }
 
-func (c *cli) Adjust(spec *Config) {
+// seccompProfile builds the seccomp profile crun and runc sandboxes run
+// under (Docker's default, adjusted to the spec's capabilities). It is a
+// variable so that a test can make it fail.
+var seccompProfile = seccomp.GetDefaultProfile
+
+func (c *cli) Adjust(spec *Config) error {
 	switch c.name {
 	case "runsc":
 		// gVisor applies cgroups to the whole sandbox and a pids limit
@@ -135,15 +141,53 @@ func (c *cli) Adjust(spec *Config) {
 		spec.Linux.Resources.Pids.Limit = &backstop
 		spec.Process.Rlimits = append(spec.Process.Rlimits, specsRlimit("RLIMIT_NPROC", nproc))
 	default:
-		if p, err := seccomp.GetDefaultProfile(spec); err == nil {
-			spec.Linux.Seccomp = p
+		// Fail closed: crun and runc sandboxes never start without their
+		// syscall filter.
+		p, err := seccompProfile(spec)
+		if err == nil && (p == nil || len(p.Syscalls) == 0) {
+			err = errors.New("the profile is empty")
 		}
+		if err != nil {
+			return fmt.Errorf("%s: cannot build the seccomp profile, refusing to start a sandbox without it: %w", c.name, err)
+		}
+		spec.Linux.Seccomp = p
 	}
+	return nil
+}
+
+// requireSeccomp refuses a bundle whose config.json has no seccomp
+// profile: the last check before crun or runc starts a container, whoever
+// built the bundle.
+func requireSeccomp(name, dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return err
+	}
+	// Only what the check needs: the rules stay undecoded.
+	var spec struct {
+		Linux *struct {
+			Seccomp *struct {
+				Syscalls []json.RawMessage `json:"syscalls"`
+			} `json:"seccomp"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fmt.Errorf("%s: bundle %s: %w", name, dir, err)
+	}
+	if spec.Linux == nil || spec.Linux.Seccomp == nil || len(spec.Linux.Seccomp.Syscalls) == 0 {
+		return fmt.Errorf("%s: bundle %s has no seccomp profile: refusing to start it", name, dir)
+	}
+	return nil
 }
 
 func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 	if err := c.Check(ctx); err != nil {
 		return err
+	}
+	if c.name != "runsc" {
+		if err := requireSeccomp(c.name, dir); err != nil {
+			return err
+		}
 	}
 	cmd := c.command(ctx, "run", "--bundle", dir, "--detach", id)
 	cmd.Stdin, cmd.Stdout = stdio.In, stdio.Out

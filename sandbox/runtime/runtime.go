@@ -21,7 +21,7 @@ import (
 //
 //	rt, _ := runtime.New("crun", "/var/lib/shellgate/run/runtime")
 //	spec := runtime.Spec(runtime.SpecOptions{Rootfs: merged, Home: home, Agent: agentPath, Limits: runtime.DefaultLimits()})
-//	rt.Adjust(spec)
+//	if err := rt.Adjust(spec); err != nil { ... } // never start without it
 //	runtime.WriteBundle(bundleDir, spec)
 //	err := rt.Start(ctx, "sbx-1", bundleDir, runtime.Stdio{In: r, Out: w})
 //	...
@@ -33,8 +33,10 @@ type Runtime interface {
 	// says why not.
 	Check(ctx context.Context) error
 	// Adjust makes the runtime's own changes to a spec built by Spec
-	// (seccomp for crun and runc; process limits in gVisor's way).
-	Adjust(spec *Config)
+	// (seccomp for crun and runc; process limits in gVisor's way). An
+	// error means the spec is not safe to run: the sandbox must not start
+	// (crun and runc also refuse, in Start, a bundle without seccomp).
+	Adjust(spec *Config) error
 	// Start creates and starts container id from the bundle in dir and
 	// returns once the container runs. Its init gets stdio.
 	Start(ctx context.Context, id, dir string, stdio Stdio) error

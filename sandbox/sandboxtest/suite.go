@@ -6,6 +6,7 @@ package sandboxtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -339,6 +343,34 @@ echo started; sleep 1000`
 			}
 		}
 	})
+	if rt != "runsc" { // gVisor filters syscalls in its own kernel
+		t.Run("18 seccomp profile in the bundle, user namespaces denied", func(t *testing.T) {
+			Run(t, m, box, "true")
+			bundles, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "config.json"))
+			if len(bundles) == 0 {
+				t.Fatal("no running sandbox's bundle found")
+			}
+			for _, b := range bundles {
+				raw, err := os.ReadFile(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var spec runtime.Config
+				if err := json.Unmarshal(raw, &spec); err != nil {
+					t.Fatal(err)
+				}
+				if p := spec.Linux.Seccomp; p == nil || p.DefaultAction != specs.ActErrno || len(p.Syscalls) == 0 {
+					t.Errorf("%s: no seccomp profile: %+v", b, p)
+				}
+			}
+			// unshare(CLONE_NEWUSER) needs no capability: only the
+			// profile stops it.
+			o := Run(t, m, box, "unshare -U true 2>&1; echo rc=$?")
+			if !strings.Contains(o.Stdout, "Operation not permitted") || strings.HasSuffix(o.Stdout, "rc=0\n") {
+				t.Errorf("unshare -U was not denied: %q", o.Stdout)
+			}
+		})
+	}
 	t.Run("17 files in and out of the home, path-safe", func(t *testing.T) {
 		ctx := context.Background()
 		if err := m.WriteFile(ctx, box, "in/data.csv", strings.NewReader("a,b\n1,2\n")); err != nil {
@@ -424,6 +456,88 @@ func LifecycleSuite(t *testing.T, rt string) {
 		}
 		if o := Run(t, m, "idle", "cat f"); o.Stdout != "still-here\n" {
 			t.Errorf("after idle sleep: %q", o.Stdout)
+		}
+	})
+	t.Run("03 an image rebuilt or removed under running sandboxes", func(t *testing.T) {
+		Skip(t, rt, "busybox")
+		imgs := t.TempDir()
+		store, err := image.Open(imgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := store.BuildBusybox(ctx, "base")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := t.TempDir()
+		if out, err := exec.Command("cp", "-a", base.Rootfs+"/.", src).CombinedOutput(); err != nil {
+			t.Fatalf("copy rootfs: %v %s", err, out)
+		}
+		importVersion := func(marker string) *image.Image {
+			t.Helper()
+			if err := os.WriteFile(filepath.Join(src, "marker"), []byte(marker+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			img, err := store.Import(ctx, "leased", src, nil)
+			if err != nil {
+				t.Fatalf("import %s: %v", marker, err)
+			}
+			return img
+		}
+		v1 := importVersion("v1")
+		m, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.Images, c.Image, c.PoolSize = imgs, "leased", 1 })
+		poolFull := func() {
+			t.Helper()
+			deadline := time.Now().Add(60 * time.Second)
+			for m.PoolReady() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("pool never filled")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		poolFull()
+		before := Run(t, m, "old", "cat /marker; ls /usr/bin | wc -l") // the pooled sandbox
+		if !strings.HasPrefix(before.Stdout, "v1\n") {
+			t.Fatalf("first sandbox: %q %q", before.Stdout, before.Stderr)
+		}
+		poolFull() // refilled on v1: a pooled sandbox leases it too
+
+		v2 := importVersion("v2") // a re-import under running sandboxes succeeds
+		if _, err := os.Stat(v1.Rootfs); err != nil {
+			t.Fatalf("the rebuild removed the version a sandbox runs on: %v", err)
+		}
+		// The running sandbox keeps its version: its files and programs.
+		// The running sandbox keeps its version: files it read before,
+		// directories and files it never read, and programs.
+		if o := Run(t, m, "old", "cat /marker; ls /usr/bin | wc -l; head -1 /etc/group; busybox true && echo ran"); o.Stdout != before.Stdout+"root:x:0:\nran\n" {
+			t.Errorf("running sandbox after the rebuild: %q %q, want %q and more", o.Stdout, o.Stderr, before.Stdout)
+		}
+		// A new sandbox gets the new version, not the stale pooled one.
+		if o := Run(t, m, "new", "cat /marker"); o.Stdout != "v2\n" {
+			t.Errorf("new sandbox after the rebuild: %q %q", o.Stdout, o.Stderr)
+		}
+		if err := store.Remove("leased"); !errors.Is(err, image.ErrInUse) {
+			t.Errorf("removing an image in use: %v, want image.ErrInUse", err)
+		}
+		if _, err := os.Stat(v2.Rootfs); err != nil {
+			t.Fatalf("a refused removal removed the current version: %v", err)
+		}
+		// The old version goes when its last sandbox sleeps.
+		if err := m.Sleep(ctx, "old"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(v1.Rootfs); !os.IsNotExist(err) {
+			t.Errorf("old version still on disk after its last sandbox slept: %v", err)
+		}
+		if o := Run(t, m, "old", "cat /marker"); o.Stdout != "v2\n" {
+			t.Errorf("woken sandbox: %q %q", o.Stdout, o.Stderr)
+		}
+		if err := m.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Remove("leased"); err != nil {
+			t.Errorf("removing the image once no sandbox runs: %v", err)
 		}
 	})
 }
