@@ -18,12 +18,14 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/home"
+	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
 // instance is one running container.
 type instance struct {
 	rt     runtime.Runtime
+	img    *image.Image // the root filesystem it runs on
 	cid    string
 	dir    string // run/sandboxes/CID: bundle, mount points, owner lock
 	home   string // the home image mounted at dir/home
@@ -71,9 +73,9 @@ const agentStartTimeout = 30 * time.Second
 
 // startInstance mounts the layers and the home, and starts a container
 // whose init is the agent.
-func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst *instance, err error) {
+func (m *Manager) startInstance(ctx context.Context, img *image.Image, cid, homeImg string) (inst *instance, err error) {
 	dir := filepath.Join(m.dirs.run, cid)
-	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg}
+	inst = &instance{rt: m.rt, img: img, cid: cid, dir: dir, home: homeImg}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("start sandbox %s: %w", cid, err), m.stopInstance(context.WithoutCancel(ctx), inst))
@@ -119,7 +121,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	// Relative paths, from the sandbox directory: /proc/self/mountinfo
 	// inside the sandbox shows the overlay's options, which must not name
 	// host paths.
-	if err = os.Symlink(m.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
+	if err = os.Symlink(img.Rootfs, filepath.Join(dir, "lower")); err != nil {
 		return inst, err
 	}
 	mount := exec.CommandContext(ctx, "mount", "-t", "overlay", "overlay", "-o", "lowerdir=lower,upperdir=layer/upper,workdir=layer/work", "rootfs")
@@ -163,20 +165,29 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 }
 
 // stopInstance ends the container and undoes startInstance; it tolerates
-// a half-started instance and is what orphan cleanup runs too.
+// a half-started instance and is what orphan cleanup runs too. It runs with
+// its own bounded context, detached from ctx's cancellation, and removes
+// nothing until the runtime has deleted the container: if that fails, the
+// instance is left whole (mounts, directory, owner lock) for a later try or,
+// once this process is gone, the next Open's orphan cleanup.
 func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
-	var errs []error
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
 	if inst.client != nil {
 		inst.client.Close()
 	}
-	errs = append(errs, inst.rt.Delete(ctx, inst.cid))
+	if err := inst.rt.Delete(ctx, inst.cid); err != nil {
+		return fmt.Errorf("delete container %s: %w", inst.cid, err)
+	}
 	removeCgroups(inst.cid)
+	var errs []error
 	errs = append(errs, unmountAll(inst.dir))
 	if err := os.RemoveAll(inst.dir); err != nil {
 		errs = append(errs, err)
 	}
 	if inst.owner != nil {
 		unlockFile(inst.owner)
+		inst.owner = nil
 	}
 	return errors.Join(errs...)
 }
@@ -228,15 +239,36 @@ func lockFile(path string) (*os.File, error) {
 
 // lockHome takes the named home's owner lock: one process at a time may
 // hold a sandbox awake.
+//
+// Destroy removes the lock file while holding it, so a lock taken on a file
+// that was meanwhile unlinked (or replaced) is let go and taken again on the
+// file now at the path.
 func (m *Manager) lockHome(name string) (func(), error) {
-	f, err := lockFile(filepath.Join(m.dirs.homes, name+".lock"))
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, name)
+	path := m.homeLockPath(name)
+	for {
+		f, err := lockFile(path)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrBusy, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		err = unix.Stat(path, &now)
+		if errors.Is(err, unix.ENOENT) || err == nil && (now.Dev != held.Dev || now.Ino != held.Ino) {
+			unlockFile(f)
+			continue
+		}
+		if err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		return func() { unlockFile(f) }, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return func() { unlockFile(f) }, nil
 }
 
 // unlockFile releases a lock from lockFile. The explicit LOCK_UN matters: a
@@ -333,6 +365,8 @@ func readTail(path string) string {
 // directory (runsc's shared null network namespace) once it has no
 // container left, in this process or any other.
 func (m *Manager) dropRuntimeMounts(ctx context.Context) error {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
 	if ids, err := m.rt.List(ctx); err != nil || len(ids) > 0 {
 		return nil
 	}

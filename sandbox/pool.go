@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -49,10 +50,13 @@ func (m *Manager) fromPool() *instance {
 }
 
 // fillPool keeps the pool full until the manager closes, backing off when
-// starting sandboxes fails.
+// starting sandboxes fails. While the image is missing it looks for it
+// again every imageRetry, so the pool fills once the image is built or
+// imported.
 func (m *Manager) fillPool() {
 	defer m.bg.Done()
 	backoff := 100 * time.Millisecond
+	imageMissing := false
 	for {
 		select {
 		case <-m.stop:
@@ -67,7 +71,21 @@ func (m *Manager) fillPool() {
 			}
 			continue
 		}
-		inst, err := m.newPooled()
+		img, err := m.image()
+		if err != nil {
+			if !imageMissing {
+				m.log.Warn("warm pool: waiting for the image", "err", err)
+				imageMissing = true
+			}
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(imageRetry):
+			}
+			continue
+		}
+		imageMissing = false
+		inst, err := m.newPooled(m.bgCtx, img)
 		if err != nil {
 			m.log.Warn("warm pool: cannot start a sandbox", "err", err)
 			select {
@@ -89,14 +107,16 @@ func (m *Manager) fillPool() {
 	}
 }
 
-func (m *Manager) newPooled() (*instance, error) {
+// imageRetry is how often the pool looks for a missing image.
+const imageRetry = time.Second
+
+func (m *Manager) newPooled(ctx context.Context, img *image.Image) (*instance, error) {
 	cid := newID()
 	home := filepath.Join(m.dirs.pool, cid+".img")
 	if err := m.newHome(home); err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
-	inst, err := m.startInstance(ctx, cid, home)
+	inst, err := m.startInstance(ctx, img, cid, home)
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(home))
 	}
@@ -117,7 +137,7 @@ func (m *Manager) warmUp(ctx context.Context, inst *instance) error {
 	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
 	defer cancel()
 	out, err := inst.client.Exec(ctx, agent.ExecRequest{
-		Shell: m.img.Shell, Command: "true", Dir: runtime.HomeDir,
+		Shell: inst.img.Shell, Command: "true", Dir: runtime.HomeDir,
 		TimeoutMs: warmUpTimeout.Milliseconds(), MaxBytes: 4096,
 	}, nil)
 	if err != nil {
