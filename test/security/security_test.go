@@ -193,6 +193,10 @@ func cases(t *testing.T, rt string) {
 		}
 	})
 	t.Run("22 rapid sleep/wake and concurrent commands on one sandbox [lost writes]", func(t *testing.T) {
+		// Sleep of a name that does not exist yet is ErrNotFound.
+		if err := m.Create(ctx, "busy"); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		for i := 0; i < 6; i++ {
 			wg.Add(2)
