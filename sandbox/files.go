@@ -16,16 +16,17 @@ import (
 
 // WriteFile copies r into the named sandbox's home at rel (a relative path
 // inside /workspace/home; missing directories are created), waking the
-// sandbox if needed. The path is resolved beneath the home with os.Root, so
-// no "..", absolute path or symlink planted by the sandbox can lead outside
-// it. The file belongs to the sandbox user.
+// sandbox if it sleeps. An unknown name is ErrNotFound: WriteFile never
+// creates a sandbox (Create and Exec do). The path is resolved beneath the
+// home with os.Root, so no "..", absolute path or symlink planted by the
+// sandbox can lead outside it. The file belongs to the sandbox user.
 func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
 	clean, err := homeRelPath(rel)
 	if err != nil {
 		return err
 	}
-	return m.withBox(name, func(b *box) error {
-		if err := m.wakeLocked(ctx, b); err != nil {
+	return m.withBox(ctx, name, func(ctx context.Context, b *box) error {
+		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
 		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, r)
@@ -70,17 +71,18 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 var ErrTooLarge = errors.New("file too large")
 
 // ReadFile reads a regular file at rel inside the named sandbox's home,
-// waking the sandbox if needed. Like WriteFile it resolves the path beneath
-// the home; FIFOs, devices and directories are refused without blocking,
-// and a file over maxBytes is ErrTooLarge.
+// waking the sandbox if it sleeps; an unknown name is ErrNotFound. Like
+// WriteFile it resolves the path beneath the home; FIFOs, devices and
+// directories are refused without blocking, and a file over maxBytes is
+// ErrTooLarge.
 func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64) ([]byte, error) {
 	clean, err := homeRelPath(rel)
 	if err != nil {
 		return nil, err
 	}
 	var data []byte
-	err = m.withBox(name, func(b *box) error {
-		if err := m.wakeLocked(ctx, b); err != nil {
+	err = m.withBox(ctx, name, func(ctx context.Context, b *box) error {
+		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
 		data, err = readBeneath(filepath.Join(b.inst.dir, "home"), clean, maxBytes)

@@ -33,7 +33,7 @@ type instance struct {
 	// lease keeps the image version img (the overlay's lower layer) on
 	// disk for the container's life, across rebuilds of the image.
 	lease *image.Lease
-	img   *image.Image
+	img   *image.Image // the leased version: the root filesystem it runs on
 	// oomKills is the cgroup's OOM-kill count already reported.
 	oomKills int64
 }
@@ -175,14 +175,22 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 }
 
 // stopInstance ends the container and undoes startInstance; it tolerates
-// a half-started instance and is what orphan cleanup runs too.
+// a half-started instance and is what orphan cleanup runs too. It runs with
+// its own bounded context, detached from ctx's cancellation, and removes
+// nothing until the runtime has deleted the container: if that fails, the
+// instance is left whole (mounts, directory, owner lock) for a later try or,
+// once this process is gone, the next Open's orphan cleanup.
 func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
-	var errs []error
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
 	if inst.client != nil {
 		inst.client.Close()
 	}
-	errs = append(errs, inst.rt.Delete(ctx, inst.cid))
+	if err := inst.rt.Delete(ctx, inst.cid); err != nil {
+		return fmt.Errorf("delete container %s: %w", inst.cid, err)
+	}
 	removeCgroups(inst.cid)
+	var errs []error
 	unmountErr := unmountAll(inst.dir)
 	errs = append(errs, unmountErr)
 	if err := os.RemoveAll(inst.dir); err != nil {
@@ -196,6 +204,7 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	}
 	if inst.owner != nil {
 		unlockFile(inst.owner)
+		inst.owner = nil
 	}
 	return errors.Join(errs...)
 }
@@ -247,15 +256,36 @@ func lockFile(path string) (*os.File, error) {
 
 // lockHome takes the named home's owner lock: one process at a time may
 // hold a sandbox awake.
+//
+// Destroy removes the lock file while holding it, so a lock taken on a file
+// that was meanwhile unlinked (or replaced) is let go and taken again on the
+// file now at the path.
 func (m *Manager) lockHome(name string) (func(), error) {
-	f, err := lockFile(filepath.Join(m.dirs.homes, name+".lock"))
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, name)
+	path := m.homeLockPath(name)
+	for {
+		f, err := lockFile(path)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrBusy, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		err = unix.Stat(path, &now)
+		if errors.Is(err, unix.ENOENT) || err == nil && (now.Dev != held.Dev || now.Ino != held.Ino) {
+			unlockFile(f)
+			continue
+		}
+		if err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		return func() { unlockFile(f) }, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return func() { unlockFile(f) }, nil
 }
 
 // unlockFile releases a lock from lockFile. The explicit LOCK_UN matters: a
@@ -352,6 +382,8 @@ func readTail(path string) string {
 // directory (runsc's shared null network namespace) once it has no
 // container left, in this process or any other.
 func (m *Manager) dropRuntimeMounts(ctx context.Context) error {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
 	if ids, err := m.rt.List(ctx); err != nil || len(ids) > 0 {
 		return nil
 	}

@@ -85,9 +85,18 @@ var (
 	ErrBusy = errors.New("sandbox is in use by another shellgate process")
 	// ErrBadName: the name is not 1–40 letters, digits, '_' or '-'.
 	ErrBadName = errors.New("sandbox name must be 1-40 characters of letters, digits, '_' and '-'")
-	// ErrClosed: the manager was closed.
+	// ErrClosed: the manager was closed (also returned by calls that
+	// Close stopped because its context ended first).
 	ErrClosed = errors.New("sandbox manager is closed")
+	// ErrDestroyed: Destroy stopped this call (a command it cut short, or
+	// one waiting for the sandbox). It matches ErrNotFound too.
+	ErrDestroyed error = destroyedError{}
 )
+
+type destroyedError struct{}
+
+func (destroyedError) Error() string        { return "sandbox was destroyed" }
+func (destroyedError) Is(target error) bool { return target == ErrNotFound }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
 
@@ -109,26 +118,21 @@ type Manager struct {
 	agentSum string
 
 	mu     sync.Mutex
-	boxes  map[string]*box
+	boxes  map[string]*box // awake or in use (box.go)
+	ops    map[*op]struct{}
 	closed bool
+	// inflight counts ops; Close waits for it.
+	inflight sync.WaitGroup
 
-	pool     chan *instance
+	pool chan *instance
+	// stop and bgCtx end the background goroutines (pool, idle sleep).
 	stop     chan struct{}
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
-	poolFail chan error
 }
 
 type dirs struct{ homes, pool, run, runtimeState string }
-
-// box is one named sandbox known to this process.
-type box struct {
-	name string
-	mu   sync.Mutex // held by every lifecycle step and command
-	inst *instance  // nil while asleep
-	// lockRelease releases the home's owner lock, held while awake.
-	lockRelease func()
-	lastUsed    time.Time
-}
 
 // Open prepares the data directory, removes what a crashed Shellgate left
 // (containers, mounts, half-made pool homes; never a named home), and
@@ -166,6 +170,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		boxes: map[string]*box{},
+		ops:   map[*op]struct{}{},
 		stop:  make(chan struct{}),
 		dirs: dirs{
 			homes:        filepath.Join(data, "homes"),
@@ -201,13 +206,11 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Images == "" {
 		cfg.Images = filepath.Join(data, "images")
 	}
-	store, err := image.Open(cfg.Images)
-	if err != nil {
-		return nil, err
-	}
 	// A missing image is reported when a sandbox must start, so that
 	// listing and removing sandboxes works without one.
-	m.images = store
+	if m.images, err = image.Open(cfg.Images); err != nil {
+		return nil, err
+	}
 	if m.agent = cfg.Agent; m.agent == "" {
 		if m.agent, err = agentbin.Find(); err != nil {
 			return nil, err
@@ -219,9 +222,9 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.cleanOrphans(ctx); err != nil {
 		return nil, fmt.Errorf("clean up after a previous run: %w", err)
 	}
+	m.bgCtx, m.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.PoolSize > 0 {
 		m.pool = make(chan *instance, cfg.PoolSize)
-		m.poolFail = make(chan error, 1)
 		m.bg.Add(1)
 		go m.fillPool()
 	}
@@ -232,13 +235,27 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// Tracked is the number of sandboxes this manager keeps state for: those
+// awake in this process and those a call is using. A name that was only
+// asked about (or destroyed) is not kept.
+func (m *Manager) Tracked() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.boxes)
+}
+
 // Runtime is the name of the OCI runtime in use.
 func (m *Manager) Runtime() string { return m.rt.Name() }
 
 // Image is the root filesystem new sandboxes start from (the image's
 // current version), or the error that says why it is missing. Running
 // sandboxes keep the version they started from until they sleep.
-func (m *Manager) Image() (*image.Image, error) { return m.images.Get(m.cfg.Image) }
+func (m *Manager) Image() (*image.Image, error) { return m.image() }
+
+// image looks the configured image up in the store on every call: an image
+// built or imported after Open is picked up without a restart, and a
+// rebuild is what new sandboxes start from.
+func (m *Manager) image() (*image.Image, error) { return m.images.Get(m.cfg.Image) }
 
 // Command is one command to run in a sandbox.
 type Command struct {
@@ -271,14 +288,19 @@ type Result struct {
 const hostGrace = 10 * time.Second
 
 // Exec runs one command in the named sandbox, waking or creating it first.
+// Destroy of the sandbox cuts the command short (ErrDestroyed), and so does
+// Close once its context ends (ErrClosed).
 func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, error) {
-	b, err := m.box(name)
-	if err != nil {
-		return Result{}, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := m.wakeLocked(ctx, b); err != nil {
+	var res Result
+	err := m.withBox(ctx, name, func(ctx context.Context, b *box) (err error) {
+		res, err = m.execLocked(ctx, b, cmd)
+		return err
+	})
+	return res, err
+}
+
+func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, error) {
+	if err := m.wakeLocked(ctx, b, true); err != nil {
 		return Result{}, err
 	}
 	b.lastUsed = time.Now()
@@ -289,8 +311,9 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 		hostCtx, cancel = context.WithTimeout(ctx, time.Duration(cmd.TimeoutMs)*time.Millisecond+hostGrace)
 	}
 	defer cancel()
-	out, err := b.inst.client.Exec(hostCtx, agent.ExecRequest{
-		Shell:     b.inst.img.Shell,
+	inst := b.inst
+	out, err := inst.client.Exec(hostCtx, agent.ExecRequest{
+		Shell:     inst.img.Shell,
 		Command:   cmd.Command,
 		Dir:       runtime.HomeDir,
 		TimeoutMs: cmd.TimeoutMs,
@@ -301,16 +324,18 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 	case errors.Is(err, agent.ErrClosed):
 		// The sandbox died under the command. Report it as the command's
 		// result; the next command wakes a fresh sandbox.
-		m.log.Warn("sandbox died during a command", "sandbox", name, "container", b.inst.cid)
-		m.sleepLocked(context.WithoutCancel(ctx), b)
+		m.log.Warn("sandbox died during a command", "sandbox", b.name, "container", inst.cid)
+		m.sleepLocked(ctx, b)
 		return Result{ExitCode: 137, Restarted: true, Stderr: []byte("shellgate: the sandbox was stopped during this command (memory limit exceeded?); files in /workspace/home are kept and the next command runs in a fresh sandbox\n")}, nil
 	case ctx.Err() == nil && hostCtx.Err() != nil:
 		// The agent did not end the command in time: give up on this
 		// sandbox rather than on the caller.
-		m.log.Warn("agent missed a command timeout", "sandbox", name, "container", b.inst.cid)
-		m.sleepLocked(context.WithoutCancel(ctx), b)
+		m.log.Warn("agent missed a command timeout", "sandbox", b.name, "container", inst.cid)
+		m.sleepLocked(ctx, b)
 		return Result{ExitCode: -1, TimedOut: true, Restarted: true}, nil
 	default:
+		// The caller's context ended, or Destroy or Close stopped the
+		// command: the agent kills it.
 		return Result{}, err
 	}
 	if out.Error != "" {
@@ -321,7 +346,7 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes,
 		ExitCode: out.ExitCode, TimedOut: out.TimedOut,
 	}
-	if out.Signal == 9 && !out.TimedOut && b.inst.newOOMKill() {
+	if out.Signal == 9 && !out.TimedOut && inst.newOOMKill() {
 		res.OOMKilled = true
 		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", m.cfg.Limits.MemoryBytes>>20)...)
 	}
@@ -330,22 +355,90 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 
 // Create makes the named sandbox exist and be awake (a no-op when it is).
 func (m *Manager) Create(ctx context.Context, name string) error {
-	return m.withBox(name, func(b *box) error { return m.wakeLocked(ctx, b) })
+	return m.withBox(ctx, name, func(ctx context.Context, b *box) error { return m.wakeLocked(ctx, b, true) })
 }
 
 // Sleep stops the named sandbox's processes and drops its writable layer;
-// its home stays. Sleeping a sleeping sandbox is a no-op.
+// its home stays. Sleeping a sleeping sandbox is a no-op; an unknown name is
+// ErrNotFound. Sleep waits for a running command (as long as ctx allows);
+// once it has the sandbox, the teardown runs to its end even if ctx ends.
 func (m *Manager) Sleep(ctx context.Context, name string) error {
-	return m.withBox(name, func(b *box) error { return m.sleepLocked(ctx, b) })
+	return m.withBox(ctx, name, func(ctx context.Context, b *box) error {
+		if b.inst == nil {
+			return m.statHome(b.name)
+		}
+		return m.sleepLocked(ctx, b)
+	})
 }
 
-// Destroy stops the named sandbox and deletes its home.
+// Destroy stops the named sandbox and deletes its home; an unknown name is
+// ErrNotFound. A running command is cut short (its Exec returns
+// ErrDestroyed), and so are calls waiting for the sandbox; calls made after
+// Destroy began wait for it and then see a new sandbox (Exec, Create) or
+// ErrNotFound. Destroy runs to its end even if ctx ends.
 func (m *Manager) Destroy(ctx context.Context, name string) error {
-	return m.withBox(name, func(b *box) error { return m.destroyLocked(ctx, b) })
+	if !ValidName(name) {
+		return fmt.Errorf("%w: %q", ErrBadName, name)
+	}
+	var b *box
+	for b == nil {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return ErrClosed
+		}
+		b = m.boxes[name]
+		if b != nil && b.destroying != nil {
+			wait := b.destroying
+			m.mu.Unlock()
+			// Another Destroy of this name: wait for its outcome.
+			<-wait
+			b = nil
+			continue
+		}
+		if b == nil {
+			b = newBox(name)
+			m.boxes[name] = b
+		}
+		b.destroying = make(chan struct{})
+		b.refs++
+		m.inflight.Add(1)
+		cause := fmt.Errorf("%w: %s", ErrDestroyed, name)
+		for o := range m.ops {
+			if o.box == b {
+				o.cancel(cause)
+			}
+		}
+		m.mu.Unlock()
+	}
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	err := b.lockCtx(ctx)
+	if err == nil {
+		err = m.destroyLocked(ctx, b)
+		b.unlock()
+	}
+	m.mu.Lock()
+	close(b.destroying)
+	b.destroying = nil
+	b.refs--
+	if err == nil && m.boxes[name] == b {
+		// Ops cut short by this Destroy still hold b; new ones start over.
+		delete(m.boxes, name)
+	}
+	m.forgetLocked(b)
+	m.mu.Unlock()
+	m.inflight.Done()
+	return err
 }
 
 func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 	name := b.name
+	if b.inst == nil {
+		if err := m.statHome(name); err != nil {
+			return err
+		}
+	}
 	if err := m.sleepLocked(ctx, b); err != nil {
 		return err
 	}
@@ -358,31 +451,50 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
-	m.mu.Lock()
-	delete(m.boxes, name)
-	m.mu.Unlock()
-	return err
+	if err != nil {
+		return err
+	}
+	// lockHome checks that the file it locked is still the one at the
+	// path, so removing it while held is safe.
+	os.Remove(m.homeLockPath(name))
+	return nil
 }
 
-// Status tells whether the named sandbox is awake (in this process) or
-// asleep; ErrNotFound when it has no home.
+// statHome is nil when the named home exists, else ErrNotFound.
+func (m *Manager) statHome(name string) error {
+	if _, err := os.Stat(m.homePath(name)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		return err
+	}
+	return nil
+}
+
+// Status tells whether the named sandbox is awake (in this process, or in
+// another one that holds its home's owner lock) or asleep; ErrNotFound when
+// it has no home. It never waits for a command.
 func (m *Manager) Status(name string) (Status, error) {
 	if !ValidName(name) {
 		return "", ErrBadName
 	}
+	held, _ := heldFlocks()
+	return m.status(name, held)
+}
+
+// status is Status with /proc/locks read once by the caller.
+func (m *Manager) status(name string, held map[string]bool) (Status, error) {
 	m.mu.Lock()
 	b := m.boxes[name]
 	m.mu.Unlock()
-	if b != nil {
-		b.mu.Lock()
-		awake := b.inst != nil
-		b.mu.Unlock()
-		if awake {
-			return Running, nil
-		}
+	if b != nil && b.awake.Load() {
+		return Running, nil
 	}
-	if _, err := os.Stat(m.homePath(name)); err != nil {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, name)
+	if err := m.statHome(name); err != nil {
+		return "", err
+	}
+	if held[m.homeLockKey(name)] {
+		return Running, nil
 	}
 	return Sleeping, nil
 }
@@ -399,18 +511,20 @@ type Info struct {
 }
 
 // List returns every sandbox with a home in the data directory, by name.
+// Like Status, it never waits for a command.
 func (m *Manager) List() ([]Info, error) {
 	entries, err := os.ReadDir(m.dirs.homes)
 	if err != nil {
 		return nil, err
 	}
+	held, _ := heldFlocks()
 	var out []Info
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".img")
 		if !ok || !ValidName(name) || !e.Type().IsRegular() {
 			continue
 		}
-		st, err := m.Status(name)
+		st, err := m.status(name, held)
 		if err != nil {
 			continue // destroyed meanwhile
 		}
@@ -427,7 +541,11 @@ func (m *Manager) List() ([]Info, error) {
 	return out, nil
 }
 
-// Close puts every awake sandbox to sleep and empties the pool.
+// Close stops new calls (they return ErrClosed), waits for the calls in
+// flight — until ctx ends, then it stops them (they return ErrClosed) —
+// and puts every awake sandbox to sleep and empties the pool. No container
+// of this manager runs after Close returns. The teardown runs to its end
+// even if ctx has ended.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -435,18 +553,43 @@ func (m *Manager) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.bgCancel()
+	m.bg.Wait()
+
+	idle := make(chan struct{})
+	go func() {
+		m.inflight.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		m.mu.Lock()
+		for o := range m.ops {
+			o.cancel(ErrClosed)
+		}
+		m.mu.Unlock()
+		<-idle
+	}
+
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.boxes))
 	for _, b := range m.boxes {
 		boxes = append(boxes, b)
 	}
 	m.mu.Unlock()
-	close(m.stop)
-	m.bg.Wait()
 	var errs []error
 	for _, b := range boxes {
-		b.mu.Lock()
+		if err := b.lockCtx(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", b.name, err))
+			continue
+		}
 		errs = append(errs, m.sleepLocked(ctx, b))
-		b.mu.Unlock()
+		b.unlock()
 	}
 	if m.pool != nil {
 		for {
@@ -463,59 +606,46 @@ func (m *Manager) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// withBox runs fn holding the named sandbox's lock.
-func (m *Manager) withBox(name string, fn func(*box) error) error {
-	b, err := m.box(name)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return fn(b)
-}
-
-func (m *Manager) box(name string) (*box, error) {
-	if !ValidName(name) {
-		return nil, fmt.Errorf("%w: %q", ErrBadName, name)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
-	}
-	b := m.boxes[name]
-	if b == nil {
-		b = &box{name: name}
-		m.boxes[name] = b
-	}
-	return b, nil
-}
-
 func (m *Manager) homePath(name string) string { return filepath.Join(m.dirs.homes, name+".img") }
 
 // wakeLocked starts the box's container if it is asleep. A new name takes a
-// pooled sandbox when there is one.
-func (m *Manager) wakeLocked(ctx context.Context, b *box) error {
+// pooled sandbox when there is one; without create, a name with no home is
+// ErrNotFound and nothing is made for it.
+func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 	if b.inst != nil {
 		select {
 		case <-b.inst.client.Done():
 			// Died while idle (killed from outside): start afresh.
-			m.sleepLocked(ctx, b)
+			if err := m.sleepLocked(ctx, b); err != nil {
+				return err
+			}
 		default:
 			return nil
 		}
 	}
-	if _, err := m.images.Get(m.cfg.Image); err != nil {
-		return err
+	home := m.homePath(b.name)
+	if !create {
+		// Before lockHome, which would leave a lock file for the name.
+		if err := m.statHome(b.name); err != nil {
+			return err
+		}
 	}
 	unlock, err := m.lockHome(b.name)
 	if err != nil {
 		return err
 	}
-	home := m.homePath(b.name)
 	_, statErr := os.Stat(home)
+	isNew := errors.Is(statErr, os.ErrNotExist)
+	if isNew && !create {
+		unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, b.name)
+	}
+	if _, err := m.image(); err != nil {
+		unlock()
+		return err
+	}
 	var inst *instance
-	if errors.Is(statErr, os.ErrNotExist) {
+	if isNew {
 		if inst = m.fromPool(); inst != nil {
 			if err := os.Rename(inst.home, home); err != nil {
 				m.stopInstance(ctx, inst)
@@ -534,7 +664,8 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box) error {
 			return err
 		}
 	}
-	b.inst, b.lockRelease = inst, unlock
+	b.setInst(inst)
+	b.lockRelease = unlock
 	m.log.Debug("sandbox awake", "sandbox", b.name, "container", inst.cid)
 	return nil
 }
@@ -543,18 +674,23 @@ func (m *Manager) newHome(path string) error {
 	return home.Create(path, m.cfg.HomeBytes, runtime.UID, runtime.GID)
 }
 
+// sleepLocked stops the box's container. If the container cannot be
+// deleted the box stays awake (holding its home) and the error says why;
+// the next wake or sleep tries again.
 func (m *Manager) sleepLocked(ctx context.Context, b *box) error {
 	if b.inst == nil {
 		return nil
 	}
-	err := m.stopInstance(ctx, b.inst)
-	b.inst = nil
+	if err := m.stopInstance(ctx, b.inst); err != nil {
+		return err
+	}
+	b.setInst(nil)
 	if b.lockRelease != nil {
 		b.lockRelease()
 		b.lockRelease = nil
 	}
 	m.log.Debug("sandbox asleep", "sandbox", b.name)
-	return err
+	return nil
 }
 
 // sleepIdle puts sandboxes to sleep once idle for IdleTimeout.
@@ -576,15 +712,18 @@ func (m *Manager) sleepIdle() {
 		}
 		m.mu.Unlock()
 		for _, b := range boxes {
-			if !b.mu.TryLock() {
+			if !b.tryLock() {
 				continue // a command is running: not idle
 			}
 			if b.inst != nil && time.Since(b.lastUsed) >= m.cfg.IdleTimeout {
-				if err := m.sleepLocked(context.Background(), b); err != nil {
+				if err := m.sleepLocked(m.bgCtx, b); err != nil {
 					m.log.Warn("idle sleep", "sandbox", b.name, "err", err)
 				}
 			}
-			b.mu.Unlock()
+			b.unlock()
+			m.mu.Lock()
+			m.forgetLocked(b)
+			m.mu.Unlock()
 		}
 	}
 }

@@ -58,10 +58,13 @@ func (m *Manager) fromPool() *instance {
 }
 
 // fillPool keeps the pool full until the manager closes, backing off when
-// starting sandboxes fails.
+// starting sandboxes fails. While the image is missing it looks for it
+// again every imageRetry, so the pool fills once the image is built or
+// imported.
 func (m *Manager) fillPool() {
 	defer m.bg.Done()
 	backoff := 100 * time.Millisecond
+	imageMissing := false
 	for {
 		select {
 		case <-m.stop:
@@ -76,7 +79,20 @@ func (m *Manager) fillPool() {
 			}
 			continue
 		}
-		inst, err := m.newPooled()
+		if _, err := m.image(); err != nil {
+			if !imageMissing {
+				m.log.Warn("warm pool: waiting for the image", "err", err)
+				imageMissing = true
+			}
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(imageRetry):
+			}
+			continue
+		}
+		imageMissing = false
+		inst, err := m.newPooled(m.bgCtx)
 		if err != nil {
 			m.log.Warn("warm pool: cannot start a sandbox", "err", err)
 			select {
@@ -98,13 +114,15 @@ func (m *Manager) fillPool() {
 	}
 }
 
-func (m *Manager) newPooled() (*instance, error) {
+// imageRetry is how often the pool looks for a missing image.
+const imageRetry = time.Second
+
+func (m *Manager) newPooled(ctx context.Context) (*instance, error) {
 	cid := newID()
 	home := filepath.Join(m.dirs.pool, cid+".img")
 	if err := m.newHome(home); err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	inst, err := m.startInstance(ctx, cid, home)
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(home))

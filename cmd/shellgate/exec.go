@@ -25,7 +25,8 @@ func init() {
 func runExec(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	dataDir := dataDirFlag(fs)
-	name := fs.String("sandbox", "", "sandbox name (letters, digits, '_', '-'; up to 40): reuses its /workspace/home across invocations; default a new one")
+	name := fs.String("sandbox", "", "sandbox name (letters, digits, '_', '-'; up to 40): reuses its /workspace/home across invocations; default a new one, removed after the call")
+	keep := fs.Bool("keep", false, "without --sandbox: keep the new sandbox and print its id to reuse with --sandbox")
 	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
 	img := fs.String("image", "default", "root filesystem image")
 	timeout := fs.Int64("timeout-ms", tool.DefaultTimeoutMs, fmt.Sprintf("per-command timeout in ms (max %d)", tool.MaxTimeoutMs))
@@ -100,12 +101,21 @@ func runExec(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	anonymous := *name == ""
 	var outs []tool.CommandOutput
 	runErr := copyFiles(ctx, mgr, id, copyIn)
 	if runErr == nil {
 		outs, runErr = tool.RunShell(ctx, mgr, id, plan)
 	}
-	closeErr := mgr.Close(context.WithoutCancel(ctx))
+	var closeErr error
+	if anonymous && !*keep {
+		// Nobody can name this sandbox again: remove it, even after an
+		// interrupt.
+		if err := mgr.Destroy(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			closeErr = fmt.Errorf("remove sandbox %s: %w", id, err)
+		}
+	}
+	closeErr = errors.Join(closeErr, mgr.Close(context.WithoutCancel(ctx)))
 	if runErr != nil {
 		return errors.Join(runErr, closeErr)
 	}
@@ -137,7 +147,7 @@ func runExec(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	if *name == "" {
+	if anonymous && *keep {
 		fmt.Fprintf(os.Stderr, "[container_id %s: reuse its home with --sandbox %s]\n", id, id)
 	}
 	if last != 0 {
@@ -153,7 +163,8 @@ func newContainerID() string {
 }
 
 // copyFiles copies LOCAL[:DEST] host files into the sandbox's home; DEST
-// defaults to LOCAL's base name.
+// defaults to LOCAL's base name. WriteFile does not create a sandbox: a
+// new one is created for the first file.
 func copyFiles(ctx context.Context, mgr *sandbox.Manager, id string, specs []string) error {
 	for _, spec := range specs {
 		local, dest, ok := strings.Cut(spec, ":")
@@ -169,6 +180,13 @@ func copyFiles(ctx context.Context, mgr *sandbox.Manager, id string, specs []str
 			return fmt.Errorf("--copy-in %s: not a regular file", local)
 		}
 		err = mgr.WriteFile(ctx, id, dest, f)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			// A new sandbox: WriteFile checks the path, then finds no
+			// sandbox before reading anything.
+			if err = mgr.Create(ctx, id); err == nil {
+				err = mgr.WriteFile(ctx, id, dest, f)
+			}
+		}
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("--copy-in: %w", err)

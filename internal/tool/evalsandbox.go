@@ -3,6 +3,7 @@ package tool
 import (
 	"bytes"
 	"context"
+	"errors"
 
 	"github.com/shellgate/shellgate/jsrun/jsrunhttp"
 	"github.com/shellgate/shellgate/sandbox"
@@ -60,6 +61,15 @@ func (s EvalSandbox) ReadFile(ctx context.Context, path string) ([]byte, error) 
 	return s.Manager.ReadFile(ctx, s.Name, path, MaxEvalFileBytes)
 }
 
+// WriteFile creates the sandbox if it does not exist yet, as Exec does: the
+// sandbox is the caller's own, named by the request.
 func (s EvalSandbox) WriteFile(ctx context.Context, path string, data []byte) error {
-	return s.Manager.WriteFile(ctx, s.Name, path, bytes.NewReader(data))
+	err := s.Manager.WriteFile(ctx, s.Name, path, bytes.NewReader(data))
+	if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+		if err := s.Manager.Create(ctx, s.Name); err != nil {
+			return err
+		}
+		err = s.Manager.WriteFile(ctx, s.Name, path, bytes.NewReader(data))
+	}
+	return err
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -411,7 +412,8 @@ echo started; sleep 1000`
 	})
 }
 
-// LifecycleSuite covers the warm pool and idle sleep.
+// LifecycleSuite covers the warm pool, idle sleep and how lifecycle calls
+// interact.
 func LifecycleSuite(t *testing.T, rt string) {
 	ctx := context.Background()
 	t.Run("01 a new name takes a pooled sandbox", func(t *testing.T) {
@@ -458,7 +460,7 @@ func LifecycleSuite(t *testing.T, rt string) {
 			t.Errorf("after idle sleep: %q", o.Stdout)
 		}
 	})
-	t.Run("03 an image rebuilt or removed under running sandboxes", func(t *testing.T) {
+	t.Run("10 an image rebuilt or removed under running sandboxes", func(t *testing.T) {
 		Skip(t, rt, "busybox")
 		imgs := t.TempDir()
 		store, err := image.Open(imgs)
@@ -538,6 +540,270 @@ func LifecycleSuite(t *testing.T, rt string) {
 		}
 		if err := store.Remove("leased"); err != nil {
 			t.Errorf("removing the image once no sandbox runs: %v", err)
+		}
+	})
+	lifecycleCalls(t, rt)
+}
+
+// running starts cmd (which must print something first) in the named
+// sandbox in the background and returns once its first output arrived;
+// the channel then delivers Exec's outcome.
+func running(t *testing.T, m *sandbox.Manager, name, cmd string) <-chan error {
+	t.Helper()
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		res, err := m.Exec(context.Background(), name, sandbox.Command{
+			Command: cmd, TimeoutMs: 120_000, MaxBytes: 1024,
+			OnOutput: func(byte, []byte) { once.Do(func() { close(started) }) },
+		})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %q", res.ExitCode, res.Stderr)
+		}
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("command ended before printing: %v", err)
+	}
+	return done
+}
+
+// containers lists the runtime's containers of the data directory.
+func containers(t *testing.T, rt, data string) []string {
+	t.Helper()
+	r, err := runtime.New(rt, filepath.Join(data, "run", "runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := r.List(context.Background())
+	if err != nil {
+		t.Fatalf("%s list: %v", rt, err)
+	}
+	return ids
+}
+
+// lifecycleCalls covers how lifecycle calls interact: reads that never
+// wait for a command, Destroy and Close stopping what runs, teardown with a
+// cancelled context, unknown names, a missing image.
+func lifecycleCalls(t *testing.T, rt string) {
+	ctx := context.Background()
+	t.Run("03 Status and List do not wait for a running command", func(t *testing.T) {
+		m, _ := Open(t, rt, "busybox")
+		done := running(t, m, "busy", "echo started; sleep 4")
+		st, err := m.Status("busy")
+		infos, lerr := m.List()
+		select {
+		case <-done:
+			t.Fatal("Status and List returned only after the command ended")
+		default:
+		}
+		if err != nil || st != sandbox.Running {
+			t.Errorf("status during a command: %q %v", st, err)
+		}
+		if lerr != nil || len(infos) != 1 || infos[0].Name != "busy" || infos[0].Status != sandbox.Running {
+			t.Errorf("list during a command: %+v %v", infos, lerr)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("04 Destroy stops a running command", func(t *testing.T) {
+		m, data := Open(t, rt, "busybox")
+		done := running(t, m, "doomed", "echo started; sleep 60")
+		if err := m.Destroy(ctx, "doomed"); err != nil {
+			t.Fatal(err)
+		}
+		// The command was cut short, not waited for: a finished sleep
+		// would be exit 0.
+		if err := <-done; !errors.Is(err, sandbox.ErrDestroyed) || !errors.Is(err, sandbox.ErrNotFound) {
+			t.Fatalf("exec during destroy: %v, want ErrDestroyed", err)
+		}
+		if _, err := os.Stat(filepath.Join(data, "homes", "doomed.img")); !os.IsNotExist(err) {
+			t.Errorf("home still there: %v", err)
+		}
+		if _, err := m.Status("doomed"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("status after destroy: %v", err)
+		}
+		if ids := containers(t, rt, data); len(ids) > 0 {
+			t.Errorf("containers left: %v", ids)
+		}
+		// The name is free for a new sandbox.
+		if o := Run(t, m, "doomed", "ls"); o.Stdout != "lost+found\n" && o.Stdout != "" {
+			t.Errorf("new sandbox of the same name sees old files: %q", o.Stdout)
+		}
+	})
+	t.Run("05 teardown with a cancelled context deletes the container first", func(t *testing.T) {
+		m, data := Open(t, rt, "busybox")
+		for _, n := range []string{"s", "d", "c"} {
+			Run(t, m, n, "echo x > f")
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := m.Sleep(cancelled, "s"); err != nil {
+			t.Errorf("sleep: %v", err)
+		}
+		if st, err := m.Status("s"); st != sandbox.Sleeping {
+			t.Errorf("status after sleep: %q %v", st, err)
+		}
+		if err := m.Destroy(cancelled, "d"); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(data, "homes", "d.img")); !os.IsNotExist(err) {
+			t.Errorf("destroyed home still there: %v", err)
+		}
+		if ids := containers(t, rt, data); len(ids) != 1 {
+			t.Errorf("containers before close: %v, want only c's", ids)
+		}
+		if err := m.Close(cancelled); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if ids := containers(t, rt, data); len(ids) > 0 {
+			t.Errorf("containers left: %v", ids)
+		}
+		if left := mountsUnder(data); len(left) > 0 {
+			t.Errorf("mounts left: %v", left)
+		}
+		m2, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.DataDir = data })
+		for _, n := range []string{"s", "c"} {
+			if o := Run(t, m2, n, "cat f"); o.Stdout != "x\n" {
+				t.Errorf("%s's home after teardown: %q %q", n, o.Stdout, o.Stderr)
+			}
+		}
+	})
+	t.Run("06 Close waits for calls in flight and nothing starts after it", func(t *testing.T) {
+		// Once Close's context has ended it stops what runs: a finished
+		// sleep would be exit 0.
+		m, data := Open(t, rt, "busybox")
+		done := running(t, m, "long", "echo started; sleep 60")
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := m.Close(cancelled); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if err := <-done; !errors.Is(err, sandbox.ErrClosed) {
+			t.Errorf("exec stopped by close: %v, want ErrClosed", err)
+		}
+		if ids := containers(t, rt, data); len(ids) > 0 {
+			t.Errorf("containers left: %v", ids)
+		}
+		for round := 0; round < 3; round++ {
+			m, data := Open(t, rt, "busybox")
+			Run(t, m, "warm", "true")
+			errs := make(chan error, 8)
+			var start sync.WaitGroup
+			start.Add(1)
+			for i := 0; i < cap(errs); i++ {
+				go func(i int) {
+					start.Wait()
+					_, err := m.Exec(ctx, fmt.Sprintf("race%d", i%3), sandbox.Command{Command: "true", TimeoutMs: 60_000, MaxBytes: 64})
+					errs <- err
+				}(i)
+			}
+			start.Done()
+			if err := m.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			ids := containers(t, rt, data)
+			left := mountsUnder(data)
+			for i := 0; i < cap(errs); i++ {
+				if err := <-errs; err != nil && !errors.Is(err, sandbox.ErrClosed) {
+					t.Errorf("exec racing close: %v", err)
+				}
+			}
+			if len(ids) > 0 || len(left) > 0 {
+				t.Fatalf("round %d: after Close returned: containers %v, mounts %v", round, ids, left)
+			}
+			if _, err := m.Exec(ctx, "late", sandbox.Command{Command: "true"}); !errors.Is(err, sandbox.ErrClosed) {
+				t.Errorf("exec after close: %v", err)
+			}
+		}
+	})
+	t.Run("07 unknown names are not found and leave nothing behind", func(t *testing.T) {
+		m, data := Open(t, rt, "busybox")
+		if _, err := m.ReadFile(ctx, "ghost", "f", 1024); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("ReadFile: %v", err)
+		}
+		if err := m.WriteFile(ctx, "ghost", "f", strings.NewReader("x")); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("WriteFile: %v", err)
+		}
+		if err := m.Sleep(ctx, "ghost"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("Sleep: %v", err)
+		}
+		if err := m.Destroy(ctx, "ghost"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("Destroy: %v", err)
+		}
+		if _, err := m.Status("ghost"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("Status: %v", err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(data, "homes", "ghost*")); len(left) > 0 {
+			t.Errorf("files left for an unknown name: %v", left)
+		}
+		if n := m.Tracked(); n != 0 {
+			t.Errorf("manager keeps %d entries for unknown names", n)
+		}
+		if ids := containers(t, rt, data); len(ids) > 0 {
+			t.Errorf("containers started for an unknown name: %v", ids)
+		}
+		// A destroyed sandbox is not kept either, and its name is unknown.
+		Run(t, m, "brief", "true")
+		if err := m.Destroy(ctx, "brief"); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.WriteFile(ctx, "brief", "f", strings.NewReader("x")); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("WriteFile after destroy: %v", err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(data, "homes", "brief*")); len(left) > 0 || m.Tracked() != 0 {
+			t.Errorf("left after destroy: files %v, %d entries", left, m.Tracked())
+		}
+	})
+	t.Run("08 a missing image is an error, and the pool fills once it appears", func(t *testing.T) {
+		store := t.TempDir()
+		m, data := Open(t, rt, "busybox", func(c *sandbox.Config) { c.Images, c.Image, c.PoolSize = store, "late", 1 })
+		if _, err := m.Exec(ctx, "early", sandbox.Command{Command: "true"}); !errors.Is(err, image.ErrNotFound) {
+			t.Fatalf("exec without the image: %v, want image.ErrNotFound", err)
+		}
+		if _, err := m.Status("early"); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("a home was made for a sandbox that could not start: %v", err)
+		}
+		if left := mountsUnder(filepath.Join(data, "run")); len(left) > 0 {
+			t.Errorf("mounts while the image is missing: %v", left)
+		}
+		s, err := image.Open(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.BuildBusybox(ctx, "late"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for m.PoolReady() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("pool never filled after the image appeared")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if o := Run(t, m, "after", "echo ok"); o.Stdout != "ok\n" {
+			t.Errorf("exec once the image exists: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
+		}
+	})
+	t.Run("09 a sandbox awake in another process shows running", func(t *testing.T) {
+		m1, data := Open(t, rt, "busybox")
+		m2, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.DataDir = data })
+		Run(t, m1, "shared", "true")
+		if st, err := m2.Status("shared"); st != sandbox.Running {
+			t.Errorf("status from the other manager: %q %v", st, err)
+		}
+		if infos, err := m2.List(); err != nil || len(infos) != 1 || infos[0].Status != sandbox.Running {
+			t.Errorf("list from the other manager: %+v %v", infos, err)
+		}
+		if err := m1.Sleep(ctx, "shared"); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := m2.Status("shared"); st != sandbox.Sleeping {
+			t.Errorf("status after sleep: %q %v", st, err)
 		}
 	})
 }

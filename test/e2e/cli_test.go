@@ -226,3 +226,42 @@ return {sum: Number(r.stdout.trim()), exit: r.exit_code, runs: Number(n.stdout.t
 		t.Fatalf("bad sandbox name: exit %d %s", code, stderr)
 	}
 }
+
+// TestExecAnonymousSandbox: without --sandbox the CLI's sandbox is removed
+// after the call; with --keep it stays and its id is printed for reuse.
+func TestExecAnonymousSandbox(t *testing.T) {
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) {
+			sandboxtest.Skip(t, rt, "busybox")
+			run := cli(t)
+			in := filepath.Join(t.TempDir(), "in.txt")
+			os.WriteFile(in, []byte("copied\n"), 0o644)
+			out, stderr, code := run("exec", "--image", "busybox", "--runtime", rt, "--copy-in", in, "--", "cat in.txt")
+			if code != 0 || out != "copied\n" {
+				t.Fatalf("exit %d, out %q, stderr %q", code, out, stderr)
+			}
+			if strings.Contains(stderr, "container_id") {
+				t.Errorf("an id was printed for a sandbox that is gone: %q", stderr)
+			}
+			if list, _, code := run("sandbox", "list"); code != 0 || strings.Count(list, "\n") != 1 {
+				t.Fatalf("anonymous sandbox left behind: exit %d\n%s", code, list)
+			}
+
+			out, stderr, code = run("exec", "--image", "busybox", "--runtime", rt, "--keep", "--", "echo kept > f")
+			if code != 0 {
+				t.Fatalf("--keep: exit %d %q %q", code, out, stderr)
+			}
+			_, rest, ok := strings.Cut(stderr, "[container_id ")
+			id, _, _ := strings.Cut(rest, ":")
+			if !ok || id == "" {
+				t.Fatalf("no id printed with --keep: %q", stderr)
+			}
+			if list, _, _ := run("sandbox", "list"); !strings.Contains(list, id+" ") {
+				t.Fatalf("kept sandbox %s not listed:\n%s", id, list)
+			}
+			if out, _, code := run("exec", "--image", "busybox", "--runtime", rt, "--sandbox", id, "--", "cat f"); code != 0 || out != "kept\n" {
+				t.Fatalf("reuse of %s: exit %d %q", id, code, out)
+			}
+		})
+	}
+}

@@ -207,6 +207,10 @@ mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
 		}
 	})
 	t.Run("22 rapid sleep/wake and concurrent commands on one sandbox [lost writes]", func(t *testing.T) {
+		// Sleep of a name that does not exist yet is ErrNotFound.
+		if err := m.Create(ctx, "busy"); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		for i := 0; i < 6; i++ {
 			wg.Add(2)
