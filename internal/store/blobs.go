@@ -57,6 +57,10 @@ type LocalBlobs struct {
 	root *os.Root
 }
 
+// LocalBlobsDir is the blob directory's name under the data directory
+// (DATA/files).
+const LocalBlobsDir = "files"
+
 // TempMaxAge is how old a temporary file must be before OpenLocalBlobs
 // deletes it as left over from a crash.
 const TempMaxAge = time.Hour
