@@ -38,6 +38,7 @@ import (
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
+	"github.com/shellgate/shellgate/sandbox/mounts"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -156,10 +157,14 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	data, err := filepath.Abs(cfg.DataDir)
+	// Resolve the data directory once, here: the mount table names mount
+	// points by resolved paths, and cleanup that looked for mounts below a
+	// symlinked path would find none and delete a mounted home's files.
+	data, err := ResolveDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	cfg.DataDir = data
 	m := &Manager{
 		cfg:   cfg,
 		log:   cfg.Logger,
@@ -172,8 +177,12 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 			runtimeState: filepath.Join(data, "run", "runtime"),
 		},
 	}
-	for _, d := range []string{m.dirs.homes, m.dirs.pool, m.dirs.run, m.dirs.runtimeState} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	for _, d := range []*string{&m.dirs.homes, &m.dirs.pool, &m.dirs.run, &m.dirs.runtimeState} {
+		if err := os.MkdirAll(*d, 0o700); err != nil {
+			return nil, err
+		}
+		// A subdirectory may itself be a symlink (homes on another disk).
+		if *d, err = mounts.Resolve(*d); err != nil {
 			return nil, err
 		}
 	}
@@ -228,6 +237,20 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		go m.sleepIdle()
 	}
 	return m, nil
+}
+
+// ResolveDataDir returns the data directory dir as Shellgate uses it:
+// absolute, with every symlink resolved (it need not exist yet). Open does
+// this itself; callers that derive paths from a data directory should too.
+func ResolveDataDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("sandbox: no data directory")
+	}
+	r, err := mounts.Resolve(dir)
+	if err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	return r, nil
 }
 
 // Runtime is the name of the OCI runtime in use.

@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"os"
+
+	"github.com/shellgate/shellgate/sandbox"
 )
 
 // defaultDataDir is where Shellgate keeps images, homes, runtime state and
@@ -15,6 +17,34 @@ func defaultDataDir() string {
 }
 
 // dataDirFlag adds the shared --data-dir flag to a subcommand's flag set.
+// The value is resolved once, when set (symlinks followed, made absolute),
+// so every path a subcommand derives from it is the one the kernel's mount
+// table shows.
 func dataDirFlag(fs *flag.FlagSet) *string {
-	return fs.String("data-dir", defaultDataDir(), "data directory (env SHELLGATE_DATA)")
+	v := dataDirValue{new(string)}
+	if err := v.Set(defaultDataDir()); err != nil {
+		// Unresolvable (e.g. a path through an unreadable directory):
+		// keep it as given; sandbox.Open resolves again and reports.
+		*v.p = defaultDataDir()
+	}
+	fs.Var(v, "data-dir", "data directory (env SHELLGATE_DATA); symlinks in it are resolved")
+	return v.p
+}
+
+type dataDirValue struct{ p *string }
+
+func (v dataDirValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+
+func (v dataDirValue) Set(s string) error {
+	r, err := sandbox.ResolveDataDir(s)
+	if err != nil {
+		return err
+	}
+	*v.p = r
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -39,10 +40,19 @@ func Create(path string, size int64, uid, gid int) error {
 }
 
 // Mount loop-mounts the image at dir (created if needed). The journal is
-// replayed if Shellgate or the host crashed while it was mounted.
+// replayed if Shellgate or the host crashed while it was mounted. An image
+// still attached to a loop device (a mount that was never undone) is
+// refused: mounting one ext4 image twice corrupts it.
 func Mount(path, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
+	}
+	devs, err := LoopDevices(path)
+	if err != nil {
+		return fmt.Errorf("mount home %s: %w", path, err)
+	}
+	if len(devs) > 0 {
+		return fmt.Errorf("mount home %s: it is still attached to %s (a previous mount was not undone); refusing to mount it twice", path, strings.Join(devs, ", "))
 	}
 	if err := run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", path, dir); err != nil {
 		return fmt.Errorf("mount home %s: %w", path, err)
@@ -70,4 +80,32 @@ func run(name string, args ...string) error {
 		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// LoopDevices lists the loop devices whose backing file is path, read from
+// /sys/block/loop*/loop/backing_file (the kernel shows the backing file's
+// resolved path there, with " (deleted)" once it is unlinked).
+func LoopDevices(path string) ([]string, error) {
+	want, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		if strings.TrimSuffix(string(b), "\n") == want {
+			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return out, nil
 }
