@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
@@ -160,11 +161,12 @@ func copyFiles(ctx context.Context, mgr *sandbox.Manager, id string, specs []str
 		if !ok {
 			dest = filepath.Base(local)
 		}
-		f, err := os.Open(local)
+		// O_NONBLOCK: a FIFO given as LOCAL must be refused, not waited on.
+		f, err := os.OpenFile(local, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return fmt.Errorf("--copy-in: %w", err)
 		}
-		if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 			f.Close()
 			return fmt.Errorf("--copy-in %s: not a regular file", local)
 		}
