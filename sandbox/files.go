@@ -19,7 +19,8 @@ import (
 // inside /workspace/home; missing directories are created), waking the
 // sandbox if needed. The path is resolved beneath the home with os.Root, so
 // no "..", absolute path or symlink planted by the sandbox can lead outside
-// it. Only a regular file is written: a FIFO, socket, device or directory
+// it. Below the disk reserve the write is refused or stopped
+// (ErrDiskReserve). Only a regular file is written: a FIFO, socket, device or directory
 // the sandbox left at rel is refused without blocking. The copy stops when
 // ctx is done. The file belongs to the sandbox user.
 func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
@@ -34,7 +35,11 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 		if err := m.wakeLocked(ctx, b); err != nil {
 			return err
 		}
-		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, ctxReader{ctx, r})
+		what := "write " + clean
+		if err := m.checkReserve(what); err != nil {
+			return err
+		}
+		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, &reserveReader{m: m, what: what, r: ctxReader{ctx, r}})
 	})
 }
 

@@ -61,6 +61,11 @@ type Config struct {
 	// LayerBytes caps the writable layer over the image (thrown away at
 	// sleep); default 1 GiB.
 	LayerBytes int64
+	// DiskReserve is free space on the homes' file system that homes may
+	// not take: below it, creating a home, starting a command and copying
+	// a file in fail with ErrDiskReserve. Default 5% of that file system;
+	// negative: no reserve.
+	DiskReserve int64
 	// PoolSize is the number of started sandboxes kept ready for new
 	// names; 0 disables the pool.
 	PoolSize int
@@ -186,6 +191,13 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
+	if m.cfg.DiskReserve == 0 {
+		size, _, err := diskSpace(m.dirs.homes)
+		if err != nil {
+			return nil, err
+		}
+		m.cfg.DiskReserve = size / defaultReserveFraction
+	}
 	if cfg.Runtime == "" {
 		rt, why, err := runtime.Best(ctx, m.dirs.runtimeState)
 		if err != nil {
@@ -298,6 +310,9 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := m.checkReserve("sandbox " + name); err != nil {
+		return Result{}, err
+	}
 	if err := m.wakeLocked(ctx, b); err != nil {
 		return Result{}, err
 	}
@@ -344,6 +359,9 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 	if out.Signal == 9 && !out.TimedOut && b.inst.newOOMKill() {
 		res.OOMKilled = true
 		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", m.cfg.Limits.MemoryBytes>>20)...)
+	}
+	if err := m.checkReserve("sandbox " + name); errors.Is(err, ErrDiskReserve) {
+		res.Stderr = append(res.Stderr, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)
 	}
 	return res, nil
 }
@@ -559,8 +577,19 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box) error {
 	return nil
 }
 
+// newHome creates a home image unless that would leave the host below the
+// disk reserve (checked before, and after, since mkfs takes space too).
 func (m *Manager) newHome(path string) error {
-	return home.Create(path, m.cfg.HomeBytes, runtime.UID, runtime.GID)
+	if err := m.checkReserve("create home"); err != nil {
+		return err
+	}
+	if err := home.Create(path, m.cfg.HomeBytes, runtime.UID, runtime.GID); err != nil {
+		return err
+	}
+	if err := m.checkReserve("create home"); err != nil {
+		return errors.Join(err, os.Remove(path))
+	}
+	return nil
 }
 
 func (m *Manager) sleepLocked(ctx context.Context, b *box) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strconv"
 
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -47,4 +48,25 @@ func (v dataDirValue) Set(s string) error {
 	}
 	*v.p = r
 	return nil
+}
+
+// diskReserveFlag adds --disk-reserve-mb: free space on the homes' file
+// system that sandbox homes may not take (default $SHELLGATE_DISK_RESERVE_MB,
+// else 5% of that file system; -1 for none). The returned function gives the
+// value for sandbox.Config.DiskReserve.
+func diskReserveFlag(fs *flag.FlagSet) func() int64 {
+	def := int64(0)
+	if v, err := strconv.ParseInt(os.Getenv("SHELLGATE_DISK_RESERVE_MB"), 10, 64); err == nil {
+		def = v
+	}
+	mb := fs.Int64("disk-reserve-mb", def, "MiB of the homes' file system kept free: below it no home is created and no command starts (0: 5% of the file system, -1: none; env SHELLGATE_DISK_RESERVE_MB)")
+	return func() int64 {
+		switch {
+		case *mb < 0:
+			return -1
+		case *mb == 0:
+			return 0
+		}
+		return *mb << 20
+	}
 }

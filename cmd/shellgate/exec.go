@@ -39,6 +39,7 @@ func runExec(ctx context.Context, args []string) error {
 	procs := fs.Int64("processes", defLimits.Processes, "processes and threads of the sandbox")
 	tmpMB := fs.Int64("tmp-mb", defLimits.TmpBytes>>20, "size of /tmp in MiB")
 	homeMB := fs.Int64("home-mb", 5<<10, "size of /workspace/home in MiB (applies when the home is created)")
+	diskReserve := diskReserveFlag(fs)
 	var copyIn []string
 	fs.Func("copy-in", "copy a host file into /workspace/home before the commands: LOCAL[:DEST] (repeatable)", func(v string) error {
 		copyIn = append(copyIn, v)
@@ -96,6 +97,7 @@ func runExec(ctx context.Context, args []string) error {
 		IdleTimeout: -1,
 		Limits:      limits,
 		HomeBytes:   *homeMB << 20,
+		DiskReserve: diskReserve(),
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {

@@ -8,10 +8,12 @@ package home
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,8 +41,10 @@ func Create(path string, size int64, uid, gid int) error {
 	return nil
 }
 
-// Mount loop-mounts the image at dir (created if needed). The journal is
-// replayed if Shellgate or the host crashed while it was mounted. An image
+// Mount loop-mounts the image at dir (created if needed), with online
+// discard: what the sandbox deletes stops taking space on the host. The
+// journal is replayed if Shellgate or the host crashed while it was
+// mounted. An image
 // still attached to a loop device (a mount that was never undone) is
 // refused: mounting one ext4 image twice corrupts it.
 func Mount(path, dir string) error {
@@ -54,7 +58,9 @@ func Mount(path, dir string) error {
 	if len(devs) > 0 {
 		return fmt.Errorf("mount home %s: it is still attached to %s (a previous mount was not undone); refusing to mount it twice", path, strings.Join(devs, ", "))
 	}
-	if err := run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", path, dir); err != nil {
+	// discard: blocks freed in the home are punched out of the sparse
+	// image, so deleting files gives the space back to the host.
+	if err := run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard", path, dir); err != nil {
 		return fmt.Errorf("mount home %s: %w", path, err)
 	}
 	return nil
@@ -62,8 +68,10 @@ func Mount(path, dir string) error {
 
 // Unmount unmounts dir; the loop device is freed with it. A mount still busy
 // (a process of a dying sandbox holds a file) is detached lazily: its data
-// is written back when the last user goes.
+// is written back when the last user goes. Space freed since the last
+// discard is trimmed first.
 func Unmount(dir string) error {
+	Trim(dir)
 	err := unix.Unmount(dir, 0)
 	if errors.Is(err, unix.EBUSY) {
 		err = unix.Unmount(dir, unix.MNT_DETACH)
@@ -109,3 +117,27 @@ func LoopDevices(path string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Trim gives the free space of the home mounted at dir back to the host:
+// it commits the journal (blocks freed by deletes become free) and trims
+// every free range (FITRIM), waiting until the image's holes are punched.
+// Online discard alone is not enough: ext4 issues those discards from a
+// work queue after each commit, and the ones still queued when the file
+// system is unmounted are dropped, so a home put to sleep right after a
+// large delete would keep the space. Errors are ignored: a home that
+// cannot be trimmed only keeps some space.
+func Trim(dir string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	unix.Syncfs(fd)
+	r := fstrimRange{Len: math.MaxUint64}
+	unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fitrim, uintptr(unsafe.Pointer(&r)))
+}
+
+// fitrim is FITRIM, _IOWR('X', 121, struct fstrim_range), from linux/fs.h.
+const fitrim = 0xC0185879
+
+type fstrimRange struct{ Start, Len, MinLen uint64 }

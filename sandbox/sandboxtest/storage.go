@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -133,6 +135,135 @@ func StorageSuite(t *testing.T, rt string) {
 			t.Errorf("after cancelled copies: %q %q", o.Stdout, o.Stderr)
 		}
 	})
+	t.Run("04 space freed in a home goes back to the host", func(t *testing.T) {
+		m, data := Open(t, rt, "busybox", func(c *sandbox.Config) { c.HomeBytes = 256 << 20 })
+		const box = "shrink"
+		Run(t, m, box, "true")
+		img := filepath.Join(data, "homes", box+".img")
+		// Online discard while awake: deletes give space back at once.
+		homes := 0
+		for _, mi := range mountinfoLines(filepath.Join(data, "run")) {
+			if !strings.HasSuffix(strings.Fields(mi)[4], "/home") {
+				continue
+			}
+			homes++
+			_, super, _ := strings.Cut(mi, " - ") // fstype source super-options
+			if f := strings.Fields(super); len(f) < 3 || !slices.Contains(strings.Split(f[2], ","), "discard") {
+				t.Errorf("home mounted without discard: %s", mi)
+			}
+		}
+		if homes != 1 {
+			t.Errorf("%d home mounts", homes)
+		}
+		baseline := allocated(t, data, img)
+		if o := Run(t, m, box, "dd if=/dev/zero of=big bs=1M count=200 2>&1 && echo wrote"); !strings.HasSuffix(o.Stdout, "wrote\n") {
+			t.Fatalf("write: %+v %q", o.Outcome, o.Stdout)
+		}
+		full := allocated(t, data, img)
+		if full-baseline < 190<<20 {
+			t.Fatalf("200 MB written took %d bytes on the host: the measurement does not see the writes", full-baseline)
+		}
+		Run(t, m, box, "rm big")
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		after := allocated(t, data, img)
+		t.Logf("home image on the host: %d KiB empty, %d KiB with 200 MB, %d KiB after deleting it", baseline>>10, full>>10, after>>10)
+		if after-baseline > 16<<20 {
+			t.Errorf("deleting 200 MB gave back only %d of %d KiB", (full-after)>>10, (full-baseline)>>10)
+		}
+	})
+	t.Run("05 a disk reserve above the free space refuses new sandboxes and leaves nothing", func(t *testing.T) {
+		m, data := Open(t, rt, "busybox", func(c *sandbox.Config) { c.DiskReserve = 1 << 50 })
+		_, err := m.Exec(ctx, "new", sandbox.Command{Command: "true", TimeoutMs: 10000, MaxBytes: 1024})
+		if !errors.Is(err, sandbox.ErrDiskReserve) || !strings.Contains(err.Error(), "the reserve is 1.0 PiB") {
+			t.Errorf("exec on a new sandbox: %v, want ErrDiskReserve naming the reserve", err)
+		}
+		if err := m.Create(ctx, "new2"); !errors.Is(err, sandbox.ErrDiskReserve) {
+			t.Errorf("create: %v, want ErrDiskReserve", err)
+		}
+		left, _ := filepath.Glob(filepath.Join(data, "homes", "*.img"))
+		running, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*"))
+		if infos, _ := m.List(); len(left)+len(running)+len(infos) > 0 {
+			t.Errorf("left behind: homes %v, sandboxes %v, listed %v", left, running, infos)
+		}
+		checkNoLeaks(t, data)
+	})
+	t.Run("06 below the reserve commands and copies are refused, reads and destroy work", func(t *testing.T) {
+		// The data directory on a file system of its own, so that its
+		// free space is the test's alone.
+		fsDir := t.TempDir()
+		fsImg, data := filepath.Join(fsDir, "fs.img"), filepath.Join(fsDir, "data")
+		for _, c := range [][]string{
+			{"truncate", "-s", "640M", fsImg},
+			{"mkfs.ext4", "-q", "-m", "0", fsImg},
+			{"mkdir", data},
+			{"mount", "-o", "loop,discard", fsImg, data},
+		} {
+			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v %s", c, err, out)
+			}
+		}
+		t.Cleanup(func() { forceUnmount(t, data); exec.Command("umount", data).Run() })
+		m, _ := Open(t, rt, "busybox", func(c *sandbox.Config) {
+			c.DataDir, c.HomeBytes, c.DiskReserve = data, 512<<20, 256<<20
+		})
+		const box = "grow"
+		// 400 MB leaves about 200 MB free: below the reserve.
+		o := Shell(t, m, box, tool.ShellArgs{Commands: []string{"echo kept > f && dd if=/dev/zero of=big bs=1M count=400 conv=fsync 2>/dev/null && echo wrote"}, TimeoutMs: i64(120000)})[0]
+		if o.Stdout != "wrote\n" || !strings.Contains(o.Stderr, "fell below its reserve during this command") {
+			t.Fatalf("growing past the reserve: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
+		}
+		if _, err := m.Exec(ctx, box, sandbox.Command{Command: "rm big", TimeoutMs: 10000, MaxBytes: 1024}); !errors.Is(err, sandbox.ErrDiskReserve) {
+			t.Errorf("exec below the reserve: %v", err)
+		}
+		if err := m.WriteFile(ctx, box, "more", strings.NewReader("x")); !errors.Is(err, sandbox.ErrDiskReserve) {
+			t.Errorf("write below the reserve: %v", err)
+		}
+		if err := m.Create(ctx, "other"); !errors.Is(err, sandbox.ErrDiskReserve) {
+			t.Errorf("create below the reserve: %v", err)
+		}
+		if b, err := m.ReadFile(ctx, box, "f", 1024); err != nil || string(b) != "kept\n" {
+			t.Errorf("read below the reserve: %q %v", b, err)
+		}
+		if err := m.Destroy(ctx, box); err != nil {
+			t.Fatalf("destroy below the reserve: %v", err)
+		}
+		if o := Run(t, m, "other", "echo ok"); o.Stdout != "ok\n" {
+			t.Errorf("after freeing space: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
+		}
+	})
+}
+
+// mountinfoLines returns the lines of /proc/self/mountinfo whose mount
+// point is below dir.
+func mountinfoLines(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// allocated is what the home image takes on the host's disk, with the
+// mounted home (if any) flushed first.
+func allocated(t testing.TB, data, img string) int64 {
+	t.Helper()
+	homes, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home"))
+	for _, h := range homes {
+		if f, err := os.Open(h); err == nil {
+			unix.Syncfs(int(f.Fd()))
+			f.Close()
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(img, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
 }
 
 // writeWithWatchdog runs WriteFile; if it is still blocked after 30 seconds

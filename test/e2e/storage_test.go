@@ -47,3 +47,17 @@ func TestCopyInSpecialFiles(t *testing.T) {
 		}
 	})
 }
+
+// TestDiskReserve: a reserve above the host's free space refuses a new
+// sandbox with a clear error and leaves none behind.
+func TestDiskReserve(t *testing.T) {
+	sandboxtest.Skip(t, "runc", "busybox")
+	run := cli(t)
+	_, stderr, code := run("exec", "--image", "busybox", "--runtime", "runc", "--disk-reserve-mb", "1000000000", "--", "true")
+	if code == 0 || !strings.Contains(stderr, "below the reserve kept free of sandbox homes") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if out, _, code := run("sandbox", "list"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Fatalf("sandboxes after a refused exec: exit %d\n%s", code, out)
+	}
+}
