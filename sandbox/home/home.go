@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +52,13 @@ func Mount(path, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// A lazily detached earlier mount (see Unmount) lets go of its loop
+	// device once its last user is gone: give it a moment.
 	devs, err := LoopDevices(path)
+	for deadline := time.Now().Add(detachWait); err == nil && len(devs) > 0 && time.Now().Before(deadline); {
+		time.Sleep(busyPoll)
+		devs, err = LoopDevices(path)
+	}
 	if err != nil {
 		return fmt.Errorf("mount home %s: %w", path, err)
 	}
@@ -66,13 +73,18 @@ func Mount(path, dir string) error {
 	return nil
 }
 
-// Unmount unmounts dir; the loop device is freed with it. A mount still busy
-// (a process of a dying sandbox holds a file) is detached lazily: its data
-// is written back when the last user goes. Space freed since the last
-// discard is trimmed first.
+// Unmount unmounts dir; the loop device is freed with it. Space freed since
+// the last discard is trimmed first. A mount still busy (a process of a
+// dying sandbox, such as gVisor's gofer, still holds a file) is retried for
+// a moment, then detached lazily: its data is written back, and its loop
+// device freed, when the last user goes.
 func Unmount(dir string) error {
 	Trim(dir)
 	err := unix.Unmount(dir, 0)
+	for deadline := time.Now().Add(detachWait); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
+		time.Sleep(busyPoll)
+		err = unix.Unmount(dir, 0)
+	}
 	if errors.Is(err, unix.EBUSY) {
 		err = unix.Unmount(dir, unix.MNT_DETACH)
 	}
@@ -81,6 +93,14 @@ func Unmount(dir string) error {
 	}
 	return nil
 }
+
+// detachWait bounds how long Unmount retries a busy home and Mount waits
+// for a lazily detached one to let go of its loop device; busyPoll is the
+// interval between tries.
+const (
+	detachWait = 10 * time.Second
+	busyPoll   = 20 * time.Millisecond
+)
 
 func run(name string, args ...string) error {
 	out, err := exec.Command(name, args...).CombinedOutput()
