@@ -19,10 +19,10 @@ import (
 // inside /workspace/home; missing directories are created), waking the
 // sandbox if needed. The path is resolved beneath the home with os.Root, so
 // no "..", absolute path or symlink planted by the sandbox can lead outside
-// it. Below the disk reserve the write is refused or stopped
-// (ErrDiskReserve). Only a regular file is written: a FIFO, socket, device or directory
-// the sandbox left at rel is refused without blocking. The copy stops when
-// ctx is done. The file belongs to the sandbox user.
+// it. Only a regular file is written: a FIFO, socket, device or directory
+// the sandbox left at rel is refused without blocking (ErrNotRegular). The
+// copy stops when ctx is done, and is refused or stopped below the disk
+// reserve (ErrDiskReserve). The file belongs to the sandbox user.
 func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
 	clean, err := homeRelPath(rel)
 	if err != nil {

@@ -45,9 +45,9 @@ func Create(path string, size int64, uid, gid int) error {
 // Mount loop-mounts the image at dir (created if needed), with online
 // discard: what the sandbox deletes stops taking space on the host. The
 // journal is replayed if Shellgate or the host crashed while it was
-// mounted. An image
-// still attached to a loop device (a mount that was never undone) is
-// refused: mounting one ext4 image twice corrupts it.
+// mounted. An image still attached to a loop device (a mount not yet, or
+// never, undone) is waited for and then refused: mounting one ext4 image
+// twice corrupts it.
 func Mount(path, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
