@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -19,7 +20,11 @@ import (
 // sandbox if it sleeps. An unknown name is ErrNotFound: WriteFile never
 // creates a sandbox (Create and Exec do). The path is resolved beneath the
 // home with os.Root, so no "..", absolute path or symlink planted by the
-// sandbox can lead outside it. The file belongs to the sandbox user.
+// sandbox can lead outside it. Only a regular file is written: a FIFO,
+// socket, device or directory the sandbox left at rel is refused without
+// blocking (ErrNotRegular). The copy stops when ctx is done, and is refused
+// or stopped below the disk reserve (ErrDiskReserve). The file belongs to
+// the sandbox user.
 func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
 	clean, err := homeRelPath(rel)
 	if err != nil {
@@ -29,7 +34,11 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
-		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, r)
+		what := "write " + clean
+		if err := m.checkReserve(what); err != nil {
+			return err
+		}
+		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, &reserveReader{m: m, what: what, r: ctxReader{ctx, r}})
 	})
 }
 
@@ -41,6 +50,11 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 		return err
 	}
 	defer root.Close()
+	// Refuse what is not a regular file before opening it, with a clear
+	// error; the open below does not block either way.
+	if st, err := root.Lstat(clean); err == nil && !st.Mode().IsRegular() && st.Mode()&fs.ModeSymlink == 0 {
+		return fmt.Errorf("write %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
+	}
 	if dir := path.Dir(clean); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("write %s: %w", clean, err)
@@ -50,8 +64,25 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 			root.Lchown(d, runtime.UID, runtime.GID)
 		}
 	}
-	f, err := root.OpenFile(clean, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	// O_NONBLOCK: opening a FIFO for writing must not wait for a reader
+	// (the sandbox may swap one in after the check above). O_TRUNC only
+	// once the open file is known to be regular.
+	f, err := root.OpenFile(clean, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			err = fmt.Errorf("%w (a FIFO or socket)", ErrNotRegular)
+		}
+		return fmt.Errorf("write %s: %w", clean, err)
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%w (%s)", ErrNotRegular, fileKind(st.Mode()))
+	}
+	if err == nil {
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		f.Close()
 		return fmt.Errorf("write %s: %w", clean, err)
 	}
 	_, err = io.Copy(f, r)
@@ -67,8 +98,45 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 	return nil
 }
 
-// ErrTooLarge is returned by ReadFile for a file over the caller's cap.
-var ErrTooLarge = errors.New("file too large")
+var (
+	// ErrTooLarge is returned by ReadFile for a file over the caller's cap.
+	ErrTooLarge = errors.New("file too large")
+	// ErrNotRegular is returned by ReadFile and WriteFile for a path that
+	// is a FIFO, socket, device or directory.
+	ErrNotRegular = errors.New("not a regular file")
+)
+
+// fileKind names what a non-regular file is, for error messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSymlink != 0:
+		return "a symlink"
+	}
+	return "not a regular file: " + m.Type().String()
+}
+
+// ctxReader stops a copy once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
 
 // ReadFile reads a regular file at rel inside the named sandbox's home,
 // waking the sandbox if it sleeps; an unknown name is ErrNotFound. Like
@@ -85,13 +153,13 @@ func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64
 		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
-		data, err = readBeneath(filepath.Join(b.inst.dir, "home"), clean, maxBytes)
+		data, err = readBeneath(ctx, filepath.Join(b.inst.dir, "home"), clean, maxBytes)
 		return err
 	})
 	return data, err
 }
 
-func readBeneath(dir, clean string, maxBytes int64) ([]byte, error) {
+func readBeneath(ctx context.Context, dir, clean string, maxBytes int64) ([]byte, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
@@ -108,12 +176,12 @@ func readBeneath(dir, clean string, maxBytes int64) ([]byte, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s: not a regular file", clean)
+		return nil, fmt.Errorf("read %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
 	}
 	if st.Size() > maxBytes {
 		return nil, fmt.Errorf("read %s: %w: %d bytes, the cap is %d", clean, ErrTooLarge, st.Size(), maxBytes)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	data, err := io.ReadAll(io.LimitReader(ctxReader{ctx, f}, maxBytes+1))
 	if err == nil && int64(len(data)) > maxBytes {
 		return nil, fmt.Errorf("read %s: %w: the cap is %d", clean, ErrTooLarge, maxBytes)
 	}

@@ -8,17 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
+	"github.com/shellgate/shellgate/sandbox/mounts"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -191,9 +190,12 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	}
 	removeCgroups(inst.cid)
 	var errs []error
+	// The directory goes only once nothing is mounted below it: removing
+	// it with the home still mounted would delete the user's files.
 	unmountErr := unmountAll(inst.dir)
-	errs = append(errs, unmountErr)
-	if err := os.RemoveAll(inst.dir); err != nil {
+	if unmountErr != nil {
+		errs = append(errs, fmt.Errorf("keeping %s: %w", inst.dir, unmountErr))
+	} else if err := mounts.RemoveTree(inst.dir); err != nil {
 		errs = append(errs, err)
 	}
 	// The image version may go once no overlay uses it as its lower
@@ -210,34 +212,27 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 }
 
 // unmountAll unmounts every mount at or below dir, deepest first: the
-// rootfs overlay, the layer tmpfs and the home.
+// rootfs overlay, the layer tmpfs and the home. It fails unless the mount
+// table shows nothing left below dir afterwards.
 func unmountAll(dir string) error {
+	mps, err := mounts.Under(dir)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	mounts := mountsUnder(dir)
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if filepath.Base(mounts[i]) == "home" {
-			errs = append(errs, home.Unmount(mounts[i]))
+	for i := len(mps) - 1; i >= 0; i-- {
+		if filepath.Base(mps[i]) == "home" {
+			errs = append(errs, home.Unmount(mps[i]))
 			continue
 		}
-		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
+		if err := unix.Unmount(mps[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mps[i], err))
 		}
 	}
+	if left, err := mounts.Under(dir); err != nil || len(left) > 0 {
+		errs = append(errs, err, fmt.Errorf("%s %w: %s", dir, mounts.ErrMounted, strings.Join(left, ", ")))
+	}
 	return errors.Join(errs...)
-}
-
-// mountsUnder lists mount points at or below dir in mount order.
-func mountsUnder(dir string) []string {
-	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return nil
-	}
-	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
-	out := make([]string, len(infos))
-	for i, mi := range infos {
-		out[i] = mi.Mountpoint
-	}
-	return out
 }
 
 // lockFile creates path and takes an exclusive flock on it without
@@ -337,19 +332,29 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 			json.Unmarshal(b, &md)
 		}
 		inst.home = md.Home
+		if r, err := mounts.Resolve(md.Home); err == nil && md.Home != "" {
+			inst.home = r // written by a version that did not resolve paths
+		}
 		if md.Runtime != "" && md.Runtime != m.rt.Name() {
 			if other, err := runtime.New(md.Runtime, m.dirs.runtimeState); err == nil {
 				inst.rt = other
 			}
 		}
 		m.log.Info("cleaning up orphaned sandbox", "container", inst.cid, "runtime", inst.rt.Name())
-		errs = append(errs, m.stopInstance(ctx, inst))
+		if err := m.stopInstance(ctx, inst); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if inst.home != "" && filepath.Dir(inst.home) == m.dirs.pool {
 			os.Remove(inst.home)
 		}
 	}
 	// Stray mounts whose directory is gone (a crash mid-cleanup).
-	for _, mp := range mountsUnder(m.dirs.run) {
+	stray, err := mounts.Under(m.dirs.run)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, mp := range stray {
 		cid, _, _ := strings.Cut(strings.TrimPrefix(mp, m.dirs.run+"/"), "/")
 		if _, err := os.Stat(filepath.Join(m.dirs.run, cid)); errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))

@@ -39,6 +39,7 @@ import (
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
+	"github.com/shellgate/shellgate/sandbox/mounts"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -61,6 +62,11 @@ type Config struct {
 	// LayerBytes caps the writable layer over the image (thrown away at
 	// sleep); default 1 GiB.
 	LayerBytes int64
+	// DiskReserve is free space on the homes' file system that homes may
+	// not take: below it, creating a home, starting a command and copying
+	// a file in fail with ErrDiskReserve. Default 5% of that file system;
+	// negative: no reserve.
+	DiskReserve int64
 	// PoolSize is the number of started sandboxes kept ready for new
 	// names; 0 disables the pool.
 	PoolSize int
@@ -162,10 +168,14 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	data, err := filepath.Abs(cfg.DataDir)
+	// Resolve the data directory once, here: the mount table names mount
+	// points by resolved paths, and cleanup that looked for mounts below a
+	// symlinked path would find none and delete a mounted home's files.
+	data, err := ResolveDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	cfg.DataDir = data
 	m := &Manager{
 		cfg:   cfg,
 		log:   cfg.Logger,
@@ -179,10 +189,21 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 			runtimeState: filepath.Join(data, "run", "runtime"),
 		},
 	}
-	for _, d := range []string{m.dirs.homes, m.dirs.pool, m.dirs.run, m.dirs.runtimeState} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	for _, d := range []*string{&m.dirs.homes, &m.dirs.pool, &m.dirs.run, &m.dirs.runtimeState} {
+		if err := os.MkdirAll(*d, 0o700); err != nil {
 			return nil, err
 		}
+		// A subdirectory may itself be a symlink (homes on another disk).
+		if *d, err = mounts.Resolve(*d); err != nil {
+			return nil, err
+		}
+	}
+	if m.cfg.DiskReserve == 0 {
+		size, _, err := diskSpace(m.dirs.homes)
+		if err != nil {
+			return nil, err
+		}
+		m.cfg.DiskReserve = size / defaultReserveFraction
 	}
 	if cfg.Runtime == "" {
 		rt, why, err := runtime.Best(ctx, m.dirs.runtimeState)
@@ -244,6 +265,20 @@ func (m *Manager) Tracked() int {
 	return len(m.boxes)
 }
 
+// ResolveDataDir returns the data directory dir as Shellgate uses it:
+// absolute, with every symlink resolved (it need not exist yet). Open does
+// this itself; callers that derive paths from a data directory should too.
+func ResolveDataDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("sandbox: no data directory")
+	}
+	r, err := mounts.Resolve(dir)
+	if err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	return r, nil
+}
+
 // Runtime is the name of the OCI runtime in use.
 func (m *Manager) Runtime() string { return m.rt.Name() }
 
@@ -300,6 +335,9 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 }
 
 func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, error) {
+	if err := m.checkReserve("sandbox " + b.name); err != nil {
+		return Result{}, err
+	}
 	if err := m.wakeLocked(ctx, b, true); err != nil {
 		return Result{}, err
 	}
@@ -349,6 +387,9 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	if out.Signal == 9 && !out.TimedOut && inst.newOOMKill() {
 		res.OOMKilled = true
 		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", m.cfg.Limits.MemoryBytes>>20)...)
+	}
+	if err := m.checkReserve("sandbox " + b.name); errors.Is(err, ErrDiskReserve) {
+		res.Stderr = append(res.Stderr, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)
 	}
 	return res, nil
 }
@@ -670,8 +711,19 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 	return nil
 }
 
+// newHome creates a home image unless that would leave the host below the
+// disk reserve (checked before, and after, since mkfs takes space too).
 func (m *Manager) newHome(path string) error {
-	return home.Create(path, m.cfg.HomeBytes, runtime.UID, runtime.GID)
+	if err := m.checkReserve("create home"); err != nil {
+		return err
+	}
+	if err := home.Create(path, m.cfg.HomeBytes, runtime.UID, runtime.GID); err != nil {
+		return err
+	}
+	if err := m.checkReserve("create home"); err != nil {
+		return errors.Join(err, os.Remove(path))
+	}
+	return nil
 }
 
 // sleepLocked stops the box's container. If the container cannot be

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
@@ -39,6 +40,7 @@ func runExec(ctx context.Context, args []string) error {
 	procs := fs.Int64("processes", defLimits.Processes, "processes and threads of the sandbox")
 	tmpMB := fs.Int64("tmp-mb", defLimits.TmpBytes>>20, "size of /tmp in MiB")
 	homeMB := fs.Int64("home-mb", 5<<10, "size of /workspace/home in MiB (applies when the home is created)")
+	diskReserve := diskReserveFlag(fs)
 	var copyIn []string
 	fs.Func("copy-in", "copy a host file into /workspace/home before the commands: LOCAL[:DEST] (repeatable)", func(v string) error {
 		copyIn = append(copyIn, v)
@@ -96,6 +98,7 @@ func runExec(ctx context.Context, args []string) error {
 		IdleTimeout: -1,
 		Limits:      limits,
 		HomeBytes:   *homeMB << 20,
+		DiskReserve: diskReserve(),
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
@@ -171,11 +174,12 @@ func copyFiles(ctx context.Context, mgr *sandbox.Manager, id string, specs []str
 		if !ok {
 			dest = filepath.Base(local)
 		}
-		f, err := os.Open(local)
+		// O_NONBLOCK: a FIFO given as LOCAL must be refused, not waited on.
+		f, err := os.OpenFile(local, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return fmt.Errorf("--copy-in: %w", err)
 		}
-		if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 			f.Close()
 			return fmt.Errorf("--copy-in %s: not a regular file", local)
 		}

@@ -4,8 +4,7 @@
 package e2e
 
 import (
-	"github.com/shellgate/shellgate/internal/testenv"
-
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -13,8 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/runtime"
@@ -39,7 +41,13 @@ func cli(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 		t.Fatal(err)
 	}
 	return func(args ...string) (string, string, int) {
-		cmd := exec.Command(bin, args...)
+		// A hung CLI is a failure, not a hung suite: SIGTERM after the
+		// watchdog, SIGKILL if that does not end it.
+		ctx, cancel := context.WithTimeout(context.Background(), cliWatchdog)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 10 * time.Second
 		cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agent, "SHELLGATE_DATA="+data)
 		var so, se strings.Builder
 		cmd.Stdout, cmd.Stderr = &so, &se
@@ -53,6 +61,9 @@ func cli(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 		return so.String(), se.String(), code
 	}
 }
+
+// cliWatchdog bounds one CLI run in these tests.
+const cliWatchdog = 5 * time.Minute
 
 func TestExecBadInput(t *testing.T) {
 	sandboxtest.Skip(t, "runc", "busybox")
