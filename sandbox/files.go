@@ -31,6 +31,9 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 		return err
 	}
 	return m.withBox(ctx, name, func(ctx context.Context, b *box) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
@@ -150,6 +153,9 @@ func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64
 	}
 	var data []byte
 	err = m.withBox(ctx, name, func(ctx context.Context, b *box) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
