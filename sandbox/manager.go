@@ -263,7 +263,7 @@ type Result struct {
 	ProcessLimit bool
 	// Restarted is set when the sandbox itself died during the command
 	// (for example gVisor ends the whole sandbox when its memory limit is
-	// hit). The home is intact; the next
+	// hit) or its agent broke the protocol. The home is intact; the next
 	// command runs in a fresh sandbox. Stderr says why when that is known.
 	Restarted bool
 }
@@ -301,12 +301,15 @@ func (m *Manager) Exec(ctx context.Context, name string, cmd Command) (Result, e
 	switch {
 	case err == nil:
 	case errors.Is(err, agent.ErrClosed):
-		// The sandbox died under the command. Report it as the command's
-		// result, naming the cause only when it is known; the next command
-		// wakes a fresh sandbox.
+		// The sandbox died under the command, or its agent broke the
+		// protocol and the connection was dropped. Report it as the
+		// command's result, naming the cause only when it is known; the
+		// next command wakes a fresh sandbox.
 		res := Result{ExitCode: 137, Restarted: true}
 		var why string
 		switch {
+		case errors.Is(err, agent.ErrProtocol):
+			why = "the sandbox's agent sent invalid data, so the sandbox was stopped"
 		case b.inst.newOOMKill():
 			res.OOMKilled = true
 			why = fmt.Sprintf("the sandbox reached its memory limit (%d MiB) and was stopped", m.cfg.Limits.MemoryBytes>>20)
