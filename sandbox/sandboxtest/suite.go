@@ -381,7 +381,9 @@ echo started; sleep 1000`
 		checkSameSandbox(t, m, box, "signals", o)
 	})
 	t.Run("19 process limit in Python, default image", func(t *testing.T) {
-		dm, _ := Open(t, rt, "default")
+		// Memory enough for 64 Pythons: the process limit is under test,
+		// not the memory limit (which ends a whole gVisor sandbox).
+		dm, _ := Open(t, rt, "default", func(c *sandbox.Config) { c.Limits.MemoryBytes = 1 << 30 })
 		const py = `import os, time
 n = 0
 try:
