@@ -407,6 +407,26 @@ except OSError as e:
 		}
 		checkSameSandbox(t, dm, "py", "python fork loop", o)
 	})
+	t.Run("20 an agent that breaks the protocol is stopped and reported", func(t *testing.T) {
+		// A hostile agent (a script, as busybox has a shell): a valid
+		// Ready frame, then, once a request arrives, a frame of a type
+		// the protocol does not have.
+		script := filepath.Join(t.TempDir(), "hostile-agent")
+		os.WriteFile(script, []byte(`#!/bin/sh
+printf '\001\000\000\000\000\000\000\000\025{"version":1,"pid":1}'
+head -c 1 >/dev/null
+printf '\115\000\000\000\001\000\000\000\000'
+exec sleep 1000
+`), 0o755)
+		hm, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.Agent = script })
+		o := Shell(t, hm, "hostile", tool.ShellArgs{Commands: []string{"echo hi"}, TimeoutMs: i64(2000)})[0]
+		if o.Outcome.Type != "exit" || !strings.Contains(o.Stderr, "shellgate: the sandbox's agent sent invalid data") || !strings.Contains(o.Stderr, "fresh sandbox") {
+			t.Errorf("violation not reported: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
+		}
+		if st, err := hm.Status("hostile"); st != sandbox.Sleeping {
+			t.Errorf("the sandbox was not stopped: %s %v", st, err)
+		}
+	})
 	t.Run("15 destroy removes the home", func(t *testing.T) {
 		ctx := context.Background()
 		Run(t, m, "doomed", "echo x > f")
