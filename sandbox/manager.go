@@ -257,9 +257,12 @@ type Result struct {
 	// command at the sandbox's memory limit (crun, runc; under gVisor the
 	// whole sandbox stops instead, see Restarted).
 	OOMKilled bool
-	// ProcessLimit is set when the command's processes and threads reached
-	// the sandbox's process limit (Limits.Processes): forks past it failed
-	// with EAGAIN inside the command, the sandbox itself is unaffected.
+	// ProcessLimit is set when the command's processes and threads were
+	// seen at the sandbox's process limit (Limits.Processes): forks past it
+	// failed with EAGAIN inside the command, the sandbox itself is
+	// unaffected. The agent looks every 100 ms and when the command ends,
+	// so a burst that is gone by then (threads of a process that exited)
+	// can go unreported.
 	ProcessLimit bool
 	// Restarted is set when the sandbox itself died during the command
 	// (for example gVisor ends the whole sandbox when its memory limit is

@@ -406,6 +406,24 @@ except OSError as e:
 			t.Errorf("fork loop: the result does not say the limit was reached: %q %q", o.Stdout, o.Stderr)
 		}
 		checkSameSandbox(t, dm, "py", "python fork loop", o)
+
+		// Threads count too. (They die with their process, often before
+		// the agent can see them at the limit: no note is required.)
+		const threads = `import threading, time
+n = 0
+try:
+    while True:
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        n += 1
+except RuntimeError as e:
+    print("threads", n, "then", e)
+`
+		o = Shell(t, dm, "py", tool.ShellArgs{Commands: []string{"python3 -c '" + threads + "'"}, TimeoutMs: i64(60000)})[0]
+		fmt.Sscanf(o.Stdout, "threads %d then", &n)
+		if exitCode(o) != 0 || !strings.HasSuffix(o.Stdout, " then can't start new thread\n") || n < 1 || n > int(Limits.Processes) {
+			t.Errorf("thread loop: %+v stdout %q stderr %q", o.Outcome, o.Stdout, o.Stderr)
+		}
+		checkSameSandbox(t, dm, "py", "python thread loop", o)
 	})
 	t.Run("20 an agent that breaks the protocol is stopped and reported", func(t *testing.T) {
 		// A hostile agent (a script, as busybox has a shell): a valid
