@@ -312,9 +312,17 @@ type Result struct {
 	// command at the sandbox's memory limit (crun, runc; under gVisor the
 	// whole sandbox stops instead, see Restarted).
 	OOMKilled bool
+	// ProcessLimit is set when the command's processes and threads were
+	// seen at the sandbox's process limit (Limits.Processes): forks past it
+	// failed with EAGAIN inside the command, the sandbox itself is
+	// unaffected. The agent looks every 100 ms and when the command ends,
+	// so a burst that is gone by then (threads of a process that exited)
+	// can go unreported.
+	ProcessLimit bool
 	// Restarted is set when the sandbox itself died during the command
 	// (for example gVisor ends the whole sandbox when its memory limit is
-	// hit). The home is intact; the next command runs in a fresh sandbox.
+	// hit) or its agent broke the protocol. The home is intact; the next
+	// command runs in a fresh sandbox. Stderr says why when that is known.
 	Restarted bool
 }
 
@@ -360,11 +368,25 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	switch {
 	case err == nil:
 	case errors.Is(err, agent.ErrClosed):
-		// The sandbox died under the command. Report it as the command's
-		// result; the next command wakes a fresh sandbox.
-		m.log.Warn("sandbox died during a command", "sandbox", b.name, "container", inst.cid)
+		// The sandbox died under the command, or its agent broke the
+		// protocol and the connection was dropped. Report it as the
+		// command's result, naming the cause only when it is known; the
+		// next command wakes a fresh sandbox.
+		res := Result{ExitCode: 137, Restarted: true}
+		var why string
+		switch {
+		case errors.Is(err, agent.ErrProtocol):
+			why = "the sandbox's agent sent invalid data, so the sandbox was stopped"
+		case inst.newOOMKill():
+			res.OOMKilled = true
+			why = fmt.Sprintf("the sandbox reached its memory limit (%d MiB) and was stopped", m.cfg.Limits.MemoryBytes>>20)
+		default:
+			why = "the sandbox stopped during this command (cause unknown)"
+		}
+		m.log.Warn("sandbox died during a command", "sandbox", b.name, "container", inst.cid, "err", err, "cause", why, "init_log", readTail(filepath.Join(inst.dir, "init.log")))
 		m.sleepLocked(ctx, b)
-		return Result{ExitCode: 137, Restarted: true, Stderr: []byte("shellgate: the sandbox was stopped during this command (memory limit exceeded?); files in /workspace/home are kept and the next command runs in a fresh sandbox\n")}, nil
+		res.Stderr = []byte("shellgate: " + why + "; files in /workspace/home are kept and the next command runs in a fresh sandbox\n")
+		return res, nil
 	case ctx.Err() == nil && hostCtx.Err() != nil:
 		// The agent did not end the command in time: give up on this
 		// sandbox rather than on the caller.
@@ -387,6 +409,10 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	if out.Signal == 9 && !out.TimedOut && inst.newOOMKill() {
 		res.OOMKilled = true
 		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", m.cfg.Limits.MemoryBytes>>20)...)
+	}
+	if out.ProcessLimit {
+		res.ProcessLimit = true
+		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: the command reached the sandbox's process limit (%d processes and threads); creating more failed with EAGAIN\n", m.cfg.Limits.Processes)...)
 	}
 	if err := m.checkReserve("sandbox " + b.name); errors.Is(err, ErrDiskReserve) {
 		res.Stderr = append(res.Stderr, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)

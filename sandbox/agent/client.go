@@ -12,12 +12,34 @@ import (
 
 // ErrClosed is returned for commands in flight or started after the agent's
 // pipes closed: the sandbox died (for example its memory limit killed the
-// whole gVisor sandbox) or was stopped.
+// whole gVisor sandbox), was stopped, or broke the protocol (ErrProtocol).
 var ErrClosed = errors.New("agent: connection to sandbox closed")
+
+// ErrProtocol marks a connection the host ended because the agent sent
+// what the protocol does not allow: the agent runs inside the sandbox, so
+// its frames are untrusted input. Errors that match it match ErrClosed too.
+var ErrProtocol = errors.New("agent: protocol violation")
+
+// protocolError is a violation by the agent; it ends the connection.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string   { return "agent: protocol violation: " + e.msg }
+func (e *protocolError) Unwrap() []error { return []error{ErrProtocol, ErrClosed} }
+
+func violation(format string, args ...any) error {
+	return &protocolError{fmt.Sprintf(format, args...)}
+}
 
 // Client is the host side of one agent connection. It is safe for concurrent
 // use; the agent runs commands one at a time in the order they arrive.
+//
+// Nothing the agent sends can make the client hold more than one frame
+// (maxFrame) plus each call's MaxBytes per stream: output past a call's cap
+// is dropped, and output far past it, an oversized or unknown frame, a
+// result that is not JSON, a second Ready or a frame for a command never
+// sent ends the connection with an error matching ErrProtocol.
 type Client struct {
+	r     io.Closer
 	w     io.WriteCloser
 	wmu   sync.Mutex
 	hello Hello
@@ -29,14 +51,21 @@ type Client struct {
 	done    chan struct{}
 }
 
-// OutputFunc receives output as the command produces it. It must not block
-// for long: it runs on the connection's read loop.
+// OutputFunc receives output as the command produces it, at most the
+// request's MaxBytes per stream, in a slice of its own. It runs on the
+// connection's read loop and must not block for long; it is never called
+// after Exec returned.
 type OutputFunc func(stream byte, data []byte)
 
 type call struct {
-	stdout, stderr bytes.Buffer
-	onOutput       OutputFunc
+	max            int      // bytes kept per stream
+	stdout, stderr []byte   // what is kept
+	received       [3]int64 // bytes received per stream, kept or not
 	result         chan ExecResult
+
+	onOutput OutputFunc
+	cbMu     sync.Mutex // held while onOutput runs
+	returned bool       // Exec returned: onOutput is not called any more
 }
 
 // Dial waits for the agent's Ready frame on r and returns a client. r and w
@@ -68,7 +97,7 @@ func Dial(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Client, erro
 			w.Close()
 			return nil, fmt.Errorf("agent did not start: %w", f.err)
 		}
-		c := &Client{w: w, hello: f.hello, pending: map[uint32]*call{}, done: make(chan struct{})}
+		c := &Client{r: r, w: w, hello: f.hello, pending: map[uint32]*call{}, done: make(chan struct{})}
 		go c.readLoop(r)
 		return c, nil
 	case <-ctx.Done():
@@ -81,55 +110,44 @@ func Dial(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Client, erro
 // Done is closed when the connection ends.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
+// Err tells why the connection ended: nil while it is open, else an error
+// matching ErrClosed and, when the agent broke the protocol, ErrProtocol.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
 // Close closes the agent's stdin; the agent kills its processes and exits.
 func (c *Client) Close() error { return c.w.Close() }
 
-func (c *Client) readLoop(r io.ReadCloser) {
-	defer r.Close()
+func (c *Client) readLoop(r io.Reader) {
 	var buf []byte
 	var err error
-	for {
+	for err == nil {
 		var typ byte
 		var id uint32
 		var payload []byte
 		typ, id, payload, err = readFrame(r, buf)
 		if err != nil {
+			if errors.Is(err, errFrameSize) {
+				err = violation("%v", err)
+			}
 			break
 		}
 		buf = payload[:0]
-		c.mu.Lock()
-		cl := c.pending[id]
-		c.mu.Unlock()
-		if cl == nil {
-			continue
-		}
-		switch typ {
-		case frameOutput:
-			if len(payload) < 1 {
-				continue
-			}
-			stream, data := payload[0], payload[1:]
-			if cl.onOutput != nil {
-				cl.onOutput(stream, data)
-			}
-			if stream == Stderr {
-				cl.stderr.Write(data)
-			} else {
-				cl.stdout.Write(data)
-			}
-		case frameDone:
-			var res ExecResult
-			if jerr := json.Unmarshal(payload, &res); jerr != nil {
-				res = ExecResult{ExitCode: -1, Error: "agent: bad result: " + jerr.Error()}
-			}
-			c.mu.Lock()
-			delete(c.pending, id)
-			c.mu.Unlock()
-			cl.result <- res
-		}
+		err = c.handle(typ, id, payload)
 	}
+	var perr *protocolError
+	if !errors.As(err, &perr) {
+		err = ErrClosed
+	}
+	// A connection that broke the protocol is ended from this side too:
+	// the agent sees its stdin close and exits, and nothing more is read.
+	c.r.Close()
+	c.w.Close()
 	c.mu.Lock()
-	c.err = ErrClosed
+	c.err = err
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()
@@ -137,6 +155,74 @@ func (c *Client) readLoop(r io.ReadCloser) {
 		close(cl.result)
 	}
 	close(c.done)
+}
+
+// handle checks one frame from the agent and routes it to its call.
+func (c *Client) handle(typ byte, id uint32, payload []byte) error {
+	switch typ {
+	case frameOutput, frameDone:
+	case frameReady:
+		return violation("a second ready frame")
+	default:
+		return violation("unknown frame type %d", typ)
+	}
+	c.mu.Lock()
+	issued := id != 0 && id <= c.nextID
+	cl := c.pending[id]
+	c.mu.Unlock()
+	if !issued {
+		return violation("frame type %d for command %d, which was never sent", typ, id)
+	}
+	if typ == frameDone {
+		var res ExecResult
+		if err := json.Unmarshal(payload, &res); err != nil {
+			return violation("result of command %d is not valid JSON: %v", id, err)
+		}
+		if cl == nil {
+			return nil // canceled: nobody waits for it
+		}
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		cl.result <- res
+		return nil
+	}
+	if len(payload) < 1 || (payload[0] != Stdout && payload[0] != Stderr) {
+		return violation("output frame of command %d names no stream", id)
+	}
+	if cl == nil {
+		return nil // canceled
+	}
+	return cl.output(id, payload[0], payload[1:])
+}
+
+// output keeps the head of one stream up to the call's cap and passes a
+// copy to the call's callback.
+func (cl *call) output(id uint32, stream byte, data []byte) error {
+	cl.received[stream] += int64(len(data))
+	// The agent never sends past the cap; one frame of slack before
+	// calling it a violation.
+	if cl.received[stream] > int64(cl.max)+maxFrame {
+		return violation("command %d sent %d bytes on stream %d, cap %d", id, cl.received[stream], stream, cl.max)
+	}
+	kept := &cl.stdout
+	if stream == Stderr {
+		kept = &cl.stderr
+	}
+	data = data[:min(len(data), cl.max-len(*kept))]
+	if len(data) == 0 {
+		return nil
+	}
+	*kept = append(*kept, data...)
+	if cl.onOutput != nil {
+		own := bytes.Clone(data)
+		cl.cbMu.Lock()
+		if !cl.returned {
+			cl.onOutput(stream, own)
+		}
+		cl.cbMu.Unlock()
+	}
+	return nil
 }
 
 // Output is what one command printed, capped at the request's MaxBytes per
@@ -147,13 +233,24 @@ type Output struct {
 }
 
 // Exec runs one command and waits for it. When ctx ends first the command's
-// process tree is killed and ctx's error returned.
+// process tree is killed and ctx's error returned. When the connection
+// ends first the error matches ErrClosed (and ErrProtocol if the agent
+// broke the protocol).
 func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc) (Output, error) {
+	if req.MaxBytes <= 0 {
+		req.MaxBytes = DefaultMaxBytes
+	}
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return Output{}, err
 	}
-	cl := &call{onOutput: onOutput, result: make(chan ExecResult, 1)}
+	cl := &call{max: req.MaxBytes, onOutput: onOutput, result: make(chan ExecResult, 1)}
+	// No callback after this returns, however it returns.
+	defer func() {
+		cl.cbMu.Lock()
+		cl.returned = true
+		cl.cbMu.Unlock()
+	}()
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -166,17 +263,20 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc)
 
 	if err := c.send(frameExec, id, payload); err != nil {
 		c.forget(id)
+		if cerr := c.Err(); cerr != nil {
+			return Output{}, cerr
+		}
 		return Output{}, fmt.Errorf("%w: %v", ErrClosed, err)
 	}
 	select {
 	case res, ok := <-cl.result:
 		if !ok {
-			return Output{}, ErrClosed
+			return Output{}, c.Err()
 		}
-		return Output{Stdout: cl.stdout.Bytes(), Stderr: cl.stderr.Bytes(), ExecResult: res}, nil
+		return Output{Stdout: cl.stdout, Stderr: cl.stderr, ExecResult: res}, nil
 	case <-ctx.Done():
-		c.send(frameCancel, id)
 		c.forget(id)
+		c.send(frameCancel, id)
 		return Output{}, ctx.Err()
 	}
 }

@@ -42,6 +42,9 @@ const (
 // other side allocate without limit.
 const maxFrame = 1 << 20
 
+// errFrameSize is a frame larger than maxFrame.
+var errFrameSize = errors.New("frame too large")
+
 // Hello is the agent's first frame: it is ready to run commands.
 type Hello struct {
 	Version int `json:"version"`
@@ -61,9 +64,13 @@ type ExecRequest struct {
 	// TimeoutMs kills the whole process tree after this long (0: no limit).
 	TimeoutMs int64 `json:"timeout_ms"`
 	// MaxBytes is the number of bytes kept per stream; the rest is read and
-	// counted but dropped.
+	// counted but dropped. 0 or less: DefaultMaxBytes.
 	MaxBytes int `json:"max_bytes"`
 }
+
+// DefaultMaxBytes is the bytes kept per stream of a request without
+// MaxBytes.
+const DefaultMaxBytes = 64 << 10
 
 // ExecResult is the outcome of one command.
 type ExecResult struct {
@@ -75,6 +82,10 @@ type ExecResult struct {
 	// including what was dropped past MaxBytes.
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
+	// ProcessLimit is set when the command's processes and threads were
+	// seen at (within one of) their limit, Options.Processes: a fork or a
+	// new thread past it failed with EAGAIN.
+	ProcessLimit bool `json:"process_limit,omitempty"`
 	// Error is set when the command could not be started at all.
 	Error string `json:"error,omitempty"`
 }
@@ -106,7 +117,7 @@ func readFrame(r io.Reader, buf []byte) (typ byte, id uint32, payload []byte, er
 	}
 	n := binary.BigEndian.Uint32(hdr[5:9])
 	if n > maxFrame {
-		return 0, 0, nil, fmt.Errorf("agent: frame of %d bytes exceeds %d", n, maxFrame)
+		return 0, 0, nil, fmt.Errorf("agent: %w: %d bytes, at most %d", errFrameSize, n, maxFrame)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)

@@ -7,12 +7,31 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// Options say whom the agent runs commands as and how many tasks they may
+// have. cmd/shellgate-agent takes them as flags from the sandbox's spec.
+type Options struct {
+	// UID and GID run every command (supplementary groups: GID alone).
+	// When they differ from the agent's own, the agent needs CAP_SETUID,
+	// CAP_SETGID and CAP_KILL; negative means the agent's own.
+	UID, GID int
+	// Processes is the commands' RLIMIT_NPROC: the processes and threads
+	// their user may have at once. The agent sets it on itself and every
+	// command inherits it. 0 leaves the limit as it is.
+	Processes int64
+}
+
+// agentCaps are all the capabilities the agent keeps: to hand each command
+// its user and group, and to kill what the commands leave behind.
+var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 
 // Serve runs the agent: it reads requests from in, writes frames to out and
 // returns when in is closed (the host went away), after killing every
@@ -20,27 +39,45 @@ import (
 // process-tree kill is kill(-1, SIGKILL), which from PID 1 reaches exactly
 // the sandbox's other processes, however they detached (setsid, double fork,
 // nohup).
-func Serve(in io.Reader, out io.Writer) error {
+//
+// The agent is meant to run as a user of its own (uid 0 of the sandbox)
+// and to start commands as opts.UID: then no command can signal, ptrace or
+// read the agent, and the commands' RLIMIT_NPROC, counted per user, never
+// counts the agent's own threads.
+func Serve(in io.Reader, out io.Writer, opts Options) error {
 	if os.Getpid() != 1 {
 		return errors.New("agent: must run as PID 1 of a PID namespace")
 	}
-	// Commands run as the agent's own user. Not dumpable, the agent's
-	// /proc/1/fd (the pipes to the host), memory and ptrace are closed to
-	// them: they cannot forge frames or drive the agent.
+	// Not dumpable, the agent's /proc/1/fd (the pipes to the host), memory,
+	// environment and ptrace are closed to the commands: they cannot forge
+	// frames or drive the agent.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	cred, err := dropPrivileges(opts)
+	if err != nil {
+		return err
+	}
+	if opts.Processes > 0 {
+		lim := unix.Rlimit{Cur: uint64(opts.Processes), Max: uint64(opts.Processes)}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			return fmt.Errorf("agent: setrlimit(RLIMIT_NPROC, %d): %w", opts.Processes, err)
+		}
 	}
 	// Every command's stdin is /dev/null, opened once.
 	devnull, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("agent: open %s: %w", os.DevNull, err)
 	}
-	s := &server{out: out, queue: make(chan job, 128), reaped: make(chan struct{}, 1), devnull: devnull, env: os.Environ()}
+	s := &server{out: out, queue: make(chan job, 128), reaped: make(chan struct{}, 1), devnull: devnull, env: os.Environ(), cred: cred, nproc: opts.Processes}
+	// Every signal is caught and, but for SIGCHLD, dropped: PID 1 must
+	// survive whatever reaches it (commands cannot signal it at all when it
+	// runs as another user; the host stops it with SIGKILL or by closing
+	// its stdin). Caught rather than ignored: an ignored signal would stay
+	// ignored in every command the agent starts, while caught ones are
+	// reset to their defaults by exec.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD)
-	// PID 1 ignores signals it has no handler for; make TERM and INT from
-	// the runtime ("kill") end the sandbox.
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs)
 	go s.reap(sigs)
 	go s.worker()
 	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid()})); err != nil {
@@ -71,6 +108,61 @@ func Serve(in io.Reader, out io.Writer) error {
 	}
 }
 
+// dropPrivileges empties the bounding set (so that no command can ever
+// gain a capability, even through a file capability or a setuid binary
+// were no_new_privs missing) and keeps only agentCaps of the agent's own
+// capabilities, on every thread. It returns the credential commands start
+// with, nil to run them as the agent's own user.
+func dropPrivileges(opts Options) (*syscall.Credential, error) {
+	var cred *syscall.Credential
+	if (opts.UID >= 0 && opts.UID != os.Getuid()) || (opts.GID >= 0 && opts.GID != os.Getgid()) {
+		uid, gid := opts.UID, opts.GID
+		if uid < 0 {
+			uid = os.Getuid()
+		}
+		if gid < 0 {
+			gid = os.Getgid()
+		}
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{uint32(gid)}}
+	}
+	for c := uintptr(0); c <= 63; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
+		if err != nil {
+			break // past the last capability this kernel knows
+		}
+		if in == 1 {
+			if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); errno != 0 {
+				return nil, fmt.Errorf("agent: drop capability %d from the bounding set: %w", c, errno)
+			}
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil, fmt.Errorf("agent: capget: %w", err)
+	}
+	var keep [2]uint32
+	for _, c := range agentCaps {
+		keep[c/32] |= 1 << (c % 32)
+	}
+	for i := range data {
+		data[i].Permitted &= keep[i]
+		data[i].Effective = data[i].Permitted
+		data[i].Inheritable = 0
+	}
+	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return nil, fmt.Errorf("agent: capset: %w", errno)
+	}
+	if cred != nil {
+		for _, c := range agentCaps {
+			if data[c/32].Effective&(1<<(c%32)) == 0 {
+				return nil, fmt.Errorf("agent: running as uid %d, it needs capability %d to run commands as uid %d", os.Getuid(), c, cred.Uid)
+			}
+		}
+	}
+	return cred, nil
+}
+
 type job struct {
 	id  uint32
 	req ExecRequest
@@ -90,8 +182,10 @@ type server struct {
 	canceled map[uint32]bool     // ids canceled before or while running
 	reaped   chan struct{}       // pulsed after each reaping round
 
-	devnull int      // read-only /dev/null, every command's stdin
-	env     []string // every command's environment: the agent's own
+	devnull int                 // read-only /dev/null, every command's stdin
+	env     []string            // every command's environment: the agent's own
+	cred    *syscall.Credential // every command's user, nil: the agent's
+	nproc   int64               // the commands' RLIMIT_NPROC, 0 if not set
 }
 
 func (s *server) send(typ byte, id uint32, payload ...[]byte) error {
@@ -125,9 +219,8 @@ func (s *server) cancel(id uint32) {
 // kernel re-parents to PID 1.
 func (s *server) reap(sigs chan os.Signal) {
 	for sig := range sigs {
-		if sig == syscall.SIGTERM || sig == syscall.SIGINT {
-			killAll()
-			os.Exit(0)
+		if sig != syscall.SIGCHLD {
+			continue
 		}
 		s.reapAll()
 		select {
@@ -212,7 +305,7 @@ func (s *server) run(j job) (res ExecResult) {
 		req.Shell = []string{"/bin/sh", "-lc"}
 	}
 	if req.MaxBytes <= 0 {
-		req.MaxBytes = 64 << 10
+		req.MaxBytes = DefaultMaxBytes
 	}
 	argv := append(append([]string(nil), req.Shell...), req.Command)
 	var outP, errP [2]int
@@ -229,7 +322,7 @@ func (s *server) run(j job) (res ExecResult) {
 		Dir:   req.Dir,
 		Env:   s.env,
 		Files: []uintptr{uintptr(s.devnull), uintptr(outW), uintptr(errW)},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Credential: s.cred},
 	}
 	s.mu.Lock()
 	exited := make(chan struct{})
@@ -258,10 +351,29 @@ func (s *server) run(j job) (res ExecResult) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case <-exited:
-	case <-timeout:
-		res.TimedOut = true
+	// While the command runs, look every limitPoll for it at the process
+	// limit: a fork that failed there leaves no trace the agent could read
+	// later.
+	var poll <-chan time.Time
+	if s.nproc > 0 {
+		t := time.NewTicker(limitPoll)
+		defer t.Stop()
+		poll = t.C
+	}
+wait:
+	for {
+		select {
+		case <-exited:
+			break wait
+		case <-timeout:
+			res.TimedOut = true
+			break wait
+		case <-poll:
+			res.ProcessLimit = res.ProcessLimit || s.atProcessLimit()
+		}
+	}
+	if s.nproc > 0 && !res.ProcessLimit {
+		res.ProcessLimit = s.atProcessLimit()
 	}
 	// Whatever the command left behind dies with it: background jobs,
 	// setsid'ed daemons and double-forked orphans alike.
@@ -307,6 +419,47 @@ func (s *server) waitIdle() {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// limitPoll is how often the agent counts a running command's tasks.
+const limitPoll = 100 * time.Millisecond
+
+// atProcessLimit reports whether the commands' tasks (processes and
+// threads, everything in the sandbox but the agent) are within one of
+// their RLIMIT_NPROC: at that count the next fork fails with EAGAIN. The
+// one of slack covers a main process that has just exited and, under
+// gVisor, which charges a task to the user it was forked as, the command's
+// first process, still counted as the agent's.
+func (s *server) atProcessLimit() bool {
+	if unix.Kill(-1, 0) == unix.ESRCH {
+		return false // nothing but the agent: the common case, one syscall
+	}
+	return int64(countTasks()) >= s.nproc-1
+}
+
+// countTasks counts the tasks of every process but the agent.
+func countTasks() int {
+	proc, err := os.Open("/proc")
+	if err != nil {
+		return 0
+	}
+	names, _ := proc.Readdirnames(-1)
+	proc.Close()
+	n := 0
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == 1 {
+			continue
+		}
+		d, err := os.Open("/proc/" + name + "/task")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		tasks, _ := d.Readdirnames(-1)
+		d.Close()
+		n += len(tasks)
+	}
+	return n
 }
 
 // killAll sends SIGKILL to every process of the sandbox except the agent.

@@ -133,13 +133,11 @@ func (c *cli) Adjust(spec *Config) error {
 	switch c.name {
 	case "runsc":
 		// gVisor applies cgroups to the whole sandbox and a pids limit
-		// crashes it: the process limit is RLIMIT_NPROC inside (per
-		// sandbox, as gVisor keeps its own users), the cgroup a high
-		// backstop.
-		nproc := uint64(*spec.Linux.Resources.Pids.Limit)
+		// crashes it: the commands' RLIMIT_NPROC (set by the agent, per
+		// user of the sandbox's own kernel) is the limit, the cgroup only
+		// a high backstop.
 		backstop := int64(16384)
 		spec.Linux.Resources.Pids.Limit = &backstop
-		spec.Process.Rlimits = append(spec.Process.Rlimits, specsRlimit("RLIMIT_NPROC", nproc))
 	default:
 		// Fail closed: crun and runc sandboxes never start without their
 		// syscall filter.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -16,15 +17,31 @@ type Config = specs.Spec
 const (
 	HomeDir   = "/workspace/home"
 	AgentPath = "/.shellgate/shellgate-agent"
-	UID       = 1000
-	GID       = 1000
+	// UID and GID are the commands' user.
+	UID = 1000
+	GID = 1000
+	// AgentUID and AgentGID are the agent's: a user of its own, so that no
+	// command can signal it and the commands' process limit (per user)
+	// never counts its threads.
+	AgentUID = 0
+	AgentGID = 0
 )
+
+// AgentTasks is the room the pids cgroup leaves the agent's own threads
+// above Limits.Processes, which RLIMIT_NPROC gives the commands' user.
+const AgentTasks = 64
+
+// AgentCapabilities are the agent's only capabilities: to start each
+// command as UID:GID and to kill what commands leave behind. CAP_SETPCAP
+// lets it empty the bounding set at start, after which it drops it.
+// Commands run with none at all.
+var AgentCapabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // Limits are one sandbox's resources.
 type Limits struct {
 	CPUs        float64 // CPU time, in cores
 	MemoryBytes int64   // memory (and tmpfs pages) of the whole sandbox
-	Processes   int64   // processes and threads
+	Processes   int64   // processes and threads of the commands (RLIMIT_NPROC)
 	TmpBytes    int64   // size of the /tmp tmpfs
 	ShmBytes    int64   // size of /dev/shm
 }
@@ -42,8 +59,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("cpus %g: want 0.01 to 1024", l.CPUs)
 	case l.MemoryBytes < 32<<20:
 		return fmt.Errorf("memory %d MiB: at least 32 MiB", l.MemoryBytes>>20)
-	case l.Processes < 8 || l.Processes > 1<<20:
-		return fmt.Errorf("processes %d: want 8 to %d", l.Processes, 1<<20)
+	case l.Processes < 16 || l.Processes > 1<<20:
+		return fmt.Errorf("processes %d: want 16 to %d", l.Processes, 1<<20)
 	case l.TmpBytes < 1<<20:
 		return fmt.Errorf("/tmp size %d bytes: at least 1 MiB", l.TmpBytes)
 	case l.ShmBytes < 1<<20:
@@ -76,10 +93,11 @@ var Env = []string{
 
 // Spec builds the configuration every runtime starts from: a read-write
 // root (the overlay whose lower layer is the shared read-only image), the
-// home bind mount, the agent as init running as an unprivileged user with
-// no capabilities and no new privileges, its own PID, mount, IPC, UTS and
-// network namespaces (loopback only), masked /proc and /sys paths, and
-// cgroup limits.
+// home bind mount, the agent as init (uid 0 of the sandbox with only
+// AgentCapabilities and no new privileges; it runs commands as UID with no
+// capabilities at all and RLIMIT_NPROC = Limits.Processes), its own PID,
+// mount, IPC, UTS and network namespaces (loopback only), masked /proc and
+// /sys paths, and cgroup limits.
 func Spec(o SpecOptions) *Config {
 	hostname := o.Hostname
 	if hostname == "" {
@@ -88,18 +106,26 @@ func Spec(o SpecOptions) *Config {
 	l := o.Limits
 	period := uint64(100000)
 	quota := int64(l.CPUs * float64(period))
-	pids := l.Processes + 1 // and the agent
-	swap := l.MemoryBytes   // memory+swap = memory: no swap
+	pids := l.Processes + AgentTasks
+	swap := l.MemoryBytes // memory+swap = memory: no swap
 	return &Config{
 		Version:  "1.0.2",
 		Hostname: hostname,
 		Root:     &specs.Root{Path: o.Rootfs},
 		Process: &specs.Process{
-			User:            specs.User{UID: UID, GID: GID, AdditionalGids: []uint32{GID}},
-			Args:            []string{AgentPath},
-			Env:             append([]string(nil), Env...),
-			Cwd:             HomeDir,
-			Capabilities:    &specs.LinuxCapabilities{},
+			User: specs.User{UID: AgentUID, GID: AgentGID},
+			Args: []string{AgentPath,
+				"-uid", strconv.Itoa(UID), "-gid", strconv.Itoa(GID),
+				"-nproc", strconv.FormatInt(l.Processes, 10)},
+			Env: append([]string(nil), Env...),
+			// The agent has no DAC override: "/" is where it can always
+			// be; commands start in the directory each request names.
+			Cwd: "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  AgentCapabilities,
+				Effective: AgentCapabilities,
+				Permitted: AgentCapabilities,
+			},
 			NoNewPrivileges: true,
 			Rlimits: []specs.POSIXRlimit{
 				{Type: "RLIMIT_NOFILE", Hard: 8192, Soft: 8192},
@@ -153,8 +179,4 @@ func WriteBundle(dir string, spec *Config) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
-}
-
-func specsRlimit(typ string, n uint64) specs.POSIXRlimit {
-	return specs.POSIXRlimit{Type: typ, Hard: n, Soft: n}
 }

@@ -90,7 +90,7 @@ func TestExecBadInput(t *testing.T) {
 		{"09 copy-in escaping home", []string{"exec", "--image", "busybox", "--copy-in", "/etc/hostname:../../etc/x", "--", "true"}, "it leaves /workspace/home"},
 		{"10 unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{"12 memory below the minimum", []string{"exec", "--image", "busybox", "--memory-mb", "10", "--", "true"}, "at least 32 MiB"},
-		{"13 zero processes", []string{"exec", "--image", "busybox", "--processes", "0", "--", "true"}, "processes 0: want 8"},
+		{"13 zero processes", []string{"exec", "--image", "busybox", "--processes", "0", "--", "true"}, "processes 0: want 16"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -58,6 +58,10 @@ func cases(t *testing.T, rt string) {
 		if o.Outcome.Type != "timeout" && o.Outcome.Type != "exit" {
 			t.Fatalf("outcome %+v", o.Outcome)
 		}
+		// The limit stops the bomb, not the sandbox.
+		if strings.Contains(o.Stderr, "fresh sandbox") {
+			t.Errorf("the bomb stopped the sandbox: %q", o.Stderr)
+		}
 		if left := leftovers(t, m, box); left != "" {
 			t.Errorf("processes left after the bomb:\n%s", left)
 		}
