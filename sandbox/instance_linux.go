@@ -29,6 +29,9 @@ type instance struct {
 	home   string // the home image mounted at dir/home
 	client *agent.Client
 	owner  *os.File // flock held for the container's life: not an orphan
+	// slot is the container's range of host ids (nil without a user
+	// namespace).
+	slot *slot
 	// oomKills is the cgroup's OOM-kill count already reported.
 	oomKills int64
 }
@@ -84,11 +87,20 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	// the directory exists.
 	var agentPath string
 	err = m.withRunLock(unix.LOCK_EX, func() error {
-		if err := os.Mkdir(dir, 0o700); err != nil {
+		// 0711: the namespace's root must reach the rootfs below.
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
 			return err
 		}
 		if inst.owner, err = lockFile(filepath.Join(dir, "owner.lock")); err != nil {
 			return err
+		}
+		if !m.cfg.SharedHostUser {
+			if inst.slot, err = m.acquireSlotLocked(cid); err != nil {
+				return err
+			}
 		}
 		agentPath, err = m.servedAgentLocked()
 		return err
@@ -115,11 +127,33 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		if err = os.Mkdir(filepath.Join(layer, d), 0o755); err != nil {
 			return inst, err
 		}
+		if inst.slot != nil {
+			// The sandbox's root is the slot's base id on the host.
+			if err = os.Chown(filepath.Join(layer, d), int(inst.slot.base()), int(inst.slot.base())); err != nil {
+				return inst, err
+			}
+		}
+	}
+	nsFD := -1
+	if inst.slot != nil {
+		if nsFD, err = m.userNS(ctx, inst); err != nil {
+			return inst, err
+		}
+		defer unix.Close(nsFD)
 	}
 	// Relative paths, from the sandbox directory: /proc/self/mountinfo
 	// inside the sandbox shows the overlay's options, which must not name
 	// host paths.
-	if err = os.Symlink(m.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
+	if inst.slot != nil {
+		// The lower layer: the shared image seen through the sandbox's
+		// ids, read-only; nothing of the image is chowned.
+		if err = os.Mkdir(filepath.Join(dir, "lower"), 0o700); err != nil {
+			return inst, err
+		}
+		if err = idmapBind(m.img.Rootfs, filepath.Join(dir, "lower"), nsFD, true); err != nil {
+			return inst, err
+		}
+	} else if err = os.Symlink(m.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
 		return inst, err
 	}
 	mount := exec.CommandContext(ctx, "mount", "-t", "overlay", "overlay", "-o", "lowerdir=lower,upperdir=layer/upper,workdir=layer/work", "rootfs")
@@ -130,7 +164,26 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	if err = home.Mount(homeImg, homeDir); err != nil {
 		return inst, err
 	}
-	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: agentPath, Limits: m.cfg.Limits})
+	specHome := homeDir
+	if inst.slot != nil {
+		// The container gets the home through the sandbox's ids; on disk
+		// (and to the host's file API at dir/home) its files stay 1000.
+		specHome = filepath.Join(dir, "mapped-home")
+		if err = os.Mkdir(specHome, 0o700); err != nil {
+			return inst, err
+		}
+		if err = idmapBind(homeDir, specHome, nsFD, false); err != nil {
+			return inst, err
+		}
+	}
+	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: specHome, Agent: agentPath, Limits: m.cfg.Limits})
+	if inst.slot != nil {
+		ns := runtime.UserNS{HostID: inst.slot.base(), Size: idsPerSlot}
+		if m.rt.JoinsUserNS() {
+			ns.Path = filepath.Join(dir, "userns")
+		}
+		runtime.UseUserNS(spec, ns)
+	}
 	m.rt.Adjust(spec)
 	if err = runtime.WriteBundle(dir, spec); err != nil {
 		return inst, err
@@ -175,10 +228,16 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	if err := os.RemoveAll(inst.dir); err != nil {
 		errs = append(errs, err)
 	}
+	err := errors.Join(errs...)
+	if err == nil {
+		// Only once its processes and mounts are gone may another
+		// sandbox take the range.
+		inst.slot.release()
+	}
 	if inst.owner != nil {
 		unlockFile(inst.owner)
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // unmountAll unmounts every mount at or below dir, deepest first: the
@@ -306,6 +365,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))
 		}
 	}
+	m.sweepSlotsLocked()
 	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)

@@ -139,13 +139,19 @@ func (c *cli) Adjust(spec *Config) {
 			spec.Linux.Seccomp = p
 		}
 	}
+	if c.name == "runc" {
+		liftRlimits(spec)
+	}
 }
 
 func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 	if err := c.Check(ctx); err != nil {
 		return err
 	}
-	cmd := c.command(ctx, "run", "--bundle", dir, "--detach", id)
+	cmd, err := c.underRlimits(ctx, dir, c.command(ctx, "run", "--bundle", dir, "--detach", id))
+	if err != nil {
+		return err
+	}
 	cmd.Stdin, cmd.Stdout = stdio.In, stdio.Out
 	// The CLI's own errors go to stderr, and so do the agent's later: a
 	// log file in the bundle keeps both for error messages.

@@ -35,6 +35,9 @@ type Runtime interface {
 	// Adjust makes the runtime's own changes to a spec built by Spec
 	// (seccomp for crun and runc; process limits in gVisor's way).
 	Adjust(spec *Config)
+	// JoinsUserNS tells whether the runtime joins a user namespace made by
+	// the host (UserNS.Path) rather than creating one from the mappings.
+	JoinsUserNS() bool
 	// Start creates and starts container id from the bundle in dir and
 	// returns once the container runs. Its init gets stdio.
 	Start(ctx context.Context, id, dir string, stdio Stdio) error

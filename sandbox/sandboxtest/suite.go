@@ -62,7 +62,7 @@ func Open(t testing.TB, rt, img string, mut ...func(*sandbox.Config)) (*sandbox.
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := t.TempDir()
+	data := DataDir(t)
 	cfg := sandbox.Config{
 		DataDir: data, Runtime: rt, Image: img, Images: ImagesDir(), Agent: agent,
 		Limits: Limits, HomeBytes: HomeBytes, LayerBytes: 64 << 20, IdleTimeout: -1,
@@ -435,7 +435,7 @@ func CrashSuite(t *testing.T, rt string) {
 			t.Fatalf("build shellgate: %v\n%s", err, out)
 		}
 	}
-	data := t.TempDir()
+	data := DataDir(t)
 	os.Symlink(ImagesDir(), filepath.Join(data, "images"))
 	cmd := exec.Command(cli, "exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy", "--",
 		"echo precious > keep.txt && sync && echo ready && sleep 1000")

@@ -1,0 +1,323 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every sandbox runs in its own user namespace with its own range of host
+// ids, so that no two sandboxes and no host account share a host uid: an
+// escape from crun or runc lands as an id that owns nothing, and per-uid
+// kernel limits (inotify instances, RLIMIT_NPROC's count, ...) are charged
+// per sandbox.
+//
+// Ranges are slots: slot N maps ids 0..65535 inside to host ids
+// 100000+N·65536 onwards. A slot is taken by an exclusive flock on
+// run/slots/N, held for the sandbox's life (pooled ones too) by the
+// process that owns it, so processes sharing a data directory never hand
+// out the same range. The file names the sandbox; a slot whose lock is free
+// but whose sandbox directory still exists belongs to a crashed process's
+// sandbox that cleanup has not removed yet, and is skipped until then.
+//
+// The image stays shared and unchanged: the overlay's lower layer is a
+// read-only idmapped bind mount of it (host id k reads as base+k), the
+// writable layer's upper directory belongs to the base id, and the home is
+// an idmapped bind of its ext4 mount, so its files stay 1000:1000 on disk
+// and a home can wake in any range. All of this is done by the host with
+// mount_setattr(2), not with the runtimes' own idmap options, which the
+// installed crun, runc and runsc handle differently.
+//
+// For crun and runc the host creates the namespace while running as the
+// base id (unshare(1) started with that credential; root writes the maps)
+// and pins it under the sandbox directory; the runtime joins it by path.
+// Its owner is then the base id, which is what per-uid limits are charged
+// to. runsc cannot join a namespace by path and creates it from the spec's
+// mappings; its sentry and gofer then run as the base id instead of host
+// root.
+const (
+	idBase     = 100000
+	idsPerSlot = 65536
+	// maxSlots keeps every id below 2^30.
+	maxSlots = 16384
+)
+
+// slot is one range of host ids held by a sandbox.
+type slot struct {
+	n    int
+	lock *os.File
+}
+
+func (s *slot) base() uint32 { return uint32(idBase + s.n*idsPerSlot) }
+
+func (m *Manager) slotsDir() string { return filepath.Join(filepath.Dir(m.dirs.run), "slots") }
+
+// acquireSlotLocked takes the lowest free slot for sandbox cid. Callers
+// hold the run lock, as orphan cleanup does when it removes sandbox
+// directories and frees their slots.
+func (m *Manager) acquireSlotLocked(cid string) (*slot, error) {
+	dir := m.slotsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for n := 0; n < maxSlots; n++ {
+		if m.hostIDs.overlaps(uint32(idBase+n*idsPerSlot), idsPerSlot) {
+			continue
+		}
+		f, err := lockFile(filepath.Join(dir, strconv.Itoa(n)))
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if prev := readSlotOwner(f); prev != "" && dirExists(filepath.Join(m.dirs.run, prev)) {
+			unlockFile(f) // a crashed process's sandbox, not cleaned up yet
+			continue
+		}
+		if err := writeSlotOwner(f, cid); err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		return &slot{n: n, lock: f}, nil
+	}
+	return nil, fmt.Errorf("no free user-namespace slot (all %d in use)", maxSlots)
+}
+
+// release frees the slot; its sandbox's processes and mounts are gone.
+func (s *slot) release() {
+	if s == nil || s.lock == nil {
+		return
+	}
+	s.lock.Truncate(0)
+	unlockFile(s.lock)
+	s.lock = nil
+}
+
+func readSlotOwner(f *os.File) string {
+	b := make([]byte, 64)
+	n, _ := f.ReadAt(b, 0)
+	return strings.TrimSpace(string(b[:n]))
+}
+
+func writeSlotOwner(f *os.File, cid string) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(cid+"\n"), 0)
+	return err
+}
+
+// sweepSlotsLocked frees the slots of sandboxes that no longer exist (their
+// owner crashed and cleanup removed them). Callers hold the run lock.
+func (m *Manager) sweepSlotsLocked() {
+	entries, _ := os.ReadDir(m.slotsDir())
+	for _, e := range entries {
+		f, err := lockFile(filepath.Join(m.slotsDir(), e.Name()))
+		if err != nil {
+			continue // held: alive
+		}
+		if prev := readSlotOwner(f); prev != "" && !dirExists(filepath.Join(m.dirs.run, prev)) {
+			f.Truncate(0)
+		}
+		unlockFile(f)
+	}
+}
+
+// hostIDs are the uids and gids the host's accounts and subordinate-id
+// ranges use; slots that would overlap them are never handed out.
+type hostIDs []idRange
+
+type idRange struct{ start, size uint32 }
+
+func (h hostIDs) overlaps(start, size uint32) bool {
+	for _, r := range h {
+		if uint64(r.start) < uint64(start)+uint64(size) && uint64(start) < uint64(r.start)+uint64(r.size) {
+			return true
+		}
+	}
+	return false
+}
+
+// readHostIDs collects the ids of /etc/passwd, /etc/group (nobody's 65534
+// included, far below the first slot) and the ranges of /etc/subuid and
+// /etc/subgid.
+func readHostIDs() hostIDs {
+	var h hostIDs
+	for _, p := range []string{"/etc/passwd", "/etc/group"} {
+		eachLine(p, func(f []string) {
+			if len(f) > 2 {
+				if id, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+					h = append(h, idRange{uint32(id), 1})
+				}
+			}
+		})
+	}
+	for _, p := range []string{"/etc/subuid", "/etc/subgid"} {
+		eachLine(p, func(f []string) {
+			if len(f) > 2 {
+				start, err1 := strconv.ParseUint(f[1], 10, 32)
+				size, err2 := strconv.ParseUint(f[2], 10, 32)
+				if err1 == nil && err2 == nil {
+					h = append(h, idRange{uint32(start), uint32(size)})
+				}
+			}
+		})
+	}
+	return h
+}
+
+func eachLine(path string, fn func(fields []string)) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fn(strings.Split(sc.Text(), ":"))
+	}
+}
+
+// makeTraversable gives the directories above every sandbox's rootfs the
+// search permission a namespace's root needs to reach it (it has no
+// DAC_OVERRIDE over host-owned directories): DATA, DATA/run and
+// DATA/run/sandboxes become 0711 (searchable, not listable), and every
+// directory above DATA must already be searchable by others.
+func (m *Manager) makeTraversable() error {
+	run := filepath.Dir(m.dirs.run)
+	data := filepath.Dir(run)
+	for _, d := range []string{data, run, m.dirs.run} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	real, err := filepath.EvalSymlinks(data)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("sandbox: %s (mode %o) must be searchable by other users (o+x): sandboxes run as unprivileged host ids and must reach their root filesystem under %s", d, st.Mode().Perm(), data)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// newUserNS creates a user namespace owned by host id base, mapping ids
+// 0..idsPerSlot-1 to base onwards, and pins it at path (a bind mount of its
+// nsfs file). It runs unshare(1) as base, so the namespace's owner, to
+// which the kernel charges per-uid limits, is base and not root; root then
+// writes the maps from outside.
+func newUserNS(ctx context.Context, base uint32, path string) error {
+	cmd := exec.CommandContext(ctx, "unshare", "--user", "--", "cat")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: base, Gid: base},
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	cmd.Dir = "/"
+	cmd.Env = []string{}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("create user namespace: %w", err)
+	}
+	err = func() error {
+		// cat echoes a byte once it runs, which is after unshare(2).
+		if _, err := in.Write([]byte{'\n'}); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(out, make([]byte, 1)); err != nil {
+			return err
+		}
+		pid := strconv.Itoa(cmd.Process.Pid)
+		m := fmt.Sprintf("0 %d %d\n", base, idsPerSlot)
+		for _, f := range []string{"uid_map", "gid_map"} {
+			if err := os.WriteFile(filepath.Join("/proc", pid, f), []byte(m), 0); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			return err
+		}
+		return unix.Mount(filepath.Join("/proc", pid, "ns", "user"), path, "", unix.MS_BIND, "")
+	}()
+	in.Close()
+	werr := cmd.Wait()
+	if err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
+		return fmt.Errorf("create user namespace: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// idmapBind mounts a detached clone of the mount at src on dst with its
+// ids shifted by the user namespace open at nsFD: a file of host id k
+// appears as the namespace's id k, which is host id base+k.
+func idmapBind(src, dst string, nsFD int, readOnly bool) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("idmapped mount of %s: open_tree: %w", src, err)
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(nsFD)}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("idmapped mount of %s: mount_setattr: %w", src, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("idmapped mount of %s: move_mount: %w", src, err)
+	}
+	return nil
+}
+
+// userNS creates the sandbox's user namespace, pinned at dir/userns, and
+// returns it open for idmapped mounts.
+func (m *Manager) userNS(ctx context.Context, inst *instance) (int, error) {
+	path := filepath.Join(inst.dir, "userns")
+	if err := newUserNS(ctx, inst.slot.base(), path); err != nil {
+		return -1, err
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// prepareUserNS readies the data directory for user-namespaced sandboxes.
+func (m *Manager) prepareUserNS() error {
+	if m.cfg.SharedHostUser {
+		return nil
+	}
+	m.hostIDs = readHostIDs()
+	return m.makeTraversable()
+}
