@@ -252,10 +252,15 @@ func SlotCrashSuite(t *testing.T, rt string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Wait for the content, not the file: under runsc the file shows on
+	// the host before the sentry writes its data back.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if found, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home", "keep.txt")); len(found) > 0 {
-			break
+		found, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home", "keep.txt"))
+		if len(found) > 0 {
+			if b, _ := os.ReadFile(found[0]); string(b) == "precious\n" {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
