@@ -227,10 +227,9 @@ func (m *Manager) makeTraversable() error {
 // writes the maps from outside.
 func newUserNS(ctx context.Context, base uint32, path string) error {
 	cmd := exec.CommandContext(ctx, "unshare", "--user", "--", "cat")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: base, Gid: base},
-		Pdeathsig:  syscall.SIGKILL,
-	}
+	// No Pdeathsig: it follows the spawning OS thread, not the process.
+	// If Shellgate dies, cat reads EOF and exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: base, Gid: base}}
 	cmd.Dir = "/"
 	cmd.Env = []string{}
 	in, err := cmd.StdinPipe()
