@@ -118,6 +118,14 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			return inst, err
 		}
 	}
+	// The user namespace is made while the layer and the home are
+	// mounted: most of its cost is waiting for unshare(1) to run. It is
+	// waited for before any return, so that cleanup sees its pin.
+	var ns *pendingUserNS
+	if inst.slot != nil {
+		ns = m.startUserNS(ctx, inst)
+		defer ns.close()
+	}
 	// The writable layer lives in a size-capped tmpfs: system changes are
 	// thrown away at sleep and cannot fill the host's disk.
 	if err = unix.Mount("tmpfs", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", m.cfg.LayerBytes)); err != nil {
@@ -134,12 +142,14 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			}
 		}
 	}
+	if err = home.Mount(homeImg, homeDir); err != nil {
+		return inst, err
+	}
 	nsFD := -1
-	if inst.slot != nil {
-		if nsFD, err = m.userNS(ctx, inst); err != nil {
+	if ns != nil {
+		if nsFD, err = ns.wait(); err != nil {
 			return inst, err
 		}
-		defer unix.Close(nsFD)
 	}
 	// Relative paths, from the sandbox directory: /proc/self/mountinfo
 	// inside the sandbox shows the overlay's options, which must not name
@@ -160,9 +170,6 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	mount.Dir = dir
 	if out, err := mount.CombinedOutput(); err != nil {
 		return inst, fmt.Errorf("mount root overlay: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	if err = home.Mount(homeImg, homeDir); err != nil {
-		return inst, err
 	}
 	specHome := homeDir
 	if inst.slot != nil {

@@ -298,18 +298,42 @@ func idmapBind(src, dst string, nsFD int, readOnly bool) error {
 	return nil
 }
 
-// userNS creates the sandbox's user namespace, pinned at dir/userns, and
-// returns it open for idmapped mounts.
-func (m *Manager) userNS(ctx context.Context, inst *instance) (int, error) {
+// pendingUserNS is a sandbox's user namespace being made, pinned at
+// dir/userns.
+type pendingUserNS struct {
+	done chan struct{}
+	fd   int
+	err  error
+}
+
+// startUserNS starts making the sandbox's user namespace.
+func (m *Manager) startUserNS(ctx context.Context, inst *instance) *pendingUserNS {
+	p := &pendingUserNS{done: make(chan struct{}), fd: -1}
 	path := filepath.Join(inst.dir, "userns")
-	if err := newUserNS(ctx, inst.slot.base(), path); err != nil {
-		return -1, err
+	go func() {
+		defer close(p.done)
+		if p.err = newUserNS(ctx, inst.slot.base(), path); p.err != nil {
+			return
+		}
+		if p.fd, p.err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0); p.err != nil {
+			p.err = fmt.Errorf("open user namespace: %w", p.err)
+		}
+	}()
+	return p
+}
+
+// wait returns the namespace open for idmapped mounts.
+func (p *pendingUserNS) wait() (int, error) {
+	<-p.done
+	return p.fd, p.err
+}
+
+// close waits for the namespace and closes its descriptor; the pin stays
+// until unmountAll.
+func (p *pendingUserNS) close() {
+	if fd, _ := p.wait(); fd >= 0 {
+		unix.Close(fd)
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open user namespace: %w", err)
-	}
-	return fd, nil
 }
 
 // prepareUserNS readies the data directory for user-namespaced sandboxes.
