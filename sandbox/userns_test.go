@@ -1,8 +1,13 @@
 package sandbox_test
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
@@ -22,5 +27,22 @@ func TestUserNSInotify(t *testing.T) {
 func TestUserNSSlotsAfterCrash(t *testing.T) {
 	for _, rt := range runtime.Names {
 		t.Run(rt, func(t *testing.T) { sandboxtest.SlotCrashSuite(t, rt) })
+	}
+}
+
+// A data directory below a directory that other users cannot search is
+// refused with a clear reason: the sandboxes' unprivileged ids could not
+// reach their root filesystem.
+func TestUserNSDataDirMustBeSearchable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	private := t.TempDir() // 0700 parent
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sandbox.Open(context.Background(), sandbox.Config{DataDir: filepath.Join(private, "data"), IdleTimeout: -1})
+	if err == nil || !strings.Contains(err.Error(), "o+x") || !strings.Contains(err.Error(), private) {
+		t.Fatalf("Open under a 0700 directory: %v, want an error naming %s and o+x", err, private)
 	}
 }
