@@ -445,12 +445,15 @@ func CrashSuite(t *testing.T, rt string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The CLI prints output after the command, so watch the file instead.
+	// The CLI prints output after the command, so watch the file instead:
+	// its content, since the shell creates it before writing to it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		runDirs, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home", "keep.txt"))
 		if len(runDirs) > 0 {
-			break
+			if b, _ := os.ReadFile(runDirs[0]); string(b) == "precious\n" {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
