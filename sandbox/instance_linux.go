@@ -98,7 +98,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			return err
 		}
 		if !m.cfg.SharedHostUser {
-			if inst.slot, err = m.acquireSlotLocked(cid); err != nil {
+			if inst.slot, err = m.acquireSlot(dir); err != nil {
 				return err
 			}
 		}
@@ -372,7 +372,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))
 		}
 	}
-	m.sweepSlotsLocked()
+	sweepSlots()
 	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)

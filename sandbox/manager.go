@@ -16,7 +16,6 @@
 //	homes/NAME.img, NAME.lock    each sandbox's home (sparse ext4) and its owner lock
 //	homes/.pool/CID.img          homes of pooled sandboxes not yet named
 //	run/sandboxes/CID/           a running container: bundle, mounts, owner lock
-//	run/slots/N                  host id range N, flock'd by the sandbox using it
 //	run/runtime/RUNTIME/         the OCI runtime's own state
 package sandbox
 

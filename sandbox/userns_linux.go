@@ -24,11 +24,12 @@ import (
 //
 // Ranges are slots: slot N maps ids 0..65535 inside to host ids
 // 100000+N·65536 onwards. A slot is taken by an exclusive flock on
-// run/slots/N, held for the sandbox's life (pooled ones too) by the
-// process that owns it, so processes sharing a data directory never hand
-// out the same range. The file names the sandbox; a slot whose lock is free
-// but whose sandbox directory still exists belongs to a crashed process's
-// sandbox that cleanup has not removed yet, and is skipped until then.
+// SlotsDir/N, held for the sandbox's life (pooled ones too) by the process
+// that owns it, so no two Shellgate processes of the host hand out the
+// same range, whether or not they share a data directory. The file names
+// the sandbox's directory; a slot whose lock is free but whose sandbox
+// directory still exists belongs to a crashed process's sandbox that
+// cleanup has not removed yet, and is skipped until then.
 //
 // The image stays shared and unchanged: the overlay's lower layer is a
 // read-only idmapped bind mount of it (host id k reads as base+k), the
@@ -60,13 +61,16 @@ type slot struct {
 
 func (s *slot) base() uint32 { return uint32(idBase + s.n*idsPerSlot) }
 
-func (m *Manager) slotsDir() string { return filepath.Join(filepath.Dir(m.dirs.run), "slots") }
+// SlotsDir holds the host's id range slots: one per host, not per data
+// directory, since ranges are host ids.
+const SlotsDir = "/run/shellgate/slots"
 
-// acquireSlotLocked takes the lowest free slot for sandbox cid. Callers
-// hold the run lock, as orphan cleanup does when it removes sandbox
-// directories and frees their slots.
-func (m *Manager) acquireSlotLocked(cid string) (*slot, error) {
-	dir := m.slotsDir()
+// acquireSlot takes the lowest free slot for the sandbox in
+// directory sandboxDir. A sandbox directory is removed only after its
+// container and mounts are gone, so a slot naming a missing directory is
+// free.
+func (m *Manager) acquireSlot(sandboxDir string) (*slot, error) {
+	dir := SlotsDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -81,11 +85,11 @@ func (m *Manager) acquireSlotLocked(cid string) (*slot, error) {
 		if err != nil {
 			return nil, err
 		}
-		if prev := readSlotOwner(f); prev != "" && dirExists(filepath.Join(m.dirs.run, prev)) {
+		if prev := readSlotOwner(f); prev != "" && dirExists(prev) {
 			unlockFile(f) // a crashed process's sandbox, not cleaned up yet
 			continue
 		}
-		if err := writeSlotOwner(f, cid); err != nil {
+		if err := writeSlotOwner(f, sandboxDir); err != nil {
 			unlockFile(f)
 			return nil, err
 		}
@@ -104,30 +108,36 @@ func (s *slot) release() {
 	s.lock = nil
 }
 
+// readSlotOwner returns the sandbox directory a slot file names, or "" for
+// a free slot (or one whose content is not an absolute path).
 func readSlotOwner(f *os.File) string {
-	b := make([]byte, 64)
+	b := make([]byte, 4096)
 	n, _ := f.ReadAt(b, 0)
-	return strings.TrimSpace(string(b[:n]))
+	p := strings.TrimSpace(string(b[:n]))
+	if !filepath.IsAbs(p) {
+		return ""
+	}
+	return p
 }
 
-func writeSlotOwner(f *os.File, cid string) error {
+func writeSlotOwner(f *os.File, sandboxDir string) error {
 	if err := f.Truncate(0); err != nil {
 		return err
 	}
-	_, err := f.WriteAt([]byte(cid+"\n"), 0)
+	_, err := f.WriteAt([]byte(sandboxDir+"\n"), 0)
 	return err
 }
 
-// sweepSlotsLocked frees the slots of sandboxes that no longer exist (their
-// owner crashed and cleanup removed them). Callers hold the run lock.
-func (m *Manager) sweepSlotsLocked() {
-	entries, _ := os.ReadDir(m.slotsDir())
+// sweepSlots frees the slots of sandboxes that no longer exist (their
+// owner crashed and cleanup removed them), of any data directory.
+func sweepSlots() {
+	entries, _ := os.ReadDir(SlotsDir)
 	for _, e := range entries {
-		f, err := lockFile(filepath.Join(m.slotsDir(), e.Name()))
+		f, err := lockFile(filepath.Join(SlotsDir, e.Name()))
 		if err != nil {
 			continue // held: alive
 		}
-		if prev := readSlotOwner(f); prev != "" && !dirExists(filepath.Join(m.dirs.run, prev)) {
+		if prev := readSlotOwner(f); prev == "" || !dirExists(prev) {
 			f.Truncate(0)
 		}
 		unlockFile(f)

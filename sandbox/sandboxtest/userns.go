@@ -269,6 +269,7 @@ func SlotCrashSuite(t *testing.T, rt string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	crashed := slotOf(t, data, "crashy")
+	crashedDir := filepath.Join(data, "run", "sandboxes", containerOf(t, data, "crashy"))
 	if crashed == early {
 		t.Fatalf("two processes' sandboxes share slot %d", early)
 	}
@@ -281,15 +282,17 @@ func SlotCrashSuite(t *testing.T, rt string) {
 		t.Errorf("a live sandbox got slot %d (crashed sandbox's %d, early %d)", live, crashed, early)
 	}
 
-	// A new process cleans up the orphan and frees its range.
+	// A new process cleans up the orphan and frees its range. (Slots are
+	// host-wide: a sandbox of another test may take it at once, so the
+	// check is that the orphan no longer holds it.)
 	m2, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.DataDir = data })
-	b, err := os.ReadFile(filepath.Join(data, "run", "slots", strconv.Itoa(crashed)))
-	if err != nil || strings.TrimSpace(string(b)) != "" {
-		t.Errorf("slot %d after cleanup: %q %v, want empty", crashed, b, err)
+	b, err := os.ReadFile(filepath.Join(sandbox.SlotsDir, strconv.Itoa(crashed)))
+	if err != nil || strings.TrimSpace(string(b)) == crashedDir {
+		t.Errorf("slot %d after cleanup: %q %v, want it freed", crashed, b, err)
 	}
 	Run(t, m2, "after", "true")
-	if after := slotOf(t, data, "after"); after != crashed {
-		t.Errorf("after cleanup a new sandbox got slot %d, want the freed %d", after, crashed)
+	if after := slotOf(t, data, "after"); after == early {
+		t.Errorf("after cleanup a new sandbox got slot %d, held by a live one", after)
 	}
 	if o := Run(t, m2, "crashy", "cat keep.txt"); o.Stdout != "precious\n" {
 		t.Errorf("home lost after crash: %q %q", o.Stdout, o.Stderr)
@@ -321,10 +324,10 @@ func containerOf(t testing.TB, data, name string) string {
 // slotOf returns the id range slot held by the awake sandbox name.
 func slotOf(t testing.TB, data, name string) int {
 	t.Helper()
-	cid := containerOf(t, data, name)
-	slots, _ := filepath.Glob(filepath.Join(data, "run", "slots", "*"))
+	dir := filepath.Join(data, "run", "sandboxes", containerOf(t, data, name))
+	slots, _ := filepath.Glob(filepath.Join(sandbox.SlotsDir, "*"))
 	for _, p := range slots {
-		if b, _ := os.ReadFile(p); strings.TrimSpace(string(b)) == cid {
+		if b, _ := os.ReadFile(p); strings.TrimSpace(string(b)) == dir {
 			n, err := strconv.Atoi(filepath.Base(p))
 			if err != nil {
 				t.Fatal(err)
@@ -332,7 +335,7 @@ func slotOf(t testing.TB, data, name string) int {
 			return n
 		}
 	}
-	t.Fatalf("sandbox %s (%s) holds no slot", name, cid)
+	t.Fatalf("sandbox %s (%s) holds no slot", name, dir)
 	return -1
 }
 
