@@ -187,7 +187,9 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	if inst.slot != nil {
 		ns := runtime.UserNS{HostID: inst.slot.base(), Size: idsPerSlot}
 		if m.rt.JoinsUserNS() {
-			ns.Path = filepath.Join(dir, "userns")
+			if ns.Path, err = inst.slot.nsPath(filepath.Join(dir, "userns")); err != nil {
+				return inst, err
+			}
 		}
 		runtime.UseUserNS(spec, ns)
 	}

@@ -128,6 +128,24 @@ func writeSlotOwner(f *os.File, sandboxDir string) error {
 	return err
 }
 
+// nsPath gives the sandbox's pinned namespace (pin) a path the runtime
+// accepts: runc hands namespace paths to its init as a comma-separated
+// list and refuses one with a comma, which a data directory (or a test's
+// temporary one) may have. The link, /run/shellgate/userns/N, belongs to
+// the slot like its lock file.
+func (s *slot) nsPath(pin string) (string, error) {
+	link := filepath.Join(filepath.Dir(SlotsDir), "userns", strconv.Itoa(s.n))
+	if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
+		return "", err
+	}
+	tmp := link + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(pin, tmp); err != nil {
+		return "", err
+	}
+	return link, os.Rename(tmp, link)
+}
+
 // sweepSlots frees the slots of sandboxes that no longer exist (their
 // owner crashed and cleanup removed them), of any data directory.
 func sweepSlots() {

@@ -46,3 +46,16 @@ func TestUserNSDataDirMustBeSearchable(t *testing.T) {
 		t.Fatalf("Open under a 0700 directory: %v, want an error naming %s and o+x", err, private)
 	}
 }
+
+// runc takes namespace paths as a comma-separated list: a data directory
+// with a comma in its path must still work.
+func TestUserNSCommaInDataDir(t *testing.T) {
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) {
+			m, _ := sandboxtest.Open(t, rt, "busybox", func(c *sandbox.Config) { c.DataDir = filepath.Join(c.DataDir, "a,b") })
+			if o := sandboxtest.Run(t, m, "comma", "echo ok"); o.Stdout != "ok\n" {
+				t.Fatalf("%q %q", o.Stdout, o.Stderr)
+			}
+		})
+	}
+}
