@@ -33,6 +33,9 @@ type instance struct {
 	// disk for the container's life, across rebuilds of the image.
 	lease *image.Lease
 	img   *image.Image // the leased version: the root filesystem it runs on
+	// slot is the container's range of host ids (nil without a user
+	// namespace).
+	slot *slot
 	// oomKills is the cgroup's OOM-kill count already reported.
 	oomKills int64
 }
@@ -88,11 +91,20 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	// the directory exists.
 	var agentPath string
 	err = m.withRunLock(unix.LOCK_EX, func() error {
-		if err := os.Mkdir(dir, 0o700); err != nil {
+		// 0711: the namespace's root must reach the rootfs below.
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
 			return err
 		}
 		if inst.owner, err = lockFile(filepath.Join(dir, "owner.lock")); err != nil {
 			return err
+		}
+		if !m.cfg.SharedHostUser {
+			if inst.slot, err = m.acquireSlot(dir); err != nil {
+				return err
+			}
 		}
 		agentPath, err = m.servedAgentLocked()
 		return err
@@ -115,6 +127,14 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			return inst, err
 		}
 	}
+	// The user namespace is made while the layer and the home are
+	// mounted: most of its cost is waiting for unshare(1) to run. It is
+	// waited for before any return, so that cleanup sees its pin.
+	var ns *pendingUserNS
+	if inst.slot != nil {
+		ns = m.startUserNS(ctx, inst)
+		defer ns.close()
+	}
 	// The writable layer lives in a size-capped tmpfs: system changes are
 	// thrown away at sleep and cannot fill the host's disk.
 	if err = unix.Mount("tmpfs", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", m.cfg.LayerBytes)); err != nil {
@@ -124,11 +144,35 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		if err = os.Mkdir(filepath.Join(layer, d), 0o755); err != nil {
 			return inst, err
 		}
+		if inst.slot != nil {
+			// The sandbox's root is the slot's base id on the host.
+			if err = os.Chown(filepath.Join(layer, d), int(inst.slot.base()), int(inst.slot.base())); err != nil {
+				return inst, err
+			}
+		}
+	}
+	if err = home.Mount(homeImg, homeDir); err != nil {
+		return inst, err
+	}
+	nsFD := -1
+	if ns != nil {
+		if nsFD, err = ns.wait(); err != nil {
+			return inst, err
+		}
 	}
 	// Relative paths, from the sandbox directory: /proc/self/mountinfo
 	// inside the sandbox shows the overlay's options, which must not name
 	// host paths.
-	if err = os.Symlink(inst.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
+	if inst.slot != nil {
+		// The lower layer: the shared image seen through the sandbox's
+		// ids, read-only; nothing of the image is chowned.
+		if err = os.Mkdir(filepath.Join(dir, "lower"), 0o700); err != nil {
+			return inst, err
+		}
+		if err = idmapBind(inst.img.Rootfs, filepath.Join(dir, "lower"), nsFD, true); err != nil {
+			return inst, err
+		}
+	} else if err = os.Symlink(inst.img.Rootfs, filepath.Join(dir, "lower")); err != nil {
 		return inst, err
 	}
 	mount := exec.CommandContext(ctx, "mount", "-t", "overlay", "overlay", "-o", "lowerdir=lower,upperdir=layer/upper,workdir=layer/work", "rootfs")
@@ -136,10 +180,28 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	if out, err := mount.CombinedOutput(); err != nil {
 		return inst, fmt.Errorf("mount root overlay: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	if err = home.Mount(homeImg, homeDir); err != nil {
-		return inst, err
+	specHome := homeDir
+	if inst.slot != nil {
+		// The container gets the home through the sandbox's ids; on disk
+		// (and to the host's file API at dir/home) its files stay 1000.
+		specHome = filepath.Join(dir, "mapped-home")
+		if err = os.Mkdir(specHome, 0o700); err != nil {
+			return inst, err
+		}
+		if err = idmapBind(homeDir, specHome, nsFD, false); err != nil {
+			return inst, err
+		}
 	}
-	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: homeDir, Agent: agentPath, Limits: m.cfg.Limits})
+	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: specHome, Agent: agentPath, Limits: m.cfg.Limits})
+	if inst.slot != nil {
+		ns := runtime.UserNS{HostID: inst.slot.base(), Size: idsPerSlot}
+		if m.rt.JoinsUserNS() {
+			if ns.Path, err = inst.slot.nsPath(filepath.Join(dir, "userns")); err != nil {
+				return inst, err
+			}
+		}
+		runtime.UseUserNS(spec, ns)
+	}
 	if err = m.rt.Adjust(spec); err != nil {
 		return inst, err
 	}
@@ -204,11 +266,17 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	if inst.lease != nil && unmountErr == nil {
 		inst.lease.Release()
 	}
+	err := errors.Join(errs...)
+	if err == nil {
+		// Only once its processes and mounts are gone may another
+		// sandbox take the range.
+		inst.slot.release()
+	}
 	if inst.owner != nil {
 		unlockFile(inst.owner)
 		inst.owner = nil
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // unmountAll unmounts every mount at or below dir, deepest first: the
@@ -360,6 +428,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 			errs = append(errs, unmountAll(filepath.Join(m.dirs.run, cid)))
 		}
 	}
+	sweepSlots()
 	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)

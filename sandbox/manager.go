@@ -74,6 +74,11 @@ type Config struct {
 	// command; default 5 minutes, negative never.
 	IdleTimeout time.Duration
 	Logger      *slog.Logger
+	// SharedHostUser runs every sandbox without a user namespace of its
+	// own, as host uid 1000 shared by all (the engine before per-sandbox
+	// namespaces). Weaker isolation: it exists to measure what the
+	// namespace costs; no command-line flag sets it.
+	SharedHostUser bool
 }
 
 // Status of a named sandbox.
@@ -122,6 +127,8 @@ type Manager struct {
 	agent  string
 	// agentSum names this agent build in the agent tmpfs.
 	agentSum string
+	// hostIDs are ids of host accounts that no sandbox's range may cover.
+	hostIDs hostIDs
 
 	mu     sync.Mutex
 	boxes  map[string]*box // awake or in use (box.go)
@@ -204,6 +211,9 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, err
 		}
 		m.cfg.DiskReserve = size / defaultReserveFraction
+	}
+	if err := m.prepareUserNS(); err != nil {
+		return nil, err
 	}
 	if cfg.Runtime == "" {
 		rt, why, err := runtime.Best(ctx, m.dirs.runtimeState)

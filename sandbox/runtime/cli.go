@@ -150,6 +150,9 @@ func (c *cli) Adjust(spec *Config) error {
 		}
 		spec.Linux.Seccomp = p
 	}
+	if c.name == "runc" {
+		liftRlimits(spec)
+	}
 	return nil
 }
 
@@ -187,7 +190,10 @@ func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 			return err
 		}
 	}
-	cmd := c.command(ctx, "run", "--bundle", dir, "--detach", id)
+	cmd, err := c.underRlimits(ctx, dir, c.command(ctx, "run", "--bundle", dir, "--detach", id))
+	if err != nil {
+		return err
+	}
 	cmd.Stdin, cmd.Stdout = stdio.In, stdio.Out
 	// The CLI's own errors go to stderr, and so do the agent's later: a
 	// log file in the bundle keeps both for error messages.

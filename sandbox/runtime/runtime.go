@@ -37,6 +37,9 @@ type Runtime interface {
 	// error means the spec is not safe to run: the sandbox must not start
 	// (crun and runc also refuse, in Start, a bundle without seccomp).
 	Adjust(spec *Config) error
+	// JoinsUserNS tells whether the runtime joins a user namespace made by
+	// the host (UserNS.Path) rather than creating one from the mappings.
+	JoinsUserNS() bool
 	// Start creates and starts container id from the bundle in dir and
 	// returns once the container runs. Its init gets stdio.
 	Start(ctx context.Context, id, dir string, stdio Stdio) error

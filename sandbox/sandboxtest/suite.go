@@ -66,7 +66,7 @@ func Open(t testing.TB, rt, img string, mut ...func(*sandbox.Config)) (*sandbox.
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := t.TempDir()
+	data := DataDir(t)
 	cfg := sandbox.Config{
 		DataDir: data, Runtime: rt, Image: img, Images: ImagesDir(), Agent: agent,
 		Limits: Limits, HomeBytes: HomeBytes, LayerBytes: 64 << 20, IdleTimeout: -1,
@@ -927,7 +927,7 @@ func CrashSuite(t *testing.T, rt string) {
 			t.Fatalf("build shellgate: %v\n%s", err, out)
 		}
 	}
-	data := t.TempDir()
+	data := DataDir(t)
 	os.Symlink(ImagesDir(), filepath.Join(data, "images"))
 	cmd := exec.Command(cli, "exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy", "--",
 		"echo precious > keep.txt && sync && echo ready && sleep 1000")
@@ -937,12 +937,15 @@ func CrashSuite(t *testing.T, rt string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The CLI prints output after the command, so watch the file instead.
+	// The CLI prints output after the command, so watch the file instead:
+	// its content, since the shell creates it before writing to it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		runDirs, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home", "keep.txt"))
 		if len(runDirs) > 0 {
-			break
+			if b, _ := os.ReadFile(runDirs[0]); string(b) == "precious\n" {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()

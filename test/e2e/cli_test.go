@@ -36,7 +36,7 @@ func cli(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	data := t.TempDir()
+	data := sandboxtest.DataDir(t)
 	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
 		t.Fatal(err)
 	}
