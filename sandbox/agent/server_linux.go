@@ -421,8 +421,13 @@ func (s *server) waitIdle() {
 	}
 }
 
-// limitPoll is how often the agent counts a running command's tasks.
-const limitPoll = 100 * time.Millisecond
+// limitPoll is how often the agent counts a running command's tasks. A
+// fork loop reaches the limit and its forks fail within tens of
+// milliseconds, and what it leaves at the end may be below the limit (the
+// shells that forked have exited), so the poll must be short; a count is one
+// readdir of /proc plus one per process, and costs nothing for a command
+// that ends before the first tick.
+const limitPoll = 25 * time.Millisecond
 
 // atProcessLimit reports whether the commands' tasks (processes and
 // threads, everything in the sandbox but the agent) are within one of
