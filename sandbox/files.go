@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -41,7 +40,7 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 		if err := m.checkReserve(what); err != nil {
 			return err
 		}
-		return writeBeneath(filepath.Join(b.inst.dir, "home"), clean, &reserveReader{m: m, what: what, r: ctxReader{ctx, r}})
+		return writeBeneath(hostHomeDir(b.inst.dir), clean, &reserveReader{m: m, what: what, r: ctxReader{ctx, r}})
 	})
 }
 
@@ -159,7 +158,7 @@ func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64
 		if err := m.wakeLocked(ctx, b, false); err != nil {
 			return err
 		}
-		data, err = readBeneath(ctx, filepath.Join(b.inst.dir, "home"), clean, maxBytes)
+		data, err = readBeneath(ctx, hostHomeDir(b.inst.dir), clean, maxBytes)
 		return err
 	})
 	return data, err

@@ -121,8 +121,13 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	if err = os.WriteFile(filepath.Join(dir, "meta.json"), mb, 0o600); err != nil {
 		return inst, err
 	}
-	layer, rootfs, homeDir := filepath.Join(dir, "layer"), filepath.Join(dir, "rootfs"), filepath.Join(dir, "home")
-	for _, d := range []string{layer, rootfs, homeDir} {
+	// The sandbox directory is searchable by others (the runtime reaches
+	// it as the slot's base id), and the mount table names it; the home's
+	// own ext4 mount sits in a directory only root can enter, and its root
+	// is 0700, so no host account — host uid 1000, which owns the files on
+	// disk, included — can reach the user's files through it.
+	layer, rootfs, homeDir := filepath.Join(dir, "layer"), filepath.Join(dir, "rootfs"), hostHomeDir(dir)
+	for _, d := range []string{layer, rootfs, filepath.Dir(homeDir), homeDir} {
 		if err = os.Mkdir(d, 0o700); err != nil {
 			return inst, err
 		}
@@ -152,6 +157,9 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		}
 	}
 	if err = home.Mount(homeImg, homeDir); err != nil {
+		return inst, err
+	}
+	if err = os.Chmod(homeDir, 0o700); err != nil {
 		return inst, err
 	}
 	nsFD := -1
@@ -233,6 +241,13 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		return inst, fmt.Errorf("%w (init log: %s)", err, readTail(filepath.Join(dir, "init.log")))
 	}
 	return inst, nil
+}
+
+// hostHomeDir is where the host mounts a sandbox's home image (with its
+// on-disk ids; the container gets it through an idmapped bind, mapped-home):
+// below a directory only root can enter.
+func hostHomeDir(sandboxDir string) string {
+	return filepath.Join(sandboxDir, "private", "home")
 }
 
 // stopInstance ends the container and undoes startInstance; it tolerates

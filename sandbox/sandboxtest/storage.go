@@ -69,7 +69,7 @@ func StorageSuite(t *testing.T, rt string) {
 		if o := Run(t, m, box, "mkfifo trap && echo made"); o.Stdout != "made\n" {
 			t.Fatalf("mkfifo: %+v %q", o.Outcome, o.Stderr)
 		}
-		homes, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home"))
+		homes, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home"))
 		if len(homes) != 1 {
 			t.Fatalf("mounted homes: %v", homes)
 		}
@@ -252,7 +252,7 @@ func mountinfoLines(dir string) []string {
 // mounted home (if any) flushed first.
 func allocated(t testing.TB, data, img string) int64 {
 	t.Helper()
-	homes, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home"))
+	homes, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home"))
 	for _, h := range homes {
 		if f, err := os.Open(h); err == nil {
 			unix.Syncfs(int(f.Fd()))

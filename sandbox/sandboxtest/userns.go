@@ -145,6 +145,30 @@ func UserNSSuite(t *testing.T, rt string) {
 			t.Errorf("mounts on the image: %v", left)
 		}
 	})
+
+	t.Run("04 no host account reaches the home through the data directory", func(t *testing.T) {
+		// The sandbox directories are searchable by others (the runtime
+		// enters them as the slot's base id) and the mount table names
+		// them. Host uid 1000 owns the home's files on disk, and nobody
+		// stands for every other account: neither may read them, through
+		// the host's mount or the container's idmapped one.
+		if o := Run(t, m, "ns-a", "echo secret > secret.txt; chmod 644 secret.txt"); exitCode(o) != 0 {
+			t.Fatalf("%+v %q", o.Outcome, o.Stderr)
+		}
+		dir := filepath.Join(data, "run", "sandboxes", containerOf(t, data, "ns-a"))
+		for _, p := range []string{filepath.Join(dir, "private", "home", "secret.txt"), filepath.Join(dir, "mapped-home", "secret.txt")} {
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("root cannot see %s: %v", p, err)
+			}
+			for _, uid := range []uint32{1000, 65534} {
+				cmd := exec.Command("/bin/cat", p)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+				if out, err := cmd.Output(); err == nil || strings.Contains(string(out), "secret") {
+					t.Errorf("host uid %d read %s: %q %v", uid, p, out, err)
+				}
+			}
+		}
+	})
 }
 
 // InotifySuite checks that one sandbox taking every inotify instance its
