@@ -1,0 +1,116 @@
+package store_test
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/internal/store/storetest"
+)
+
+func TestLocalBlobsConformance(t *testing.T) {
+	storetest.Blobs(t, func(t *testing.T) func() store.Blobs {
+		dir := t.TempDir()
+		return func() store.Blobs {
+			b, err := store.OpenLocalBlobs(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		}
+	})
+}
+
+// A symlink planted in the blob directory is not followed out of it, and
+// a directory under a blob's name is not served.
+func TestLocalBlobsPlantedEntries(t *testing.T) {
+	dir := t.TempDir()
+	b, err := store.OpenLocalBlobs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "file_link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "file_dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"file_link", "file_dir"} {
+		rc, _, err := b.Open(t.Context(), id)
+		if err == nil {
+			got, _ := io.ReadAll(rc)
+			rc.Close()
+			t.Fatalf("Open(%s) served %q", id, got)
+		}
+	}
+	// The blob a reader gets can seek (for HTTP range requests).
+	if _, err := b.Put(t.Context(), "file_ok", strings.NewReader("0123456789"), 100); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := b.Open(t.Context(), "file_ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	rs, ok := rc.(io.ReadSeeker)
+	if !ok {
+		t.Fatal("LocalBlobs' reader is not an io.ReadSeeker")
+	}
+	if _, err := rs.Seek(7, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if rest, _ := io.ReadAll(rs); string(rest) != "789" {
+		t.Fatalf("after seeking: %q", rest)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "file_ok")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("blob mode: %v, %v", st.Mode(), err)
+	}
+}
+
+// Opening removes temporary files left by a crash, once they are old
+// enough that no other process can still be writing them.
+func TestLocalBlobsLeftoverTemp(t *testing.T) {
+	dir := t.TempDir()
+	old, fresh := filepath.Join(dir, ".tmp-old"), filepath.Join(dir, ".tmp-fresh")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * store.TempMaxAge)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.OpenLocalBlobs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("old temporary file kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("a temporary file another process may be writing was removed: %v", err)
+	}
+}
+
+func TestValidBlobID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"file_0123abcd": true, "a": true, "A-b_c": true, strings.Repeat("x", 128): true,
+		"": false, ".tmp-x": false, "-a": false, "_a": false, "a.b": false, "a/b": false, "..": false, strings.Repeat("x", 129): false,
+	} {
+		if got := store.ValidBlobID(id); got != want {
+			t.Errorf("ValidBlobID(%q) = %v", id, got)
+		}
+	}
+}

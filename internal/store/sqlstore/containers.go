@@ -1,0 +1,128 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+type containers struct{ s *DB }
+
+const containerCols = `id, account, workspace, name, image, cpu_millis, memory_bytes, processes, disk_bytes, network_policy, status, created_at_ms, last_active_at_ms, expires_at_ms`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanContainer(r scanner) (store.Container, error) {
+	var c store.Container
+	var policy string
+	var created, active, expires int64
+	err := r.Scan(&c.ID, &c.Scope.Account, &c.Scope.Workspace, &c.Name, &c.Image,
+		&c.Limits.CPUMillis, &c.Limits.MemoryBytes, &c.Limits.Processes, &c.Limits.DiskBytes,
+		&policy, &c.Status, &created, &active, &expires)
+	if policy != "" {
+		c.NetworkPolicy = []byte(policy)
+	}
+	c.CreatedAt, c.LastActiveAt, c.ExpiresAt = store.FromMillis(created), store.FromMillis(active), store.FromMillis(expires)
+	return c, err
+}
+
+func (cs containers) Create(ctx context.Context, c store.Container) (store.Container, error) {
+	if err := c.Prepare(time.Now()); err != nil {
+		return store.Container{}, err
+	}
+	c.ID = store.NewID("cntr")
+	_, err := cs.s.exec(ctx, `INSERT INTO containers (`+containerCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+		c.ID, c.Scope.Account, c.Scope.Workspace, c.Name, c.Image,
+		c.Limits.CPUMillis, c.Limits.MemoryBytes, c.Limits.Processes, c.Limits.DiskBytes,
+		string(c.NetworkPolicy), c.Status, store.Millis(c.CreatedAt), store.Millis(c.LastActiveAt), store.Millis(c.ExpiresAt))
+	if cs.s.dialect.isUnique(err) {
+		return store.Container{}, fmt.Errorf("container named %q: %w", c.Name, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Container{}, fmt.Errorf("creating container %q: %w", c.Name, err)
+	}
+	return c, nil
+}
+
+func (cs containers) get(ctx context.Context, scope store.Scope, col, v string) (store.Container, error) {
+	if err := scope.Validate(); err != nil {
+		return store.Container{}, err
+	}
+	var c store.Container
+	err := cs.s.retry(ctx, func() error {
+		var err error
+		c, err = scanContainer(cs.s.db.QueryRowContext(ctx,
+			`SELECT `+containerCols+` FROM containers WHERE account = $1 AND workspace = $2 AND `+col+` = $3`,
+			scope.Account, scope.Workspace, v))
+		return err
+	})
+	if err != nil {
+		return store.Container{}, notFound(err, "container", v)
+	}
+	return c, nil
+}
+
+func (cs containers) Get(ctx context.Context, scope store.Scope, id string) (store.Container, error) {
+	return cs.get(ctx, scope, "id", id)
+}
+
+func (cs containers) GetByName(ctx context.Context, scope store.Scope, name string) (store.Container, error) {
+	return cs.get(ctx, scope, "name", name)
+}
+
+func (cs containers) List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[store.Container], error) {
+	var page store.Page[store.Container]
+	var filters map[string]string
+	if opts.Name != "" {
+		filters = map[string]string{"name": opts.Name}
+	}
+	more, err := cs.s.listPage(ctx, "containers", containerCols, scope, &opts, filters, func(r *sql.Rows) error {
+		c, err := scanContainer(r)
+		page.Items = append(page.Items, c)
+		return err
+	})
+	if err != nil {
+		return store.Page[store.Container]{}, fmt.Errorf("listing containers: %w", err)
+	}
+	page.HasMore = more
+	return page, nil
+}
+
+func (cs containers) Update(ctx context.Context, c store.Container) (store.Container, error) {
+	if err := c.Prepare(time.Now()); err != nil {
+		return store.Container{}, err
+	}
+	n, err := cs.s.exec(ctx, `UPDATE containers SET name = $4, image = $5, cpu_millis = $6, memory_bytes = $7, processes = $8, disk_bytes = $9,
+		network_policy = $10, status = $11, last_active_at_ms = $12, expires_at_ms = $13
+		WHERE account = $1 AND workspace = $2 AND id = $3`,
+		c.Scope.Account, c.Scope.Workspace, c.ID, c.Name, c.Image,
+		c.Limits.CPUMillis, c.Limits.MemoryBytes, c.Limits.Processes, c.Limits.DiskBytes,
+		string(c.NetworkPolicy), c.Status, store.Millis(c.LastActiveAt), store.Millis(c.ExpiresAt))
+	if cs.s.dialect.isUnique(err) {
+		return store.Container{}, fmt.Errorf("container named %q: %w", c.Name, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Container{}, fmt.Errorf("updating container %s: %w", c.ID, err)
+	}
+	if n == 0 {
+		return store.Container{}, fmt.Errorf("container %s: %w", c.ID, store.ErrNotFound)
+	}
+	return cs.Get(ctx, c.Scope, c.ID)
+}
+
+func (cs containers) Delete(ctx context.Context, scope store.Scope, id string) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	n, err := cs.s.exec(ctx, `DELETE FROM containers WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
+	if err != nil {
+		return fmt.Errorf("deleting container %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("container %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+type files struct{ s *DB }
+
+const fileCols = `id, account, workspace, name, bytes, sha256, created_at_ms, purpose, source`
+
+func scanFile(r scanner) (store.File, error) {
+	var f store.File
+	var created int64
+	err := r.Scan(&f.ID, &f.Scope.Account, &f.Scope.Workspace, &f.Name, &f.Bytes, &f.SHA256, &created, &f.Purpose, &f.Source)
+	f.CreatedAt = store.FromMillis(created)
+	return f, err
+}
+
+func (fs files) Create(ctx context.Context, f store.File) (store.File, error) {
+	if err := f.Prepare(time.Now()); err != nil {
+		return store.File{}, err
+	}
+	f.ID = store.NewID("file")
+	_, err := fs.s.exec(ctx, `INSERT INTO files (`+fileCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		f.ID, f.Scope.Account, f.Scope.Workspace, f.Name, f.Bytes, f.SHA256, store.Millis(f.CreatedAt), f.Purpose, f.Source)
+	if err != nil {
+		return store.File{}, fmt.Errorf("creating file %q: %w", f.Name, err)
+	}
+	return f, nil
+}
+
+func (fs files) Get(ctx context.Context, scope store.Scope, id string) (store.File, error) {
+	if err := scope.Validate(); err != nil {
+		return store.File{}, err
+	}
+	var f store.File
+	err := fs.s.retry(ctx, func() error {
+		var err error
+		f, err = scanFile(fs.s.db.QueryRowContext(ctx, `SELECT `+fileCols+` FROM files WHERE account = $1 AND workspace = $2 AND id = $3`,
+			scope.Account, scope.Workspace, id))
+		return err
+	})
+	if err != nil {
+		return store.File{}, notFound(err, "file", id)
+	}
+	return f, nil
+}
+
+func (fs files) List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[store.File], error) {
+	if opts.Name != "" {
+		return store.Page[store.File]{}, fmt.Errorf("%w: files are not listed by name", store.ErrInvalid)
+	}
+	var page store.Page[store.File]
+	more, err := fs.s.listPage(ctx, "files", fileCols, scope, &opts, nil, func(r *sql.Rows) error {
+		f, err := scanFile(r)
+		page.Items = append(page.Items, f)
+		return err
+	})
+	if err != nil {
+		return store.Page[store.File]{}, fmt.Errorf("listing files: %w", err)
+	}
+	page.HasMore = more
+	return page, nil
+}
+
+func (fs files) Delete(ctx context.Context, scope store.Scope, id string) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	n, err := fs.s.exec(ctx, `DELETE FROM files WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
+	if err != nil {
+		return fmt.Errorf("deleting file %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("file %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}

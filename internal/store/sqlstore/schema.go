@@ -1,0 +1,66 @@
+package sqlstore
+
+// migrations are the schema, one step per version (version = index + 1), each a list of statements.
+// Append only: a released step is never edited. Each step runs in one
+// transaction with its schema_migrations row.
+//
+// The SQL is what SQLite and PostgreSQL share: TEXT and BIGINT columns
+// only, times as BIGINT unix milliseconds UTC (0 = not set), money as
+// BIGINT micro-dollars, JSON as TEXT, $N placeholders, ON CONFLICT DO
+// NOTHING, no AUTOINCREMENT, no date functions (a usage event carries its
+// UTC day as text, computed in Go).
+var migrations = [][]string{
+	// 1: keys, containers, files, usage.
+	{`CREATE TABLE api_keys (
+		id            TEXT PRIMARY KEY,
+		account       TEXT NOT NULL,
+		workspace     TEXT NOT NULL,
+		secret_sha256 TEXT NOT NULL,
+		created_at_ms BIGINT NOT NULL,
+		revoked_at_ms BIGINT NOT NULL DEFAULT 0
+	)`,
+		`CREATE TABLE containers (
+		id                TEXT PRIMARY KEY,
+		account           TEXT NOT NULL,
+		workspace         TEXT NOT NULL,
+		name              TEXT NOT NULL,
+		image             TEXT NOT NULL,
+		cpu_millis        BIGINT NOT NULL,
+		memory_bytes      BIGINT NOT NULL,
+		processes         BIGINT NOT NULL,
+		disk_bytes        BIGINT NOT NULL,
+		network_policy    TEXT NOT NULL,
+		status            TEXT NOT NULL,
+		created_at_ms     BIGINT NOT NULL,
+		last_active_at_ms BIGINT NOT NULL,
+		expires_at_ms     BIGINT NOT NULL,
+		UNIQUE (account, workspace, name)
+	)`,
+		`CREATE INDEX containers_by_scope ON containers (account, workspace, created_at_ms, id)`,
+		`CREATE TABLE files (
+		id            TEXT PRIMARY KEY,
+		account       TEXT NOT NULL,
+		workspace     TEXT NOT NULL,
+		name          TEXT NOT NULL,
+		bytes         BIGINT NOT NULL,
+		sha256        TEXT NOT NULL,
+		created_at_ms BIGINT NOT NULL,
+		purpose       TEXT NOT NULL,
+		source        TEXT NOT NULL
+	)`,
+		`CREATE INDEX files_by_scope ON files (account, workspace, created_at_ms, id)`,
+		`CREATE TABLE usage_events (
+		account        TEXT NOT NULL,
+		workspace      TEXT NOT NULL,
+		id             TEXT NOT NULL,
+		container_id   TEXT NOT NULL,
+		at_ms          BIGINT NOT NULL,
+		day            TEXT NOT NULL,
+		kind           TEXT NOT NULL,
+		metered_ms     BIGINT NOT NULL,
+		billed_ms      BIGINT NOT NULL,
+		cost_micro_usd BIGINT NOT NULL,
+		PRIMARY KEY (account, workspace, id)
+	)`,
+		`CREATE INDEX usage_by_scope_time ON usage_events (account, workspace, at_ms)`},
+}

@@ -1,0 +1,182 @@
+// Package sqlstore implements store.Store on database/sql with SQL that
+// SQLite and PostgreSQL share (see schema.go). OpenSQLite opens the
+// embedded default, DATA/shellgate.db (modernc.org/sqlite, no cgo); the
+// scale-out adds a PostgreSQL opener that runs the same statements.
+//
+//	st, err := sqlstore.OpenSQLite(ctx, dataDir)
+//	defer st.Close()
+//	key, token, err := st.Keys().Create(ctx, store.Scope{Account: "acme", Workspace: "prod"})
+//
+// Several processes may use one data directory at once (the CLI and the
+// server): SQLite runs in WAL mode, writers wait for each other (busy
+// timeout, write transactions take the lock up front), and statements
+// that still meet a busy database are retried for a bounded time.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+// DB is a store.Store on an SQL database. It is safe for concurrent use.
+type DB struct {
+	db      *sql.DB
+	dialect dialect
+}
+
+var _ store.Store = (*DB)(nil)
+
+// dialect is what differs between databases: how they report a busy
+// database and a uniqueness violation.
+type dialect struct {
+	name     string
+	isBusy   func(error) bool
+	isUnique func(error) bool
+}
+
+// busyFor bounds how long a statement is retried while the database is busy.
+const busyFor = 15 * time.Second
+
+// newDB migrates db to the current schema and returns a store on it.
+func newDB(ctx context.Context, db *sql.DB, d dialect) (*DB, error) {
+	s := &DB{db: db, dialect: d}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *DB) Keys() store.Keys             { return keys{s} }
+func (s *DB) Containers() store.Containers { return containers{s} }
+func (s *DB) Files() store.Files           { return files{s} }
+func (s *DB) Usage() store.Usage           { return usage{s} }
+
+// Close closes the database.
+func (s *DB) Close() error { return s.db.Close() }
+
+// SchemaVersion returns the schema version the database is at.
+func (s *DB) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}
+
+// migrate applies the pending steps of migrations in one transaction, so
+// that of several processes opening a new database at once one migrates
+// and the others find it done.
+func (s *DB) migrate(ctx context.Context) error {
+	err := s.retry(ctx, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version       BIGINT PRIMARY KEY,
+			applied_at_ms BIGINT NOT NULL
+		)`); err != nil {
+			return err
+		}
+		var v int
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+			return err
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("the database's schema is version %d, newer than this binary's %d: upgrade shellgate", v, len(migrations))
+		}
+		if v == len(migrations) {
+			return nil
+		}
+		for i := v; i < len(migrations); i++ {
+			for _, q := range migrations[i] {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return fmt.Errorf("schema step %d: %w", i+1, err)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, $2)`, i+1, time.Now().UnixMilli()); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return fmt.Errorf("sqlstore: migrating the schema: %w", err)
+	}
+	return nil
+}
+
+// retry runs f again while the database reports itself busy (another
+// process holds the write lock longer than the busy timeout, or SQLite
+// refused to wait where waiting could deadlock), for at most busyFor.
+func (s *DB) retry(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(busyFor)
+	for {
+		err := f()
+		if err == nil || !s.dialect.isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond):
+		}
+	}
+}
+
+// exec runs one statement with retry and returns the rows it affected.
+func (s *DB) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	var n int64
+	err := s.retry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// queryRow scans one row with retry; sql.ErrNoRows passes through.
+func (s *DB) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	return s.retry(ctx, func() error {
+		return s.db.QueryRowContext(ctx, q, args...).Scan(dest...)
+	})
+}
+
+// query runs q and calls each for every row. A busy database is retried
+// only before the first row, so each never sees a row twice.
+func (s *DB) query(ctx context.Context, q string, args []any, each func(*sql.Rows) error) error {
+	var seen bool
+	return s.retry(ctx, func() error {
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			seen = true
+			if err := each(rows); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil && seen {
+			return fmt.Errorf("reading rows: %v", err) // not retried: rows were delivered
+		}
+		return rows.Err()
+	})
+}
+
+// notFound maps sql.ErrNoRows to store.ErrNotFound with what was looked for.
+func notFound(err error, what, id string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %s: %w", what, id, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s %s: %w", what, id, err)
+}

@@ -1,0 +1,272 @@
+// Package store holds the server's state behind small interfaces: API keys,
+// per-sandbox container records, workspace file metadata (with the bytes
+// in a Blobs store), and the usage ledger. Implementations live apart:
+// internal/store/sqlstore (SQLite under the data directory today; the same
+// portable SQL on PostgreSQL for the scale-out), and LocalBlobs in this
+// package for file bytes. Each interface has a conformance suite in
+// internal/store/storetest that every implementation runs.
+//
+// Tenancy is part of every contract: each call on a container, file or
+// usage row takes the caller's Scope (account + workspace, from its API
+// key), and a row of another scope answers exactly like a row that does not
+// exist (ErrNotFound), for reads, updates, deletes and cursors alike.
+//
+// Conventions, the same in every implementation:
+//   - times are UTC with millisecond precision (stored as unix
+//     milliseconds); a zero time.Time means "not set";
+//   - money is integer micro-dollars (see internal/metering);
+//   - ids are "<prefix>_" plus 32 lowercase hex digits of crypto/rand
+//     (NewID), assigned by the store on create.
+//
+// A typical request of the coming server:
+//
+//	key, err := st.Keys().Authenticate(ctx, bearer)      // ErrUnauthorized
+//	scope := key.Scope()
+//	c, err := st.Containers().GetByName(ctx, scope, "analysis") // ErrNotFound
+//	... run commands ...
+//	err = st.Usage().Record(ctx, store.UsageEvent{Scope: scope, ContainerID: c.ID, ...})
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors every implementation returns (wrapped, with what failed and which
+// id); test them with errors.Is.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrConflict     = errors.New("already exists")
+	ErrInvalid      = errors.New("invalid argument")
+	ErrUnauthorized = errors.New("invalid or revoked API key")
+	ErrTooLarge     = errors.New("too large")
+)
+
+// Scope is the owner of every container, file and usage event: the
+// account and workspace of the API key that made it.
+type Scope struct {
+	Account   string
+	Workspace string
+}
+
+// Store is the server's state. Close releases it; the other methods return
+// views that share it.
+type Store interface {
+	Keys() Keys
+	Containers() Containers
+	Files() Files
+	Usage() Usage
+	Close() error
+}
+
+// Keys are the API keys. A key is shown once, at Create; only a hash of its
+// secret is kept.
+type Keys interface {
+	// Create mints a key for scope and returns its record and the token,
+	// which is never stored and cannot be recovered.
+	Create(ctx context.Context, scope Scope) (Key, string, error)
+	// List returns every key, oldest first, without secrets.
+	List(ctx context.Context) ([]Key, error)
+	// Revoke marks the key revoked (ErrNotFound if there is none; revoking
+	// twice keeps the first time). A revoked key never authenticates.
+	Revoke(ctx context.Context, id string) error
+	// Authenticate returns the key a token belongs to, or ErrUnauthorized
+	// for anything else: malformed, unknown, wrong secret, revoked.
+	Authenticate(ctx context.Context, token string) (Key, error)
+}
+
+// Key is an API key's record.
+type Key struct {
+	ID        string // "key_" + 16 hex digits; also the token's visible prefix
+	Account   string
+	Workspace string
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while valid
+}
+
+// Scope is the key's account and workspace.
+func (k Key) Scope() Scope { return Scope{Account: k.Account, Workspace: k.Workspace} }
+
+// Revoked reports whether the key was revoked.
+func (k Key) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+// Containers are the per-sandbox records, always read and written within a
+// scope.
+type Containers interface {
+	// Create stores c under a new id (NewID("cntr"); an id the caller set
+	// is replaced) and returns it as stored. Names are
+	// unique within a scope: another container of the scope with c.Name
+	// gives ErrConflict.
+	Create(ctx context.Context, c Container) (Container, error)
+	Get(ctx context.Context, scope Scope, id string) (Container, error)
+	GetByName(ctx context.Context, scope Scope, name string) (Container, error)
+	// List returns one page of the scope's containers in creation order.
+	List(ctx context.Context, scope Scope, opts ListOptions) (Page[Container], error)
+	// Update writes every field of c but ID, Scope and CreatedAt to the row
+	// with c's id in c's scope.
+	Update(ctx context.Context, c Container) (Container, error)
+	Delete(ctx context.Context, scope Scope, id string) error
+}
+
+// Container statuses (SPEC §3.5).
+const (
+	StatusRunning  = "running"
+	StatusSleeping = "sleeping"
+	StatusExpired  = "expired"
+)
+
+// Container is one sandbox's record.
+type Container struct {
+	ID    string
+	Scope Scope
+	Name  string // 1–256 bytes, unique within the scope
+	Image string
+	// Limits the sandbox runs with; zero fields mean the server's default.
+	Limits Limits
+	// NetworkPolicy is the policy as the API received it (JSON), stored now
+	// and enforced by the egress layer; empty means no network.
+	NetworkPolicy json.RawMessage
+	Status        string
+	CreatedAt     time.Time
+	LastActiveAt  time.Time
+	ExpiresAt     time.Time // zero: no expiry set
+}
+
+// Limits are a sandbox's resources.
+type Limits struct {
+	CPUMillis   int64 // 1000 = one CPU
+	MemoryBytes int64
+	Processes   int64
+	DiskBytes   int64
+}
+
+// Files are the workspace's durable file records. Their bytes are in a
+// Blobs store under the same id: the server writes the blob first, then
+// the record; it deletes the record first, then the blob.
+type Files interface {
+	// Create stores f under a new id (NewID("file"); an id the caller set
+	// is replaced) and returns it as stored.
+	Create(ctx context.Context, f File) (File, error)
+	Get(ctx context.Context, scope Scope, id string) (File, error)
+	List(ctx context.Context, scope Scope, opts ListOptions) (Page[File], error)
+	Delete(ctx context.Context, scope Scope, id string) error
+}
+
+// File is a workspace file's metadata.
+type File struct {
+	ID        string
+	Scope     Scope
+	Name      string // the file name as uploaded
+	Bytes     int64
+	SHA256    string // lowercase hex
+	CreatedAt time.Time
+	Purpose   string // as the API was told ("assistants", "user_data", ...)
+	Source    string // how it came: "upload", or "container:<id>" when promoted
+}
+
+// Usage is the metering ledger.
+type Usage interface {
+	// Record appends e, assigning e.ID (NewID("use")) if empty. Recording
+	// the same ID twice keeps the first, so a retried write never bills
+	// twice.
+	Record(ctx context.Context, e UsageEvent) error
+	// ByDay totals the scope's events with from <= At < to per UTC day,
+	// oldest day first.
+	ByDay(ctx context.Context, scope Scope, from, to time.Time) ([]UsageTotal, error)
+	// ByContainer totals them per container, by container id.
+	ByContainer(ctx context.Context, scope Scope, from, to time.Time) ([]UsageTotal, error)
+}
+
+// UsageEvent is one metered charge (one request on one container).
+type UsageEvent struct {
+	ID            string
+	Scope         Scope
+	ContainerID   string
+	At            time.Time // when the request ended
+	MeteredMillis int64
+	BilledMillis  int64
+	CostMicroUSD  int64
+	Kind          string // what was metered, e.g. "exec", "response", "eval"
+}
+
+// UsageTotal sums events of one day ("2006-01-02", UTC) or one container.
+type UsageTotal struct {
+	Day           string // set by ByDay
+	ContainerID   string // set by ByContainer
+	Events        int64
+	MeteredMillis int64
+	BilledMillis  int64
+	CostMicroUSD  int64
+}
+
+// Orders of a listing, by creation time (then id).
+const (
+	Asc  = "asc"
+	Desc = "desc"
+)
+
+// MaxPageSize is the largest Limit a listing accepts.
+const MaxPageSize = 1000
+
+// ListOptions select one page of a listing.
+type ListOptions struct {
+	// After is the id of the last item of the previous page; empty starts
+	// at the beginning. An id that is not in the scope is ErrNotFound.
+	After string
+	Limit int    // 1..MaxPageSize
+	Order string // Asc (default when empty) or Desc
+	Name  string // containers only: only this name
+}
+
+// Validate checks opts and fills in the default order.
+func (o *ListOptions) Validate() error {
+	if o.Limit < 1 || o.Limit > MaxPageSize {
+		return fmt.Errorf("%w: limit %d: want 1-%d", ErrInvalid, o.Limit, MaxPageSize)
+	}
+	switch o.Order {
+	case "":
+		o.Order = Asc
+	case Asc, Desc:
+	default:
+		return fmt.Errorf("%w: order %q: want %q or %q", ErrInvalid, o.Order, Asc, Desc)
+	}
+	return nil
+}
+
+// Page is one page of a listing; HasMore says whether a page after it
+// has items.
+type Page[T any] struct {
+	Items   []T
+	HasMore bool
+}
+
+// NewID returns prefix + "_" + 32 random lowercase hex digits (128 bits).
+func NewID(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// Millis is t as unix milliseconds, 0 for the zero time.
+func Millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// FromMillis is the inverse of Millis, in UTC.
+func FromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// Day is t's UTC calendar day, the unit of UsageTotal.Day.
+func Day(t time.Time) string { return t.UTC().Format(time.DateOnly) }

@@ -1,0 +1,325 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+// t0 is the suites' clock: fixed, in a non-UTC zone, with sub-millisecond
+// digits, so that normalisation to UTC milliseconds is tested too.
+var t0 = time.Date(2026, 12, 1, 9, 30, 0, 123_456_789, time.FixedZone("UTC+2", 2*3600))
+
+func sampleContainer(scope store.Scope, name string) store.Container {
+	return store.Container{
+		Scope:         scope,
+		Name:          name,
+		Image:         "default",
+		Limits:        store.Limits{CPUMillis: 1000, MemoryBytes: 5 << 30, Processes: 512, DiskBytes: 5 << 30},
+		NetworkPolicy: json.RawMessage(`{"type":"allowlist","allowed_domains":["pypi.org","*.pythonhosted.org"]}`),
+		Status:        store.StatusRunning,
+		CreatedAt:     t0,
+		LastActiveAt:  t0.Add(time.Minute),
+		ExpiresAt:     t0.Add(30 * 24 * time.Hour),
+	}
+}
+
+// Containers is the conformance suite of store.Containers.
+func Containers(t *testing.T, f Factory) {
+	t.Run("01 create, get and get by name round trip", func(t *testing.T) {
+		s := open(t, f(t))
+		in := sampleContainer(scopeA, "analysis")
+		in.ID = "cntr_chosen_by_caller"
+		c, err := s.Containers().Create(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(c.ID, "cntr_") || c.ID == in.ID || len(c.ID) > 40 {
+			t.Fatalf("id %q: want a new cntr_ id of at most 40 characters", c.ID)
+		}
+		if c.CreatedAt.Location() != time.UTC || !c.CreatedAt.Equal(t0.Truncate(time.Millisecond)) {
+			t.Fatalf("created_at %v: want %v in UTC at ms precision", c.CreatedAt, t0)
+		}
+		got, err := s.Containers().Get(t.Context(), scopeA, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, c) {
+			t.Fatalf("Get = %+v\nCreate returned %+v", got, c)
+		}
+		byName, err := s.Containers().GetByName(t.Context(), scopeA, "analysis")
+		if err != nil || !reflect.DeepEqual(byName, c) {
+			t.Fatalf("GetByName = %+v, %v", byName, err)
+		}
+		// Defaults: no policy, status sleeping, created now, no expiry.
+		d, err := s.Containers().Create(t.Context(), store.Container{Scope: scopeA, Name: "bare"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.NetworkPolicy != nil || d.Status != store.StatusSleeping || time.Since(d.CreatedAt) > time.Minute || !d.ExpiresAt.IsZero() || !d.LastActiveAt.IsZero() {
+			t.Fatalf("defaults: %+v", d)
+		}
+		if got, err := s.Containers().Get(t.Context(), scopeA, d.ID); err != nil || !reflect.DeepEqual(got, d) {
+			t.Fatalf("Get of defaults = %+v, %v; want %+v", got, err, d)
+		}
+	})
+	t.Run("02 names are unique within a scope only", func(t *testing.T) {
+		s := open(t, f(t))
+		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x"))
+		wantErr(t, err, store.ErrConflict, "second container named x")
+		for _, sc := range []store.Scope{scopeB, scopeC} {
+			if _, err := s.Containers().Create(t.Context(), sampleContainer(sc, "x")); err != nil {
+				t.Fatalf("name x in %+v: %v", sc, err)
+			}
+		}
+	})
+	t.Run("03 another scope's container answers like a missing one", func(t *testing.T) {
+		s := open(t, f(t))
+		a, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "secret"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing := store.NewID("cntr")
+		for _, sc := range []store.Scope{scopeB, scopeC} {
+			_, ef := s.Containers().Get(t.Context(), sc, a.ID)
+			_, em := s.Containers().Get(t.Context(), sc, missing)
+			sameAsMissing(t, ef, a.ID, em, missing, "Get")
+			_, ef = s.Containers().GetByName(t.Context(), sc, "secret")
+			_, em = s.Containers().GetByName(t.Context(), sc, "nosuch")
+			sameAsMissing(t, ef, "secret", em, "nosuch", "GetByName")
+			u := a
+			u.Scope, u.Status = sc, store.StatusExpired
+			_, ef = s.Containers().Update(t.Context(), u)
+			u.ID = missing
+			_, em = s.Containers().Update(t.Context(), u)
+			sameAsMissing(t, ef, a.ID, em, missing, "Update")
+			sameAsMissing(t, s.Containers().Delete(t.Context(), sc, a.ID), a.ID, s.Containers().Delete(t.Context(), sc, missing), missing, "Delete")
+			_, ef = s.Containers().List(t.Context(), sc, store.ListOptions{After: a.ID, Limit: 10})
+			_, em = s.Containers().List(t.Context(), sc, store.ListOptions{After: missing, Limit: 10})
+			sameAsMissing(t, ef, a.ID, em, missing, "List after")
+			p, err := s.Containers().List(t.Context(), sc, store.ListOptions{Limit: 10})
+			if err != nil || len(p.Items) != 0 || p.HasMore {
+				t.Fatalf("%+v lists %+v, %v", sc, p, err)
+			}
+			if p, err := s.Containers().List(t.Context(), sc, store.ListOptions{Limit: 10, Name: "secret"}); err != nil || len(p.Items) != 0 {
+				t.Fatalf("%+v lists by A's name: %+v, %v", sc, p, err)
+			}
+		}
+		// Nothing the other scopes tried changed A's row.
+		if got, err := s.Containers().Get(t.Context(), scopeA, a.ID); err != nil || !reflect.DeepEqual(got, a) {
+			t.Fatalf("A's container after the other scopes' attempts: %+v, %v", got, err)
+		}
+	})
+	t.Run("04 update", func(t *testing.T) {
+		s := open(t, f(t))
+		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "u"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "taken"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := c
+		u.Name, u.Image, u.Status = "u2", "busybox", store.StatusSleeping
+		u.Limits.MemoryBytes = 1 << 30
+		u.NetworkPolicy = nil
+		u.LastActiveAt = t0.Add(time.Hour)
+		u.ExpiresAt = time.Time{}
+		u.CreatedAt = t0.Add(99 * time.Hour) // not updatable
+		got, err := s.Containers().Update(t.Context(), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := u
+		want.CreatedAt = c.CreatedAt
+		want.LastActiveAt = store.Truncate(u.LastActiveAt)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Update = %+v\nwant %+v", got, want)
+		}
+		if _, err := s.Containers().GetByName(t.Context(), scopeA, "u"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("old name still found: %v", err)
+		}
+		u.Name = other.Name
+		_, err = s.Containers().Update(t.Context(), u)
+		wantErr(t, err, store.ErrConflict, "renaming onto a taken name")
+		u.Name, u.Status = "u3", "exploded"
+		_, err = s.Containers().Update(t.Context(), u)
+		wantErr(t, err, store.ErrInvalid, "unknown status")
+	})
+	t.Run("05 delete", func(t *testing.T) {
+		s := open(t, f(t))
+		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Containers().Delete(t.Context(), scopeA, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Containers().Get(t.Context(), scopeA, c.ID)
+		wantErr(t, err, store.ErrNotFound, "Get after delete")
+		wantErr(t, s.Containers().Delete(t.Context(), scopeA, c.ID), store.ErrNotFound, "second delete")
+		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d")); err != nil {
+			t.Fatalf("the name of a deleted container is not free: %v", err)
+		}
+	})
+	t.Run("06 invalid containers", func(t *testing.T) {
+		s := open(t, f(t))
+		for name, mod := range map[string]func(*store.Container){
+			"no scope":        func(c *store.Container) { c.Scope = store.Scope{} },
+			"bad workspace":   func(c *store.Container) { c.Scope.Workspace = "../x" },
+			"empty name":      func(c *store.Container) { c.Name = "" },
+			"name too long":   func(c *store.Container) { c.Name = strings.Repeat("n", store.MaxName+1) },
+			"policy not JSON": func(c *store.Container) { c.NetworkPolicy = json.RawMessage(`{"type":`) },
+			"unknown status":  func(c *store.Container) { c.Status = "paused" },
+			"negative memory": func(c *store.Container) { c.Limits.MemoryBytes = -1 },
+		} {
+			c := sampleContainer(scopeA, "v")
+			mod(&c)
+			_, err := s.Containers().Create(t.Context(), c)
+			wantErr(t, err, store.ErrInvalid, name)
+		}
+		if p, err := s.Containers().List(t.Context(), scopeA, store.ListOptions{Limit: 10}); err != nil || len(p.Items) != 0 {
+			t.Fatalf("invalid creates left rows: %+v, %v", p, err)
+		}
+		_, err := s.Containers().Get(t.Context(), store.Scope{}, "cntr_x")
+		wantErr(t, err, store.ErrInvalid, "Get without a scope")
+	})
+	t.Run("07 pagination", func(t *testing.T) {
+		s := open(t, f(t))
+		checkPages(t, nil, func(o store.ListOptions) (store.Page[store.Container], error) {
+			return s.Containers().List(t.Context(), scopeA, o)
+		}, func(c store.Container) string { return c.ID })
+		type row struct {
+			at time.Time
+			id string
+		}
+		var rows []row
+		// 25 containers, three per millisecond, created out of order, so
+		// that ties on created_at are broken by id.
+		for _, i := range []int{12, 3, 24, 0, 7, 19, 1, 2, 4, 5, 6, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23} {
+			c := sampleContainer(scopeA, fmt.Sprintf("p%02d", i))
+			c.CreatedAt = t0.Add(time.Duration(i/3) * time.Millisecond)
+			c, err := s.Containers().Create(t.Context(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, row{c.CreatedAt, c.ID})
+			if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeB, fmt.Sprintf("p%02d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sort.Slice(rows, func(i, j int) bool {
+			if !rows[i].at.Equal(rows[j].at) {
+				return rows[i].at.Before(rows[j].at)
+			}
+			return rows[i].id < rows[j].id
+		})
+		var want []string
+		for _, r := range rows {
+			want = append(want, r.id)
+		}
+		checkPages(t, want, func(o store.ListOptions) (store.Page[store.Container], error) {
+			return s.Containers().List(t.Context(), scopeA, o)
+		}, func(c store.Container) string { return c.ID })
+		p, err := s.Containers().List(t.Context(), scopeA, store.ListOptions{Limit: 10, Name: "p07"})
+		if err != nil || len(p.Items) != 1 || p.Items[0].Name != "p07" || p.Items[0].Scope != scopeA || p.HasMore {
+			t.Fatalf("List by name: %+v, %v", p, err)
+		}
+	})
+	t.Run("08 restart keeps everything", func(t *testing.T) {
+		o := f(t)
+		s := open(t, o)
+		var made []store.Container
+		for i := range 5 {
+			c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, fmt.Sprintf("r%d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			made = append(made, c)
+		}
+		if err := s.Containers().Delete(t.Context(), scopeA, made[4].ID); err != nil {
+			t.Fatal(err)
+		}
+		made = made[:4]
+		u := made[1]
+		u.Status = store.StatusExpired
+		if _, err := s.Containers().Update(t.Context(), u); err != nil {
+			t.Fatal(err)
+		}
+		made[1] = u
+		s = reopen(t, s, o)
+		p, err := s.Containers().List(t.Context(), scopeA, store.ListOptions{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sortByID := func(cs []store.Container) {
+			slices.SortFunc(cs, func(a, b store.Container) int { return strings.Compare(a.ID, b.ID) })
+		}
+		sortByID(made)
+		sortByID(p.Items)
+		if !reflect.DeepEqual(p.Items, made) {
+			t.Fatalf("after reopening:\n got %+v\nwant %+v", p.Items, made)
+		}
+	})
+	t.Run("09 concurrent writers on two handles", func(t *testing.T) {
+		o := f(t)
+		handles := []store.Store{open(t, o), open(t, o)}
+		const perWriter, writers = 10, 4
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*writers*perWriter+2*writers)
+		for h, st := range handles {
+			for w := range writers {
+				wg.Go(func() {
+					for i := range perWriter {
+						if _, err := st.Containers().Create(t.Context(), sampleContainer(scopeA, fmt.Sprintf("h%d-w%d-%d", h, w, i))); err != nil {
+							errs <- err
+						}
+					}
+				})
+			}
+		}
+		// Everyone races for one name: exactly one wins.
+		var won sync.WaitGroup
+		wins := make(chan string, 2*writers)
+		for _, st := range handles {
+			for range writers {
+				won.Go(func() {
+					c, err := st.Containers().Create(t.Context(), sampleContainer(scopeA, "contended"))
+					switch {
+					case err == nil:
+						wins <- c.ID
+					case !errors.Is(err, store.ErrConflict):
+						errs <- err
+					}
+				})
+			}
+		}
+		wg.Wait()
+		won.Wait()
+		close(errs)
+		close(wins)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := len(wins); n != 1 {
+			t.Fatalf("%d creates of one name succeeded, want 1", n)
+		}
+		p, err := handles[1].Containers().List(t.Context(), scopeA, store.ListOptions{Limit: store.MaxPageSize})
+		if err != nil || len(p.Items) != 2*writers*perWriter+1 {
+			t.Fatalf("listed %d containers, want %d (%v)", len(p.Items), 2*writers*perWriter+1, err)
+		}
+	})
+}

@@ -1,0 +1,172 @@
+package storetest
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+func sampleFile(scope store.Scope, name string) store.File {
+	return store.File{
+		Scope:     scope,
+		Name:      name,
+		Bytes:     1234,
+		SHA256:    strings.Repeat("ab", 32),
+		CreatedAt: t0,
+		Purpose:   "user_data",
+		Source:    "upload",
+	}
+}
+
+// Files is the conformance suite of store.Files.
+func Files(t *testing.T, f Factory) {
+	t.Run("01 create and get round trip", func(t *testing.T) {
+		s := open(t, f(t))
+		in := sampleFile(scopeA, "sales.csv")
+		in.ID = "file_chosen_by_caller"
+		got, err := s.Files().Create(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(got.ID, "file_") || got.ID == in.ID || !store.ValidBlobID(got.ID) {
+			t.Fatalf("id %q: want a new file_ id that can name a blob", got.ID)
+		}
+		want := in
+		want.ID, want.CreatedAt = got.ID, t0.Truncate(time.Millisecond).UTC()
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Create = %+v, want %+v", got, want)
+		}
+		if g, err := s.Files().Get(t.Context(), scopeA, got.ID); err != nil || !reflect.DeepEqual(g, got) {
+			t.Fatalf("Get = %+v, %v", g, err)
+		}
+		// The same name twice is two files.
+		if _, err := s.Files().Create(t.Context(), sampleFile(scopeA, "sales.csv")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("02 another scope's file answers like a missing one", func(t *testing.T) {
+		s := open(t, f(t))
+		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "secret.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing := store.NewID("file")
+		for _, sc := range []store.Scope{scopeB, scopeC} {
+			_, ef := s.Files().Get(t.Context(), sc, a.ID)
+			_, em := s.Files().Get(t.Context(), sc, missing)
+			sameAsMissing(t, ef, a.ID, em, missing, "Get")
+			sameAsMissing(t, s.Files().Delete(t.Context(), sc, a.ID), a.ID, s.Files().Delete(t.Context(), sc, missing), missing, "Delete")
+			_, ef = s.Files().List(t.Context(), sc, store.ListOptions{After: a.ID, Limit: 10})
+			_, em = s.Files().List(t.Context(), sc, store.ListOptions{After: missing, Limit: 10})
+			sameAsMissing(t, ef, a.ID, em, missing, "List after")
+			if p, err := s.Files().List(t.Context(), sc, store.ListOptions{Limit: 10}); err != nil || len(p.Items) != 0 {
+				t.Fatalf("%+v lists %+v, %v", sc, p, err)
+			}
+		}
+		if g, err := s.Files().Get(t.Context(), scopeA, a.ID); err != nil || !reflect.DeepEqual(g, a) {
+			t.Fatalf("A's file after the other scopes' attempts: %+v, %v", g, err)
+		}
+	})
+	t.Run("03 delete", func(t *testing.T) {
+		s := open(t, f(t))
+		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Files().Delete(t.Context(), scopeA, a.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Files().Get(t.Context(), scopeA, a.ID)
+		wantErr(t, err, store.ErrNotFound, "Get after delete")
+		wantErr(t, s.Files().Delete(t.Context(), scopeA, a.ID), store.ErrNotFound, "second delete")
+	})
+	t.Run("04 invalid files", func(t *testing.T) {
+		s := open(t, f(t))
+		for name, mod := range map[string]func(*store.File){
+			"no scope":          func(f *store.File) { f.Scope = store.Scope{} },
+			"empty name":        func(f *store.File) { f.Name = "" },
+			"negative size":     func(f *store.File) { f.Bytes = -1 },
+			"short sha256":      func(f *store.File) { f.SHA256 = "abcd" },
+			"upper-case sha256": func(f *store.File) { f.SHA256 = strings.Repeat("AB", 32) },
+			"purpose too long":  func(f *store.File) { f.Purpose = strings.Repeat("p", store.MaxText+1) },
+		} {
+			in := sampleFile(scopeA, "v")
+			mod(&in)
+			_, err := s.Files().Create(t.Context(), in)
+			wantErr(t, err, store.ErrInvalid, name)
+		}
+		_, err := s.Files().List(t.Context(), scopeA, store.ListOptions{Limit: 10, Name: "v"})
+		wantErr(t, err, store.ErrInvalid, "listing files by name")
+	})
+	t.Run("05 pagination", func(t *testing.T) {
+		s := open(t, f(t))
+		type row struct {
+			at time.Time
+			id string
+		}
+		var rows []row
+		for i := range 23 {
+			in := sampleFile(scopeA, fmt.Sprintf("f%d", i))
+			in.CreatedAt = t0.Add(time.Duration((i*7)%5) * time.Millisecond)
+			got, err := s.Files().Create(t.Context(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, row{got.CreatedAt, got.ID})
+			if _, err := s.Files().Create(t.Context(), sampleFile(scopeC, "noise")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sort.Slice(rows, func(i, j int) bool {
+			if !rows[i].at.Equal(rows[j].at) {
+				return rows[i].at.Before(rows[j].at)
+			}
+			return rows[i].id < rows[j].id
+		})
+		var want []string
+		for _, r := range rows {
+			want = append(want, r.id)
+		}
+		checkPages(t, want, func(o store.ListOptions) (store.Page[store.File], error) {
+			return s.Files().List(t.Context(), scopeA, o)
+		}, func(f store.File) string { return f.ID })
+	})
+	t.Run("06 restart and concurrent writers", func(t *testing.T) {
+		o := f(t)
+		handles := []store.Store{open(t, o), open(t, o)}
+		var wg sync.WaitGroup
+		errs := make(chan error, 40)
+		for h, st := range handles {
+			for w := range 4 {
+				wg.Go(func() {
+					for i := range 5 {
+						if _, err := st.Files().Create(t.Context(), sampleFile(scopeA, fmt.Sprintf("h%d-%d-%d", h, w, i))); err != nil {
+							errs <- err
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		before, err := handles[0].Files().List(t.Context(), scopeA, store.ListOptions{Limit: 100})
+		if err != nil || len(before.Items) != 40 {
+			t.Fatalf("listed %d files, want 40 (%v)", len(before.Items), err)
+		}
+		handles[1].Close()
+		s := reopen(t, handles[0], o)
+		after, err := s.Files().List(t.Context(), scopeA, store.ListOptions{Limit: 100})
+		if err != nil || !reflect.DeepEqual(after, before) {
+			t.Fatalf("after reopening: %d files (%v), want the same 40", len(after.Items), err)
+		}
+	})
+}

@@ -1,0 +1,93 @@
+// Package storetest holds the conformance suites of the store interfaces,
+// one per interface, run by every implementation (SQLite today,
+// PostgreSQL with the scale-out):
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) storetest.Opener {
+//			dir := t.TempDir()
+//			return func() (store.Store, error) { return sqlstore.OpenSQLite(ctx, dir) }
+//		})
+//	}
+//
+// The suites check the contracts written on the interfaces: round trips,
+// tenancy (another scope's rows answer exactly like missing ones),
+// pagination edges, validation, restart (close and reopen keeps
+// everything) and concurrent writers on two independent handles to the
+// same data, as two processes would have.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+// Opener opens a Store on one test's data. Each call returns a new,
+// independent handle (its own connections) on the same data.
+type Opener func() (store.Store, error)
+
+// Factory makes empty data for one test and returns its Opener.
+type Factory func(t *testing.T) Opener
+
+// Run runs every store suite.
+func Run(t *testing.T, f Factory) {
+	t.Run("Keys", func(t *testing.T) { Keys(t, f) })
+	t.Run("Containers", func(t *testing.T) { Containers(t, f) })
+	t.Run("Files", func(t *testing.T) { Files(t, f) })
+	t.Run("Usage", func(t *testing.T) { Usage(t, f) })
+}
+
+// The scopes of the suites: B shares A's account, C shares A's workspace
+// name under another account; all three are separate tenants.
+var (
+	scopeA = store.Scope{Account: "acme", Workspace: "prod"}
+	scopeB = store.Scope{Account: "acme", Workspace: "dev"}
+	scopeC = store.Scope{Account: "other", Workspace: "prod"}
+)
+
+// open opens a handle that the test closes at its end.
+func open(t *testing.T, o Opener) store.Store {
+	t.Helper()
+	s, err := o()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// reopen closes s and opens a new handle on the same data.
+func reopen(t *testing.T, s store.Store, o Opener) store.Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	return open(t, o)
+}
+
+// wantErr fails t unless err is target.
+func wantErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want %v", what, err, target)
+	}
+}
+
+// sameAsMissing checks that err, from asking about another scope's id,
+// is the error asking about an id that does not exist gives, word for
+// word once the ids are replaced.
+func sameAsMissing(t *testing.T, foreign error, foreignID string, missing error, missingID string, what string) {
+	t.Helper()
+	wantErr(t, foreign, store.ErrNotFound, what+" (another scope's id)")
+	wantErr(t, missing, store.ErrNotFound, what+" (missing id)")
+	if a, b := strings.ReplaceAll(foreign.Error(), foreignID, "ID"), strings.ReplaceAll(missing.Error(), missingID, "ID"); a != b {
+		t.Fatalf("%s: another scope's id answers %q, a missing one %q", what, a, b)
+	}
+}
+
+func contextWithCancel(t *testing.T) (context.Context, func()) {
+	return context.WithCancel(t.Context())
+}
