@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,11 +127,28 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
-	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
-	}))
+	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
 	s.handler = s.observe(s.mux)
 	return s, nil
+}
+
+// noRoute answers a request no API route matched: 405 with Allow when the
+// path is served with other methods, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pat := s.mux.Handler(probe); pat != "" && pat != "/api/v1/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // Handler is the server's root handler: logs, metrics and panic recovery
