@@ -81,6 +81,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 		}
 		return errorf(http.StatusConflict, "container %q is running another call; calls on one container run one at a time and this one waited %s", ref, s.cfg.CallWait)
 	}
+	// The ledger write runs after the answer and after the container is
+	// free for the next call, but before the handler returns.
+	record := func() {}
+	defer func() { record() }()
 	defer release()
 	// Under the call lock: make sure the container was not deleted while
 	// this call waited, and mark it busy for a delete that comes now.
@@ -94,7 +98,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 		return notFound(ref)
 	}
 	defer s.endActive(c.ID)
-	if _, err := s.lookup(r.Context(), p, c.ID); err != nil {
+	if c, err = s.lookup(r.Context(), p, c.ID); err != nil {
 		return err
 	}
 
@@ -102,14 +106,15 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 	run := &call{s: s, id: c.ID, maxChars: plan.MaxOutputLength}
 	if !req.Stream {
 		outs, runErr := tool.RunShell(r.Context(), run, c.ID, plan)
-		bill := s.settle(r.Context(), p, c.ID, run.firstAt(), start)
+		var bill metering.Bill
+		bill, record = s.settle(r.Context(), p, c, run.firstAt(), start)
 		if runErr != nil {
 			return s.callError(r, c.ID, ref, runErr, outs, bill)
 		}
 		writeJSON(w, http.StatusOK, execResponse{ContainerID: c.ID, Output: outs, Usage: usageOf(bill)})
 		return nil
 	}
-	return s.stream(w, r, p, c.ID, ref, plan, run, start)
+	return s.stream(w, r, p, c, ref, plan, run, start, &record)
 }
 
 // endActive ends a call's hold on a container; when the container was
@@ -149,24 +154,35 @@ func (s *Server) startState(id string) metering.Start {
 	return metering.Woken
 }
 
-// settle bills the call from its first command to now, records it in the
-// ledger and the container's last use.
-func (s *Server) settle(ctx context.Context, p Principal, id string, first time.Time, start metering.Start) metering.Bill {
+// settle bills the call from its first command to now. record writes the
+// bill to the ledger and the container's last use; the handler calls it
+// once the answer is written (the client does not wait for the database's
+// fsync), before it returns (so a graceful shutdown loses no charge).
+func (s *Server) settle(ctx context.Context, p Principal, c Container, first time.Time, start metering.Start) (bill metering.Bill, record func()) {
 	now := time.Now()
-	bill := metering.Charge(first, now, start)
-	ctx = context.WithoutCancel(ctx)
+	bill = metering.Charge(first, now, start)
 	if first.IsZero() {
-		return bill
+		return bill, func() {}
 	}
+	return bill, func() { s.record(context.WithoutCancel(ctx), p, c, now, bill) }
+}
+
+// record writes a call's bill to the ledger and the container's last use;
+// last_active_at is shown in seconds, so a container used within the last
+// second is not written again.
+func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, bill metering.Bill) {
+	id := c.ID
 	if s.cfg.Ledger != nil {
 		if err := s.cfg.Ledger.Record(ctx, p, id, now, "exec", bill); err != nil {
 			s.log.ErrorContext(ctx, "recording usage failed", "container", id, "cost_micro_usd", bill.CostMicroUSD, "err", err)
 		}
 	}
+	if now.Sub(c.LastActiveAt) < time.Second {
+		return
+	}
 	if err := s.cfg.Containers.Touch(ctx, p, id, now); err != nil && !errors.Is(err, ErrNotFound) {
 		s.log.ErrorContext(ctx, "recording last use failed", "container", id, "err", err)
 	}
-	return bill
 }
 
 // callError turns a call that stopped early into an answer that reports
@@ -367,7 +383,8 @@ func incompleteTail(b []byte) int {
 //	command.completed  {"index","stdout","stderr","outcome"}         shaped as in the JSON answer
 //	result             the JSON answer: {"container_id","output","usage"}
 //	error              {"error":{"code","message","metadata"}}       instead of result when the call stopped early
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, id, ref string, plan tool.Plan, run *call, start metering.Start) error {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, c Container, ref string, plan tool.Plan, run *call, start metering.Start, record *func()) error {
+	id := c.ID
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		return errors.New("response writer cannot flush")
@@ -417,7 +434,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, id,
 			continue
 		case d := <-finished:
 			flush()
-			bill := s.settle(r.Context(), p, id, run.firstAt(), start)
+			var bill metering.Bill
+			bill, *record = s.settle(r.Context(), p, c, run.firstAt(), start)
 			if d.err != nil {
 				err := s.callError(r, id, ref, d.err, d.outs, bill)
 				var me *metaError

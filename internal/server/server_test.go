@@ -29,7 +29,7 @@ import (
 
 // env is one server under test.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *Server
 	mgr  *sandbox.Manager
 	st   *sqlstore.DB
@@ -57,7 +57,7 @@ func (s *syncBuffer) String() string {
 }
 
 // newServer builds a server on runtime rt and image img without serving it.
-func newServer(t *testing.T, rt, img string, mut ...func(*Config)) *env {
+func newServer(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 	t.Helper()
 	mgr, data := sandboxtest.Open(t, rt, img)
 	st, err := sqlstore.OpenSQLite(t.Context(), data)
@@ -83,12 +83,17 @@ func newServer(t *testing.T, rt, img string, mut ...func(*Config)) *env {
 }
 
 // newEnv is newServer served by httptest on a loopback port.
-func newEnv(t *testing.T, rt, img string, mut ...func(*Config)) *env {
+func newEnv(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 	e := newServer(t, rt, img, mut...)
+	newTestServer(t, e)
+	return e
+}
+
+func newTestServer(t testing.TB, e *env) *httptest.Server {
 	ts := httptest.NewServer(e.srv.Handler())
 	t.Cleanup(ts.Close)
 	e.url = ts.URL
-	return e
+	return ts
 }
 
 func (e *env) newKey(account, workspace string) string {
