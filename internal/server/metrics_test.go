@@ -38,7 +38,7 @@ func TestMetrics(t *testing.T) {
 		return v
 	}
 	for series, want := range map[string]float64{
-		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers"}`:          2,
+		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers"}`:           2,
 		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers/{id}/exec"}`: 1,
 		`shellgate_http_requests_total{code="404",route="GET /api/v1/containers/{id}"}`:       1,
 		`shellgate_http_requests_total{code="404",route="unmatched"}`:                         1,
