@@ -34,6 +34,7 @@ type env struct {
 	mgr  *sandbox.Manager
 	st   *sqlstore.DB
 	url  string
+	data string // the data directory
 	keyA string // account acme, workspace a
 	keyB string // account acme, workspace b
 	logs *syncBuffer
@@ -76,7 +77,7 @@ func newServer(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, srv: srv, mgr: mgr, st: st, logs: logs}
+	e := &env{t: t, srv: srv, mgr: mgr, st: st, logs: logs, data: data}
 	e.keyA = e.newKey("acme", "a")
 	e.keyB = e.newKey("acme", "b")
 	return e
