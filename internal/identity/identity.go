@@ -64,8 +64,10 @@ const (
 	FromNew            Source = "new"
 )
 
-// Choice is the container a request runs in: Key names it within the
-// caller's workspace (empty when Source is FromNew: make a new container).
+// Choice is the container a request runs in: Key is the id or name that
+// the sandbox layer resolves within the caller's workspace (empty when
+// Source is FromNew: make a new container). Source lets the caller treat
+// the rules differently, e.g. make a session's container on first use.
 type Choice struct {
 	Key    string
 	Source Source

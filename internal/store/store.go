@@ -16,11 +16,12 @@
 //     milliseconds); a zero time.Time means "not set";
 //   - money is integer micro-dollars (see internal/metering);
 //   - ids are "<prefix>_" plus 32 lowercase hex digits of crypto/rand
-//     (NewID), assigned by the store on create.
+//     (NewID), assigned by the store on create (a usage event may bring
+//     its own, so that a retried write is recorded once).
 //
 // A typical request of the coming server:
 //
-//	key, err := st.Keys().Authenticate(ctx, bearer)      // ErrUnauthorized
+//	key, err := st.Keys().Authenticate(ctx, bearer) // ErrUnauthorized
 //	scope := key.Scope()
 //	c, err := st.Containers().GetByName(ctx, scope, "analysis") // ErrNotFound
 //	... run commands ...

@@ -1,8 +1,9 @@
 package sqlstore
 
-// migrations are the schema, one step per version (version = index + 1), each a list of statements.
-// Append only: a released step is never edited. Each step runs in one
-// transaction with its schema_migrations row.
+// migrations are the schema, one step per version (version = index + 1),
+// each a list of statements. Append only: a released step is never
+// edited. A database's pending steps run in one transaction together with
+// their schema_migrations rows, so a schema is never half applied.
 //
 // The SQL is what SQLite and PostgreSQL share: TEXT and BIGINT columns
 // only, times as BIGINT unix milliseconds UTC (0 = not set), money as
