@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -51,12 +53,25 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.status, Message: ae.msg, Metadata: meta}})
 }
 
+// writeJSON answers with v. The length is set, so the client has the whole
+// answer at once even while the handler goes on (the exec call's ledger
+// write comes after its answer).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":500,"message":"encoding the answer failed"}}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // decodeJSON reads one JSON object from the body into v. Unknown fields,
