@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -403,8 +404,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, c C
 	}
 	finished := make(chan done, 1)
 	go func() {
-		outs, err := tool.RunShell(r.Context(), run, id, plan)
-		finished <- done{outs, err}
+		// This goroutine is outside the handler's panic recovery: a panic
+		// here ends the call with an error event, not the server.
+		var outs []tool.CommandOutput
+		var err error
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.ErrorContext(r.Context(), "exec call panicked", "container", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				err = fmt.Errorf("panic: %v", v)
+			}
+			finished <- done{outs, err}
+		}()
+		outs, err = tool.RunShell(r.Context(), run, id, plan)
 	}()
 	clientGone := false
 	write := func(name string, data any) {
