@@ -374,6 +374,11 @@ func TestMetering(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(e.exec(e.keyA, "meter", "true"), "woken")
+	// The ledger write follows each answer; the call has ended once
+	// WaitCalls returns.
+	if err := e.srv.WaitCalls(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	sums, err := e.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
