@@ -21,25 +21,31 @@ import (
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
-// TestServe drives the real binary as the README does: `shellgate serve`
-// on a loopback port, `shellgate keys create` for a key, then HTTP calls
-// as curl makes them, and SIGTERM with a call in flight.
-func TestServe(t *testing.T) {
+// serveBinary builds shellgate and returns it with a data directory that
+// shares the test images, and the environment to run it in.
+func serveBinary(t *testing.T) (bin, data string, env []string) {
+	t.Helper()
 	testenv.NeedRoot(t, "the server runs sandboxes")
 	sandboxtest.Skip(t, "crun", "busybox")
 	agent, err := agentbin.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "shellgate")
+	bin = filepath.Join(t.TempDir(), "shellgate")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	data := t.TempDir()
+	data = t.TempDir()
 	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "SHELLGATE_AGENT="+agent)
+	return bin, data, append(os.Environ(), "SHELLGATE_AGENT="+agent)
+}
+
+// startServe starts `shellgate serve` on a free loopback port and waits
+// for /healthz. exited reports the process's end.
+func startServe(t *testing.T, bin, data string, env []string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -47,20 +53,28 @@ func TestServe(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 
-	srv := exec.Command(bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0")
+	srv = exec.Command(bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0")
 	srv.Env = env
-	var logs bytes.Buffer
-	srv.Stderr = &logs
+	logs = &bytes.Buffer{}
+	srv.Stderr = logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
+	exited = make(chan error, 1)
 	go func() { exited <- srv.Wait() }()
 	t.Cleanup(func() {
-		srv.Process.Signal(syscall.SIGKILL)
-		<-exited
+		// Stop it as an operator would, so its sandboxes sleep and their
+		// mounts go; SIGKILL only if that hangs.
+		srv.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			exited <- err
+		case <-time.After(time.Minute):
+			srv.Process.Signal(syscall.SIGKILL)
+			t.Errorf("serve did not stop on SIGTERM")
+		}
 	})
-	base := "http://" + addr
+	base = "http://" + addr
 	for i := 0; ; i++ {
 		if resp, err := http.Get(base + "/healthz"); err == nil {
 			resp.Body.Close()
@@ -74,15 +88,25 @@ func TestServe(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	keys := exec.Command(bin, "keys", "create", "--account", "acme", "--workspace", "prod", "--data-dir", data)
-	out, err := keys.Output()
+	return base, srv, exited, logs
+}
+
+// keyFor makes a key with `shellgate keys create`, which prints it as its
+// last line.
+func keyFor(t *testing.T, bin, data string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "keys", "create", "--account", "acme", "--workspace", "prod", "--data-dir", data).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	key := lines[len(lines)-1]
+	return lines[len(lines)-1]
+}
 
-	call := func(method, path, body string) (int, map[string]any) {
+// apiCaller returns a function making one API call with key, as curl
+// would, that decodes the JSON answer.
+func apiCaller(t *testing.T, base, key string) func(method, path, body string) (int, map[string]any) {
+	return func(method, path, body string) (int, map[string]any) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -98,6 +122,17 @@ func TestServe(t *testing.T) {
 		}
 		return resp.StatusCode, v
 	}
+}
+
+// TestServe drives the real binary as the README does: `shellgate serve`
+// on a loopback port, `shellgate keys create` for a key, then HTTP calls
+// as curl makes them, and SIGTERM with a call in flight.
+func TestServe(t *testing.T) {
+	bin, data, env := serveBinary(t)
+	base, srv, exited, logs := startServe(t, bin, data, env)
+	key := keyFor(t, bin, data)
+
+	call := apiCaller(t, base, key)
 
 	st, c := call("POST", "/api/v1/containers", `{"name":"e2e"}`)
 	if st != 200 || c["status"] != "running" || !strings.HasPrefix(fmt.Sprint(c["id"]), "cntr_") {
@@ -162,5 +197,54 @@ func TestServe(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), key) {
 		t.Fatal("the server logged a key")
+	}
+}
+
+// TestServeKill9Restart: the server is killed with SIGKILL during a
+// command; a new server on the same data directory finds the container in
+// a true state (sleeping: nothing runs it any more) with its files, and
+// wakes it for the next call.
+func TestServeKill9Restart(t *testing.T) {
+	bin, data, env := serveBinary(t)
+	base, srv, exited, _ := startServe(t, bin, data, env)
+	key := keyFor(t, bin, data)
+	call := apiCaller(t, base, key)
+	if st, c := call("POST", "/api/v1/containers", `{"name":"crash"}`); st != 200 {
+		t.Fatalf("create: %d %v", st, c)
+	}
+	if st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["echo before > f"]}`); st != 200 {
+		t.Fatalf("exec: %d %v", st, r)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/v1/containers/crash/exec", strings.NewReader(`{"commands":["sleep 60"],"stream":true}`))
+	req.Header.Set("x-api-key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if sc.Text() == "event: command.started" {
+			break
+		}
+	}
+	srv.Process.Signal(syscall.SIGKILL)
+	err = <-exited
+	exited <- err
+	resp.Body.Close()
+
+	base2, _, _, _ := startServe(t, bin, data, env)
+	call = apiCaller(t, base2, key)
+	st, c := call("GET", "/api/v1/containers/crash", "")
+	if st != 200 || c["status"] != "sleeping" {
+		t.Fatalf("after kill -9 and restart: %d %v", st, c)
+	}
+	st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["cat f"]}`)
+	if st != 200 {
+		t.Fatalf("exec after restart: %d %v", st, r)
+	}
+	out := r["output"].([]any)[0].(map[string]any)
+	usage := r["usage"].(map[string]any)
+	if out["stdout"] != "before\n" || usage["container_start"] != "woken" {
+		t.Fatalf("exec after restart: %v", r)
 	}
 }
