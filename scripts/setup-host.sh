@@ -2,8 +2,8 @@
 # Installs what Shellgate's sandboxes and tests need on a fresh Debian 12
 # host: the OCI runtimes (crun and runc from Debian, gVisor's runsc built
 # from the Go module proxy at the pinned version), debootstrap and busybox
-# for the images, e2fsprogs for the homes. Idempotent: a second run only
-# checks.
+# for the images, e2fsprogs for the homes, curl and jq for the demo.
+# Idempotent: a second run only checks.
 set -euo pipefail
 
 RUNSC_VERSION="$(sed -n 's/^const RunscVersion = "\(.*\)"$/\1/p' "$(dirname "$0")/../sandbox/runtime/cli.go")"
@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 procps ca-certificates)
+pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 procps ca-certificates curl jq)
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi

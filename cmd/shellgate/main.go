@@ -1,5 +1,5 @@
 // Command shellgate is the one Shellgate binary: exec, eval, image, doctor,
-// keys (and, later, serve). Each subcommand lives in its own file and
+// keys and serve. Each subcommand lives in its own file and
 // registers itself in commands from an init function.
 package main
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/server"
+	"github.com/shellgate/shellgate/internal/store/sqlstore"
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/runtime"
+)
+
+func init() {
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR]", runServe)
+}
+
+// DefaultAddr is where `shellgate serve` listens without --addr: loopback
+// only, since anyone who reaches /metrics sees the server's counters.
+const defaultAddr = "127.0.0.1:8080"
+
+func runServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	addr := fs.String("addr", defaultAddr, "HOST:PORT to listen on")
+	dataDir := dataDirFlag(fs)
+	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
+	img := fs.String("image", "default", "root filesystem image of new containers")
+	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
+	idle := fs.Duration("idle-timeout", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
+	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
+	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
+	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	var h slog.Handler
+	switch *logFormat {
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, nil)
+	case "text":
+		h = slog.NewTextHandler(os.Stderr, nil)
+	default:
+		return fmt.Errorf("--log-format %q: want json or text", *logFormat)
+	}
+	log := slog.New(h)
+	if *rtName != "" {
+		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
+			return err
+		}
+	}
+	st, err := sqlstore.OpenSQLite(ctx, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	mgr, err := sandbox.Open(ctx, sandbox.Config{
+		DataDir:     *dataDir,
+		Runtime:     *rtName,
+		Image:       *img,
+		PoolSize:    *pool,
+		IdleTimeout: *idle,
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	backend := server.StoreBackend{St: st}
+	srv, err := server.New(server.Config{
+		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend,
+		Logger: log, CallWait: *callWait,
+	})
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "runtime", mgr.Runtime(), "image", *img)
+	return srv.Run(ctx, ln, *grace)
+}

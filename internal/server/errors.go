@@ -1,0 +1,139 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// apiError is an error the handler answers with: an HTTP status and a
+// message for the caller.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, format string, a ...any) *apiError {
+	return &apiError{status: status, msg: fmt.Sprintf(format, a...)}
+}
+
+// errorBody is the OpenRouter error envelope (wire-formats §1.4):
+// {"error":{"code":404,"message":"..."}}; code is the HTTP status.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code     int            `json:"code"`
+	Message  string         `json:"message"`
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+// writeError answers with err's status and message; an error that is not
+// an *apiError is the server's fault (500) and its text is not shown.
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, "internal error")
+	}
+	var meta map[string]any
+	if me := (*metaError)(nil); errors.As(err, &me) {
+		meta = me.meta
+	}
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
+	}
+	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.status, Message: ae.msg, Metadata: meta}})
+}
+
+// writeJSON answers with v. The length is set, so the client has the whole
+// answer at once even while the handler goes on (the exec call's ledger
+// write comes after its answer).
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":500,"message":"encoding the answer failed"}}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// decodeJSON reads one JSON object from the body into v. Unknown fields,
+// trailing data, wrong types and bodies over the route's cap are the
+// caller's errors, each said plainly. An empty body decodes as {} when
+// emptyOK.
+func decodeJSON(r *http.Request, v any, emptyOK bool) error {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
+		}
+		return errorf(http.StatusBadRequest, "reading the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return errorf(http.StatusBadRequest, "request body is empty: send a JSON object")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return errorf(http.StatusBadRequest, "malformed JSON at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			if te.Field == "" {
+				return errorf(http.StatusBadRequest, "request body must be a JSON object, not a JSON %s", te.Value)
+			}
+			return errorf(http.StatusBadRequest, "field %q: want %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return errorf(http.StatusBadRequest, "malformed JSON: the body ends early")
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return errorf(http.StatusBadRequest, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return errorf(http.StatusBadRequest, "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, "malformed JSON: data after the object")
+	}
+	return nil
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	}
+	return k
+}

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/shellgate/shellgate/sandbox"
+)
+
+// metrics are the server's Prometheus series, in a registry of its own
+// (several servers in one test process do not collide).
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	commands *prometheus.HistogramVec
+	inflight prometheus.Gauge
+}
+
+func newMetrics(mgr *sandbox.Manager) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shellgate_http_requests_total",
+			Help: "HTTP requests by route pattern (\"unmatched\" when no route matched) and status code.",
+		}, []string{"route", "code"}),
+		commands: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shellgate_command_duration_seconds",
+			Help:    "Duration of each command run through the exec API, by outcome (exit, timeout, error).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"outcome"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shellgate_exec_calls_in_flight",
+			Help: "Exec calls running or waiting for their container.",
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.commands, m.inflight,
+		sandboxCollector{mgr},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shellgate_pool_ready",
+			Help: "Started sandboxes waiting in the warm pool.",
+		}, func() float64 { return float64(mgr.PoolReady()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// sandboxCollector counts the data directory's sandboxes by state when
+// scraped. Manager.List never waits for a command, and sees sandboxes
+// awake in other Shellgate processes (the CLI) as running too.
+type sandboxCollector struct{ mgr *sandbox.Manager }
+
+var sandboxesDesc = prometheus.NewDesc("shellgate_sandboxes",
+	"Sandboxes of the data directory by state (running: awake in any Shellgate process; sleeping: only the home on disk).",
+	[]string{"state"}, nil)
+
+func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sandboxesDesc }
+
+func (c sandboxCollector) Collect(ch chan<- prometheus.Metric) {
+	infos, err := c.mgr.List()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(sandboxesDesc, err)
+		return
+	}
+	counts := map[sandbox.Status]int{sandbox.Running: 0, sandbox.Sleeping: 0}
+	for _, in := range infos {
+		counts[in.Status]++
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}

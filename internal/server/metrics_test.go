@@ -1,0 +1,93 @@
+package server
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestMetrics(t *testing.T) {
+	e := newEnv(t, "crun", "busybox")
+	e.create(e.keyA, "m1")
+	e.create(e.keyA, "m2")
+	e.exec(e.keyA, "m1", "true", "exit 1")
+	e.do("GET", "/api/v1/containers/nope", e.keyA, nil)
+	e.doH("GET", "/nothing-here", nil, nil)
+	if err := e.mgr.Sleep(t.Context(), mustLookup(t, e, "m2")); err != nil {
+		t.Fatal(err)
+	}
+
+	st, body := e.doH("GET", "/metrics", nil, nil)
+	if st != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", st)
+	}
+	text := string(body)
+	value := func(series string) float64 {
+		t.Helper()
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+		m := re.FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no series %s in\n%s", series, text)
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for series, want := range map[string]float64{
+		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers"}`:           2,
+		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers/{id}/exec"}`: 1,
+		`shellgate_http_requests_total{code="404",route="GET /api/v1/containers/{id}"}`:       1,
+		`shellgate_http_requests_total{code="404",route="unmatched"}`:                         1,
+		`shellgate_command_duration_seconds_count{outcome="exit"}`:                            2,
+		`shellgate_sandboxes{state="running"}`:                                                1,
+		`shellgate_sandboxes{state="sleeping"}`:                                               1,
+		`shellgate_pool_ready`:                                                                0,
+		`shellgate_exec_calls_in_flight`:                                                      0,
+	} {
+		if got := value(series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if !strings.Contains(text, "go_goroutines") || !strings.Contains(text, "process_resident_memory_bytes") {
+		t.Error("Go and process metrics missing")
+	}
+}
+
+func mustLookup(t *testing.T, e *env, ref string) string {
+	t.Helper()
+	c, err := e.srv.cfg.Containers.Lookup(t.Context(), Principal{Account: "acme", Workspace: "a"}, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.ID
+}
+
+// TestPanicRecovered: a handler that panics answers 500 in the envelope,
+// is logged with its stack, and the server goes on serving.
+func TestPanicRecovered(t *testing.T) {
+	e := newServer(t, "crun", "busybox")
+	e.srv.handle("GET /api/v1/test-panic", maxEmptyBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		var m map[string]int
+		m["boom"]++ // nil map write
+		return nil
+	})
+	newTestServer(t, e)
+	st, body := e.do("GET", "/api/v1/test-panic", e.keyA, nil)
+	if st != http.StatusInternalServerError {
+		t.Fatalf("%d %s", st, body)
+	}
+	if msg := envelope(t, st, body); msg != "internal error" {
+		t.Fatalf("a panic's text reached the client: %q", msg)
+	}
+	if !strings.Contains(e.logs.String(), `"msg":"handler panicked"`) || !strings.Contains(e.logs.String(), "assignment to entry in nil map") {
+		t.Fatalf("logs: %s", e.logs.String())
+	}
+	st, body = e.doH("GET", "/healthz", nil, nil)
+	if st != http.StatusOK {
+		t.Fatalf("after a panic: %d %s", st, body)
+	}
+}

@@ -1,0 +1,332 @@
+// Package server is Shellgate's HTTP layer: the routes of `shellgate
+// serve`, their wire formats, authentication, limits, metrics and logs. It
+// speaks JSON to clients and calls the layer below — internal/tool for a
+// shell call's validation, limits and result shaping, and the sandbox
+// Manager for the container's lifecycle — and nothing else; state (keys,
+// container records, usage) is behind the interfaces in backend.go.
+//
+// Routes (see openapi.json for the full contract):
+//
+//	GET    /healthz                         liveness, no key
+//	GET    /metrics                         Prometheus, no key
+//	GET    /api/v1/openapi.json             this API's OpenAPI 3.1 document, no key
+//	POST   /api/v1/containers               create
+//	GET    /api/v1/containers               list (the key's workspace only)
+//	GET    /api/v1/containers/{id}          retrieve (status running/sleeping)
+//	DELETE /api/v1/containers/{id}          delete (cancels what runs)
+//	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
+package server
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shellgate/shellgate/sandbox"
+)
+
+// Config configures a Server. Sandboxes, Keys and Containers are required.
+type Config struct {
+	Sandboxes  *sandbox.Manager
+	Keys       Authenticator
+	Containers Containers
+	// Ledger, if set, records every exec call's bill.
+	Ledger Ledger
+	Logger *slog.Logger
+	// CallWait bounds how long an exec call waits for another call on the
+	// same container to finish before it answers 409; default
+	// DefaultCallWait.
+	CallWait time.Duration
+}
+
+// DefaultCallWait is how long a call waits for the container's previous
+// call (calls on one container run one at a time) before answering 409.
+const DefaultCallWait = 30 * time.Second
+
+// Body caps. A route that takes no body still refuses one larger than
+// maxEmptyBody.
+const (
+	maxCreateBody = 64 << 10
+	// maxExecBody fits 100 commands of about 10 KiB each.
+	maxExecBody  = 1 << 20
+	maxEmptyBody = 4 << 10
+)
+
+// Server serves the HTTP API. Its Handler is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	mgr     *sandbox.Manager
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+	metrics *metrics
+	calls   *callLocks
+	// routes are the patterns registered on mux, in order (the OpenAPI
+	// test compares them with openapi.json).
+	routes []string
+
+	// stateMu guards the per-container state below, all keyed by
+	// container id (the sandbox's name).
+	stateMu sync.Mutex
+	// cold: sandboxes a create started that no exec has billed yet; the
+	// first exec on one pays the new-container minimum.
+	cold map[string]bool
+	// active: an exec call holds the container (after its call lock).
+	active map[string]bool
+	// deleted: a delete is under way, or finished while a call ran; the
+	// call runs no further command and destroys the sandbox when it ends.
+	deleted map[string]bool
+
+	// Exec calls in flight, for a graceful shutdown. stopMu orders
+	// beginCall against BeginShutdown, so no call starts after WaitCalls
+	// began waiting.
+	stopMu   sync.Mutex
+	execs    sync.WaitGroup
+	stopping chan struct{}
+}
+
+// New builds a Server over cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Sandboxes == nil || cfg.Keys == nil || cfg.Containers == nil {
+		return nil, errors.New("server: Sandboxes, Keys and Containers are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.CallWait <= 0 {
+		cfg.CallWait = DefaultCallWait
+	}
+	s := &Server{
+		cfg:      cfg,
+		mgr:      cfg.Sandboxes,
+		log:      cfg.Logger,
+		mux:      http.NewServeMux(),
+		metrics:  newMetrics(cfg.Sandboxes),
+		calls:    newCallLocks(),
+		cold:     map[string]bool{},
+		active:   map[string]bool{},
+		deleted:  map[string]bool{},
+		stopping: make(chan struct{}),
+	}
+	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
+	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.handle("GET /api/v1/openapi.json", maxEmptyBody, false, s.openAPI)
+	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer)
+	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers)
+	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
+	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
+	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
+	// Anything else under /api/v1 answers in the API's envelope, not the
+	// mux's plain text.
+	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
+	s.handler = s.observe(s.mux)
+	return s, nil
+}
+
+// noRoute answers a request no API route matched: 405 with Allow when the
+// path is served with other methods, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pat := s.mux.Handler(probe); pat != "" && pat != "/api/v1/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+}
+
+// Handler is the server's root handler: logs, metrics and panic recovery
+// around the routes.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Routes are the patterns the server registers, in order.
+func (s *Server) Routes() []string { return append([]string(nil), s.routes...) }
+
+// apiHandler is a route's handler: it returns an error to answer with
+// instead of writing one.
+type apiHandler func(w http.ResponseWriter, r *http.Request, p Principal) error
+
+type principalKey struct{}
+
+// handle registers an API route: body cap, then (when auth) the key check,
+// then h; an error h returns is written in the error envelope.
+func (s *Server) handle(pattern string, maxBody int64, auth bool, h apiHandler) {
+	s.route(pattern, maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p Principal
+		if auth {
+			var err error
+			if p, err = s.authenticate(r); err != nil {
+				writeError(w, err)
+				return
+			}
+			if rec, ok := w.(*recorder); ok {
+				rec.principal = p
+			}
+		}
+		if err := h(w, r, p); err != nil {
+			if ae := (*apiError)(nil); !errors.As(err, &ae) {
+				s.log.ErrorContext(r.Context(), "request failed", "route", pattern, "err", err)
+			}
+			writeError(w, err)
+		}
+	}))
+}
+
+// route registers h under pattern with a body cap.
+func (s *Server) route(pattern string, maxBody int64, h http.Handler) {
+	s.routes = append(s.routes, pattern)
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBody {
+			writeError(w, errorf(http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than this route's %d", r.ContentLength, maxBody))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// recorder remembers what a handler answered, for logs and metrics.
+type recorder struct {
+	http.ResponseWriter
+	status    int
+	bytes     int64
+	principal Principal
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// observe wraps the mux: one structured log line and one metric per
+// request, and a panic in a handler answered as a 500 (and logged with its
+// stack) instead of ending the server. Keys and bodies are never logged.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				if rec.status == 0 {
+					writeError(rec, fmt.Errorf("panic: %v", v))
+				} else {
+					rec.status = http.StatusInternalServerError
+				}
+			}
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			if rec.status == 0 {
+				rec.status = http.StatusOK
+			}
+			s.metrics.requests.WithLabelValues(route, fmt.Sprint(rec.status)).Inc()
+			attrs := []any{"method", r.Method, "path", r.URL.Path, "route", route, "status", rec.status,
+				"bytes", rec.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr}
+			if rec.principal != (Principal{}) {
+				attrs = append(attrs, "account", rec.principal.Account, "workspace", rec.principal.Workspace)
+			}
+			s.log.InfoContext(r.Context(), "request", attrs...)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	select {
+	case <-s.stopping:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "runtime": s.mgr.Runtime()})
+	}
+	return nil
+}
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openAPIDoc)
+	return nil
+}
+
+// BeginShutdown marks the server as stopping: /healthz answers 503 and new
+// exec calls are refused with 503 while those in flight go on.
+func (s *Server) BeginShutdown() {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	select {
+	case <-s.stopping:
+	default:
+		close(s.stopping)
+	}
+}
+
+// beginCall registers an exec call; false once the server is stopping.
+// endCall (execs.Done) ends it.
+func (s *Server) beginCall() bool {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	select {
+	case <-s.stopping:
+		return false
+	default:
+		s.execs.Add(1)
+		return true
+	}
+}
+
+// WaitCalls waits for the exec calls in flight to end, or for ctx.
+func (s *Server) WaitCalls(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.execs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

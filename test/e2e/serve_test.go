@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+)
+
+// serveBinary builds shellgate and returns it with a data directory that
+// shares the test images, and the environment to run it in.
+func serveBinary(t *testing.T) (bin, data string, env []string) {
+	t.Helper()
+	testenv.NeedRoot(t, "the server runs sandboxes")
+	sandboxtest.Skip(t, "crun", "busybox")
+	agent, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "shellgate")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	data = t.TempDir()
+	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
+		t.Fatal(err)
+	}
+	return bin, data, append(os.Environ(), "SHELLGATE_AGENT="+agent)
+}
+
+// startServe starts `shellgate serve` on a free loopback port and waits
+// for /healthz. exited reports the process's end.
+func startServe(t *testing.T, bin, data string, env []string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	srv = exec.Command(bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0")
+	srv.Env = env
+	logs = &bytes.Buffer{}
+	srv.Stderr = logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	t.Cleanup(func() {
+		// Stop it as an operator would, so its sandboxes sleep and their
+		// mounts go; SIGKILL only if that hangs.
+		srv.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			exited <- err
+		case <-time.After(time.Minute):
+			srv.Process.Signal(syscall.SIGKILL)
+			t.Errorf("serve did not stop on SIGTERM")
+		}
+	})
+	base = "http://" + addr
+	for i := 0; ; i++ {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if i == 300 {
+			t.Fatalf("server did not come up: %s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	return base, srv, exited, logs
+}
+
+// keyFor makes a key with `shellgate keys create`, which prints it as its
+// last line.
+func keyFor(t *testing.T, bin, data string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "keys", "create", "--account", "acme", "--workspace", "prod", "--data-dir", data).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// apiCaller returns a function making one API call with key, as curl
+// would, that decodes the JSON answer.
+func apiCaller(t *testing.T, base, key string) func(method, path, body string) (int, map[string]any) {
+	return func(method, path, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+		return resp.StatusCode, v
+	}
+}
+
+// TestServe drives the real binary as the README does: `shellgate serve`
+// on a loopback port, `shellgate keys create` for a key, then HTTP calls
+// as curl makes them, and SIGTERM with a call in flight.
+func TestServe(t *testing.T) {
+	bin, data, env := serveBinary(t)
+	base, srv, exited, logs := startServe(t, bin, data, env)
+	key := keyFor(t, bin, data)
+
+	call := apiCaller(t, base, key)
+
+	st, c := call("POST", "/api/v1/containers", `{"name":"e2e"}`)
+	if st != 200 || c["status"] != "running" || !strings.HasPrefix(fmt.Sprint(c["id"]), "cntr_") {
+		t.Fatalf("create: %d %v", st, c)
+	}
+	id := c["id"].(string)
+	st, r := call("POST", "/api/v1/containers/e2e/exec", `{"commands":["echo hi > f","cat f"]}`)
+	if st != 200 || r["container_id"] != id {
+		t.Fatalf("exec: %d %v", st, r)
+	}
+	if o := r["output"].([]any)[1].(map[string]any); o["stdout"] != "hi\n" {
+		t.Fatalf("exec: %v", r)
+	}
+	st, l := call("GET", "/api/v1/containers", "")
+	if st != 200 || len(l["data"].([]any)) != 1 {
+		t.Fatalf("list: %d %v", st, l)
+	}
+	if st, e := call("GET", "/api/v1/containers/e2e", ""); st != 200 || e["status"] != "running" {
+		t.Fatalf("get: %d %v", st, e)
+	}
+	req, _ := http.NewRequest("GET", base+"/api/v1/containers", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("without a key: %v %v", resp, err)
+	}
+
+	// SIGTERM with a streamed call in flight: the call finishes, the
+	// server exits 0, the container sleeps with its files.
+	req, _ = http.NewRequest("POST", base+"/api/v1/containers/e2e/exec", strings.NewReader(`{"commands":["sleep 1; echo late >> f"],"stream":true}`))
+	req.Header.Set("x-api-key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var events []string
+	for sc.Scan() {
+		if ev, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			events = append(events, ev)
+			if ev == "command.started" {
+				srv.Process.Signal(syscall.SIGTERM)
+			}
+		}
+	}
+	if len(events) == 0 || events[len(events)-1] != "result" {
+		t.Fatalf("events after SIGTERM: %v\n%s", events, logs.String())
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("serve after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("serve did not exit after SIGTERM: %s", logs.String())
+	}
+	list := exec.Command(bin, "sandbox", "--data-dir", data, "list")
+	list.Env = env
+	lo, err := list.CombinedOutput()
+	if err != nil || !strings.Contains(string(lo), id) || !strings.Contains(string(lo), "sleeping") {
+		t.Fatalf("sandbox list after shutdown: %v\n%s", err, lo)
+	}
+	if strings.Contains(logs.String(), key) {
+		t.Fatal("the server logged a key")
+	}
+}
+
+// TestServeKill9Restart: the server is killed with SIGKILL during a
+// command; a new server on the same data directory finds the container in
+// a true state (sleeping: nothing runs it any more) with its files, and
+// wakes it for the next call.
+func TestServeKill9Restart(t *testing.T) {
+	bin, data, env := serveBinary(t)
+	base, srv, exited, _ := startServe(t, bin, data, env)
+	key := keyFor(t, bin, data)
+	call := apiCaller(t, base, key)
+	if st, c := call("POST", "/api/v1/containers", `{"name":"crash"}`); st != 200 {
+		t.Fatalf("create: %d %v", st, c)
+	}
+	if st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["echo before > f"]}`); st != 200 {
+		t.Fatalf("exec: %d %v", st, r)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/v1/containers/crash/exec", strings.NewReader(`{"commands":["sleep 60"],"stream":true}`))
+	req.Header.Set("x-api-key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if sc.Text() == "event: command.started" {
+			break
+		}
+	}
+	srv.Process.Signal(syscall.SIGKILL)
+	err = <-exited
+	exited <- err
+	resp.Body.Close()
+
+	base2, _, _, _ := startServe(t, bin, data, env)
+	call = apiCaller(t, base2, key)
+	st, c := call("GET", "/api/v1/containers/crash", "")
+	if st != 200 || c["status"] != "sleeping" {
+		t.Fatalf("after kill -9 and restart: %d %v", st, c)
+	}
+	st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["cat f"]}`)
+	if st != 200 {
+		t.Fatalf("exec after restart: %d %v", st, r)
+	}
+	out := r["output"].([]any)[0].(map[string]any)
+	usage := r["usage"].(map[string]any)
+	if out["stdout"] != "before\n" || usage["container_start"] != "woken" {
+		t.Fatalf("exec after restart: %v", r)
+	}
+}
