@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/shellgate/shellgate/internal/ctxio"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -40,7 +41,7 @@ func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) 
 		if err := m.checkReserve(what); err != nil {
 			return err
 		}
-		return writeBeneath(hostHomeDir(b.inst.dir), clean, &reserveReader{m: m, what: what, r: ctxReader{ctx, r}})
+		return writeBeneath(hostHomeDir(b.inst.dir), clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)})
 	})
 }
 
@@ -127,19 +128,6 @@ func fileKind(m fs.FileMode) string {
 	return "not a regular file: " + m.Type().String()
 }
 
-// ctxReader stops a copy once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
 // ReadFile reads a regular file at rel inside the named sandbox's home,
 // waking the sandbox if it sleeps; an unknown name is ErrNotFound. Like
 // WriteFile it resolves the path beneath the home; FIFOs, devices and
@@ -186,7 +174,7 @@ func readBeneath(ctx context.Context, dir, clean string, maxBytes int64) ([]byte
 	if st.Size() > maxBytes {
 		return nil, fmt.Errorf("read %s: %w: %d bytes, the cap is %d", clean, ErrTooLarge, st.Size(), maxBytes)
 	}
-	data, err := io.ReadAll(io.LimitReader(ctxReader{ctx, f}, maxBytes+1))
+	data, err := io.ReadAll(io.LimitReader(ctxio.Reader(ctx, f), maxBytes+1))
 	if err == nil && int64(len(data)) > maxBytes {
 		return nil, fmt.Errorf("read %s: %w: the cap is %d", clean, ErrTooLarge, maxBytes)
 	}

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/ctxio"
 )
 
 // Blobs holds file bytes by id. Bytes are streamed in and out, never held
@@ -116,7 +118,7 @@ func (b *LocalBlobs) Put(ctx context.Context, id string, r io.Reader, maxBytes i
 		}
 	}()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, maxBytes+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxio.Reader(ctx, r), maxBytes+1))
 	if err != nil {
 		return BlobInfo{}, fmt.Errorf("blob %s: writing: %w", id, err)
 	}
@@ -187,16 +189,3 @@ func (b *LocalBlobs) syncDir() error {
 }
 
 func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
-
-// ctxReader stops a copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}

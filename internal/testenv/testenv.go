@@ -10,7 +10,9 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // StrictVar is the environment variable that turns skips into failures.
@@ -36,4 +38,29 @@ func NeedRoot(t testing.TB, why string) {
 	if os.Geteuid() != 0 {
 		Missing(t, "needs root: %s", why)
 	}
+}
+
+// RunCheckingLeaks runs a package's tests (call it from TestMain) and fails
+// the package if goroutines outlive them by more than grace: a handle not
+// closed, a writer, call or stream still running. before runs first once
+// the tests passed (e.g. closing idle HTTP connections).
+func RunCheckingLeaks(m *testing.M, grace time.Duration, before func()) {
+	base := runtime.NumGoroutine()
+	code := m.Run()
+	if code == 0 {
+		if before != nil {
+			before()
+		}
+		deadline := time.Now().Add(grace)
+		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > base {
+			buf := make([]byte, 1<<16)
+			buf = buf[:runtime.Stack(buf, true)]
+			fmt.Printf("leaked goroutines (%d, %d before the tests):\n%s\n", n, base, buf)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

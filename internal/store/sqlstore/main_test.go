@@ -1,29 +1,12 @@
 package sqlstore
 
 import (
-	"fmt"
-	"os"
-	"runtime"
 	"testing"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/testenv"
 )
 
 // TestMain fails the package if a test leaves goroutines behind (a store
 // or blob handle not closed, a writer still running).
-func TestMain(m *testing.M) {
-	base := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > base {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Printf("leaked goroutines (%d, %d before the tests):\n%s\n", n, base, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunCheckingLeaks(m, 5*time.Second, nil) }
