@@ -369,11 +369,14 @@ wait:
 			res.TimedOut = true
 			break wait
 		case <-poll:
-			res.ProcessLimit = res.ProcessLimit || s.atProcessLimit()
+			res.ProcessLimit = res.ProcessLimit || s.atProcessLimit(1)
 		}
 	}
 	if s.nproc > 0 && !res.ProcessLimit {
-		res.ProcessLimit = s.atProcessLimit()
+		// The command's main process has exited by now, and so, often,
+		// have the shells between it and what they forked (a subshell
+		// running a fork loop): one more of slack.
+		res.ProcessLimit = s.atProcessLimit(2)
 	}
 	// Whatever the command left behind dies with it: background jobs,
 	// setsid'ed daemons and double-forked orphans alike.
@@ -430,16 +433,16 @@ func (s *server) waitIdle() {
 const limitPoll = 25 * time.Millisecond
 
 // atProcessLimit reports whether the commands' tasks (processes and
-// threads, everything in the sandbox but the agent) are within one of
-// their RLIMIT_NPROC: at that count the next fork fails with EAGAIN. The
-// one of slack covers a main process that has just exited and, under
+// threads, everything in the sandbox but the agent) are within slack of
+// their RLIMIT_NPROC: at that count the next fork fails with EAGAIN. One
+// of slack covers a main process that has just exited and, under
 // gVisor, which charges a task to the user it was forked as, the command's
 // first process, still counted as the agent's.
-func (s *server) atProcessLimit() bool {
+func (s *server) atProcessLimit(slack int64) bool {
 	if unix.Kill(-1, 0) == unix.ESRCH {
 		return false // nothing but the agent: the common case, one syscall
 	}
-	return int64(countTasks()) >= s.nproc-1
+	return int64(countTasks()) >= s.nproc-slack
 }
 
 // countTasks counts the tasks of every process but the agent.

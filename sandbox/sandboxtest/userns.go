@@ -280,7 +280,7 @@ func SlotCrashSuite(t *testing.T, rt string) {
 	// the host before the sentry writes its data back.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		found, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "home", "keep.txt"))
+		found, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home", "keep.txt"))
 		if len(found) > 0 {
 			if b, _ := os.ReadFile(found[0]); string(b) == "precious\n" {
 				break

@@ -149,7 +149,7 @@ func TestKeysCLI(t *testing.T) {
 			{"11 revoke of two ids", []string{"keys", "revoke", "--data-dir", data, "key_1", "key_2"}, 1, "name exactly one key id"},
 			{"12 revoke of an unknown key", []string{"keys", "revoke", "--data-dir", data, "key_0000000000000000"}, 1, "key key_0000000000000000: not found"},
 			{"13 list with an argument", []string{"keys", "list", "--data-dir", data, "x"}, 1, "keys list takes no arguments"},
-			{"14 unusable data directory", []string{"keys", "list", "--data-dir", "/dev/null/x"}, 1, "/dev/null"},
+			{"14 unusable data directory", []string{"keys", "list", "--data-dir", "/dev/null/x"}, 2, "invalid value \"/dev/null/x\" for flag -data-dir"},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {

@@ -35,7 +35,7 @@ func serveBinary(t *testing.T) (bin, data string, env []string) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	data = t.TempDir()
+	data = sandboxtest.DataDir(t)
 	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
 		t.Fatal(err)
 	}
