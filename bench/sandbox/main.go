@@ -183,7 +183,11 @@ func (b *bench) run() error {
 	if _, err := os.Stat(filepath.Join(imgDir, "image.json")); err != nil {
 		return fmt.Errorf("image %q not found in %s (build it with `go run ./cmd/shellgate image build`): %w", *flagImage, *flagImages, err)
 	}
-	b.rootfs = filepath.Join(imgDir, "rootfs")
+	// The store names an image by a link to its current version; runc
+	// refuses a bundle whose rootfs path goes through a symlink.
+	if b.rootfs, err = filepath.EvalSymlinks(filepath.Join(imgDir, "rootfs")); err != nil {
+		return err
+	}
 	b.hasPy = exists(filepath.Join(b.rootfs, "usr/bin/python3"))
 	b.hasBash = exists(filepath.Join(b.rootfs, "bin/bash")) || exists(filepath.Join(b.rootfs, "usr/bin/bash"))
 	if b.data, err = os.MkdirTemp("/var/tmp", "shellgate-bench-"); err != nil {
