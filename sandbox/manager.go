@@ -75,9 +75,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	Logger      *slog.Logger
 	// SharedHostUser runs every sandbox without a user namespace of its
-	// own, as host uid 1000 shared by all (the engine before per-sandbox
-	// namespaces). Weaker isolation: it exists to measure what the
-	// namespace costs; no command-line flag sets it.
+	// own: commands as host uid 1000 shared by all, and on crun and runc
+	// the agent as host root with its three capabilities (the engine
+	// before per-sandbox namespaces). Weaker isolation: it exists to
+	// measure what the namespace costs; no command-line flag sets it.
 	SharedHostUser bool
 }
 
