@@ -15,6 +15,7 @@
 //	GET    /api/v1/containers/{id}          retrieve (status running/sleeping)
 //	DELETE /api/v1/containers/{id}          delete (cancels what runs)
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
+//	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 package server
 
 import (
@@ -39,7 +40,8 @@ type Config struct {
 	Sandboxes  *sandbox.Manager
 	Keys       Authenticator
 	Containers Containers
-	// Ledger, if set, records every exec call's bill.
+	// Ledger, if set, records every exec call's bill and answers
+	// GET /api/v1/usage (without it that route is 404).
 	Ledger Ledger
 	Logger *slog.Logger
 	// CallWait bounds how long an exec call waits for another call on the
@@ -125,6 +127,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
+	s.handle("GET /api/v1/usage", maxEmptyBody, true, s.usage)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
