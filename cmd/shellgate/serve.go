@@ -12,6 +12,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/server"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
+	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
@@ -76,10 +77,21 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// POST /api/v1/eval: the continuation secret as `shellgate eval` gets
+	// it, the single-use claims in the server's own database.
+	secret, err := continuationSecret(*dataDir)
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: st.Continuations(), Audience: evalAudience, Logger: log})
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	defer runner.Close()
 	backend := server.StoreBackend{St: st}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend,
-		Logger: log, CallWait: *callWait,
+		EvalRunner: runner, Logger: log, CallWait: *callWait,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

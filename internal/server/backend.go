@@ -74,7 +74,21 @@ type Containers interface {
 	Delete(ctx context.Context, p Principal, id string) error
 }
 
-// Ledger records what a call cost (the usage ledger).
+// Ledger is the usage ledger: what each call cost, per workspace.
 type Ledger interface {
 	Record(ctx context.Context, p Principal, containerID string, at time.Time, kind string, bill metering.Bill) error
+	// Totals sums the principal's charges with from <= at < to per UTC
+	// day (oldest first) and per container (by id).
+	Totals(ctx context.Context, p Principal, from, to time.Time) (byDay, byContainer []UsageTotal, err error)
+}
+
+// UsageTotal sums the charges of one UTC day ("2006-01-02") or of one
+// container; money in integer micro-dollars.
+type UsageTotal struct {
+	Day           string
+	ContainerID   string
+	Events        int64
+	MeteredMillis int64
+	BilledMillis  int64
+	CostMicroUSD  int64
 }

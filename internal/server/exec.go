@@ -108,7 +108,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 	if !req.Stream {
 		outs, runErr := tool.RunShell(r.Context(), run, c.ID, plan)
 		var bill metering.Bill
-		bill, record = s.settle(r.Context(), p, c, run.firstAt(), start)
+		bill, record = s.settle(r.Context(), p, c, run.firstAt(), start, "exec")
 		if runErr != nil {
 			return s.callError(r, c.ID, ref, runErr, outs, bill)
 		}
@@ -159,22 +159,22 @@ func (s *Server) startState(id string) metering.Start {
 // bill to the ledger and the container's last use; the handler calls it
 // once the answer is written (the client does not wait for the database's
 // fsync), before it returns (so a graceful shutdown loses no charge).
-func (s *Server) settle(ctx context.Context, p Principal, c Container, first time.Time, start metering.Start) (bill metering.Bill, record func()) {
+func (s *Server) settle(ctx context.Context, p Principal, c Container, first time.Time, start metering.Start, kind string) (bill metering.Bill, record func()) {
 	now := time.Now()
 	bill = metering.Charge(first, now, start)
 	if first.IsZero() {
 		return bill, func() {}
 	}
-	return bill, func() { s.record(context.WithoutCancel(ctx), p, c, now, bill) }
+	return bill, func() { s.record(context.WithoutCancel(ctx), p, c, now, kind, bill) }
 }
 
-// record writes a call's bill to the ledger and the container's last use;
-// last_active_at is shown in seconds, so a container used within the last
-// second is not written again.
-func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, bill metering.Bill) {
+// record writes a call's bill (kind "exec" or "eval") to the ledger and
+// the container's last use; last_active_at is shown in seconds, so a
+// container used within the last second is not written again.
+func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, kind string, bill metering.Bill) {
 	id := c.ID
 	if s.cfg.Ledger != nil {
-		if err := s.cfg.Ledger.Record(ctx, p, id, now, "exec", bill); err != nil {
+		if err := s.cfg.Ledger.Record(ctx, p, id, now, kind, bill); err != nil {
 			s.log.ErrorContext(ctx, "recording usage failed", "container", id, "cost_micro_usd", bill.CostMicroUSD, "err", err)
 		}
 	}
@@ -446,7 +446,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, c C
 		case d := <-finished:
 			flush()
 			var bill metering.Bill
-			bill, *record = s.settle(r.Context(), p, c, run.firstAt(), start)
+			bill, *record = s.settle(r.Context(), p, c, run.firstAt(), start, "exec")
 			if d.err != nil {
 				err := s.callError(r, id, ref, d.err, d.outs, bill)
 				var me *metaError

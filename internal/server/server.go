@@ -15,6 +15,8 @@
 //	GET    /api/v1/containers/{id}          retrieve (status running/sleeping)
 //	DELETE /api/v1/containers/{id}          delete (cancels what runs)
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
+//	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
+//	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
 package server
 
 import (
@@ -31,6 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -39,9 +42,14 @@ type Config struct {
 	Sandboxes  *sandbox.Manager
 	Keys       Authenticator
 	Containers Containers
-	// Ledger, if set, records every exec call's bill.
+	// Ledger, if set, records every exec call's bill and answers
+	// GET /api/v1/usage (without it that route is 404).
 	Ledger Ledger
 	Logger *slog.Logger
+	// EvalRunner, if set, serves POST /api/v1/eval (without it that route
+	// is 404). Its Store must be the server's own database
+	// (sqlstore.DB.Continuations) and its Audience "shellgate-eval".
+	EvalRunner *jsrun.Runner
 	// CallWait bounds how long an exec call waits for another call on the
 	// same container to finish before it answers 409; default
 	// DefaultCallWait.
@@ -70,6 +78,8 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	calls   *callLocks
+	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
+	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
 	// test compares them with openapi.json).
 	routes []string
@@ -125,6 +135,11 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
+	s.handle("GET /api/v1/usage", maxEmptyBody, true, s.usage)
+	if cfg.EvalRunner != nil {
+		s.evalHandler = s.newEvalHandler()
+	}
+	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))

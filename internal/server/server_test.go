@@ -19,6 +19,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
+	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
@@ -68,7 +69,12 @@ func newServer(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 	t.Cleanup(func() { st.Close() })
 	logs := &syncBuffer{}
 	b := StoreBackend{St: st}
-	cfg := Config{Sandboxes: mgr, Keys: b, Containers: b, Ledger: b,
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("k", 32)), Store: st.Continuations(), Audience: "shellgate-eval"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { runner.Close() })
+	cfg := Config{Sandboxes: mgr, Keys: b, Containers: b, Ledger: b, EvalRunner: runner,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	for _, f := range mut {
 		f(&cfg)

@@ -119,3 +119,24 @@ func (b StoreBackend) Record(ctx context.Context, p Principal, containerID strin
 	return mapErr(b.St.Usage().Record(ctx, store.UsageEvent{Scope: scope(p), ContainerID: containerID, At: at,
 		MeteredMillis: bill.MeteredMillis, BilledMillis: bill.BilledMillis, CostMicroUSD: bill.CostMicroUSD, Kind: kind}))
 }
+
+func (b StoreBackend) Totals(ctx context.Context, p Principal, from, to time.Time) (byDay, byContainer []UsageTotal, err error) {
+	conv := func(ts []store.UsageTotal) []UsageTotal {
+		out := make([]UsageTotal, len(ts))
+		for i, t := range ts {
+			out[i] = UsageTotal{Day: t.Day, ContainerID: t.ContainerID, Events: t.Events,
+				MeteredMillis: t.MeteredMillis, BilledMillis: t.BilledMillis, CostMicroUSD: t.CostMicroUSD}
+		}
+		return out
+	}
+	u := b.St.Usage()
+	d, err := u.ByDay(ctx, scope(p), from, to)
+	if err != nil {
+		return nil, nil, mapErr(err)
+	}
+	c, err := u.ByContainer(ctx, scope(p), from, to)
+	if err != nil {
+		return nil, nil, mapErr(err)
+	}
+	return conv(d), conv(c), nil
+}

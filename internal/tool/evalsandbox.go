@@ -19,6 +19,10 @@ const MaxEvalFileBytes = 4 << 20
 type EvalSandbox struct {
 	Manager *sandbox.Manager
 	Name    string
+	// Executor, if set, runs the commands instead of Manager: the server
+	// passes the executor of its exec route, which meters and observes
+	// each command. Files always go through Manager.
+	Executor Executor
 }
 
 var _ jsrunhttp.Sandbox = EvalSandbox{}
@@ -40,7 +44,11 @@ func (s EvalSandbox) Exec(ctx context.Context, commands []string, timeoutMs, max
 	if err != nil {
 		return nil, err
 	}
-	outs, err := RunShell(ctx, s.Manager, s.Name, p)
+	var ex Executor = s.Manager
+	if s.Executor != nil {
+		ex = s.Executor
+	}
+	outs, err := RunShell(ctx, ex, s.Name, p)
 	if err != nil {
 		return nil, err
 	}

@@ -158,6 +158,28 @@ func TestServe(t *testing.T) {
 		t.Fatalf("without a key: %v %v", resp, err)
 	}
 
+	// Eval through the binary: the built-ins act on the container, the
+	// continuation (secret from the data directory, claims in the server's
+	// database) resumes once, and the usage route lists both charges.
+	evalReq := map[string]any{"source": `await ui.ok(); return (await sandbox.exec('cat f'))[0].stdout`,
+		"client_functions": map[string][]string{"ui": {"ok"}}, "sandbox": map[string]any{"container_id": "e2e"}}
+	evalBody := func() string { b, _ := json.Marshal(evalReq); return string(b) }
+	if st, ev := call("POST", "/api/v1/eval", evalBody()); st != 200 || ev["status"] != "interrupted" {
+		t.Fatalf("eval: %d %v", st, ev)
+	} else {
+		evalReq["continuation"] = ev["continuation"]
+		evalReq["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	}
+	if st, ev := call("POST", "/api/v1/eval", evalBody()); st != 200 || ev["value"] != "hi\n" {
+		t.Fatalf("eval resumed: %d %v", st, ev)
+	}
+	if st, ev := call("POST", "/api/v1/eval", evalBody()); st != 409 || ev["error"].(map[string]any)["code"] != "RUN_CONTINUATION_USED" {
+		t.Fatalf("eval resumed twice: %d %v", st, ev)
+	}
+	if st, u := call("GET", "/api/v1/usage", ""); st != 200 || u["total"].(map[string]any)["events"] != 2.0 {
+		t.Fatalf("usage: %d %v", st, u)
+	}
+
 	// SIGTERM with a streamed call in flight: the call finishes, the
 	// server exits 0, the container sleeps with its files.
 	req, _ = http.NewRequest("POST", base+"/api/v1/containers/e2e/exec", strings.NewReader(`{"commands":["sleep 1; echo late >> f"],"stream":true}`))

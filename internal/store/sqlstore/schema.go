@@ -64,4 +64,12 @@ var migrations = [][]string{
 		PRIMARY KEY (account, workspace, id)
 	)`,
 		`CREATE INDEX usage_by_scope_time ON usage_events (account, workspace, at_ms)`},
+	// 2: jsrun's single-use continuation claims (POST /api/v1/eval), one
+	// row per resumed token's nonce, kept until expires_at_ms.
+	{`CREATE TABLE continuation_claims (
+		id            TEXT PRIMARY KEY,
+		used_at_ms    BIGINT NOT NULL,
+		expires_at_ms BIGINT NOT NULL
+	)`,
+		`CREATE INDEX continuation_claims_by_expiry ON continuation_claims (expires_at_ms)`},
 }
