@@ -116,13 +116,7 @@ func (b *evalBox) hold(ctx context.Context, f func(Container) error) error {
 		return jsrun.NewUserError(codeContainerBusy, fmt.Sprintf("the container is running another call; calls on one container run one at a time and this one waited %s", s.cfg.CallWait))
 	}
 	defer release()
-	s.stateMu.Lock()
-	gone := s.deleted[b.id]
-	if !gone {
-		s.active[b.id] = true
-	}
-	s.stateMu.Unlock()
-	if gone {
+	if !s.beginActive(b.id) {
 		return errEvalGone
 	}
 	defer s.endActive(b.id)

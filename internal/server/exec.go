@@ -89,13 +89,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 	defer release()
 	// Under the call lock: make sure the container was not deleted while
 	// this call waited, and mark it busy for a delete that comes now.
-	s.stateMu.Lock()
-	gone := s.deleted[c.ID]
-	if !gone {
-		s.active[c.ID] = true
-	}
-	s.stateMu.Unlock()
-	if gone {
+	if !s.beginActive(c.ID) {
 		return notFound(ref)
 	}
 	defer s.endActive(c.ID)
@@ -121,6 +115,19 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 // endActive ends a call's hold on a container; when the container was
 // deleted meanwhile, it destroys whatever the call started after the
 // delete's own destroy.
+// beginActive marks container id busy for a delete that comes while a call
+// runs on it (the caller holds its call lock), unless it was deleted while
+// the call waited: then it reports false and the call must not run.
+func (s *Server) beginActive(id string) bool {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	if s.deleted[id] {
+		return false
+	}
+	s.active[id] = true
+	return true
+}
+
 func (s *Server) endActive(id string) {
 	s.stateMu.Lock()
 	gone := s.deleted[id]
