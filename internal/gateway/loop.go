@@ -1,0 +1,292 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/identity"
+)
+
+// Tool-call budget of one request (SPEC §1.5): max_tool_calls defaults to
+// 30 and larger values are clamped to 30.
+const (
+	DefaultMaxToolCalls = 30
+	MaxToolCalls        = 30
+)
+
+// BudgetMode says what the loop does when max_tool_calls is spent and the
+// model still wants tools.
+type BudgetMode int
+
+const (
+	// FinalAnswer asks the model once more with tool_choice none (Responses).
+	FinalAnswer BudgetMode = iota
+	// Pause stops with StopPause (Messages' pause_turn): the client resends
+	// the conversation to continue.
+	Pause
+)
+
+// Run is one client request for the loop.
+type Run struct {
+	Model   Model
+	Request *Request // the conversation and the client's own tools
+	// ServerTools by the function name the model sees; the loop adds their
+	// functions to Request.Tools.
+	ServerTools  map[string]ServerTool
+	Sandboxes    Sandboxes
+	Select       identity.Request
+	Open         OpenOptions
+	Uploads      []Upload // copied into the container when it is opened
+	MaxToolCalls int      // 0: DefaultMaxToolCalls
+	Budget       BudgetMode
+	Sink         Sink // nil: not streamed
+}
+
+// Upload is a workspace file to copy into the container before its first
+// command (Responses environment.file_ids, Messages container_upload).
+type Upload struct {
+	FileID string
+	Dir    string // relative to the home; "" for the home itself
+}
+
+// Sink receives a run's progress as it happens, for streaming frontends.
+// Calls come from the loop's goroutine, in order; a Sink must not block
+// for long (it writes to the client).
+type Sink interface {
+	// TextDelta is more assistant text; a new text item starts when the
+	// previous item was not text or after TextDone.
+	TextDelta(text string)
+	// TextDone ends the current text item with its full text.
+	TextDone(text string)
+	// ClientCall is a call of a client function tool (complete).
+	ClientCall(call ToolCall)
+	// StepStart: a server tool call is about to run (arguments complete).
+	StepStart(s *Step)
+	// StepOutput is command output of the running step.
+	StepOutput(s *Step, cmd, stream int, text string)
+	// StepDone: the step's result is known.
+	StepDone(s *Step)
+}
+
+// ItemKind says which field of an Item is set.
+type ItemKind int
+
+const (
+	ItemText ItemKind = iota
+	ItemClientCall
+	ItemStep
+)
+
+// Item is one output of the run, in order.
+type Item struct {
+	Kind ItemKind
+	Text string
+	Call *ToolCall
+	Step *Step
+}
+
+// Step is one server tool call and its result.
+type Step struct {
+	Call   ToolCall
+	Tool   ServerTool
+	Result StepResult
+	Index  int // 0-based among the run's steps
+}
+
+// Result is a finished run.
+type Result struct {
+	Items       []Item
+	Stop        StopReason
+	Usage       Usage
+	Model       string // as the upstream named it in its last turn
+	ContainerID string // "" when no sandbox was opened
+	ExpiresAt   time.Time
+	// ToolCallsRequested counts the server tool calls the model made,
+	// ToolCallsExecuted those that ran in the sandbox.
+	ToolCallsRequested int
+	ToolCallsExecuted  int
+	CostMicroUSD       int64
+	UpstreamCalls      int
+}
+
+// Execute runs the loop: upstream turn, server tool calls, repeat, until
+// the model answers, calls a client tool, or the budget ends it. The
+// request's sandbox session is closed (and billed) before Execute returns.
+// On error the Result holds what was done before it.
+func Execute(ctx context.Context, run *Run) (*Result, error) {
+	max := run.MaxToolCalls
+	if max <= 0 || max > MaxToolCalls {
+		max = DefaultMaxToolCalls
+	}
+	req := run.Request
+	for _, name := range slices.Sorted(maps.Keys(run.ServerTools)) {
+		req.Tools = append(req.Tools, run.ServerTools[name].Function())
+	}
+	res := &Result{}
+	box := &lazyBox{run: run}
+	defer func() {
+		if box.sb != nil {
+			res.CostMicroUSD = box.sb.Cost()
+			box.sb.Close()
+		}
+	}()
+	finalTurn := false
+	for {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		turn, err := turnOnce(ctx, run, req, res)
+		if err != nil {
+			return res, err
+		}
+		res.UpstreamCalls++
+		res.Usage.Add(turn.Usage)
+		res.Model = turn.Model
+		res.Stop = turn.Stop
+		req.Messages = append(req.Messages, Message{Role: RoleAssistant, Parts: turn.Parts})
+
+		var results []Part
+		clientCalls := 0
+		for _, p := range turn.Parts {
+			switch p.Kind {
+			case PartText:
+				res.Items = append(res.Items, Item{Kind: ItemText, Text: p.Text})
+			case PartToolCall:
+				st, isServer := run.ServerTools[p.Call.Name]
+				if !isServer {
+					clientCalls++
+					c := *p.Call
+					res.Items = append(res.Items, Item{Kind: ItemClientCall, Call: &c})
+					if run.Sink != nil {
+						run.Sink.ClientCall(c)
+					}
+					continue
+				}
+				res.ToolCallsRequested++
+				if finalTurn {
+					// The model was told no tools; it is not run, and the
+					// conversation ends here.
+					continue
+				}
+				step := &Step{Call: *p.Call, Tool: st, Index: stepCount(res)}
+				res.Items = append(res.Items, Item{Kind: ItemStep, Step: step})
+				if run.Sink != nil {
+					run.Sink.StepStart(step)
+				}
+				if step.Index >= max {
+					step.Result = StepResult{IsError: true, Content: fmt.Sprintf("error: not run: this request's limit of %d tool calls (max_tool_calls) is spent; answer with what you have", max),
+						Detail: &ShellDetail{Error: "max_tool_calls reached", ErrorCode: "too_many_requests"}}
+				} else {
+					var onOut func(cmd, stream int, text string)
+					if run.Sink != nil {
+						onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
+					}
+					step.Result = st.Run(ctx, box.get, step.Call, onOut)
+					if step.Result.Executed {
+						res.ToolCallsExecuted++
+					}
+				}
+				if run.Sink != nil {
+					run.Sink.StepDone(step)
+				}
+				results = append(results, Part{Kind: PartToolResult, Result: &ToolResult{
+					CallID: step.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError}})
+			}
+		}
+		if box.sb != nil {
+			res.ContainerID, res.ExpiresAt = box.sb.ContainerID(), box.sb.ExpiresAt()
+		}
+		if finalTurn || len(results) == 0 || clientCalls > 0 {
+			if clientCalls > 0 {
+				res.Stop = StopToolUse
+			} else if finalTurn || len(results) > 0 {
+				res.Stop = StopEnd
+			}
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, nil
+		}
+		req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: results})
+		if stepCount(res) >= max {
+			if run.Budget == Pause {
+				res.Stop = StopPause
+				return res, nil
+			}
+			finalTurn = true
+			req.ToolChoice = ToolChoice{Mode: ChoiceNone}
+		}
+	}
+}
+
+// turnOnce calls the upstream, forwarding text deltas to the sink.
+func turnOnce(ctx context.Context, run *Run, req *Request, res *Result) (*Turn, error) {
+	var onDelta func(Delta)
+	var text string
+	open := -1
+	if run.Sink != nil {
+		onDelta = func(d Delta) {
+			if d.Kind != DeltaText {
+				if open >= 0 && d.Index != open {
+					run.Sink.TextDone(text)
+					open, text = -1, ""
+				}
+				return
+			}
+			if open >= 0 && d.Index != open {
+				run.Sink.TextDone(text)
+				text = ""
+			}
+			open = d.Index
+			text += d.Text
+			run.Sink.TextDelta(d.Text)
+		}
+	}
+	turn, err := run.Model.Upstream.Turn(ctx, req, onDelta)
+	if open >= 0 {
+		run.Sink.TextDone(text)
+	}
+	return turn, err
+}
+
+func stepCount(res *Result) int {
+	n := 0
+	for _, it := range res.Items {
+		if it.Kind == ItemStep {
+			n++
+		}
+	}
+	return n
+}
+
+// lazyBox opens the run's sandbox on first use and copies the uploads in.
+type lazyBox struct {
+	run *Run
+	mu  sync.Mutex
+	sb  Sandbox
+	err error
+}
+
+func (b *lazyBox) get(ctx context.Context) (Sandbox, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sb != nil || b.err != nil {
+		return b.sb, b.err
+	}
+	sb, err := b.run.Sandboxes.Open(ctx, b.run.Select, b.run.Open)
+	if err != nil {
+		return nil, err // not cached: a later step may try again
+	}
+	b.sb = sb
+	for _, u := range b.run.Uploads {
+		if _, err := sb.CopyIn(ctx, u.FileID, u.Dir); err != nil {
+			b.err = fmt.Errorf("copying file %s into the container: %w", u.FileID, err)
+			return nil, b.err
+		}
+	}
+	return sb, nil
+}

@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Upstream is one model provider's API. Turn sends req and returns the
+// model's answer; when onDelta is not nil the adapter streams from the
+// upstream and calls onDelta (from Turn's goroutine) as parts arrive, and
+// the returned Turn is the same one the deltas add up to.
+//
+// Errors: an answer of the upstream that is an error is an *UpstreamError
+// with its status and message; a connection failure is an *UpstreamError
+// with Status 502, a timeout (the adapter's own bound, not ctx) Status 504.
+// When ctx ends, Turn returns ctx's error promptly and the upstream request
+// is cancelled.
+type Upstream interface {
+	Turn(ctx context.Context, req *Request, onDelta func(Delta)) (*Turn, error)
+}
+
+// UpstreamError is an upstream failure as the client will see it: the
+// client API's frontend writes it in its own error envelope with Status.
+type UpstreamError struct {
+	Status  int    // HTTP status for the client (the upstream's own, or 502/504)
+	Type    string // the upstream's error type when it said one ("rate_limit_error", ...)
+	Message string
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("upstream %d %s: %s", e.Status, e.Type, e.Message)
+}
+
+// AsUpstreamError returns err's *UpstreamError, if it has one.
+func AsUpstreamError(err error) (*UpstreamError, bool) {
+	var ue *UpstreamError
+	ok := errors.As(err, &ue)
+	return ue, ok
+}
+
+// RequestError is a client request the gateway refuses (HTTP 400 unless
+// Status says otherwise); frontends write it in their envelope. Param names
+// the offending field when known.
+type RequestError struct {
+	Status  int
+	Param   string
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// BadRequest is a *RequestError with status 400.
+func BadRequest(param, format string, a ...any) error {
+	return &RequestError{Status: http.StatusBadRequest, Param: param, Message: fmt.Sprintf(format, a...)}
+}
+
+// Model is a resolved model name: the upstream to call and the model name
+// it knows.
+type Model struct {
+	Provider string // the prefix before '/'
+	Name     string // the rest, sent to the upstream
+	API      string // the provider's API flavour (APIChat, APIResponses, APIMessages)
+	Upstream Upstream
+}
+
+// Upstream API flavours, as written in the provider config.
+const (
+	APIChat      = "chat_completions"
+	APIResponses = "responses"
+	APIMessages  = "messages"
+)
+
+// Models resolves "provider/model" names. internal/gateway/upstream
+// implements it from the provider config.
+type Models interface {
+	// Resolve returns the model for name, or a *RequestError (404 for an
+	// unknown provider, 400 for a name without '/').
+	Resolve(name string) (Model, error)
+	// List returns the configured model names for GET /v1/models (those
+	// the config lists; a provider without a list shows none).
+	List() []string
+}
