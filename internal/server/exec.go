@@ -337,31 +337,13 @@ func (e *events) take() []event {
 // per stream (what the agent keeps; the command's final output is shaped
 // from the same bytes), never splitting a UTF-8 character across events.
 func (e *events) deltas(idx, maxBytes int) agent.OutputFunc {
-	var sent [2]int
-	var carry [2][]byte
-	return func(stream byte, data []byte) {
-		k, name := 0, "stdout"
-		if stream == agent.Stderr {
-			k, name = 1, "stderr"
+	return utf8Output(maxBytes, func(stream int, text string) {
+		name := "stdout"
+		if stream == 2 {
+			name = "stderr"
 		}
-		room := maxBytes - sent[k]
-		if room <= 0 {
-			return
-		}
-		if len(data) > room {
-			data = data[:room]
-		}
-		sent[k] += len(data)
-		b := append(carry[k], data...)
-		carry[k] = nil
-		if cut := incompleteTail(b); cut > 0 && sent[k] < maxBytes {
-			carry[k] = append([]byte(nil), b[len(b)-cut:]...)
-			b = b[:len(b)-cut]
-		}
-		if len(b) > 0 {
-			e.push("output", outputDelta{idx, name, string(b)})
-		}
-	}
+		e.push("output", outputDelta{idx, name, text})
+	})
 }
 
 type outputDelta struct {

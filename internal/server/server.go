@@ -33,6 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	// same container to finish before it answers 409; default
 	// DefaultCallWait.
 	CallWait time.Duration
+	// Models resolves the gateway's "provider/model" names; without it the
+	// gateway routes answer that no model is configured.
+	Models gateway.Models
 }
 
 // DefaultCallWait is how long a call waits for the container's previous
