@@ -184,8 +184,11 @@ func readBeneath(ctx context.Context, dir, clean string, maxBytes int64) ([]byte
 // homeRelPath validates a path relative to /workspace/home (an absolute
 // path under /workspace/home is accepted too).
 func homeRelPath(p string) (string, error) {
-	if strings.HasPrefix(p, runtime.HomeDir+"/") {
-		p = strings.TrimPrefix(p, runtime.HomeDir+"/")
+	for _, prefix := range []string{runtime.HomeDir + "/", runtime.DataAlias + "/"} {
+		if strings.HasPrefix(p, prefix) {
+			p = strings.TrimPrefix(p, prefix)
+			break
+		}
 	}
 	if p == "" || strings.ContainsRune(p, 0) || path.IsAbs(p) {
 		return "", fmt.Errorf("bad path %q: want a relative path inside %s", p, runtime.HomeDir)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +161,9 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 		return inst, err
 	}
 	if err = os.Chmod(homeDir, 0o700); err != nil {
+		return inst, err
+	}
+	if err = makeOutputDir(homeDir); err != nil {
 		return inst, err
 	}
 	nsFD := -1
@@ -496,4 +500,23 @@ func removeCgroups(cid string) {
 func dirExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// makeOutputDir makes $OUTPUT_DIR in a home that has none, owned by the
+// sandbox user. It goes through an os.Root and mkdir never follows a link,
+// so whatever the sandbox left at that name (a link, a file) stays as it is.
+func makeOutputDir(homeDir string) error {
+	root, err := os.OpenRoot(homeDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	name := strings.TrimPrefix(runtime.OutputDir, runtime.HomeDir+"/")
+	switch err := root.Mkdir(name, 0o755); {
+	case errors.Is(err, fs.ErrExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("make %s: %w", runtime.OutputDir, err)
+	}
+	return root.Lchown(name, runtime.UID, runtime.GID)
 }

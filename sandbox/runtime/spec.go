@@ -15,7 +15,14 @@ type Config = specs.Spec
 
 // Paths inside every sandbox.
 const (
-	HomeDir   = "/workspace/home"
+	HomeDir = "/workspace/home"
+	// DataAlias names the home too: OpenAI's hosted shell works in
+	// /mnt/data, and models trained on it write there.
+	DataAlias = "/mnt/data"
+	// InputDir and OutputDir are $INPUT_DIR and $OUTPUT_DIR, where
+	// Anthropic's code execution puts uploads and expects outputs.
+	InputDir  = HomeDir + "/input"
+	OutputDir = HomeDir + "/output"
 	AgentPath = "/.shellgate/shellgate-agent"
 	// UID and GID are the commands' user.
 	UID = 1000
@@ -83,6 +90,9 @@ type SpecOptions struct {
 var Env = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=" + HomeDir,
+	// Where Anthropic's code execution puts uploads and expects outputs.
+	"INPUT_DIR=" + InputDir,
+	"OUTPUT_DIR=" + OutputDir,
 	"USER=sandbox",
 	"LOGNAME=sandbox",
 	"LANG=C.UTF-8",
@@ -141,6 +151,8 @@ func Spec(o SpecOptions) *Config {
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", l.TmpBytes)}},
 			{Destination: HomeDir, Type: "bind", Source: o.Home, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+			// OpenAI's hosted shell works in /mnt/data: the same home.
+			{Destination: DataAlias, Type: "bind", Source: o.Home, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 			{Destination: AgentPath, Type: "bind", Source: o.Agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{

@@ -489,6 +489,28 @@ exec sleep 1000
 			t.Errorf("the sandbox was not stopped: %s %v", st, err)
 		}
 	})
+	t.Run("22 the paths models expect: /mnt/data, $INPUT_DIR, $OUTPUT_DIR", func(t *testing.T) {
+		ctx := context.Background()
+		o := Run(t, m, box, `echo via-alias > /mnt/data/alias.txt && cat /workspace/home/alias.txt && echo "$INPUT_DIR $OUTPUT_DIR" && echo out > "$OUTPUT_DIR/r.txt" && cd /mnt/data && pwd -P`)
+		want := "via-alias\n" + runtime.InputDir + " " + runtime.OutputDir + "\n" + runtime.DataAlias + "\n"
+		if o.Stdout != want || exitCode(o) != 0 {
+			t.Fatalf("got %q (stderr %q), want %q", o.Stdout, o.Stderr, want)
+		}
+		b, err := m.ReadFile(ctx, box, runtime.DataAlias+"/output/r.txt", 1<<10)
+		if err != nil || string(b) != "out\n" {
+			t.Fatalf("ReadFile through /mnt/data: %q, %v", b, err)
+		}
+		// What a command leaves at $OUTPUT_DIR's name stays as it is after
+		// a sleep and wake: the host never follows it.
+		Run(t, m, box, `rm -r "$OUTPUT_DIR" && ln -s /etc "$OUTPUT_DIR"`)
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if o := Run(t, m, box, `readlink "$OUTPUT_DIR"; stat -c %u /etc`); o.Stdout != "/etc\n0\n" && o.Stdout != "/etc\n65534\n" {
+			t.Errorf("after wake: %q %q", o.Stdout, o.Stderr)
+		}
+		Run(t, m, box, `rm "$OUTPUT_DIR"`)
+	})
 	t.Run("15 destroy removes the home", func(t *testing.T) {
 		ctx := context.Background()
 		Run(t, m, "doomed", "echo x > f")
@@ -498,7 +520,7 @@ exec sleep 1000
 		if _, err := m.Status("doomed"); err == nil {
 			t.Fatal("destroyed sandbox still has a status")
 		}
-		if o := Run(t, m, "doomed", "ls"); o.Stdout != "lost+found\n" && o.Stdout != "" {
+		if o := Run(t, m, "doomed", "ls"); o.Stdout != "lost+found\noutput\n" && o.Stdout != "output\n" {
 			t.Errorf("new sandbox of the same name sees old files: %q", o.Stdout)
 		}
 	})
@@ -736,7 +758,7 @@ func lifecycleCalls(t *testing.T, rt string) {
 			t.Errorf("containers left: %v", ids)
 		}
 		// The name is free for a new sandbox.
-		if o := Run(t, m, "doomed", "ls"); o.Stdout != "lost+found\n" && o.Stdout != "" {
+		if o := Run(t, m, "doomed", "ls"); o.Stdout != "lost+found\noutput\n" && o.Stdout != "output\n" {
 			t.Errorf("new sandbox of the same name sees old files: %q", o.Stdout)
 		}
 	})

@@ -146,7 +146,7 @@ func TestExecJSONAndReuse(t *testing.T) {
 	if _, stderr, code := run("sandbox", "rm", "reuse"); code == 0 || !strings.Contains(stderr, "sandbox not found: reuse") {
 		t.Fatalf("second rm: exit %d %q", code, stderr)
 	}
-	if out, _, _ = run("exec", "--image", "busybox", "--runtime", "runc", "--sandbox", "reuse", "--", "ls"); out != "lost+found\n" {
+	if out, _, _ = run("exec", "--image", "busybox", "--runtime", "runc", "--sandbox", "reuse", "--", "ls"); out != "lost+found\noutput\n" {
 		t.Fatalf("home survived rm: %q", out)
 	}
 	// The exit code of the last command is the CLI's.
