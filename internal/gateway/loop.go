@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -189,6 +190,12 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 					if step.Result.Executed {
 						res.ToolCallsExecuted++
 					}
+					if box.fatal != nil {
+						// The request named a container it cannot have
+						// (another workspace's, expired): the request fails,
+						// the model is not asked to work around it.
+						return res, box.fatal
+					}
 				}
 				if run.Sink != nil {
 					run.Sink.StepDone(step)
@@ -265,10 +272,11 @@ func stepCount(res *Result) int {
 
 // lazyBox opens the run's sandbox on first use and copies the uploads in.
 type lazyBox struct {
-	run *Run
-	mu  sync.Mutex
-	sb  Sandbox
-	err error
+	run   *Run
+	mu    sync.Mutex
+	sb    Sandbox
+	err   error
+	fatal error // Open refused the request's container: a *RequestError
 }
 
 func (b *lazyBox) get(ctx context.Context) (Sandbox, error) {
@@ -279,6 +287,9 @@ func (b *lazyBox) get(ctx context.Context) (Sandbox, error) {
 	}
 	sb, err := b.run.Sandboxes.Open(ctx, b.run.Select, b.run.Open)
 	if err != nil {
+		if re := (*RequestError)(nil); errors.As(err, &re) {
+			b.fatal = err
+		}
 		return nil, err // not cached: a later step may try again
 	}
 	b.sb = sb

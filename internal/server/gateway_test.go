@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
+	"github.com/shellgate/shellgate/internal/identity"
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+// These tests drive the API-neutral loop (gateway.Execute) over the
+// server's gateway.Sandboxes with real sandboxes and the in-process
+// scripted model; the client-API frontends are tested in their packages.
+
+// lastResult is the content of the last tool result in req.
+func lastResult(req *gateway.Request) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		for _, p := range req.Messages[i].Parts {
+			if p.Kind == gateway.PartToolResult {
+				return p.Result.Content
+			}
+		}
+	}
+	return ""
+}
+
+func answerWithResult(req *gateway.Request) *gateway.Turn {
+	return &gateway.Turn{Parts: []gateway.Part{gatewaytest.Text("result: " + lastResult(req))}}
+}
+
+func shellCall(id string, cmds ...string) gateway.Part {
+	return gatewaytest.Call(id, "shell", map[string]any{"commands": cmds})
+}
+
+func runLoop(t *testing.T, e *env, p Principal, sel identity.Request, max int, turns ...gatewaytest.Turn) (*gateway.Result, *gatewaytest.Script, error) {
+	t.Helper()
+	script := gatewaytest.NewScript(turns...)
+	run := &gateway.Run{
+		Model:        gateway.Model{Provider: "scripted", Name: "m", Upstream: script},
+		Request:      &gateway.Request{Model: "m", Messages: []gateway.Message{{Role: gateway.RoleUser, Parts: []gateway.Part{gatewaytest.Text("go")}}}},
+		ServerTools:  map[string]gateway.ServerTool{"shell": gateway.ShellTool{Name: "shell"}},
+		Sandboxes:    e.srv.sandboxesFor(p),
+		Select:       sel,
+		MaxToolCalls: max,
+	}
+	res, err := gateway.Execute(t.Context(), run)
+	if err := e.srv.WaitCalls(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return res, script, err
+}
+
+func TestGatewayLoop(t *testing.T) {
+	e := newEnv(t, "crun", "busybox")
+	pa := Principal{Account: "acme", Workspace: "a"}
+	pb := Principal{Account: "acme", Workspace: "b"}
+
+	t.Run("a shell step runs in the sandbox and its result goes back to the model", func(t *testing.T) {
+		res, script, err := runLoop(t, e, pa, identity.Request{BodySessionID: "sess-1"}, 0,
+			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("let me compute"), shellCall("call_1", `awk 'BEGIN{for(i=1;i<=100;i++)s+=i; print s}'`, "echo kept > notes.txt")}},
+			gatewaytest.Turn{Reply: answerWithResult})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Stop != gateway.StopEnd || len(res.Items) != 3 || res.ToolCallsRequested != 1 || res.ToolCallsExecuted != 1 || res.UpstreamCalls != 2 {
+			t.Fatalf("result %+v", res)
+		}
+		d := res.Items[1].Step.Result.Detail.(*gateway.ShellDetail)
+		if len(d.Outputs) != 2 || d.Outputs[0].Stdout != "5050\n" || d.ContainerID != res.ContainerID || !strings.HasPrefix(res.ContainerID, "cntr_") {
+			t.Fatalf("detail %+v", d)
+		}
+		reqs := script.Requests()
+		if len(reqs) != 2 || len(reqs[0].Tools) != 1 || reqs[0].Tools[0].Name != "shell" {
+			t.Fatalf("requests %+v", reqs)
+		}
+		var seen struct {
+			ContainerID string `json:"container_id"`
+			Output      []struct{ Stdout string }
+		}
+		if err := json.Unmarshal([]byte(lastResult(&reqs[1])), &seen); err != nil || seen.ContainerID != res.ContainerID || seen.Output[0].Stdout != "5050\n" {
+			t.Fatalf("the model saw %q (%v)", lastResult(&reqs[1]), err)
+		}
+		// New container: billed at least 30 s, to the ledger as "response".
+		if res.CostMicroUSD < 3000 {
+			t.Fatalf("cost %d µ$, want the new-container minimum", res.CostMicroUSD)
+		}
+		sums, err := e.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
+		if err != nil || len(sums) != 1 || sums[0].ContainerID != res.ContainerID || sums[0].CostMicroUSD != res.CostMicroUSD {
+			t.Fatalf("ledger %+v %v, want one charge of %d", sums, err, res.CostMicroUSD)
+		}
+		// The session's next request finds the file, in the same container.
+		res2, _, err := runLoop(t, e, pa, identity.Request{HeaderSessionID: "sess-1"}, 0,
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_2", "cat notes.txt")}},
+			gatewaytest.Turn{Reply: answerWithResult})
+		if err != nil || res2.ContainerID != res.ContainerID || !strings.Contains(res2.Items[1].Text, `kept\n`) {
+			t.Fatalf("second request: %+v %v", res2, err)
+		}
+	})
+
+	t.Run("another workspace's container is not found, and nothing runs", func(t *testing.T) {
+		c := e.create(e.keyA, "private")
+		_, script, err := runLoop(t, e, pb, identity.Request{ContainerReference: c.ID}, 0,
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", "echo hi")}},
+			gatewaytest.Turn{Reply: answerWithResult})
+		var re *gateway.RequestError
+		if !errors.As(err, &re) || re.Status != http.StatusNotFound || len(script.Requests()) != 1 {
+			t.Fatalf("err %v, %d upstream calls", err, len(script.Requests()))
+		}
+	})
+
+	t.Run("bad arguments and too many commands are results the model reads", func(t *testing.T) {
+		many := make([]string, 101)
+		for i := range many {
+			many[i] = "true"
+		}
+		res, _, err := runLoop(t, e, pa, identity.Request{}, 0,
+			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c1", "shell", `{"commands": "ls"`)}},
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c2", many...)}},
+			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c3", "shell", map[string]any{"commands": []string{}})}},
+			gatewaytest.Turn{Reply: answerWithResult})
+		if err != nil || res.Stop != gateway.StopEnd || res.ToolCallsRequested != 3 || res.ToolCallsExecuted != 0 || res.ContainerID != "" {
+			t.Fatalf("%+v %v", res, err)
+		}
+		for i, it := range res.Items[:3] {
+			if !it.Step.Result.IsError || it.Step.Result.Detail.(*gateway.ShellDetail).ErrorCode != "invalid_tool_input" {
+				t.Errorf("step %d: %+v", i, it.Step.Result)
+			}
+		}
+	})
+
+	t.Run("max_tool_calls: then the model answers without tools", func(t *testing.T) {
+		res, script, err := runLoop(t, e, pa, identity.Request{}, 2,
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo 1")}},
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c2", "echo 2")}},
+			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}})
+		reqs := script.Requests()
+		if err != nil || res.ToolCallsExecuted != 2 || len(reqs) != 3 || reqs[2].ToolChoice.Mode != gateway.ChoiceNone || reqs[1].ToolChoice.Mode != "" {
+			t.Fatalf("%+v %v, %d requests", res, err, len(reqs))
+		}
+	})
+
+	t.Run("a client tool call ends the loop after the server steps before it", func(t *testing.T) {
+		res, script, err := runLoop(t, e, pa, identity.Request{}, 0,
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo 1"), gatewaytest.Call("c2", "get_weather", map[string]any{"city": "Paris"})}})
+		if err != nil || res.Stop != gateway.StopToolUse || len(res.Items) != 2 || res.Items[0].Kind != gateway.ItemStep || res.Items[1].Kind != gateway.ItemClientCall || len(script.Requests()) != 1 {
+			t.Fatalf("%+v %v", res, err)
+		}
+	})
+
+	t.Run("a cancelled request kills the running command and is still billed", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		script := gatewaytest.NewScript(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "sleep 30; echo late > late.txt")}})
+		run := &gateway.Run{
+			Model:       gateway.Model{Upstream: script},
+			Request:     &gateway.Request{Messages: []gateway.Message{{Role: gateway.RoleUser, Parts: []gateway.Part{gatewaytest.Text("go")}}}},
+			ServerTools: map[string]gateway.ServerTool{"shell": gateway.ShellTool{Name: "shell"}},
+			Sandboxes:   e.srv.sandboxesFor(pa),
+			Select:      identity.Request{BodySessionID: "cancelled"},
+		}
+		time.AfterFunc(time.Second, cancel)
+		res, err := gateway.Execute(ctx, run)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v", err)
+		}
+		if err := e.srv.WaitCalls(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if res.CostMicroUSD < 3000 {
+			t.Fatalf("cost %d", res.CostMicroUSD)
+		}
+		// The session's container is named "cancelled".
+		if out := e.exec(e.keyA, "cancelled", "ps -o args | grep -c '^sleep 30' ; test -e late.txt || echo absent"); out.Output[0].Stdout != "0\nabsent\n" {
+			t.Fatalf("the command outlived its request: %+v", out.Output)
+		}
+	})
+}
