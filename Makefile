@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build setup images demo test bench clean
+.PHONY: build setup images node-clients demo test bench clean
 
 # Both binaries are static: the agent runs inside sandboxes of any image.
 build:
@@ -16,6 +16,11 @@ images: build
 	$(BIN)/shellgate image build --busybox
 	$(BIN)/shellgate image build
 
+# The official JavaScript SDKs (openai, @anthropic-ai/sdk, the Vercel AI
+# SDK) and the Node 22 they need, from the npm registry, for test/e2e.
+node-clients:
+	cd test/node && npm ci --no-audit --no-fund
+
 # The main job: build, set up the host, build the default image, and answer
 # a question about a CSV with pandas inside a sandbox.
 demo: setup build
@@ -27,7 +32,7 @@ demo: setup build
 # a time (-p 1): the sandbox suites hold real time limits (a 1 GB line under
 # gVisor, fork loops), which two packages' sandboxes on two cores distort.
 test: export SHELLGATE_TEST_STRICT = 1
-test: setup images
+test: setup images node-clients
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
