@@ -31,7 +31,8 @@ type FileList struct {
 	Files []FileInfo
 	// More is set when files may follow; Next is the After of the next
 	// page: the last file's path, or, when the scan budget ran out first,
-	// the last path the scan reached (which need not be a file).
+	// the last path the scan reached (which need not be a file: a
+	// directory's ends in "/").
 	More bool
 	Next string
 }
@@ -179,7 +180,8 @@ func (w *walker) dir(fd int, prefix string, depth int) error {
 			continue
 		}
 		if len(w.files) == w.opts.Limit {
-			w.more = true
+			// The next page starts after the last file of this one.
+			w.more, w.last = true, w.files[len(w.files)-1].Path
 			return errPageFull
 		}
 		w.last = e.key
