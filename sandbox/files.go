@@ -213,7 +213,7 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 	parent := path.Dir(clean)
 	if parent != "." {
 		if err := root.MkdirAll(parent, 0o755); err != nil {
-			return fmt.Errorf("write %s: %w", clean, err)
+			return openError("write", clean, err)
 		}
 		// Directories created here belong to the sandbox user too.
 		for d := parent; d != "."; d = path.Dir(d) {
@@ -225,7 +225,7 @@ func writeBeneath(dir, clean string, r io.Reader) error {
 	tmp := path.Join(parent, uploadTempPrefix+hex.EncodeToString(rnd[:]))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", clean, err)
+		return openError("write", clean, err)
 	}
 	committed := false
 	defer func() {
