@@ -203,7 +203,8 @@ func (s *Server) holdContainer(r *http.Request, p Principal) (Container, func(),
 		release()
 		return Container{}, nil, notFound(ref)
 	}
-	if c, err = s.lookup(r.Context(), p, c.ID); err != nil {
+	// A delete may have won while this call waited.
+	if _, err := s.lookup(r.Context(), p, c.ID); err != nil {
 		s.endActive(c.ID)
 		release()
 		return Container{}, nil, err

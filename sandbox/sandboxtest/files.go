@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/home"
 )
 
 // FilesSuite covers the host's file calls on a home (ListFiles, StatFile,
@@ -287,6 +289,49 @@ echo ok`)
 		l, err := m.ListFiles(ctx, box, sandbox.ListOptions{})
 		if err != nil || len(l.Files) != 1 || l.Files[0].Path != "plain" {
 			t.Errorf("list: %+v %v", l, err)
+		}
+	})
+
+	t.Run("06 a home mounted for a file call by a process that died is unmounted by the next Open", func(t *testing.T) {
+		const box = "crashy"
+		Run(t, m, box, "echo precious > f")
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		// What a process killed during a file call on a sleeping sandbox
+		// leaves: the directory, its free owner lock, meta.json and the
+		// home mounted alone.
+		real, _ := filepath.EvalSymlinks(data)
+		dir := filepath.Join(real, "run", "sandboxes", "sg-deadbeefdeadbeef")
+		img := filepath.Join(real, "homes", box+".img")
+		if err := os.MkdirAll(filepath.Join(dir, "private", "home"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "owner.lock"), nil, 0o600)
+		os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"runtime":"`+rt+`","home":"`+img+`"}`), 0o600)
+		if err := home.Mount(img, filepath.Join(dir, "private", "home")); err != nil {
+			t.Fatal(err)
+		}
+		agent, err := agentbin.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := sandbox.Open(ctx, sandbox.Config{DataDir: data, Runtime: rt, Image: "busybox", Images: ImagesDir(), Agent: agent,
+			Limits: Limits, HomeBytes: HomeBytes, LayerBytes: 64 << 20, IdleTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m2.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if left := mountsUnder(dir); len(left) > 0 {
+			t.Errorf("still mounted: %v", left)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s left behind", dir)
+		}
+		if b, err := m.ReadFile(ctx, box, "f", 100); err != nil || string(b) != "precious\n" {
+			t.Errorf("the home after cleanup: %q %v", b, err)
 		}
 	})
 }
