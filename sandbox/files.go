@@ -186,17 +186,34 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 // stopped below the disk reserve (ErrDiskReserve). The file belongs to the
 // sandbox user and is marked as uploaded (FileInfo.Uploaded).
 func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
+	_, err := m.PutFile(ctx, name, rel, r)
+	return err
+}
+
+// PutFile is WriteFile that also describes the file written, in the same
+// call (a sleeping sandbox's home is mounted once).
+func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (FileInfo, error) {
 	clean, err := homeRelPath(rel)
 	if err != nil {
-		return err
+		return FileInfo{}, err
 	}
-	return m.withHome(ctx, name, func(ctx context.Context, dir string) error {
+	var info FileInfo
+	err = m.withHome(ctx, name, func(ctx context.Context, dir string) error {
 		what := "write " + clean
 		if err := m.checkReserve(what); err != nil {
 			return err
 		}
-		return writeBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)})
+		if err := writeBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}); err != nil {
+			return err
+		}
+		f, fi, err := openBeneath(dir, clean)
+		if err != nil {
+			return err
+		}
+		info = fi
+		return f.Close()
 	})
+	return info, err
 }
 
 // writeBeneath writes r to clean inside dir, resolving every path

@@ -148,10 +148,7 @@ func (s *Server) CopyWorkspaceFileIn(ctx context.Context, p Principal, container
 			rel = f.ID
 		}
 	}
-	if err := s.mgr.WriteFile(ctx, containerID, rel, rc); err != nil {
-		return sandbox.FileInfo{}, err
-	}
-	return s.mgr.StatFile(ctx, containerID, rel)
+	return s.mgr.PutFile(ctx, containerID, rel, rc)
 }
 
 // PromoteContainerFile copies the file at rel in container containerID's
@@ -467,11 +464,7 @@ func (s *Server) uploadContainerFileRoute(w http.ResponseWriter, r *http.Request
 				if err != nil {
 					return err
 				}
-				err = s.mgr.WriteFile(ctx, c.ID, rel, &capReader{r: part, max: s.cfg.MaxUploadBytes})
-				if err != nil {
-					return s.fileErr(err, ref, strconv.Quote(rel))
-				}
-				if fi, err = s.mgr.StatFile(ctx, c.ID, rel); err != nil {
+				if fi, err = s.mgr.PutFile(ctx, c.ID, rel, &capReader{r: part, max: s.cfg.MaxUploadBytes}); err != nil {
 					return s.fileErr(err, ref, strconv.Quote(rel))
 				}
 				wrote = true

@@ -142,8 +142,8 @@ echo ok`)
 		}
 		before := containers(t, rt, data)
 		mounted := mountsUnder(filepath.Join(data, "run"))
-		if err := m.WriteFile(ctx, box, "in/data.csv", strings.NewReader("a,b\n")); err != nil {
-			t.Fatal(err)
+		if fi, err := m.PutFile(ctx, box, "in/data.csv", strings.NewReader("a,b\n")); err != nil || fi.Size != 4 || !fi.Uploaded || fi.Path != "in/data.csv" {
+			t.Fatalf("PutFile asleep: %+v %v", fi, err)
 		}
 		l, err := m.ListFiles(ctx, box, sandbox.ListOptions{})
 		if err != nil || len(l.Files) != 2 || l.Files[0].Path != "in/data.csv" || !l.Files[0].Uploaded || l.Files[1].Uploaded {
