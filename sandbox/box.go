@@ -42,6 +42,10 @@ type box struct {
 	// awake mirrors inst != nil for readers that must not wait for a
 	// command.
 	awake atomic.Bool
+	// homeOnly is set while a file call has the sleeping box's home
+	// mounted without a container (files.go): the home's owner lock is
+	// held by this process then, but the sandbox is asleep.
+	homeOnly atomic.Bool
 
 	// Under Manager.mu.
 	refs int // ops holding or waiting for lock
@@ -162,26 +166,42 @@ func stoppedBy(opCtx context.Context) error {
 // context, which Destroy (of this box) and Close cancel; an op ended that
 // way returns ErrDestroyed or ErrClosed rather than the context's error.
 func (m *Manager) withBox(ctx context.Context, name string, fn func(context.Context, *box) error) error {
-	o, opCtx, err := m.begin(ctx, name)
+	b, opCtx, release, err := m.hold(ctx, name)
 	if err != nil {
 		return err
 	}
-	defer m.end(o)
-	if err := o.box.lockCtx(opCtx); err != nil {
-		if cause := stoppedBy(opCtx); cause != nil {
-			return cause
-		}
-		return err
-	}
-	defer o.box.unlock()
-	if cause := stoppedBy(opCtx); cause != nil {
-		return cause
-	}
-	err = fn(opCtx, o.box)
+	defer release()
+	err = fn(opCtx, b)
 	if cause := stoppedBy(opCtx); err != nil && cause != nil && ctx.Err() == nil {
 		return cause
 	}
 	return err
+}
+
+// hold begins an op on the named box and takes its lock, for a call that
+// outlives one function (OpenFile's reader); release unlocks and ends the
+// op. The op's context is cancelled by Destroy and Close like withBox's.
+func (m *Manager) hold(ctx context.Context, name string) (b *box, opCtx context.Context, release func(), err error) {
+	o, opCtx, err := m.begin(ctx, name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := o.box.lockCtx(opCtx); err != nil {
+		m.end(o)
+		if cause := stoppedBy(opCtx); cause != nil {
+			return nil, nil, nil, cause
+		}
+		return nil, nil, nil, err
+	}
+	release = func() {
+		o.box.unlock()
+		m.end(o)
+	}
+	if cause := stoppedBy(opCtx); cause != nil {
+		release()
+		return nil, nil, nil, cause
+	}
+	return o.box, opCtx, release, nil
 }
 
 // cleanupTimeout bounds one teardown: deleting a container, unmounting its

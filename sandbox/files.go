@@ -2,112 +2,274 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/internal/ctxio"
+	"github.com/shellgate/shellgate/sandbox/home"
+	"github.com/shellgate/shellgate/sandbox/mounts"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
-// WriteFile copies r into the named sandbox's home at rel (a relative path
-// inside /workspace/home; missing directories are created), waking the
-// sandbox if it sleeps. An unknown name is ErrNotFound: WriteFile never
-// creates a sandbox (Create and Exec do). The path is resolved beneath the
-// home with os.Root, so no "..", absolute path or symlink planted by the
-// sandbox can lead outside it. Only a regular file is written: a FIFO,
-// socket, device or directory the sandbox left at rel is refused without
-// blocking (ErrNotRegular). The copy stops when ctx is done, and is refused
-// or stopped below the disk reserve (ErrDiskReserve). The file belongs to
-// the sandbox user.
-func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
-	clean, err := homeRelPath(rel)
-	if err != nil {
-		return err
-	}
+// Files in a home are reached by the host, never by a command: every call
+// below holds the sandbox's lock (so no command runs, and the agent has
+// killed every process of the last one), resolves paths beneath an os.Root
+// of the mounted home (so no "..", absolute path or symlink planted by the
+// sandbox leads outside it), opens with O_NONBLOCK and O_NOFOLLOW and
+// serves only regular files (a FIFO, socket, device, directory or symlink
+// at the path is ErrNotRegular, without blocking).
+//
+// None of them starts a sandbox. An awake sandbox's files are reached
+// through its running container's home mount; a sleeping sandbox's home is
+// mounted alone for the call, under the home's owner lock (so no other
+// Shellgate process wakes it meanwhile; one that holds it awake makes the
+// call ErrBusy), and unmounted before the lock is released. An unknown name
+// is ErrNotFound: file calls never create a sandbox (Create and Exec do).
+
+var (
+	// ErrTooLarge is returned by ReadFile and OpenFile for a file over the
+	// caller's cap.
+	ErrTooLarge = errors.New("file too large")
+	// ErrNotRegular is returned for a path that is a FIFO, socket, device,
+	// directory or symlink.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrFileNotFound: nothing at that path in the home. It matches
+	// fs.ErrNotExist too.
+	ErrFileNotFound error = fileNotFound{}
+	// ErrBadPath: the path is not a relative path inside the home.
+	ErrBadPath = errors.New("bad path")
+)
+
+type fileNotFound struct{}
+
+func (fileNotFound) Error() string        { return "no such file in the home" }
+func (fileNotFound) Is(target error) bool { return target == fs.ErrNotExist }
+
+// sourceXattr marks a file the host wrote into a home (WriteFile). The
+// trusted namespace needs CAP_SYS_ADMIN on the host, so nothing inside a
+// sandbox can set or forge it; it goes with the file's inode, so a command
+// that replaces the file drops it.
+const sourceXattr = "trusted.shellgate.source"
+
+// uploadTempPrefix names the temporary file an upload is written to before
+// it is renamed into place; listings skip it.
+const uploadTempPrefix = ".shellgate-upload-"
+
+// FileInfo describes a regular file in a sandbox's home.
+type FileInfo struct {
+	// Path is relative to /workspace/home and '/'-separated, byte for byte
+	// as the file system has it: names may hold newlines or invalid UTF-8.
+	Path    string
+	Size    int64
+	ModTime time.Time
+	// Uploaded is set on a file the host wrote (WriteFile) and no command
+	// has replaced since.
+	Uploaded bool
+}
+
+// withHome runs fn as one op on the named sandbox with the host path of
+// its mounted home (see the comment at the top of this file).
+func (m *Manager) withHome(ctx context.Context, name string, fn func(ctx context.Context, dir string) error) error {
 	return m.withBox(ctx, name, func(ctx context.Context, b *box) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := m.wakeLocked(ctx, b, false); err != nil {
+		dir, done, err := m.homeLocked(ctx, b)
+		if err != nil {
 			return err
 		}
+		defer done()
+		return fn(ctx, dir)
+	})
+}
+
+// homeLocked returns the host path of b's mounted home and what undoes
+// that: nothing for an awake sandbox; for a sleeping one, its home is
+// mounted alone (below run/sandboxes/ID, with an owner lock and meta.json
+// like a container's, so that orphan cleanup unmounts it after a crash)
+// and done unmounts it. The caller holds b's lock.
+func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func(), err error) {
+	if b.inst != nil {
+		select {
+		case <-b.inst.client.Done():
+			// Died while idle: its home is unmounted, then mounted alone.
+			if err := m.sleepLocked(ctx, b); err != nil {
+				return "", nil, err
+			}
+		default:
+			return hostHomeDir(b.inst.dir), func() {}, nil
+		}
+	}
+	if err := m.statHome(b.name); err != nil {
+		return "", nil, err
+	}
+	unlockHome, err := m.lockHome(b.name)
+	if err != nil {
+		return "", nil, err
+	}
+	// Another process may have destroyed it before we held the lock.
+	if err := m.statHome(b.name); err != nil {
+		unlockHome()
+		return "", nil, err
+	}
+	sdir := filepath.Join(m.dirs.run, newID())
+	var owner *os.File
+	undo := func() {
+		var errs []error
+		if owner != nil {
+			if err := unmountAll(sdir); err != nil {
+				errs = append(errs, err)
+			} else {
+				errs = append(errs, mounts.RemoveTree(sdir))
+			}
+			unlockFile(owner)
+		}
+		unlockHome()
+		if err := errors.Join(errs...); err != nil {
+			m.log.Warn("unmounting a home mounted for a file call", "sandbox", b.name, "dir", sdir, "err", err)
+		}
+	}
+	err = m.withRunLock(unix.LOCK_EX, func() error {
+		if err := os.Mkdir(sdir, 0o700); err != nil {
+			return err
+		}
+		owner, err = lockFile(filepath.Join(sdir, "owner.lock"))
+		return err
+	})
+	if err == nil {
+		mb, _ := json.Marshal(meta{Runtime: m.rt.Name(), Home: m.homePath(b.name)})
+		err = os.WriteFile(filepath.Join(sdir, "meta.json"), mb, 0o600)
+	}
+	hd := hostHomeDir(sdir)
+	if err == nil {
+		err = os.MkdirAll(hd, 0o700)
+	}
+	if err == nil {
+		err = home.Mount(m.homePath(b.name), hd)
+	}
+	if err == nil {
+		err = os.Chmod(hd, 0o700)
+	}
+	if err != nil {
+		if owner == nil {
+			os.Remove(sdir)
+		}
+		undo()
+		return "", nil, fmt.Errorf("mount the home of %s: %w", b.name, err)
+	}
+	b.homeOnly.Store(true)
+	return hd, func() {
+		b.homeOnly.Store(false)
+		undo()
+	}, nil
+}
+
+// WriteFile copies r into the named sandbox's home at rel (a relative path
+// inside /workspace/home; missing directories are created). The bytes go
+// to a temporary file beside rel that is renamed into place once complete,
+// so a copy that fails or is cut short leaves what was at rel untouched. A
+// FIFO, socket, device, directory or symlink at rel is refused
+// (ErrNotRegular). The copy stops when ctx is done, and is refused or
+// stopped below the disk reserve (ErrDiskReserve). The file belongs to the
+// sandbox user and is marked as uploaded (FileInfo.Uploaded).
+func (m *Manager) WriteFile(ctx context.Context, name, rel string, r io.Reader) error {
+	_, err := m.PutFile(ctx, name, rel, r)
+	return err
+}
+
+// PutFile is WriteFile that also describes the file written, in the same
+// call (a sleeping sandbox's home is mounted once).
+func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (FileInfo, error) {
+	clean, err := homeRelPath(rel)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	var info FileInfo
+	err = m.withHome(ctx, name, func(ctx context.Context, dir string) error {
 		what := "write " + clean
 		if err := m.checkReserve(what); err != nil {
 			return err
 		}
-		return writeBeneath(hostHomeDir(b.inst.dir), clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)})
+		if err := writeBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}); err != nil {
+			return err
+		}
+		f, fi, err := openBeneath(dir, clean)
+		if err != nil {
+			return err
+		}
+		info = fi
+		return f.Close()
 	})
+	return info, err
 }
 
-// writeBeneath writes r to rel inside dir, resolving every path component
-// beneath dir.
+// writeBeneath writes r to clean inside dir, resolving every path
+// component beneath dir.
 func writeBeneath(dir, clean string, r io.Reader) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	// Refuse what is not a regular file before opening it, with a clear
-	// error; the open below does not block either way.
-	if st, err := root.Lstat(clean); err == nil && !st.Mode().IsRegular() && st.Mode()&fs.ModeSymlink == 0 {
+	if st, err := root.Lstat(clean); err == nil && !st.Mode().IsRegular() {
 		return fmt.Errorf("write %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
 	}
-	if dir := path.Dir(clean); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("write %s: %w", clean, err)
+	parent := path.Dir(clean)
+	if parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return openError("write", clean, err)
 		}
 		// Directories created here belong to the sandbox user too.
-		for d := dir; d != "."; d = path.Dir(d) {
+		for d := parent; d != "."; d = path.Dir(d) {
 			root.Lchown(d, runtime.UID, runtime.GID)
 		}
 	}
-	// O_NONBLOCK: opening a FIFO for writing must not wait for a reader
-	// (the sandbox may swap one in after the check above). O_TRUNC only
-	// once the open file is known to be regular.
-	f, err := root.OpenFile(clean, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(parent, uploadTempPrefix+hex.EncodeToString(rnd[:]))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		if errors.Is(err, syscall.ENXIO) {
-			err = fmt.Errorf("%w (a FIFO or socket)", ErrNotRegular)
-		}
-		return fmt.Errorf("write %s: %w", clean, err)
+		return openError("write", clean, err)
 	}
-	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("%w (%s)", ErrNotRegular, fileKind(st.Mode()))
+	committed := false
+	defer func() {
+		if !committed {
+			root.Remove(tmp)
+		}
+	}()
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Chown(runtime.UID, runtime.GID)
 	}
 	if err == nil {
-		err = f.Truncate(0)
+		// Best effort: a home without xattrs lists the file as a command's.
+		unix.Fsetxattr(int(f.Fd()), sourceXattr, []byte("user"), 0)
 	}
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", clean, err)
-	}
-	_, err = io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = root.Lchown(clean, runtime.UID, runtime.GID)
+		err = root.Rename(tmp, clean)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", clean, err)
 	}
+	committed = true
 	return nil
 }
-
-var (
-	// ErrTooLarge is returned by ReadFile for a file over the caller's cap.
-	ErrTooLarge = errors.New("file too large")
-	// ErrNotRegular is returned by ReadFile and WriteFile for a path that
-	// is a FIFO, socket, device or directory.
-	ErrNotRegular = errors.New("not a regular file")
-)
 
 // fileKind names what a non-regular file is, for error messages.
 func fileKind(m fs.FileMode) string {
@@ -128,61 +290,219 @@ func fileKind(m fs.FileMode) string {
 	return "not a regular file: " + m.Type().String()
 }
 
-// ReadFile reads a regular file at rel inside the named sandbox's home,
-// waking the sandbox if it sleeps; an unknown name is ErrNotFound. Like
-// WriteFile it resolves the path beneath the home; FIFOs, devices and
-// directories are refused without blocking, and a file over maxBytes is
-// ErrTooLarge.
+// ReadFile reads a regular file at rel inside the named sandbox's home; a
+// file over maxBytes is ErrTooLarge.
 func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64) ([]byte, error) {
+	f, err := m.OpenFile(ctx, name, rel, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// File is a regular file of a sandbox's home opened by OpenFile. It reads
+// exactly Size bytes (the size when it was opened). The sandbox is held
+// until Close: commands and other calls on it wait, so close it promptly.
+type File struct {
+	FileInfo
+	r       io.Reader
+	f       *os.File
+	release func()
+	closed  bool
+}
+
+func (f *File) Read(p []byte) (int, error) {
+	if f.closed {
+		return 0, os.ErrClosed
+	}
+	return f.r.Read(p)
+}
+
+// Close closes the file and lets the sandbox go on.
+func (f *File) Close() error {
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	err := f.f.Close()
+	f.release()
+	return err
+}
+
+// OpenFile opens the regular file at rel inside the named sandbox's home
+// for streaming; a file over maxBytes is ErrTooLarge. Reading stops with
+// ctx, or when the sandbox is destroyed or the manager closed (ErrDestroyed,
+// ErrClosed). The caller must Close the file.
+func (m *Manager) OpenFile(ctx context.Context, name, rel string, maxBytes int64) (*File, error) {
 	clean, err := homeRelPath(rel)
 	if err != nil {
 		return nil, err
 	}
-	var data []byte
-	err = m.withBox(ctx, name, func(ctx context.Context, b *box) error {
-		if err := ctx.Err(); err != nil {
-			return err
+	b, opCtx, release, err := m.hold(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*File, error) {
+		release()
+		if cause := stoppedBy(opCtx); cause != nil && ctx.Err() == nil {
+			return nil, cause
 		}
-		if err := m.wakeLocked(ctx, b, false); err != nil {
-			return err
-		}
-		data, err = readBeneath(ctx, hostHomeDir(b.inst.dir), clean, maxBytes)
-		return err
-	})
-	return data, err
+		return nil, err
+	}
+	if err := opCtx.Err(); err != nil {
+		return fail(err)
+	}
+	dir, done, err := m.homeLocked(opCtx, b)
+	if err != nil {
+		return fail(err)
+	}
+	f, info, err := openBeneath(dir, clean)
+	if err != nil {
+		done()
+		return fail(err)
+	}
+	if info.Size > maxBytes {
+		f.Close()
+		done()
+		return fail(fmt.Errorf("read %s: %w: %d bytes, the cap is %d", clean, ErrTooLarge, info.Size, maxBytes))
+	}
+	return &File{
+		FileInfo: info,
+		r:        &stopReader{ctx: opCtx, r: io.LimitReader(f, info.Size)},
+		f:        f,
+		release:  func() { done(); release() },
+	}, nil
 }
 
-func readBeneath(ctx context.Context, dir, clean string, maxBytes int64) ([]byte, error) {
+// stopReader reads until ctx ends, then returns its cause (ErrDestroyed
+// when Destroy stopped it).
+type stopReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (s *stopReader) Read(p []byte) (int, error) {
+	if s.ctx.Err() != nil {
+		if cause := stoppedBy(s.ctx); cause != nil {
+			return 0, cause
+		}
+		return 0, s.ctx.Err()
+	}
+	return s.r.Read(p)
+}
+
+// openBeneath opens the regular file clean inside dir for reading.
+func openBeneath(dir, clean string) (*os.File, FileInfo, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, err
+		return nil, FileInfo{}, err
 	}
 	defer root.Close()
-	// O_NONBLOCK: opening a FIFO must not wait for a writer.
-	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", clean, err)
+	// Say plainly what a non-regular file is. No command runs while the
+	// sandbox's lock is held, so nothing swaps it before the open; the
+	// open is safe on its own anyway: O_NONBLOCK, so a FIFO does not wait
+	// for a writer, and O_NOFOLLOW, so a symlink is refused, not followed.
+	if st, err := root.Lstat(clean); err != nil {
+		return nil, FileInfo{}, openError("read", clean, err)
+	} else if !st.Mode().IsRegular() {
+		return nil, FileInfo{}, fmt.Errorf("read %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
 	}
-	defer f.Close()
+	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, FileInfo{}, openError("read", clean, err)
+	}
 	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("read %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
+	}
 	if err != nil {
-		return nil, err
+		f.Close()
+		return nil, FileInfo{}, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-	}
-	if st.Size() > maxBytes {
-		return nil, fmt.Errorf("read %s: %w: %d bytes, the cap is %d", clean, ErrTooLarge, st.Size(), maxBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(ctxio.Reader(ctx, f), maxBytes+1))
-	if err == nil && int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("read %s: %w: the cap is %d", clean, ErrTooLarge, maxBytes)
-	}
-	return data, err
+	info := FileInfo{Path: clean, Size: st.Size(), ModTime: st.ModTime(), Uploaded: uploaded(int(f.Fd()))}
+	return f, info, nil
 }
 
+// openError says what an open beneath the home ran into.
+func openError(op, clean string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%s %s: %w", op, clean, ErrFileNotFound)
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("%s %s: %w (a symlink)", op, clean, ErrNotRegular)
+	case errors.Is(err, syscall.ENXIO):
+		return fmt.Errorf("%s %s: %w (a FIFO or socket)", op, clean, ErrNotRegular)
+	case strings.Contains(err.Error(), "path escapes from parent"):
+		return fmt.Errorf("%s %s: %w: it leads outside %s", op, clean, ErrBadPath, runtime.HomeDir)
+	}
+	return fmt.Errorf("%s %s: %w", op, clean, err)
+}
+
+func uploaded(fd int) bool {
+	var buf [8]byte
+	n, err := unix.Fgetxattr(fd, sourceXattr, buf[:])
+	return err == nil && string(buf[:n]) == "user"
+}
+
+// StatFile describes the regular file at rel inside the named sandbox's
+// home.
+func (m *Manager) StatFile(ctx context.Context, name, rel string) (FileInfo, error) {
+	clean, err := homeRelPath(rel)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	var info FileInfo
+	err = m.withHome(ctx, name, func(ctx context.Context, dir string) error {
+		f, fi, err := openBeneath(dir, clean)
+		if err != nil {
+			return err
+		}
+		info = fi
+		return f.Close()
+	})
+	return info, err
+}
+
+// RemoveFile deletes the regular file at rel inside the named sandbox's
+// home; anything else at rel is ErrNotRegular and stays.
+func (m *Manager) RemoveFile(ctx context.Context, name, rel string) error {
+	clean, err := homeRelPath(rel)
+	if err != nil {
+		return err
+	}
+	return m.withHome(ctx, name, func(ctx context.Context, dir string) error {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		st, err := root.Lstat(clean)
+		if err != nil {
+			return openError("remove", clean, err)
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("remove %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
+		}
+		// No command runs while the sandbox's lock is held, so nothing can
+		// swap the file between the check and the unlink (and unlink never
+		// follows a symlink either way).
+		if err := root.Remove(clean); err != nil {
+			return openError("remove", clean, err)
+		}
+		return nil
+	})
+}
+
+// MaxPathBytes is the longest path a file call takes (Linux's PATH_MAX).
+const MaxPathBytes = 4096
+
 // homeRelPath validates a path relative to /workspace/home (an absolute
-// path under /workspace/home is accepted too).
+// path under /workspace/home is accepted too) and cleans it.
 func homeRelPath(p string) (string, error) {
 	for _, prefix := range []string{runtime.HomeDir + "/", runtime.DataAlias + "/"} {
 		if strings.HasPrefix(p, prefix) {
@@ -190,12 +510,17 @@ func homeRelPath(p string) (string, error) {
 			break
 		}
 	}
-	if p == "" || strings.ContainsRune(p, 0) || path.IsAbs(p) {
-		return "", fmt.Errorf("bad path %q: want a relative path inside %s", p, runtime.HomeDir)
+	if p == "" || strings.ContainsRune(p, 0) || path.IsAbs(p) || len(p) > MaxPathBytes {
+		return "", fmt.Errorf("%w %q: want a relative path inside %s of at most %d bytes", ErrBadPath, p, runtime.HomeDir, MaxPathBytes)
 	}
 	clean := path.Clean(p)
 	if clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
-		return "", fmt.Errorf("bad path %q: it leaves %s", p, runtime.HomeDir)
+		return "", fmt.Errorf("%w %q: it leaves %s", ErrBadPath, p, runtime.HomeDir)
+	}
+	for _, part := range strings.Split(clean, "/") {
+		if len(part) > 255 {
+			return "", fmt.Errorf("%w: a name of %d bytes (the most is 255)", ErrBadPath, len(part))
+		}
 	}
 	return clean, nil
 }

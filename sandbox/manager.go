@@ -571,6 +571,10 @@ func (m *Manager) status(name string, held map[string]bool) (Status, error) {
 	if err := m.statHome(name); err != nil {
 		return "", err
 	}
+	if b != nil && b.homeOnly.Load() {
+		// Its owner lock is ours, held for a file call, not a container.
+		return Sleeping, nil
+	}
 	if held[m.homeLockKey(name)] {
 		return Running, nil
 	}

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/server"
+	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
@@ -35,6 +37,7 @@ func runServe(ctx context.Context, args []string) error {
 	idle := fs.Duration("idle-timeout", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
+	maxUpload := fs.Int64("max-upload-mb", server.DefaultMaxUploadBytes>>20, "largest file an upload may carry, in MiB (workspace files and container files)")
 	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
@@ -88,9 +91,18 @@ func runServe(ctx context.Context, args []string) error {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
 	defer runner.Close()
+	if *maxUpload < 1 {
+		return errors.Join(fmt.Errorf("--max-upload-mb %d: want at least 1", *maxUpload), mgr.Close(context.Background()))
+	}
+	blobs, err := store.OpenLocalBlobs(filepath.Join(*dataDir, store.LocalBlobsDir))
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	defer blobs.Close()
 	backend := server.StoreBackend{St: st}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend,
+		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20,
 		EvalRunner: runner, Logger: log, CallWait: *callWait,
 	})
 	if err != nil {

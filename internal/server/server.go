@@ -17,6 +17,9 @@
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
+//	…      /api/v1/containers/{id}/files…   container files, OpenRouter's shape (cfiles.go), and promote
+//	…      /v1/containers/{id}/files…       the same in OpenAI's shape
+//	…      /api/v1/files…, /v1/files…       workspace files (wfiles.go): OpenRouter's; OpenAI's or Anthropic's
 package server
 
 import (
@@ -34,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -51,6 +55,17 @@ type Config struct {
 	// is 404). Its Store must be the server's own database
 	// (sqlstore.DB.Continuations) and its Audience "shellgate-eval".
 	EvalRunner *jsrun.Runner
+	// Files and Blobs hold the workspaces' durable files (/api/v1/files,
+	// /v1/files, promote, and copies into containers by file_id); without
+	// them those routes answer 404.
+	Files store.Files
+	Blobs store.Blobs
+	// MaxUploadBytes caps one uploaded file, into the workspace or a
+	// container; default DefaultMaxUploadBytes (512 MiB).
+	MaxUploadBytes int64
+	// MaxFileBytes caps a file read out of a container's home (download,
+	// promote); default DefaultMaxFileBytes (5 GiB, the default home).
+	MaxFileBytes int64
 	// CallWait bounds how long an exec call waits for another call on the
 	// same container to finish before it answers 409; default
 	// DefaultCallWait.
@@ -119,6 +134,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CallWait <= 0 {
 		cfg.CallWait = DefaultCallWait
 	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
 	s := &Server{
 		cfg:      cfg,
 		mgr:      cfg.Sandboxes,
@@ -144,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		s.evalHandler = s.newEvalHandler()
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
+	s.fileRoutes()
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))

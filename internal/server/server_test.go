@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -74,8 +75,13 @@ func newServer(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { runner.Close() })
+	blobs, err := store.OpenLocalBlobs(filepath.Join(data, store.LocalBlobsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blobs.Close() })
 	cfg := Config{Sandboxes: mgr, Keys: b, Containers: b, Ledger: b, EvalRunner: runner,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+		Files: st.Files(), Blobs: blobs, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	for _, f := range mut {
 		f(&cfg)
 	}

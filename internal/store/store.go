@@ -35,6 +35,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -150,8 +151,10 @@ type Limits struct {
 // Blobs store under the same id: the server writes the blob first, then
 // the record; it deletes the record first, then the blob.
 type Files interface {
-	// Create stores f under a new id (NewID("file"); an id the caller set
-	// is replaced) and returns it as stored.
+	// Create stores f and returns it as stored. Its id is f.ID when that
+	// is a well-formed file id (ValidFileID: the caller made it with
+	// NewID("file") to write the blob first under the same id; a taken one
+	// is ErrConflict), else a new NewID("file").
 	Create(ctx context.Context, f File) (File, error)
 	Get(ctx context.Context, scope Scope, id string) (File, error)
 	List(ctx context.Context, scope Scope, opts ListOptions) (Page[File], error)
@@ -251,6 +254,12 @@ func NewID(prefix string) string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
 	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// ValidFileID reports whether id has the form NewID("file") makes.
+func ValidFileID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "file_")
+	return ok && len(rest) == 32 && lowerHex(rest)
 }
 
 // Millis is t as unix milliseconds, 0 for the zero time.

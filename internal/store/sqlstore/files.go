@@ -25,9 +25,14 @@ func (fs files) Create(ctx context.Context, f store.File) (store.File, error) {
 	if err := f.Prepare(time.Now()); err != nil {
 		return store.File{}, err
 	}
-	f.ID = store.NewID("file")
+	if !store.ValidFileID(f.ID) {
+		f.ID = store.NewID("file")
+	}
 	_, err := fs.s.exec(ctx, `INSERT INTO files (`+fileCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		f.ID, f.Scope.Account, f.Scope.Workspace, f.Name, f.Bytes, f.SHA256, store.Millis(f.CreatedAt), f.Purpose, f.Source)
+	if fs.s.dialect.isUnique(err) {
+		return store.File{}, fmt.Errorf("file %s: %w", f.ID, store.ErrConflict)
+	}
 	if err != nil {
 		return store.File{}, fmt.Errorf("creating file %q: %w", f.Name, err)
 	}

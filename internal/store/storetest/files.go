@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -44,6 +45,16 @@ func Files(t *testing.T, f Factory) {
 		}
 		if g, err := s.Files().Get(t.Context(), scopeA, got.ID); err != nil || !reflect.DeepEqual(g, got) {
 			t.Fatalf("Get = %+v, %v", g, err)
+		}
+		// A well-formed id the caller made is kept (the server writes the
+		// blob first under it); taken, it is a conflict.
+		own := sampleFile(scopeA, "own.csv")
+		own.ID = store.NewID("file")
+		if got, err := s.Files().Create(t.Context(), own); err != nil || got.ID != own.ID {
+			t.Fatalf("Create with a well-formed id = %q, %v; want %q", got.ID, err, own.ID)
+		}
+		if _, err := s.Files().Create(t.Context(), own); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("Create with a taken id: %v, want ErrConflict", err)
 		}
 		// The same name twice is two files.
 		if _, err := s.Files().Create(t.Context(), sampleFile(scopeA, "sales.csv")); err != nil {

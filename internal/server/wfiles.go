@@ -1,0 +1,386 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
+)
+
+// Workspace files: durable files of a workspace that never expire (SPEC
+// §3.5), bytes in a store.Blobs under the record's id.
+//
+//	/api/v1/files…   OpenRouter's shape: {_shape, id, type:"file", filename,
+//	                 mime_type, size_bytes, created_at (RFC 3339), downloadable}
+//	/v1/files…       Anthropic's shape (§3.5) when the request carries
+//	                 anthropic-version, else OpenAI's ({id, object:"file",
+//	                 bytes, created_at (unix), filename, purpose, status})
+//
+// Uploads are multipart (`file`, and `purpose` on OpenAI's), streamed to
+// the blob store with the upload cap; the record is written once the whole
+// body was read, so a refused upload keeps nothing. Listings are newest
+// first unless order=asc.
+
+// Upload and download caps (Config.MaxUploadBytes, Config.MaxFileBytes).
+const (
+	DefaultMaxUploadBytes = 512 << 20
+	DefaultMaxFileBytes   = 5 << 30
+)
+
+type orFile struct {
+	Shape        string `json:"_shape"` // "openrouter"
+	ID           string `json:"id"`
+	Type         string `json:"type"` // "file"
+	Filename     string `json:"filename"`
+	MimeType     string `json:"mime_type"`
+	SizeBytes    int64  `json:"size_bytes"`
+	CreatedAt    string `json:"created_at"`
+	Downloadable bool   `json:"downloadable"`
+	Purpose      string `json:"purpose,omitempty"`
+	Source       string `json:"source,omitempty"`
+}
+
+type anthropicFile struct {
+	ID           string `json:"id"`
+	Type         string `json:"type"` // "file"
+	Filename     string `json:"filename"`
+	MimeType     string `json:"mime_type"`
+	SizeBytes    int64  `json:"size_bytes"`
+	CreatedAt    string `json:"created_at"`
+	Downloadable bool   `json:"downloadable"`
+}
+
+type openAIFile struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"` // "file"
+	Bytes     int64  `json:"bytes"`
+	CreatedAt int64  `json:"created_at"`
+	Filename  string `json:"filename"`
+	Purpose   string `json:"purpose"`
+	Status    string `json:"status"` // "processed"
+}
+
+func (s *Server) fileObject(f store.File, sh shape) any {
+	created := f.CreatedAt.UTC().Format(time.RFC3339Nano)
+	switch sh {
+	case shapeAnthropic:
+		return anthropicFile{ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes, CreatedAt: created, Downloadable: true}
+	case shapeOpenAI:
+		return openAIFile{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), Filename: f.Name, Purpose: f.Purpose, Status: "processed"}
+	}
+	return orFile{Shape: "openrouter", ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes,
+		CreatedAt: created, Downloadable: true, Purpose: f.Purpose, Source: f.Source}
+}
+
+// storeFile streams r (at most maxBytes) into a new workspace file of p's
+// workspace: the blob first, then the record under the same id.
+func (s *Server) storeFile(ctx context.Context, p Principal, r io.Reader, name, purpose, source string, maxBytes int64) (store.File, error) {
+	id := store.NewID("file")
+	info, err := s.cfg.Blobs.Put(ctx, id, r, maxBytes)
+	if err != nil {
+		return store.File{}, err
+	}
+	if name = safeName(name); name == "" {
+		name = id
+	}
+	f, err := s.cfg.Files.Create(ctx, store.File{ID: id, Scope: scope(p), Name: name, Bytes: info.Bytes, SHA256: info.SHA256, Purpose: purpose, Source: source})
+	if err != nil {
+		return store.File{}, errors.Join(err, s.cfg.Blobs.Delete(context.WithoutCancel(ctx), id))
+	}
+	return f, nil
+}
+
+// openWorkspaceFile returns file id of p's workspace and its bytes;
+// another workspace's file is store.ErrNotFound like a missing one.
+func (s *Server) openWorkspaceFile(ctx context.Context, p Principal, id string) (store.File, io.ReadCloser, error) {
+	if s.cfg.Files == nil || s.cfg.Blobs == nil {
+		return store.File{}, nil, fmt.Errorf("workspace files are not configured: %w", store.ErrNotFound)
+	}
+	if !store.ValidBlobID(id) {
+		return store.File{}, nil, fmt.Errorf("file %q: %w", id, store.ErrNotFound)
+	}
+	f, err := s.cfg.Files.Get(ctx, scope(p), id)
+	if err != nil {
+		return store.File{}, nil, err
+	}
+	rc, _, err := s.cfg.Blobs.Open(ctx, id)
+	if err != nil {
+		return store.File{}, nil, err
+	}
+	return f, rc, nil
+}
+
+func (s *Server) filesEnabled() error {
+	if s.cfg.Files == nil || s.cfg.Blobs == nil {
+		return errorf(http.StatusNotFound, "workspace files are not enabled on this server")
+	}
+	return nil
+}
+
+func noFile(id string) error { return errorf(http.StatusNotFound, "no file %q", id) }
+
+// workspaceFile reads {file_id} of p's workspace.
+func (s *Server) workspaceFile(r *http.Request, p Principal) (store.File, error) {
+	if err := s.filesEnabled(); err != nil {
+		return store.File{}, err
+	}
+	id := r.PathValue("file_id")
+	if !store.ValidBlobID(id) {
+		return store.File{}, noFile(id)
+	}
+	f, err := s.cfg.Files.Get(r.Context(), scope(p), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.File{}, noFile(id)
+	}
+	return f, err
+}
+
+func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+	if err := s.filesEnabled(); err != nil {
+		return err
+	}
+	mr, err := multipartReader(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	purpose := ""
+	var f store.File
+	var pending string // the blob written, before its record
+	for {
+		part, err := nextPart(mr)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if pending != "" {
+				s.cfg.Blobs.Delete(context.WithoutCancel(ctx), pending)
+			}
+			return err
+		}
+		switch name := part.FormName(); {
+		case name == "purpose":
+			v, err := readField(part)
+			if err == nil && (v == "" || len(v) > 64) {
+				err = errorf(http.StatusBadRequest, "purpose %q: want 1-64 characters", v)
+			}
+			if err != nil {
+				if pending != "" {
+					s.cfg.Blobs.Delete(context.WithoutCancel(ctx), pending)
+				}
+				return err
+			}
+			purpose = v
+		case name == "expires_after[anchor]" || name == "expires_after[seconds]" || name == "expires_in_seconds":
+			// Workspace files never expire (SPEC §3.5).
+			readField(part)
+		case name == "file" && pending == "":
+			fname := uploadName(part)
+			if fname == "" {
+				fname = "upload"
+			}
+			id := store.NewID("file")
+			info, err := s.cfg.Blobs.Put(ctx, id, part, s.cfg.MaxUploadBytes)
+			if errors.Is(err, store.ErrTooLarge) {
+				return errorf(http.StatusRequestEntityTooLarge, "the file is larger than the %d-byte upload cap", s.cfg.MaxUploadBytes)
+			}
+			if err != nil {
+				if ae := bodyError(err); errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*http.MaxBytesError)) {
+					return ae
+				}
+				if ctx.Err() != nil {
+					return errorf(http.StatusBadRequest, "the upload ended early")
+				}
+				return fmt.Errorf("store upload: %w", err)
+			}
+			pending = id
+			f = store.File{ID: id, Scope: scope(p), Name: safeName(fname), Bytes: info.Bytes, SHA256: info.SHA256, Source: "upload"}
+		default:
+			if pending != "" {
+				s.cfg.Blobs.Delete(context.WithoutCancel(ctx), pending)
+			}
+			return errorf(http.StatusBadRequest, "unexpected form field %q (want one file, and purpose)", name)
+		}
+	}
+	if pending == "" {
+		return errorf(http.StatusBadRequest, "no `file` part in the multipart body")
+	}
+	if purpose == "" {
+		purpose = "user_data"
+	}
+	f.Purpose = purpose
+	if f.Name == "" {
+		f.Name = f.ID
+	}
+	created, err := s.cfg.Files.Create(ctx, f)
+	if err != nil {
+		return errors.Join(fmt.Errorf("record upload: %w", err), s.cfg.Blobs.Delete(context.WithoutCancel(ctx), pending))
+	}
+	writeJSON(w, http.StatusOK, s.fileObject(created, sh))
+	return nil
+}
+
+func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+	if err := s.filesEnabled(); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	opts := store.ListOptions{Limit: 100, Order: store.Desc}
+	allowed := map[string]bool{"limit": true, "after": true, "order": true}
+	maxLimit := store.MaxPageSize
+	switch sh {
+	case shapeOpenAI:
+		opts.Limit, maxLimit = store.MaxPageSize, 10000
+		allowed["purpose"] = false // known, not supported
+	case shapeAnthropic:
+		opts.Limit = 20
+		allowed = map[string]bool{"limit": true, "after_id": true, "page": true, "beta": true, "before_id": false}
+	}
+	for k := range q {
+		if ok, known := allowed[k]; !ok {
+			if known {
+				return errorf(http.StatusBadRequest, "query parameter %q is not supported here", k)
+			}
+			return errorf(http.StatusBadRequest, "unknown query parameter %q", k)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			return errorf(http.StatusBadRequest, "limit %q: want an integer from 1 to %d", v, maxLimit)
+		}
+		opts.Limit = min(n, store.MaxPageSize)
+	}
+	if v := q.Get("order"); v != "" {
+		if v != store.Asc && v != store.Desc {
+			return errorf(http.StatusBadRequest, "order %q: want asc or desc", v)
+		}
+		opts.Order = v
+	}
+	opts.After = q.Get("after")
+	if sh == shapeAnthropic {
+		opts.After = q.Get("after_id")
+		if v := q.Get("page"); v != "" {
+			opts.After = v
+		}
+	}
+	if opts.After != "" && !store.ValidBlobID(opts.After) {
+		return errorf(http.StatusBadRequest, "cursor %q is not a file id", opts.After)
+	}
+	page, err := s.cfg.Files.List(r.Context(), scope(p), opts)
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
+		return errorf(http.StatusBadRequest, "cursor %q is not a file of this workspace", opts.After)
+	case err != nil:
+		return fmt.Errorf("list files: %w", err)
+	}
+	data := make([]any, 0, len(page.Items))
+	for _, f := range page.Items {
+		data = append(data, s.fileObject(f, sh))
+	}
+	var first, last *string
+	if n := len(page.Items); n > 0 {
+		first, last = &page.Items[0].ID, &page.Items[n-1].ID
+	}
+	if sh == shapeAnthropic {
+		var next *string
+		if page.HasMore {
+			next = last
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": data, "first_id": first, "last_id": last, "has_more": page.HasMore, "next_page": next})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": page.HasMore})
+	return nil
+}
+
+func (s *Server) getFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+	f, err := s.workspaceFile(r, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.fileObject(f, sh))
+	return nil
+}
+
+func (s *Server) fileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+	f, err := s.workspaceFile(r, p)
+	if err != nil {
+		return err
+	}
+	rc, size, err := s.cfg.Blobs.Open(r.Context(), f.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return noFile(f.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("open file %s: %w", f.ID, err)
+	}
+	defer rc.Close()
+	h := w.Header()
+	h.Set("Content-Type", mimeOf(f.Name))
+	h.Set("Content-Disposition", attachment(f.Name))
+	h.Set("X-Content-Type-Options", "nosniff")
+	if rs, ok := rc.(io.ReadSeeker); ok {
+		// Range requests, and the length from the blob itself.
+		http.ServeContent(w, r, "", f.CreatedAt, rs)
+		return nil
+	}
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, rc)
+	return nil
+}
+
+func (s *Server) deleteFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+	f, err := s.workspaceFile(r, p)
+	if err != nil {
+		return err
+	}
+	ctx := context.WithoutCancel(r.Context())
+	if err := s.cfg.Files.Delete(ctx, scope(p), f.ID); errors.Is(err, store.ErrNotFound) {
+		return noFile(f.ID)
+	} else if err != nil {
+		return fmt.Errorf("delete file %s: %w", f.ID, err)
+	}
+	if err := s.cfg.Blobs.Delete(ctx, f.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.ErrorContext(ctx, "deleting a deleted file's bytes failed", "file", f.ID, "err", err)
+	}
+	if sh == shapeAnthropic {
+		writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "type": "file_deleted"})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})
+	return nil
+}
+
+// fileRoutes registers the container-file and workspace-file routes.
+func (s *Server) fileRoutes() {
+	upload := s.cfg.MaxUploadBytes + 1<<20 // the multipart framing around the file
+	or, oa := fixed(shapeOpenRouter), fixed(shapeOpenAI)
+	for _, v := range []struct {
+		prefix string
+		sh     shapeFunc
+	}{{"/api/v1", or}, {"/v1", oa}} {
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.sh, s.listContainerFilesRoute)
+		s.handleAs("POST "+v.prefix+"/containers/{id}/files", upload, v.sh, s.uploadContainerFileRoute)
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.getContainerFileRoute)
+		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.deleteContainerFileRoute)
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.sh, s.containerFileContentRoute)
+	}
+	s.handleAs("POST /api/v1/containers/{id}/files/{file_id}/promote", maxEmptyBody, or, s.promoteContainerFileRoute)
+	for _, v := range []struct {
+		prefix string
+		sh     shapeFunc
+	}{{"/api/v1", or}, {"/v1", filesShape}} {
+		s.handleAs("POST "+v.prefix+"/files", upload, v.sh, s.uploadFileRoute)
+		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.sh, s.listFilesRoute)
+		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.getFileRoute)
+		s.handleAs("DELETE "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.deleteFileRoute)
+		s.handleAs("GET "+v.prefix+"/files/{file_id}/content", maxEmptyBody, v.sh, s.fileContentRoute)
+	}
+}

@@ -1,0 +1,341 @@
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/home"
+)
+
+// FilesSuite covers the host's file calls on a home (ListFiles, StatFile,
+// OpenFile, ReadFile, WriteFile, RemoveFile): order and paging, hostile
+// names and file kinds, and that a sleeping sandbox's files are reached
+// without starting it.
+func FilesSuite(t *testing.T, rt string) {
+	ctx := context.Background()
+	m, data := Open(t, rt, "busybox")
+
+	t.Run("01 listing: regular files only, in path order, paged both ways", func(t *testing.T) {
+		const box = "lister"
+		o := Run(t, m, box, `set -e
+mkdir -p a/b/c deep a-b
+echo 1 > a/b/c/f; echo 22 > a-b/x; echo 333 > a.txt; echo z > z
+printf 'x' > "$(printf 'new\nline')"; printf 'y' > "$(printf 'bad\377utf8')"
+ln -s /etc/passwd link; ln -s a dirlink; ln a.txt hard
+d=deep; for i in $(seq 1 40); do d=$d/d; done; mkdir -p $d; echo deep > $d/f
+mkfifo fifo 2>/dev/null || true
+echo ok`)
+		if o.Stdout != "ok\n" {
+			t.Fatalf("setup: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
+		}
+		all, err := m.ListFiles(ctx, box, sandbox.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var paths []string
+		for _, f := range all.Files {
+			paths = append(paths, f.Path)
+		}
+		want := []string{"a-b/x", "a.txt", "a/b/c/f", "bad\377utf8", "hard", "new\nline", "z"}
+		if !slices.Equal(paths, want) || all.More {
+			t.Fatalf("ListFiles = %q (more %v), want %q", paths, all.More, want)
+		}
+		if all.Files[0].Size != 3 || all.Files[0].ModTime.IsZero() || all.Files[0].Uploaded {
+			t.Errorf("a-b/x: %+v", all.Files[0])
+		}
+		for _, desc := range []bool{false, true} {
+			var got []string
+			opts := sandbox.ListOptions{Limit: 2, Desc: desc}
+			for pages := 0; ; pages++ {
+				if pages > 10 {
+					t.Fatal("paging does not end")
+				}
+				p, err := m.ListFiles(ctx, box, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range p.Files {
+					got = append(got, f.Path)
+				}
+				if !p.More {
+					break
+				}
+				opts.After = p.Next
+			}
+			exp := slices.Clone(want)
+			if desc {
+				slices.Reverse(exp)
+			}
+			if !slices.Equal(got, exp) {
+				t.Errorf("paged (desc %v) = %q, want %q", desc, got, exp)
+			}
+		}
+		// Resuming from a cursor that is a directory or not a file at all.
+		if p, _ := m.ListFiles(ctx, box, sandbox.ListOptions{After: "a/"}); len(p.Files) == 0 || p.Files[0].Path != "a/b/c/f" {
+			t.Errorf("after a/: %+v", p.Files)
+		}
+		if p, _ := m.ListFiles(ctx, box, sandbox.ListOptions{After: "b"}); len(p.Files) == 0 || p.Files[0].Path != "bad\377utf8" {
+			t.Errorf("after b: %+v", p.Files)
+		}
+		if _, err := m.ListFiles(ctx, box, sandbox.ListOptions{Limit: sandbox.MaxListLimit + 1}); err == nil {
+			t.Error("a limit over the maximum was accepted")
+		}
+	})
+
+	t.Run("02 stat, open, remove: regular files only, nothing outside", func(t *testing.T) {
+		const box = "lister"
+		if fi, err := m.StatFile(ctx, box, "a/b/c/f"); err != nil || fi.Size != 2 || fi.Path != "a/b/c/f" {
+			t.Errorf("stat: %+v %v", fi, err)
+		}
+		for p, want := range map[string]error{
+			"link": sandbox.ErrNotRegular, "dirlink/b/c/f": nil, "a": sandbox.ErrNotRegular,
+			"nope": sandbox.ErrFileNotFound, "a.txt/x": sandbox.ErrFileNotFound,
+			"../x": sandbox.ErrBadPath, "/etc/passwd": sandbox.ErrBadPath, "a\x00b": sandbox.ErrBadPath,
+			strings.Repeat("n", 256): sandbox.ErrBadPath,
+		} {
+			_, err := m.StatFile(ctx, box, p)
+			if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+				t.Errorf("stat %q: %v, want %v", p, err, want)
+			}
+		}
+		f, err := m.OpenFile(ctx, box, "a.txt", 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(f)
+		if f.Close(); err != nil || string(b) != "333\n" || f.Size != 4 {
+			t.Errorf("open: %q %v", b, err)
+		}
+		if _, err := m.OpenFile(ctx, box, "a.txt", 3); !errors.Is(err, sandbox.ErrTooLarge) {
+			t.Errorf("open over the cap: %v", err)
+		}
+		if err := m.RemoveFile(ctx, box, "link"); !errors.Is(err, sandbox.ErrNotRegular) {
+			t.Errorf("remove a symlink: %v", err)
+		}
+		if err := m.RemoveFile(ctx, box, "hard"); err != nil {
+			t.Errorf("remove: %v", err)
+		}
+		if err := m.RemoveFile(ctx, box, "hard"); !errors.Is(err, sandbox.ErrFileNotFound) {
+			t.Errorf("remove twice: %v", err)
+		}
+		if o := Run(t, m, box, "cat a.txt; test -L link && test -e hard || echo gone"); o.Stdout != "333\ngone\n" {
+			t.Errorf("after remove: %q %q", o.Stdout, o.Stderr)
+		}
+	})
+
+	t.Run("03 a sleeping sandbox's files without starting it", func(t *testing.T) {
+		const box = "sleeper"
+		Run(t, m, box, "mkdir -p out && echo result > out/r.txt")
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		before := containers(t, rt, data)
+		mounted := mountsUnder(filepath.Join(data, "run"))
+		if fi, err := m.PutFile(ctx, box, "in/data.csv", strings.NewReader("a,b\n")); err != nil || fi.Size != 4 || !fi.Uploaded || fi.Path != "in/data.csv" {
+			t.Fatalf("PutFile asleep: %+v %v", fi, err)
+		}
+		l, err := m.ListFiles(ctx, box, sandbox.ListOptions{})
+		if err != nil || len(l.Files) != 2 || l.Files[0].Path != "in/data.csv" || !l.Files[0].Uploaded || l.Files[1].Uploaded {
+			t.Fatalf("list asleep: %+v %v", l, err)
+		}
+		if b, err := m.ReadFile(ctx, box, "out/r.txt", 100); err != nil || string(b) != "result\n" {
+			t.Errorf("read asleep: %q %v", b, err)
+		}
+		if err := m.RemoveFile(ctx, box, "out/r.txt"); err != nil {
+			t.Error(err)
+		}
+		f, err := m.OpenFile(ctx, box, "in/data.csv", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := m.Status(box); st != sandbox.Sleeping || err != nil {
+			t.Errorf("status while a file is open: %s %v", st, err)
+		}
+		if after := containers(t, rt, data); !slices.Equal(after, before) {
+			t.Errorf("file calls started a container: %v -> %v", before, after)
+		}
+		// A command waits for the open file, then wakes the sandbox over
+		// the same home.
+		done := make(chan string, 1)
+		go func() { done <- Run(t, m, box, "cat in/data.csv; ls out").Stdout }()
+		select {
+		case out := <-done:
+			t.Fatalf("a command ran while the file was open: %q", out)
+		case <-time.After(300 * time.Millisecond):
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		if string(b) != "a,b\n" {
+			t.Errorf("read: %q", b)
+		}
+		if out := <-done; out != "a,b\n" {
+			t.Errorf("after wake: %q", out)
+		}
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if left := mountsUnder(filepath.Join(data, "run")); !slices.Equal(left, mounted) {
+			t.Errorf("mounts before the file calls %v, after %v", mounted, left)
+		}
+		for _, call := range []func() error{
+			func() error { _, err := m.ListFiles(ctx, "ghost", sandbox.ListOptions{}); return err },
+			func() error { _, err := m.StatFile(ctx, "ghost", "f"); return err },
+			func() error { _, err := m.OpenFile(ctx, "ghost", "f", 1); return err },
+			func() error { return m.RemoveFile(ctx, "ghost", "f") },
+		} {
+			if err := call(); !errors.Is(err, sandbox.ErrNotFound) {
+				t.Errorf("unknown sandbox: %v", err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(data, "homes", "ghost.lock")); err == nil {
+			t.Error("a file call on an unknown name left a lock file")
+		}
+	})
+
+	t.Run("04 destroy stops a download; a failed upload keeps the old file", func(t *testing.T) {
+		const box = "doomed-files"
+		Run(t, m, box, "head -c 100000 /dev/zero > big && echo old > keep")
+		f, err := m.OpenFile(ctx, box, "big", 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 10)
+		if _, err := f.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		destroyed := make(chan error, 1)
+		go func() { destroyed <- m.Destroy(ctx, box) }()
+		// Destroy cancels the reader; it waits for Close to go on.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err = f.Read(buf); err != nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !errors.Is(err, sandbox.ErrDestroyed) {
+			t.Errorf("read during destroy: %v", err)
+		}
+		f.Close()
+		if err := <-destroyed; err != nil {
+			t.Fatal(err)
+		}
+
+		Run(t, m, box, "echo old > keep")
+		err = m.WriteFile(ctx, box, "keep", io.MultiReader(strings.NewReader("new"), errReader{}))
+		if err == nil {
+			t.Fatal("a failing upload succeeded")
+		}
+		if o := Run(t, m, box, "cat keep; ls -a | grep -c shellgate-upload"); o.Stdout != "old\n0\n" {
+			t.Errorf("after a failed upload: %q %q", o.Stdout, o.Stderr)
+		}
+		// A command that replaces an uploaded file makes it the sandbox's.
+		if err := m.WriteFile(ctx, box, "up", strings.NewReader("u")); err != nil {
+			t.Fatal(err)
+		}
+		Run(t, m, box, "cp up up2 && mv up2 up")
+		if fi, err := m.StatFile(ctx, box, "up"); err != nil || fi.Uploaded {
+			t.Errorf("replaced upload: %+v %v", fi, err)
+		}
+	})
+
+	t.Run("05 hostile file kinds planted on the host side never block or escape", func(t *testing.T) {
+		const box = "traps2"
+		Run(t, m, box, "true")
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		// Plant a FIFO and a device in the home image itself, through a
+		// file call's own mount: mount it by waking, plant, sleep.
+		Run(t, m, box, "echo x > plain")
+		homes, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home"))
+		var h string
+		for _, c := range homes {
+			if _, err := os.Stat(filepath.Join(c, "plain")); err == nil {
+				h = c
+			}
+		}
+		if h == "" {
+			t.Fatalf("home not found among %v", homes)
+		}
+		unix.Mkfifo(filepath.Join(h, "fifo"), 0o666)
+		unix.Mknod(filepath.Join(h, "zero"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 5)))
+		os.Symlink("/dev/zero", filepath.Join(h, "zlink"))
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"fifo", "zero", "zlink"} {
+			done := make(chan error, 1)
+			go func() { _, err := m.ReadFile(ctx, box, p, 1<<20); done <- err }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, sandbox.ErrNotRegular) {
+					t.Errorf("read %s: %v", p, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("read %s blocked", p)
+			}
+		}
+		l, err := m.ListFiles(ctx, box, sandbox.ListOptions{})
+		if err != nil || len(l.Files) != 1 || l.Files[0].Path != "plain" {
+			t.Errorf("list: %+v %v", l, err)
+		}
+	})
+
+	t.Run("06 a home mounted for a file call by a process that died is unmounted by the next Open", func(t *testing.T) {
+		const box = "crashy"
+		Run(t, m, box, "echo precious > f")
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		// What a process killed during a file call on a sleeping sandbox
+		// leaves: the directory, its free owner lock, meta.json and the
+		// home mounted alone.
+		real, _ := filepath.EvalSymlinks(data)
+		dir := filepath.Join(real, "run", "sandboxes", "sg-deadbeefdeadbeef")
+		img := filepath.Join(real, "homes", box+".img")
+		if err := os.MkdirAll(filepath.Join(dir, "private", "home"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "owner.lock"), nil, 0o600)
+		os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"runtime":"`+rt+`","home":"`+img+`"}`), 0o600)
+		if err := home.Mount(img, filepath.Join(dir, "private", "home")); err != nil {
+			t.Fatal(err)
+		}
+		agent, err := agentbin.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := sandbox.Open(ctx, sandbox.Config{DataDir: data, Runtime: rt, Image: "busybox", Images: ImagesDir(), Agent: agent,
+			Limits: Limits, HomeBytes: HomeBytes, LayerBytes: 64 << 20, IdleTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m2.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if left := mountsUnder(dir); len(left) > 0 {
+			t.Errorf("still mounted: %v", left)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s left behind", dir)
+		}
+		if b, err := m.ReadFile(ctx, box, "f", 100); err != nil || string(b) != "precious\n" {
+			t.Errorf("the home after cleanup: %q %v", b, err)
+		}
+	})
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("client went away") }
