@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/server"
+	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
@@ -88,9 +90,14 @@ func runServe(ctx context.Context, args []string) error {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
 	defer runner.Close()
-	backend := server.StoreBackend{St: st}
+	blobs, err := store.OpenLocalBlobs(filepath.Join(*dataDir, store.LocalBlobsDir))
+	if err != nil {
+		return errors.Join(err, mgr.Close(context.Background()))
+	}
+	defer blobs.Close()
+	backend := server.StoreBackend{St: st, Blobs: blobs}
 	srv, err := server.New(server.Config{
-		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend,
+		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		EvalRunner: runner, Logger: log, CallWait: *callWait,
 	})
 	if err != nil {

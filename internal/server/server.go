@@ -54,7 +54,28 @@ type Config struct {
 	// same container to finish before it answers 409; default
 	// DefaultCallWait.
 	CallWait time.Duration
+
+	// MaxLimits are the most a container may ask for; zero fields: the
+	// sandbox manager's defaults (so by default a container may ask for
+	// less than the default, never more).
+	MaxLimits Limits
+	// Retention: a container's files are deleted this long after its last
+	// use, unless it has an expiry of its own (OpenAI's expires_after);
+	// default DefaultRetention. The container's record stays, "expired".
+	Retention time.Duration
+	// SweepEvery is how often Run sweeps expired containers; default one
+	// minute.
+	SweepEvery time.Duration
+	// Now is the server's clock for last use and expiry; default
+	// time.Now. Tests move it forward and call Sweep.
+	Now func() time.Time
+	// WorkspaceFiles, if set, serves file_ids on create.
+	WorkspaceFiles WorkspaceFiles
 }
+
+// DefaultRetention is how long a container's files are kept after its
+// last use (SPEC §3.5: 30 days).
+const DefaultRetention = 30 * 24 * time.Hour
 
 // DefaultCallWait is how long a call waits for the container's previous
 // call (calls on one container run one at a time) before answering 409.
@@ -115,6 +136,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CallWait <= 0 {
 		cfg.CallWait = DefaultCallWait
 	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	s := &Server{
 		cfg:      cfg,
 		mgr:      cfg.Sandboxes,
@@ -130,8 +160,8 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.handle("GET /api/v1/openapi.json", maxEmptyBody, false, s.openAPI)
-	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer)
-	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers)
+	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer(shapeOpenRouter))
+	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers(shapeOpenRouter))
 	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
@@ -140,10 +170,17 @@ func New(cfg Config) (*Server, error) {
 		s.evalHandler = s.newEvalHandler()
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
+	// OpenAI's containers API, over the same records.
+	s.handleOpenAI("POST /v1/containers", maxCreateBody, s.createContainer(shapeOpenAI))
+	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(shapeOpenAI))
+	s.handleOpenAI("GET /v1/containers/{id}", maxEmptyBody, s.getContainer)
+	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
 	s.handler = s.observe(s.mux)
+	// Each sandbox starts with its container's own limits.
+	s.mgr.SetSettings(s.sandboxSettings)
 	return s, nil
 }
 
@@ -179,15 +216,29 @@ type apiHandler func(w http.ResponseWriter, r *http.Request, p Principal) error
 
 type principalKey struct{}
 
-// handle registers an API route: body cap, then (when auth) the key check,
-// then h; an error h returns is written in the error envelope.
+// handle registers an API route that answers errors in the OpenRouter
+// envelope: body cap, then (when auth) the key check, then h; an error h
+// returns is written in the envelope.
 func (s *Server) handle(pattern string, maxBody int64, auth bool, h apiHandler) {
-	s.route(pattern, maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handleWith(writeError, pattern, maxBody, auth, h)
+}
+
+// handleOpenAI registers an authenticated route of OpenAI's API shape: its
+// errors are in OpenAI's envelope.
+func (s *Server) handleOpenAI(pattern string, maxBody int64, h apiHandler) {
+	s.handleWith(writeOpenAIError, pattern, maxBody, true, h)
+}
+
+// errWriter answers with an error in one API's envelope.
+type errWriter func(http.ResponseWriter, error)
+
+func (s *Server) handleWith(ew errWriter, pattern string, maxBody int64, auth bool, h apiHandler) {
+	s.routeWith(ew, pattern, maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p Principal
 		if auth {
 			var err error
 			if p, err = s.authenticate(r); err != nil {
-				writeError(w, err)
+				ew(w, err)
 				return
 			}
 			if rec, ok := w.(*recorder); ok {
@@ -198,17 +249,21 @@ func (s *Server) handle(pattern string, maxBody int64, auth bool, h apiHandler) 
 			if ae := (*apiError)(nil); !errors.As(err, &ae) {
 				s.log.ErrorContext(r.Context(), "request failed", "route", pattern, "err", err)
 			}
-			writeError(w, err)
+			ew(w, err)
 		}
 	}))
 }
 
 // route registers h under pattern with a body cap.
 func (s *Server) route(pattern string, maxBody int64, h http.Handler) {
+	s.routeWith(writeError, pattern, maxBody, h)
+}
+
+func (s *Server) routeWith(ew errWriter, pattern string, maxBody int64, h http.Handler) {
 	s.routes = append(s.routes, pattern)
 	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > maxBody {
-			writeError(w, errorf(http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than this route's %d", r.ContentLength, maxBody))
+			ew(w, errorf(http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than this route's %d", r.ContentLength, maxBody))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
