@@ -38,6 +38,10 @@ func runServe(ctx context.Context, args []string) error {
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
 	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
+	maxCPUs := fs.Float64("max-cpus", 0, "the most CPUs a container may ask for (0: the default, 1)")
+	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
+	maxProcs := fs.Int64("max-processes", 0, "the most processes a container may ask for (0: the default, 512)")
+	maxDiskMB := fs.Int64("max-disk-mb", 0, "the largest /workspace/home in MiB a container may ask for (0: the default, 5120)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -48,6 +52,10 @@ func runServe(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
+	if *maxCPUs < 0 || *maxMemMB < 0 || *maxProcs < 0 || *maxDiskMB < 0 {
+		return errors.New("--max-cpus, --max-memory-mb, --max-processes and --max-disk-mb must not be negative")
+	}
+	maxLimits := server.Limits{CPUMillis: int64(*maxCPUs * 1000), MemoryBytes: *maxMemMB << 20, Processes: *maxProcs, DiskBytes: *maxDiskMB << 20}
 	var h slog.Handler
 	switch *logFormat {
 	case "json":
@@ -98,7 +106,7 @@ func runServe(ctx context.Context, args []string) error {
 	backend := server.StoreBackend{St: st, Blobs: blobs}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
-		EvalRunner: runner, Logger: log, CallWait: *callWait,
+		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
