@@ -34,7 +34,9 @@ func runServe(ctx context.Context, args []string) error {
 	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
 	img := fs.String("image", "default", "root filesystem image of new containers")
 	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
-	idle := fs.Duration("idle-timeout", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
+	idle := fs.Duration("idle-sleep", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
+	fs.DurationVar(idle, "idle-timeout", 5*time.Minute, "the same as --idle-sleep")
+	retention := fs.Duration("retention", server.DefaultRetention, "a container's files are deleted this long after its last use, unless it has its own expires_after")
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
 	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
@@ -51,6 +53,9 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	if *retention <= 0 {
+		return errors.New("--retention must be positive")
 	}
 	if *maxCPUs < 0 || *maxMemMB < 0 || *maxProcs < 0 || *maxDiskMB < 0 {
 		return errors.New("--max-cpus, --max-memory-mb, --max-processes and --max-disk-mb must not be negative")
@@ -107,6 +112,7 @@ func runServe(ctx context.Context, args []string) error {
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
+		Retention: *retention,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

@@ -14,6 +14,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	commands *prometheus.HistogramVec
 	inflight prometheus.Gauge
+	expired  prometheus.Counter
 }
 
 func newMetrics(mgr *sandbox.Manager) *metrics {
@@ -32,8 +33,12 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 			Name: "shellgate_exec_calls_in_flight",
 			Help: "Exec calls running or waiting for their container.",
 		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shellgate_containers_expired_total",
+			Help: "Containers whose files the retention sweep deleted.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.commands, m.inflight,
+	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired,
 		sandboxCollector{mgr},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shellgate_pool_ready",
