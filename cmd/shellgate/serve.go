@@ -36,6 +36,9 @@ func runServe(ctx context.Context, args []string) error {
 	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
 	idle := fs.Duration("idle-sleep", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
 	fs.DurationVar(idle, "idle-timeout", 5*time.Minute, "the same as --idle-sleep")
+	rateLimit := fs.Float64("rate-limit", 0, "each workspace's sustained API requests per second (0: no limit); over it: 429 with Retry-After")
+	rateBurst := fs.Int("rate-burst", 0, "requests a workspace may send at once above --rate-limit (0: the rate, rounded up)")
+	maxConc := fs.Int("max-concurrent", 0, "each workspace's API requests in flight at once (0: no limit); over it: 429 with Retry-After")
 	retention := fs.Duration("retention", server.DefaultRetention, "a container's files are deleted this long after its last use, unless it has its own expires_after")
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
@@ -53,6 +56,9 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	if *rateLimit < 0 || *rateBurst < 0 || *maxConc < 0 {
+		return errors.New("--rate-limit, --rate-burst and --max-concurrent must not be negative")
 	}
 	if *retention <= 0 {
 		return errors.New("--retention must be positive")
@@ -112,7 +118,7 @@ func runServe(ctx context.Context, args []string) error {
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
-		Retention: *retention,
+		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

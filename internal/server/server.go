@@ -71,6 +71,14 @@ type Config struct {
 	Now func() time.Time
 	// WorkspaceFiles, if set, serves file_ids on create.
 	WorkspaceFiles WorkspaceFiles
+
+	// RateLimit is each workspace's sustained rate of authenticated
+	// requests per second, with RateBurst more at once (default: the rate
+	// rounded up); 0: no rate limit. MaxConcurrent caps each workspace's
+	// requests in flight; 0: no cap. Over either: 429 with Retry-After.
+	RateLimit     float64
+	RateBurst     int
+	MaxConcurrent int
 }
 
 // DefaultRetention is how long a container's files are kept after its
@@ -99,6 +107,7 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	calls   *callLocks
+	limits  *wsLimits
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
@@ -152,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 		mux:      http.NewServeMux(),
 		metrics:  newMetrics(cfg.Sandboxes),
 		calls:    newCallLocks(),
+		limits:   newWSLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxConcurrent),
 		cold:     map[string]bool{},
 		active:   map[string]bool{},
 		deleted:  map[string]bool{},
@@ -244,6 +254,12 @@ func (s *Server) handleWith(ew errWriter, pattern string, maxBody int64, auth bo
 			if rec, ok := w.(*recorder); ok {
 				rec.principal = p
 			}
+			release, lerr := s.limits.admit(p)
+			if lerr != nil {
+				ew(w, lerr)
+				return
+			}
+			defer release()
 		}
 		if err := h(w, r, p); err != nil {
 			if ae := (*apiError)(nil); !errors.As(err, &ae) {
