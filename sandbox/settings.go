@@ -98,6 +98,10 @@ func (s Settings) over(def Settings) Settings {
 // differ from the pooled sandboxes' defaults).
 type poolStats struct{ hits, misses atomic.Uint64 }
 
+// PoolSize is the number of started sandboxes the pool keeps ready
+// (Config.PoolSize).
+func (m *Manager) PoolSize() int { return m.cfg.PoolSize }
+
 // PoolStats returns how many new sandboxes took a pooled sandbox (hits)
 // and how many started cold (misses) since Open.
 func (m *Manager) PoolStats() (hits, misses uint64) {
