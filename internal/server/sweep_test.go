@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // fakeClock is the server's clock in the retention tests: it moves only
@@ -187,4 +188,34 @@ func TestRetention(t *testing.T) {
 			t.Fatalf("a CLI sandbox after the sweep: %v", err)
 		}
 	})
+}
+
+// TestIdleSleep: a container sleeps once idle for the manager's idle time
+// (serve's --idle-sleep), keeps its files, and the next call wakes it and
+// pays as woken; sleeping is not expiry.
+func TestIdleSleep(t *testing.T) {
+	mgr, data := sandboxtest.Open(t, "crun", "busybox", func(c *sandbox.Config) { c.IdleTimeout = 200 * time.Millisecond })
+	e := newServerOn(t, mgr, data)
+	newTestServer(t, e)
+	c := e.create(e.keyA, "idle")
+	e.exec(e.keyA, "idle", "echo kept > note")
+	var got containerObject
+	for i := 0; ; i++ {
+		st, b := e.do("GET", "/api/v1/containers/idle", e.keyA, nil)
+		e.must(st, b, &got)
+		if got.Status == "sleeping" {
+			break
+		}
+		if i > 1000 {
+			t.Fatalf("never slept: %+v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := e.exec(e.keyA, c.ID, "cat note")
+	if r.Output[0].Stdout != "kept\n" || r.Usage.ContainerStart != "woken" {
+		t.Fatalf("after idle sleep: %+v", r)
+	}
+	if n, err := e.srv.Sweep(t.Context()); n != 0 || err != nil {
+		t.Fatalf("sweep after a sleep: %d %v", n, err)
+	}
 }
