@@ -303,7 +303,17 @@ func TestOpenAIContainersBadInput(t *testing.T) {
 			}
 		})
 	}
-	t.Run("32 no key: 401 in OpenAI's envelope", func(t *testing.T) {
+	t.Run("32 unknown routes and methods answer in OpenAI's envelope", func(t *testing.T) {
+		st, b := e.do("PUT", "/v1/containers/"+c.ID, e.keyA, nil)
+		if d := openAIEnvelope(t, st, b); st != http.StatusMethodNotAllowed || !strings.Contains(d.Message, "GET, DELETE") {
+			t.Fatalf("PUT: %d %s", st, b)
+		}
+		st, b = e.do("GET", "/v1/containers/"+c.ID+"/nothing", e.keyA, nil)
+		if openAIEnvelope(t, st, b); st != http.StatusNotFound {
+			t.Fatalf("unknown route: %d %s", st, b)
+		}
+	})
+	t.Run("33 no key: 401 in OpenAI's envelope", func(t *testing.T) {
 		for _, r := range [][2]string{{"POST", "/v1/containers"}, {"GET", "/v1/containers"}, {"GET", "/v1/containers/" + c.ID}, {"DELETE", "/v1/containers/" + c.ID}} {
 			st, b := e.doH(r[0], r[1], `{"name":"x"}`, nil)
 			if d := openAIEnvelope(t, st, b); st != 401 || d.Type != "authentication_error" {

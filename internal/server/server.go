@@ -187,30 +187,35 @@ func New(cfg Config) (*Server, error) {
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
-	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
+	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))
+	// And under OpenAI's containers routes, in OpenAI's envelope.
+	s.routeWith(writeOpenAIError, "/v1/containers/", maxEmptyBody, s.noRoute(writeOpenAIError, "/v1/containers/"))
 	s.handler = s.observe(s.mux)
 	// Each sandbox starts with its container's own limits.
 	s.mgr.SetSettings(s.sandboxSettings)
 	return s, nil
 }
 
-// noRoute answers a request no API route matched: 405 with Allow when the
-// path is served with other methods, else 404.
-func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
-	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-		probe := r.Clone(r.Context())
-		probe.Method = m
-		if _, pat := s.mux.Handler(probe); pat != "" && pat != "/api/v1/" {
-			allow = append(allow, m)
+// noRoute answers a request no API route matched, in ew's envelope: 405
+// with Allow when the path is served with other methods, else 404.
+// catchAll is the pattern it is registered under.
+func (s *Server) noRoute(ew errWriter, catchAll string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pat := s.mux.Handler(probe); pat != "" && pat != catchAll {
+				allow = append(allow, m)
+			}
 		}
-	}
-	if len(allow) > 0 {
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
-		return
-	}
-	writeError(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			ew(w, errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		ew(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
 }
 
 // Handler is the server's root handler: logs, metrics and panic recovery
