@@ -12,11 +12,19 @@
 //	GET    /api/v1/openapi.json             this API's OpenAPI 3.1 document, no key
 //	POST   /api/v1/containers               create
 //	GET    /api/v1/containers               list (the key's workspace only)
-//	GET    /api/v1/containers/{id}          retrieve (status running/sleeping)
+//	GET    /api/v1/containers/{id}          retrieve (status running/sleeping/expired)
 //	DELETE /api/v1/containers/{id}          delete (cancels what runs)
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
+//	POST   /v1/containers                   OpenAI's containers API over the same records:
+//	GET    /v1/containers                   create, list, retrieve, delete, in OpenAI's
+//	GET    /v1/containers/{id}              error envelope
+//	DELETE /v1/containers/{id}
+//
+// Every route that takes a key counts against the workspace's rate and
+// concurrency limits (ratelimit.go); Sweep (sweep.go) expires containers
+// past their retention.
 package server
 
 import (
