@@ -119,7 +119,11 @@ type ListOptions struct {
 // Expiring and Expire cross workspaces: they serve the server's own
 // bookkeeping and never take an id from a request.
 type Containers interface {
-	Create(ctx context.Context, p Principal, spec ContainerSpec) (Container, error)
+	// Create records a new container on the server's defaults; an empty
+	// name makes the name the new id. It is CreateSpec with only a name.
+	Create(ctx context.Context, p Principal, name string) (Container, error)
+	// CreateSpec records a new container with its own settings.
+	CreateSpec(ctx context.Context, p Principal, spec ContainerSpec) (Container, error)
 	// Lookup finds a container by id or by name.
 	Lookup(ctx context.Context, p Principal, ref string) (Container, error)
 	List(ctx context.Context, p Principal, opts ListOptions) (items []Container, hasMore bool, err error)

@@ -404,7 +404,7 @@ func (s *Server) createContainer(sh shape) apiHandler {
 			}
 			rc.Close()
 		}
-		c, err := s.cfg.Containers.Create(r.Context(), p, sp)
+		c, err := s.cfg.Containers.CreateSpec(r.Context(), p, sp)
 		switch {
 		case errors.Is(err, ErrConflict):
 			e := errorf(http.StatusConflict, "a container named %q already exists in this workspace (names are unique in a workspace: they address containers)", sp.Name)

@@ -72,9 +72,14 @@ func fromStore(c store.Container) (Container, error) {
 	return out, nil
 }
 
-// Create stores the record; without a name, the name becomes the id the
-// store assigned, so the container answers to one id either way.
-func (b StoreBackend) Create(ctx context.Context, p Principal, spec ContainerSpec) (Container, error) {
+// Create stores a record on the defaults.
+func (b StoreBackend) Create(ctx context.Context, p Principal, name string) (Container, error) {
+	return b.CreateSpec(ctx, p, ContainerSpec{Name: name})
+}
+
+// CreateSpec stores the record; without a name, the name becomes the id
+// the store assigned, so the container answers to one id either way.
+func (b StoreBackend) CreateSpec(ctx context.Context, p Principal, spec ContainerSpec) (Container, error) {
 	cs := b.St.Containers()
 	now := spec.CreatedAt
 	if now.IsZero() {
