@@ -39,6 +39,8 @@ type instance struct {
 	slot *slot
 	// oomKills is the cgroup's OOM-kill count already reported.
 	oomKills int64
+	// limits are the ones the container was started with.
+	limits runtime.Limits
 }
 
 // newOOMKill reports whether the container's memory cgroup counted an
@@ -79,9 +81,9 @@ const agentStartTimeout = 30 * time.Second
 
 // startInstance mounts the layers and the home, and starts a container
 // whose init is the agent.
-func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst *instance, err error) {
+func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits runtime.Limits) (inst *instance, err error) {
 	dir := filepath.Join(m.dirs.run, cid)
-	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg}
+	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg, limits: limits}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("start sandbox %s: %w", cid, err), m.stopInstance(context.WithoutCancel(ctx), inst))
@@ -204,7 +206,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			return inst, err
 		}
 	}
-	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: specHome, Agent: agentPath, Limits: m.cfg.Limits})
+	spec := runtime.Spec(runtime.SpecOptions{ID: cid, Rootfs: rootfs, Home: specHome, Agent: agentPath, Limits: limits})
 	if inst.slot != nil {
 		ns := runtime.UserNS{HostID: inst.slot.base(), Size: idsPerSlot}
 		if m.rt.JoinsUserNS() {

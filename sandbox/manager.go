@@ -32,6 +32,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -139,6 +140,11 @@ type Manager struct {
 	inflight sync.WaitGroup
 
 	pool chan *instance
+	// pstats counts pool hits and misses (settings.go).
+	pstats poolStats
+	// settingsFn gives each sandbox's own settings when it starts (nil:
+	// the defaults for all).
+	settingsFn atomic.Pointer[SettingsFunc]
 	// stop and bgCtx end the background goroutines (pool, idle sleep).
 	stop     chan struct{}
 	bgCtx    context.Context
@@ -390,7 +396,7 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 			why = "the sandbox's agent sent invalid data, so the sandbox was stopped"
 		case inst.newOOMKill():
 			res.OOMKilled = true
-			why = fmt.Sprintf("the sandbox reached its memory limit (%d MiB) and was stopped", m.cfg.Limits.MemoryBytes>>20)
+			why = fmt.Sprintf("the sandbox reached its memory limit (%d MiB) and was stopped", inst.limits.MemoryBytes>>20)
 		default:
 			why = "the sandbox stopped during this command (cause unknown)"
 		}
@@ -419,11 +425,11 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	}
 	if out.Signal == 9 && !out.TimedOut && inst.newOOMKill() {
 		res.OOMKilled = true
-		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", m.cfg.Limits.MemoryBytes>>20)...)
+		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", inst.limits.MemoryBytes>>20)...)
 	}
 	if out.ProcessLimit {
 		res.ProcessLimit = true
-		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: the command reached the sandbox's process limit (%d processes and threads); creating more failed with EAGAIN\n", m.cfg.Limits.Processes)...)
+		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: the command reached the sandbox's process limit (%d processes and threads); creating more failed with EAGAIN\n", inst.limits.Processes)...)
 	}
 	if err := m.checkReserve("sandbox " + b.name); errors.Is(err, ErrDiskReserve) {
 		res.Stderr = append(res.Stderr, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)
@@ -726,22 +732,37 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 		unlock()
 		return err
 	}
+	set, err := m.settingsFor(ctx, b.name)
+	if err != nil {
+		unlock()
+		return err
+	}
 	var inst *instance
 	if isNew {
-		if inst = m.fromPool(); inst != nil {
+		// Pooled sandboxes run on the defaults: only a sandbox with those
+		// can take one.
+		if set == m.Defaults() {
+			inst = m.fromPool()
+		}
+		if inst != nil {
+			m.pstats.hits.Add(1)
+		} else {
+			m.pstats.misses.Add(1)
+		}
+		if inst != nil {
 			if err := os.Rename(inst.home, home); err != nil {
 				m.stopInstance(ctx, inst)
 				unlock()
 				return err
 			}
 			inst.home = home
-		} else if err := m.newHome(home); err != nil {
+		} else if err := m.newHome(home, set.HomeBytes); err != nil {
 			unlock()
 			return err
 		}
 	}
 	if inst == nil {
-		if inst, err = m.startInstance(ctx, newID(), home); err != nil {
+		if inst, err = m.startInstance(ctx, newID(), home, set.Limits); err != nil {
 			unlock()
 			return err
 		}
@@ -754,11 +775,11 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 
 // newHome creates a home image unless that would leave the host below the
 // disk reserve (checked before, and after, since mkfs takes space too).
-func (m *Manager) newHome(path string) error {
+func (m *Manager) newHome(path string, size int64) error {
 	if err := m.checkReserve("create home"); err != nil {
 		return err
 	}
-	if err := home.Create(path, m.cfg.HomeBytes, runtime.UID, runtime.GID); err != nil {
+	if err := home.Create(path, size, runtime.UID, runtime.GID); err != nil {
 		return err
 	}
 	if err := m.checkReserve("create home"); err != nil {

@@ -120,10 +120,10 @@ const imageRetry = time.Second
 func (m *Manager) newPooled(ctx context.Context) (*instance, error) {
 	cid := newID()
 	home := filepath.Join(m.dirs.pool, cid+".img")
-	if err := m.newHome(home); err != nil {
+	if err := m.newHome(home, m.cfg.HomeBytes); err != nil {
 		return nil, err
 	}
-	inst, err := m.startInstance(ctx, cid, home)
+	inst, err := m.startInstance(ctx, cid, home, m.cfg.Limits)
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(home))
 	}

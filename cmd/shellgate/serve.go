@@ -34,11 +34,20 @@ func runServe(ctx context.Context, args []string) error {
 	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
 	img := fs.String("image", "default", "root filesystem image of new containers")
 	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
-	idle := fs.Duration("idle-timeout", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
+	idle := fs.Duration("idle-sleep", 5*time.Minute, "a container sleeps after this long without a command (its files are kept)")
+	fs.DurationVar(idle, "idle-timeout", 5*time.Minute, "the same as --idle-sleep")
+	rateLimit := fs.Float64("rate-limit", 0, "each workspace's sustained API requests per second (0: no limit); over it: 429 with Retry-After")
+	rateBurst := fs.Int("rate-burst", 0, "requests a workspace may send at once above --rate-limit (0: the rate, rounded up)")
+	maxConc := fs.Int("max-concurrent", 0, "each workspace's API requests in flight at once (0: no limit); over it: 429 with Retry-After")
+	retention := fs.Duration("retention", server.DefaultRetention, "a container's files are deleted this long after its last use, unless it has its own expires_after")
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
 	maxUpload := fs.Int64("max-upload-mb", server.DefaultMaxUploadBytes>>20, "largest file an upload may carry, in MiB (workspace files and container files)")
 	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
+	maxCPUs := fs.Float64("max-cpus", 0, "the most CPUs a container may ask for (0: the default, 1)")
+	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
+	maxProcs := fs.Int64("max-processes", 0, "the most processes a container may ask for (0: the default, 512)")
+	maxDiskMB := fs.Int64("max-disk-mb", 0, "the largest /workspace/home in MiB a container may ask for (0: the default, 5120)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -49,6 +58,16 @@ func runServe(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
+	if *rateLimit < 0 || *rateBurst < 0 || *maxConc < 0 {
+		return errors.New("--rate-limit, --rate-burst and --max-concurrent must not be negative")
+	}
+	if *retention <= 0 {
+		return errors.New("--retention must be positive")
+	}
+	if *maxCPUs < 0 || *maxMemMB < 0 || *maxProcs < 0 || *maxDiskMB < 0 {
+		return errors.New("--max-cpus, --max-memory-mb, --max-processes and --max-disk-mb must not be negative")
+	}
+	maxLimits := server.Limits{CPUMillis: int64(*maxCPUs * 1000), MemoryBytes: *maxMemMB << 20, Processes: *maxProcs, DiskBytes: *maxDiskMB << 20}
 	var h slog.Handler
 	switch *logFormat {
 	case "json":
@@ -99,11 +118,12 @@ func runServe(ctx context.Context, args []string) error {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
 	defer blobs.Close()
-	backend := server.StoreBackend{St: st}
+	backend := server.StoreBackend{St: st, Blobs: blobs}
 	srv, err := server.New(server.Config{
-		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend,
+		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20,
-		EvalRunner: runner, Logger: log, CallWait: *callWait,
+		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
+		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/metering"
@@ -45,11 +46,64 @@ type Container struct {
 	// so two workspaces' containers never share a sandbox, whatever names
 	// their owners choose.
 	ID string
-	// Name is the caller's name for it (SPEC §3.3: 1–40 letters, digits,
-	// '_', '-'), unique in the workspace; the ID when none was given.
-	Name         string
+	// Owner is the workspace the container belongs to.
+	Owner Principal
+	// Name is the caller's name for it, unique in the workspace; the ID
+	// when none was given. /api/v1 names are SPEC §3.3's (1–40 letters,
+	// digits, '_', '-'); /v1 (OpenAI's shape) takes any 1–256 printable
+	// characters.
+	Name string
+	// Limits are the container's own; zero fields take the server's
+	// defaults (the sandbox manager's).
+	Limits Limits
+	// NetworkPolicy is nil for no network (OpenAI's "disabled").
+	NetworkPolicy *NetworkPolicy
+	// Expired is set once the retention sweep deleted its files.
+	Expired      bool
 	CreatedAt    time.Time
 	LastActiveAt time.Time
+	// ExpiresAt is set when the container has an expiry of its own
+	// (expires_after): ExpiresAt - LastUse is its idle allowance. Zero:
+	// the server's retention applies.
+	ExpiresAt time.Time
+}
+
+// LastUse is LastActiveAt, or CreatedAt before the first use.
+func (c Container) LastUse() time.Time {
+	if c.LastActiveAt.IsZero() {
+		return c.CreatedAt
+	}
+	return c.LastActiveAt
+}
+
+// Limits are a container's resources; zero fields mean the default.
+type Limits struct {
+	CPUMillis   int64 // 1000 = one CPU
+	MemoryBytes int64
+	Processes   int64
+	DiskBytes   int64 // the size of /workspace/home
+}
+
+// NetworkPolicy is a container's outbound network (SPEC §3.4), fixed when
+// it is created: Type "allowlist" with at most 50 hostnames or "*.x.y"
+// globs, or "*" alone for any host. (Enforced by the egress layer; until
+// it lands every container has no network.)
+type NetworkPolicy struct {
+	Type           string   `json:"type"`
+	AllowedDomains []string `json:"allowed_domains"`
+}
+
+// ContainerSpec is what a create asks for.
+type ContainerSpec struct {
+	Name          string // empty: named by its id
+	Limits        Limits
+	NetworkPolicy *NetworkPolicy
+	// ExpiresAfter, when set, is the container's own idle allowance
+	// before its files are deleted (OpenAI's expires_after), instead of
+	// the server's retention.
+	ExpiresAfter time.Duration
+	// CreatedAt is the server's clock at the create (zero: now).
+	CreatedAt time.Time
 }
 
 // ListOptions select a page of a workspace's containers.
@@ -61,17 +115,39 @@ type ListOptions struct {
 }
 
 // Containers are the per-container records, always within a principal's
-// workspace: another workspace's container answers ErrNotFound.
+// workspace: another workspace's container answers ErrNotFound. Find,
+// Expiring and Expire cross workspaces: they serve the server's own
+// bookkeeping and never take an id from a request.
 type Containers interface {
-	// Create records a new container; an empty name makes the name the
-	// new id.
+	// Create records a new container on the server's defaults; an empty
+	// name makes the name the new id. It is CreateSpec with only a name.
 	Create(ctx context.Context, p Principal, name string) (Container, error)
+	// CreateSpec records a new container with its own settings.
+	CreateSpec(ctx context.Context, p Principal, spec ContainerSpec) (Container, error)
 	// Lookup finds a container by id or by name.
 	Lookup(ctx context.Context, p Principal, ref string) (Container, error)
 	List(ctx context.Context, p Principal, opts ListOptions) (items []Container, hasMore bool, err error)
-	// Touch records that the container was used at t.
+	// Touch records that the container was used at t (a later t only; an
+	// expired container is left alone).
 	Touch(ctx context.Context, p Principal, id string, t time.Time) error
 	Delete(ctx context.Context, p Principal, id string) error
+	// Find returns the container with that id in any workspace.
+	Find(ctx context.Context, id string) (Container, error)
+	// Expiring returns up to limit containers due to expire at now: their
+	// own ExpiresAt passed, or, without one, their last use is at or
+	// before idleBefore.
+	Expiring(ctx context.Context, now, idleBefore time.Time, limit int) ([]Container, error)
+	// Expire marks the container expired unless it was used since
+	// (LastActiveAt is no longer lastActive); it reports whether it did.
+	Expire(ctx context.Context, id string, lastActive time.Time) (bool, error)
+}
+
+// WorkspaceFiles are the workspace's durable files, as far as creating a
+// container with file_ids needs them.
+type WorkspaceFiles interface {
+	// OpenFile opens p's file id: its name as uploaded and its bytes
+	// (ErrNotFound for a missing file or another workspace's).
+	OpenFile(ctx context.Context, p Principal, id string) (name string, r io.ReadCloser, err error)
 }
 
 // Ledger is the usage ledger: what each call cost, per workspace.

@@ -53,3 +53,32 @@ func (c *callLocks) acquire(ctx context.Context, name string, wait time.Duration
 	drop()
 	return nil, false
 }
+
+// tryAcquire takes name's lock only if it is free now.
+func (c *callLocks) tryAcquire(name string) (release func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.locks[name]
+	if l == nil {
+		l = &callLock{ch: make(chan struct{}, 1)}
+		c.locks[name] = l
+	}
+	select {
+	case l.ch <- struct{}{}:
+	default:
+		if l.refs == 0 {
+			delete(c.locks, name)
+		}
+		return nil, false
+	}
+	l.refs++
+	return func() {
+		<-l.ch
+		c.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(c.locks, name)
+		}
+		c.mu.Unlock()
+	}, true
+}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"math"
 	"net/http"
 )
 
@@ -58,13 +57,7 @@ func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
 		writeJSON(w, ae.status, body)
 		return
 	}
-	var body openAIError
-	body.Error.Message = ae.msg
-	body.Error.Type = openAIErrorType(ae.status)
-	if c := openAIErrorCode(ae.status); c != "" {
-		body.Error.Code = &c
-	}
-	writeJSON(w, ae.status, body)
+	writeOpenAIError(w, err)
 }
 
 func openAIErrorType(status int) string {
@@ -126,31 +119,13 @@ func filesShape(r *http.Request) shape {
 }
 
 // handleAs registers an authenticated API route whose errors, the key
-// check's included, are written in the envelope the request's shape
-// calls for; h gets that shape.
+// check's and the limits' included, are written in the envelope the
+// request's shape calls for; h gets that shape.
 func (s *Server) handleAs(pattern string, maxBody int64, pick shapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error) {
-	// The body cap is applied here rather than by route, so that an
-	// oversized body is refused in the right envelope too.
-	s.route(pattern, math.MaxInt64, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handleDyn(func(r *http.Request) errWriter {
 		sh := pick(r)
-		if r.ContentLength > maxBody {
-			writeErrorAs(w, sh, errorf(http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than this route's %d", r.ContentLength, maxBody))
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-		p, err := s.authenticate(r)
-		if err != nil {
-			writeErrorAs(w, sh, err)
-			return
-		}
-		if rec, ok := w.(*recorder); ok {
-			rec.principal = p
-		}
-		if err := h(w, r, p, sh); err != nil {
-			if ae := (*apiError)(nil); !errors.As(err, &ae) {
-				s.log.ErrorContext(r.Context(), "request failed", "route", pattern, "err", err)
-			}
-			writeErrorAs(w, sh, err)
-		}
-	}))
+		return func(w http.ResponseWriter, err error) { writeErrorAs(w, sh, err) }
+	}, pattern, maxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		return h(w, r, p, pick(r))
+	})
 }

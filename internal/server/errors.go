@@ -16,6 +16,11 @@ import (
 type apiError struct {
 	status int
 	msg    string
+	// param and code fill OpenAI's envelope (the request field at fault;
+	// a machine-readable reason); the other envelopes ignore them.
+	param, code string
+	// retryAfter, when positive, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -47,10 +52,67 @@ func writeError(w http.ResponseWriter, err error) {
 	if me := (*metaError)(nil); errors.As(err, &me) {
 		meta = me.meta
 	}
+	errorHeaders(w, ae)
+	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.status, Message: ae.msg, Metadata: meta}})
+}
+
+func errorHeaders(w http.ResponseWriter, ae *apiError) {
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
 	}
-	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.status, Message: ae.msg, Metadata: meta}})
+	if ae.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.retryAfter))
+	}
+}
+
+// openAIErrorBody is OpenAI's error envelope (wire-formats §2.6):
+// {"error":{"message","type","param","code"}}, param and code null when
+// there is nothing to say.
+type openAIErrorBody struct {
+	Error openAIErrorDetail `json:"error"`
+}
+
+type openAIErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// writeOpenAIError answers with err in OpenAI's envelope; the type follows
+// the status as OpenAI's API sets it.
+func writeOpenAIError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, "internal error")
+	}
+	d := openAIErrorDetail{Message: ae.msg, Type: "invalid_request_error"}
+	code := ae.code
+	switch {
+	case ae.status == http.StatusUnauthorized:
+		d.Type = "authentication_error"
+		if code == "" {
+			code = "invalid_api_key"
+		}
+	case ae.status == http.StatusTooManyRequests:
+		d.Type = "rate_limit_error"
+		if code == "" {
+			code = "rate_limit_exceeded"
+		}
+	case ae.status >= 500:
+		d.Type = "server_error"
+	}
+	if ae.param != "" {
+		d.Param = &ae.param
+	}
+	if code == "" {
+		code = openAIErrorCode(ae.status)
+	}
+	if code != "" {
+		d.Code = &code
+	}
+	errorHeaders(w, ae)
+	writeJSON(w, ae.status, openAIErrorBody{Error: d})
 }
 
 // writeJSON answers with v. The length is set, so the client has the whole

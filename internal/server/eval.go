@@ -77,6 +77,9 @@ func (s *Server) evalSandbox(ctx context.Context, r *http.Request, ref string) (
 		if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound {
 			return nil, fmt.Errorf("%w: no container %q", jsrunhttp.ErrSandboxNotFound, ref)
 		}
+		if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusGone {
+			return nil, fmt.Errorf("%w: %s", jsrunhttp.ErrSandboxNotFound, ae.msg)
+		}
 		return nil, err
 	}
 	return &evalBox{s: s, p: p, id: c.ID}, nil
@@ -122,6 +125,9 @@ func (b *evalBox) hold(ctx context.Context, f func(Container) error) error {
 	defer s.endActive(b.id)
 	c, err := s.lookup(ctx, b.p, b.id)
 	if err != nil {
+		if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusGone {
+			return jsrun.NewUserError(jsrunhttp.CodeSandboxNotFound, ae.msg)
+		}
 		if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound {
 			return errEvalGone
 		}

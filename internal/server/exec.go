@@ -176,8 +176,7 @@ func (s *Server) settle(ctx context.Context, p Principal, c Container, first tim
 }
 
 // record writes a call's bill (kind "exec" or "eval") to the ledger and
-// the container's last use; last_active_at is shown in seconds, so a
-// container used within the last second is not written again.
+// the container's last use (on the server's clock).
 func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, kind string, bill metering.Bill) {
 	id := c.ID
 	if s.cfg.Ledger != nil {
@@ -185,12 +184,7 @@ func (s *Server) record(ctx context.Context, p Principal, c Container, now time.
 			s.log.ErrorContext(ctx, "recording usage failed", "container", id, "cost_micro_usd", bill.CostMicroUSD, "err", err)
 		}
 	}
-	if now.Sub(c.LastActiveAt) < time.Second {
-		return
-	}
-	if err := s.cfg.Containers.Touch(ctx, p, id, now); err != nil && !errors.Is(err, ErrNotFound) {
-		s.log.ErrorContext(ctx, "recording last use failed", "container", id, "err", err)
-	}
+	s.touch(ctx, p, c, s.now())
 }
 
 // callError turns a call that stopped early into an answer that reports

@@ -95,10 +95,6 @@ func (b *gatewayBox) ExpiresAt() time.Time {
 	return time.Now().Add(DefaultRetention).UTC().Truncate(time.Second)
 }
 
-// DefaultRetention is how long a container's files are kept after its
-// last use (SPEC §3.5).
-const DefaultRetention = 30 * 24 * time.Hour
-
 // hold runs f on the container as an exec call holds it (see evalBox.hold).
 func (b *gatewayBox) hold(ctx context.Context, f func(Container) error) error {
 	s := b.s

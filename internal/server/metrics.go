@@ -14,6 +14,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	commands *prometheus.HistogramVec
 	inflight prometheus.Gauge
+	expired  prometheus.Counter
 }
 
 func newMetrics(mgr *sandbox.Manager) *metrics {
@@ -32,13 +33,29 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 			Name: "shellgate_exec_calls_in_flight",
 			Help: "Exec calls running or waiting for their container.",
 		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shellgate_containers_expired_total",
+			Help: "Containers whose files the retention sweep deleted.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.commands, m.inflight,
+	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired,
 		sandboxCollector{mgr},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shellgate_pool_ready",
 			Help: "Started sandboxes waiting in the warm pool.",
 		}, func() float64 { return float64(mgr.PoolReady()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shellgate_pool_size",
+			Help: "Started sandboxes the warm pool keeps ready (--pool).",
+		}, func() float64 { return float64(mgr.PoolSize()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shellgate_pool_hits_total",
+			Help: "New sandboxes that took a started sandbox from the warm pool. Hit rate: hits / (hits + misses).",
+		}, func() float64 { h, _ := mgr.PoolStats(); return float64(h) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shellgate_pool_misses_total",
+			Help: "New sandboxes that started cold: the pool was empty or off, or the container's limits differ from the pool's defaults.",
+		}, func() float64 { _, m := mgr.PoolStats(); return float64(m) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

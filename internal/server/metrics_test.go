@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 func TestMetrics(t *testing.T) {
@@ -89,5 +93,52 @@ func TestPanicRecovered(t *testing.T) {
 	st, body = e.doH("GET", "/healthz", nil, nil)
 	if st != http.StatusOK {
 		t.Fatalf("after a panic: %d %s", st, body)
+	}
+}
+
+// TestPoolMetrics: /metrics counts new containers that took a pooled
+// sandbox (hits) and those that started cold (misses: the pool is empty,
+// or the container's limits are not the pool's defaults).
+func TestPoolMetrics(t *testing.T) {
+	mgr, data := sandboxtest.Open(t, "crun", "busybox", func(c *sandbox.Config) { c.PoolSize = 1 })
+	e := newServerOn(t, mgr, data)
+	newTestServer(t, e)
+	waitPool := func() {
+		for i := 0; mgr.PoolReady() < 1; i++ {
+			if i > 6000 {
+				t.Fatal("the pool never filled")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitPool()
+	e.create(e.keyA, "pooled") // the defaults: takes the pooled sandbox
+	var own containerObject
+	st, b := e.do("POST", "/api/v1/containers", e.keyA, map[string]any{"name": "own", "limits": map[string]any{"memory_mb": 64}})
+	e.must(st, b, &own) // its own limits: starts cold
+	waitPool()
+	e.create(e.keyA, "pooled-2")
+
+	st, body := e.doH("GET", "/metrics", nil, nil)
+	if st != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", st)
+	}
+	text := string(body)
+	for series, want := range map[string]float64{
+		"shellgate_pool_size":                   1,
+		"shellgate_pool_hits_total":             2,
+		"shellgate_pool_misses_total":           1,
+		`shellgate_sandboxes{state="running"}`:  3,
+		`shellgate_sandboxes{state="sleeping"}`: 0,
+		"shellgate_containers_expired_total":    0,
+	} {
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+		m := re.FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no series %s in\n%s", series, text)
+		}
+		if got, _ := strconv.ParseFloat(m[1], 64); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
 	}
 }

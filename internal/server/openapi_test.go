@@ -50,8 +50,8 @@ func TestOpenAPI(t *testing.T) {
 
 	var served []string
 	for _, p := range e.srv.Routes() {
-		if p == "/api/v1/" {
-			continue // the catch-all that answers 404/405 in the envelope
+		if p == "/api/v1/" || p == "/v1/containers/" {
+			continue // the catch-alls that answer 404/405 in the envelope
 		}
 		served = append(served, p)
 	}

@@ -32,16 +32,29 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	// The retention sweep, until shutdown begins.
+	sweepCtx, stopSweep := context.WithCancel(base)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		s.sweepLoop(sweepCtx)
+	}()
+	stopSweeping := func() {
+		stopSweep()
+		<-swept
+	}
 	select {
 	case err := <-served:
 		// The listener failed: nothing is served, so stop now.
 		s.BeginShutdown()
+		stopSweeping()
 		cancelCalls()
 		return errors.Join(err, s.mgr.Close(context.Background()))
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", "grace", grace.String())
 	s.BeginShutdown()
+	stopSweeping()
 	var errs []error
 	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
 	err := hs.Shutdown(graceCtx)

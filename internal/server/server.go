@@ -12,7 +12,7 @@
 //	GET    /api/v1/openapi.json             this API's OpenAPI 3.1 document, no key
 //	POST   /api/v1/containers               create
 //	GET    /api/v1/containers               list (the key's workspace only)
-//	GET    /api/v1/containers/{id}          retrieve (status running/sleeping)
+//	GET    /api/v1/containers/{id}          retrieve (status running/sleeping/expired)
 //	DELETE /api/v1/containers/{id}          delete (cancels what runs)
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
@@ -20,6 +20,14 @@
 //	…      /api/v1/containers/{id}/files…   container files, OpenRouter's shape (cfiles.go), and promote
 //	…      /v1/containers/{id}/files…       the same in OpenAI's shape
 //	…      /api/v1/files…, /v1/files…       workspace files (wfiles.go): OpenRouter's; OpenAI's or Anthropic's
+//	POST   /v1/containers                   OpenAI's containers API over the same records:
+//	GET    /v1/containers                   create, list, retrieve, delete, in OpenAI's
+//	GET    /v1/containers/{id}              error envelope
+//	DELETE /v1/containers/{id}
+//
+// Every route that takes a key counts against the workspace's rate and
+// concurrency limits (ratelimit.go); Sweep (sweep.go) expires containers
+// past their retention.
 package server
 
 import (
@@ -73,7 +81,36 @@ type Config struct {
 	// Models resolves the gateway's "provider/model" names; without it the
 	// gateway routes answer that no model is configured.
 	Models gateway.Models
+
+	// MaxLimits are the most a container may ask for; zero fields: the
+	// sandbox manager's defaults (so by default a container may ask for
+	// less than the default, never more).
+	MaxLimits Limits
+	// Retention: a container's files are deleted this long after its last
+	// use, unless it has an expiry of its own (OpenAI's expires_after);
+	// default DefaultRetention. The container's record stays, "expired".
+	Retention time.Duration
+	// SweepEvery is how often Run sweeps expired containers; default one
+	// minute.
+	SweepEvery time.Duration
+	// Now is the server's clock for last use and expiry; default
+	// time.Now. Tests move it forward and call Sweep.
+	Now func() time.Time
+	// WorkspaceFiles, if set, serves file_ids on create.
+	WorkspaceFiles WorkspaceFiles
+
+	// RateLimit is each workspace's sustained rate of authenticated
+	// requests per second, with RateBurst more at once (default: the rate
+	// rounded up); 0: no rate limit. MaxConcurrent caps each workspace's
+	// requests in flight; 0: no cap. Over either: 429 with Retry-After.
+	RateLimit     float64
+	RateBurst     int
+	MaxConcurrent int
 }
+
+// DefaultRetention is how long a container's files are kept after its
+// last use (SPEC §3.5: 30 days).
+const DefaultRetention = 30 * 24 * time.Hour
 
 // DefaultCallWait is how long a call waits for the container's previous
 // call (calls on one container run one at a time) before answering 409.
@@ -97,6 +134,7 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	calls   *callLocks
+	limits  *wsLimits
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
@@ -140,6 +178,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
 	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	s := &Server{
 		cfg:      cfg,
 		mgr:      cfg.Sandboxes,
@@ -147,6 +194,7 @@ func New(cfg Config) (*Server, error) {
 		mux:      http.NewServeMux(),
 		metrics:  newMetrics(cfg.Sandboxes),
 		calls:    newCallLocks(),
+		limits:   newWSLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxConcurrent),
 		cold:     map[string]bool{},
 		active:   map[string]bool{},
 		deleted:  map[string]bool{},
@@ -155,8 +203,8 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.handle("GET /api/v1/openapi.json", maxEmptyBody, false, s.openAPI)
-	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer)
-	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers)
+	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer(shapeOpenRouter))
+	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers(shapeOpenRouter))
 	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
@@ -166,30 +214,42 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
 	s.fileRoutes()
+	// OpenAI's containers API, over the same records.
+	s.handleOpenAI("POST /v1/containers", maxCreateBody, s.createContainer(shapeOpenAI))
+	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(shapeOpenAI))
+	s.handleOpenAI("GET /v1/containers/{id}", maxEmptyBody, s.getContainer)
+	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
-	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
+	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))
+	// And under OpenAI's containers routes, in OpenAI's envelope.
+	s.routeWith(writeOpenAIError, "/v1/containers/", maxEmptyBody, s.noRoute(writeOpenAIError, "/v1/containers/"))
 	s.handler = s.observe(s.mux)
+	// Each sandbox starts with its container's own limits.
+	s.mgr.SetSettings(s.sandboxSettings)
 	return s, nil
 }
 
-// noRoute answers a request no API route matched: 405 with Allow when the
-// path is served with other methods, else 404.
-func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
-	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-		probe := r.Clone(r.Context())
-		probe.Method = m
-		if _, pat := s.mux.Handler(probe); pat != "" && pat != "/api/v1/" {
-			allow = append(allow, m)
+// noRoute answers a request no API route matched, in ew's envelope: 405
+// with Allow when the path is served with other methods, else 404.
+// catchAll is the pattern it is registered under.
+func (s *Server) noRoute(ew errWriter, catchAll string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pat := s.mux.Handler(probe); pat != "" && pat != catchAll {
+				allow = append(allow, m)
+			}
 		}
-	}
-	if len(allow) > 0 {
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
-		return
-	}
-	writeError(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			ew(w, errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		ew(w, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
 }
 
 // Handler is the server's root handler: logs, metrics and panic recovery
@@ -205,36 +265,72 @@ type apiHandler func(w http.ResponseWriter, r *http.Request, p Principal) error
 
 type principalKey struct{}
 
-// handle registers an API route: body cap, then (when auth) the key check,
-// then h; an error h returns is written in the error envelope.
+// handle registers an API route that answers errors in the OpenRouter
+// envelope: body cap, then (when auth) the key check, then h; an error h
+// returns is written in the envelope.
 func (s *Server) handle(pattern string, maxBody int64, auth bool, h apiHandler) {
-	s.route(pattern, maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handleWith(writeError, pattern, maxBody, auth, h)
+}
+
+// handleOpenAI registers an authenticated route of OpenAI's API shape: its
+// errors are in OpenAI's envelope.
+func (s *Server) handleOpenAI(pattern string, maxBody int64, h apiHandler) {
+	s.handleWith(writeOpenAIError, pattern, maxBody, true, h)
+}
+
+// errWriter answers with an error in one API's envelope.
+type errWriter func(http.ResponseWriter, error)
+
+func (s *Server) handleWith(ew errWriter, pattern string, maxBody int64, auth bool, h apiHandler) {
+	s.handleDyn(func(*http.Request) errWriter { return ew }, pattern, maxBody, auth, h)
+}
+
+// handleDyn registers an API route whose envelope is chosen per request
+// (envelope(r)), for the body cap, the key check, the workspace's limits
+// and h's error alike.
+func (s *Server) handleDyn(envelope func(*http.Request) errWriter, pattern string, maxBody int64, auth bool, h apiHandler) {
+	s.routeDyn(envelope, pattern, maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := envelope(r)
 		var p Principal
 		if auth {
 			var err error
 			if p, err = s.authenticate(r); err != nil {
-				writeError(w, err)
+				ew(w, err)
 				return
 			}
 			if rec, ok := w.(*recorder); ok {
 				rec.principal = p
 			}
+			release, lerr := s.limits.admit(p)
+			if lerr != nil {
+				ew(w, lerr)
+				return
+			}
+			defer release()
 		}
 		if err := h(w, r, p); err != nil {
 			if ae := (*apiError)(nil); !errors.As(err, &ae) {
 				s.log.ErrorContext(r.Context(), "request failed", "route", pattern, "err", err)
 			}
-			writeError(w, err)
+			ew(w, err)
 		}
 	}))
 }
 
 // route registers h under pattern with a body cap.
 func (s *Server) route(pattern string, maxBody int64, h http.Handler) {
+	s.routeWith(writeError, pattern, maxBody, h)
+}
+
+func (s *Server) routeWith(ew errWriter, pattern string, maxBody int64, h http.Handler) {
+	s.routeDyn(func(*http.Request) errWriter { return ew }, pattern, maxBody, h)
+}
+
+func (s *Server) routeDyn(envelope func(*http.Request) errWriter, pattern string, maxBody int64, h http.Handler) {
 	s.routes = append(s.routes, pattern)
 	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > maxBody {
-			writeError(w, errorf(http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than this route's %d", r.ContentLength, maxBody))
+			envelope(r)(w, errorf(http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than this route's %d", r.ContentLength, maxBody))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)

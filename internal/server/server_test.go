@@ -63,6 +63,12 @@ func (s *syncBuffer) String() string {
 func newServer(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 	t.Helper()
 	mgr, data := sandboxtest.Open(t, rt, img)
+	return newServerOn(t, mgr, data, mut...)
+}
+
+// newServerOn builds a server over a manager the test opened itself.
+func newServerOn(t testing.TB, mgr *sandbox.Manager, data string, mut ...func(*Config)) *env {
+	t.Helper()
 	st, err := sqlstore.OpenSQLite(t.Context(), data)
 	if err != nil {
 		t.Fatal(err)

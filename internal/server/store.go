@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/metering"
@@ -13,12 +15,18 @@ import (
 // StoreBackend serves the server's interfaces from an internal/store.Store:
 // keys, container records and the usage ledger. A principal is a store
 // Scope; the store keeps every read and write within it.
-type StoreBackend struct{ St store.Store }
+type StoreBackend struct {
+	St store.Store
+	// Blobs holds the bytes of the workspace's files (for file_ids on
+	// create); without it such a create is refused.
+	Blobs store.Blobs
+}
 
 var (
-	_ Authenticator = StoreBackend{}
-	_ Containers    = StoreBackend{}
-	_ Ledger        = StoreBackend{}
+	_ Authenticator  = StoreBackend{}
+	_ Containers     = StoreBackend{}
+	_ Ledger         = StoreBackend{}
+	_ WorkspaceFiles = StoreBackend{}
 )
 
 func scope(p Principal) store.Scope { return store.Scope{Account: p.Account, Workspace: p.Workspace} }
@@ -48,31 +56,64 @@ func (b StoreBackend) Authenticate(ctx context.Context, key string) (Principal, 
 	return Principal{Account: k.Account, Workspace: k.Workspace}, nil
 }
 
-func fromStore(c store.Container) Container {
-	return Container{ID: c.ID, Name: c.Name, CreatedAt: c.CreatedAt, LastActiveAt: c.LastActiveAt}
+func fromStore(c store.Container) (Container, error) {
+	out := Container{ID: c.ID, Owner: Principal{Account: c.Scope.Account, Workspace: c.Scope.Workspace}, Name: c.Name,
+		Limits:  Limits{CPUMillis: c.Limits.CPUMillis, MemoryBytes: c.Limits.MemoryBytes, Processes: c.Limits.Processes, DiskBytes: c.Limits.DiskBytes},
+		Expired: c.Status == store.StatusExpired, CreatedAt: c.CreatedAt, LastActiveAt: c.LastActiveAt, ExpiresAt: c.ExpiresAt}
+	if len(c.NetworkPolicy) > 0 {
+		var np NetworkPolicy
+		if err := json.Unmarshal(c.NetworkPolicy, &np); err != nil {
+			return Container{}, fmt.Errorf("container %s: stored network policy: %w", c.ID, err)
+		}
+		if np.Type != "disabled" {
+			out.NetworkPolicy = &np
+		}
+	}
+	return out, nil
 }
 
-// Create stores the record; without a name, the name becomes the id the
-// store assigned, so the container answers to one id either way.
+// Create stores a record on the defaults.
 func (b StoreBackend) Create(ctx context.Context, p Principal, name string) (Container, error) {
+	return b.CreateSpec(ctx, p, ContainerSpec{Name: name})
+}
+
+// CreateSpec stores the record; without a name, the name becomes the id
+// the store assigned, so the container answers to one id either way.
+func (b StoreBackend) CreateSpec(ctx context.Context, p Principal, spec ContainerSpec) (Container, error) {
 	cs := b.St.Containers()
-	rec := store.Container{Scope: scope(p), Name: name}
-	if name == "" {
-		// A placeholder that no caller can choose (SPEC §3.3 names have no
-		// '.'), replaced by the id right away.
+	now := spec.CreatedAt
+	if now.IsZero() {
+		now = time.Now()
+	}
+	now = store.Truncate(now)
+	l := spec.Limits
+	rec := store.Container{Scope: scope(p), Name: spec.Name, CreatedAt: now, LastActiveAt: now,
+		Limits: store.Limits{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes, Processes: l.Processes, DiskBytes: l.DiskBytes}}
+	if spec.ExpiresAfter > 0 {
+		rec.ExpiresAt = now.Add(spec.ExpiresAfter)
+	}
+	if spec.NetworkPolicy != nil {
+		j, err := json.Marshal(spec.NetworkPolicy)
+		if err != nil {
+			return Container{}, err
+		}
+		rec.NetworkPolicy = j
+	}
+	if spec.Name == "" {
+		// A placeholder of 128 random bits, replaced by the id right away.
 		rec.Name = store.NewID("pending.")
 	}
 	c, err := cs.Create(ctx, rec)
 	if err != nil {
 		return Container{}, mapErr(err)
 	}
-	if name == "" {
+	if spec.Name == "" {
 		c.Name = c.ID
 		if c, err = cs.Update(ctx, c); err != nil {
 			return Container{}, errors.Join(mapErr(err), cs.Delete(context.WithoutCancel(ctx), c.Scope, c.ID))
 		}
 	}
-	return fromStore(c), nil
+	return fromStore(c)
 }
 
 // Lookup takes an id first, then a name.
@@ -85,7 +126,7 @@ func (b StoreBackend) Lookup(ctx context.Context, p Principal, ref string) (Cont
 	if err != nil {
 		return Container{}, mapErr(err)
 	}
-	return fromStore(c), nil
+	return fromStore(c)
 }
 
 func (b StoreBackend) List(ctx context.Context, p Principal, opts ListOptions) ([]Container, bool, error) {
@@ -95,24 +136,46 @@ func (b StoreBackend) List(ctx context.Context, p Principal, opts ListOptions) (
 	}
 	out := make([]Container, len(page.Items))
 	for i, c := range page.Items {
-		out[i] = fromStore(c)
+		if out[i], err = fromStore(c); err != nil {
+			return nil, false, err
+		}
 	}
 	return out, page.HasMore, nil
 }
 
 func (b StoreBackend) Touch(ctx context.Context, p Principal, id string, t time.Time) error {
-	cs := b.St.Containers()
-	c, err := cs.Get(ctx, scope(p), id)
-	if err != nil {
-		return mapErr(err)
-	}
-	c.LastActiveAt = t
-	_, err = cs.Update(ctx, c)
-	return mapErr(err)
+	return mapErr(b.St.Containers().Touch(ctx, scope(p), id, t))
 }
 
 func (b StoreBackend) Delete(ctx context.Context, p Principal, id string) error {
 	return mapErr(b.St.Containers().Delete(ctx, scope(p), id))
+}
+
+func (b StoreBackend) Find(ctx context.Context, id string) (Container, error) {
+	c, err := b.St.Containers().Find(ctx, id)
+	if err != nil {
+		return Container{}, mapErr(err)
+	}
+	return fromStore(c)
+}
+
+func (b StoreBackend) Expiring(ctx context.Context, now, idleBefore time.Time, limit int) ([]Container, error) {
+	cs, err := b.St.Containers().Expiring(ctx, now, idleBefore, limit)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Container, len(cs))
+	for i, c := range cs {
+		if out[i], err = fromStore(c); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (b StoreBackend) Expire(ctx context.Context, id string, lastActive time.Time) (bool, error) {
+	ok, err := b.St.Containers().Expire(ctx, id, lastActive)
+	return ok, mapErr(err)
 }
 
 func (b StoreBackend) Record(ctx context.Context, p Principal, containerID string, at time.Time, kind string, bill metering.Bill) error {
@@ -139,4 +202,20 @@ func (b StoreBackend) Totals(ctx context.Context, p Principal, from, to time.Tim
 		return nil, nil, mapErr(err)
 	}
 	return conv(d), conv(c), nil
+}
+
+// OpenFile opens a workspace file of p's for reading.
+func (b StoreBackend) OpenFile(ctx context.Context, p Principal, id string) (string, io.ReadCloser, error) {
+	f, err := b.St.Files().Get(ctx, scope(p), id)
+	if err != nil {
+		return "", nil, mapErr(err)
+	}
+	if b.Blobs == nil {
+		return "", nil, errors.New("this server keeps no file bytes (StoreBackend.Blobs is nil)")
+	}
+	rc, _, err := b.Blobs.Open(ctx, f.ID)
+	if err != nil {
+		return "", nil, mapErr(err)
+	}
+	return f.Name, rc, nil
 }

@@ -113,6 +113,26 @@ type Containers interface {
 	// with c's id in c's scope.
 	Update(ctx context.Context, c Container) (Container, error)
 	Delete(ctx context.Context, scope Scope, id string) error
+	// Touch records a use of the container at t: LastActiveAt becomes t,
+	// and an ExpiresAt that is set moves by as much, so a container's own
+	// expiry (ExpiresAt - LastUse) keeps counting from its last use. Only
+	// a later t is written; an expired container is left as it is (nil).
+	Touch(ctx context.Context, scope Scope, id string, t time.Time) error
+
+	// The calls below cross scopes. They are for the server's own
+	// bookkeeping (a sandbox's settings when it starts, the retention
+	// sweep) and never take an id a caller sent.
+
+	// Find returns the container with that id in whichever scope holds it.
+	Find(ctx context.Context, id string) (Container, error)
+	// Expiring returns up to limit containers, oldest first, that are not
+	// expired but due: ExpiresAt set and at or before now, or ExpiresAt
+	// unset and LastUse at or before idleBefore (the server's retention).
+	Expiring(ctx context.Context, now, idleBefore time.Time, limit int) ([]Container, error)
+	// Expire marks the container expired, unless it already is or was
+	// used since the caller read it (its LastActiveAt is no longer
+	// lastActive); it reports whether it marked it.
+	Expire(ctx context.Context, id string, lastActive time.Time) (bool, error)
 }
 
 // Container statuses (SPEC §3.5).
@@ -136,7 +156,21 @@ type Container struct {
 	Status        string
 	CreatedAt     time.Time
 	LastActiveAt  time.Time
-	ExpiresAt     time.Time // zero: no expiry set
+	// ExpiresAt is when the container's files are deleted, when it has an
+	// expiry of its own (OpenAI's expires_after); zero: the server's
+	// retention applies, counted from LastUse. Touch moves it with
+	// LastActiveAt, so ExpiresAt - LastUse is the container's own idle
+	// allowance.
+	ExpiresAt time.Time
+}
+
+// LastUse is when the container was last used: LastActiveAt, or CreatedAt
+// before its first use.
+func (c Container) LastUse() time.Time {
+	if c.LastActiveAt.IsZero() {
+		return c.CreatedAt
+	}
+	return c.LastActiveAt
 }
 
 // Limits are a sandbox's resources.

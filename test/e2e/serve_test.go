@@ -223,9 +223,9 @@ func TestServe(t *testing.T) {
 }
 
 // TestServeKill9Restart: the server is killed with SIGKILL during a
-// command; a new server on the same data directory finds the container in
-// a true state (sleeping: nothing runs it any more) with its files, and
-// wakes it for the next call.
+// command; a new server on the same data directory finds every container
+// in a true state (sleeping: nothing runs them any more) with every file,
+// its own settings kept, and wakes each for the next call.
 func TestServeKill9Restart(t *testing.T) {
 	bin, data, env := serveBinary(t)
 	base, srv, exited, _ := startServe(t, bin, data, env)
@@ -237,7 +237,25 @@ func TestServeKill9Restart(t *testing.T) {
 	if st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["echo before > f"]}`); st != 200 {
 		t.Fatalf("exec: %d %v", st, r)
 	}
-	req, _ := http.NewRequest("POST", base+"/api/v1/containers/crash/exec", strings.NewReader(`{"commands":["sleep 60"],"stream":true}`))
+	// A container of OpenAI's shape with settings of its own, awake and
+	// idle at the kill; and one deleted before it.
+	st, own := call("POST", "/v1/containers", `{"name":"own settings","expires_after":{"anchor":"last_active_at","minutes":120},"limits":{"processes":40},"network_policy":{"type":"allowlist","allowed_domains":["pypi.org"]}}`)
+	if st != 200 {
+		t.Fatalf("create on /v1: %d %v", st, own)
+	}
+	ownID := own["id"].(string)
+	if st, c := call("POST", "/api/v1/containers", `{"name":"gone"}`); st != 200 {
+		t.Fatalf("create: %d %v", st, c)
+	}
+	if st, c := call("DELETE", "/api/v1/containers/gone", ""); st != 200 {
+		t.Fatalf("delete: %d %v", st, c)
+	}
+	// Files written right before the kill: by a call that has answered,
+	// and by the command the kill interrupts.
+	if st, r := call("POST", "/api/v1/containers/"+ownID+"/exec", `{"commands":["seq 1 1000 > numbers"]}`); st != 200 {
+		t.Fatalf("exec: %d %v", st, r)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/v1/containers/crash/exec", strings.NewReader(`{"commands":["echo during > g; sleep 60"],"stream":true}`))
 	req.Header.Set("x-api-key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -249,6 +267,19 @@ func TestServeKill9Restart(t *testing.T) {
 			break
 		}
 	}
+	// Let the command write g before the kill: wait until the file is in
+	// the home as the host sees it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := exec.Command("sh", "-c", "cat "+data+"/run/sandboxes/*/private/home/g 2>/dev/null").Output()
+		if string(out) == "during\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never wrote g")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	srv.Process.Signal(syscall.SIGKILL)
 	err = <-exited
 	exited <- err
@@ -256,17 +287,44 @@ func TestServeKill9Restart(t *testing.T) {
 
 	base2, _, _, _ := startServe(t, bin, data, env)
 	call = apiCaller(t, base2, key)
-	st, c := call("GET", "/api/v1/containers/crash", "")
-	if st != 200 || c["status"] != "sleeping" {
-		t.Fatalf("after kill -9 and restart: %d %v", st, c)
+	st, l := call("GET", "/api/v1/containers?order=asc", "")
+	if st != 200 {
+		t.Fatalf("list after restart: %d %v", st, l)
 	}
-	st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["cat f"]}`)
+	var names []string
+	for _, it := range l["data"].([]any) {
+		c := it.(map[string]any)
+		names = append(names, c["name"].(string))
+		if c["status"] != "sleeping" {
+			t.Errorf("%s after kill -9 and restart: %v", c["name"], c)
+		}
+	}
+	if strings.Join(names, ",") != "crash,own settings" {
+		t.Fatalf("containers after restart: %v", names)
+	}
+	st, c := call("GET", "/v1/containers/"+ownID, "")
+	if st != 200 || c["expires_after"].(map[string]any)["minutes"] != 120.0 || c["limits"].(map[string]any)["processes"] != 40.0 ||
+		fmt.Sprint(c["network_policy"]) != "map[allowed_domains:[pypi.org] type:allowlist]" {
+		t.Fatalf("own settings after restart: %d %v", st, c)
+	}
+	if st, c := call("GET", "/api/v1/containers/gone", ""); st != 404 {
+		t.Fatalf("a deleted container after restart: %d %v", st, c)
+	}
+	st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["cat f g"]}`)
 	if st != 200 {
 		t.Fatalf("exec after restart: %d %v", st, r)
 	}
 	out := r["output"].([]any)[0].(map[string]any)
 	usage := r["usage"].(map[string]any)
-	if out["stdout"] != "before\n" || usage["container_start"] != "woken" {
+	if out["stdout"] != "before\nduring\n" || usage["container_start"] != "woken" {
 		t.Fatalf("exec after restart: %v", r)
+	}
+	st, r = call("POST", "/api/v1/containers/"+ownID+"/exec", `{"commands":["wc -l < numbers","ulimit -u"]}`)
+	if st != 200 {
+		t.Fatalf("exec after restart: %d %v", st, r)
+	}
+	outs := r["output"].([]any)
+	if outs[0].(map[string]any)["stdout"] != "1000\n" || outs[1].(map[string]any)["stdout"] != "40\n" {
+		t.Fatalf("own settings' container after restart: %v", r)
 	}
 }

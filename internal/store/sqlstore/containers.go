@@ -126,3 +126,72 @@ func (cs containers) Delete(ctx context.Context, scope store.Scope, id string) e
 	}
 	return nil
 }
+
+// lastUseSQL is Container.LastUse in SQL.
+const lastUseSQL = `(CASE WHEN last_active_at_ms > 0 THEN last_active_at_ms ELSE created_at_ms END)`
+
+func (cs containers) Touch(ctx context.Context, scope store.Scope, id string, t time.Time) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	ms := store.Millis(store.Truncate(t))
+	// SET expressions read the row as it was, so the expiry moves by the
+	// time since the previous use.
+	n, err := cs.s.exec(ctx, `UPDATE containers SET
+		expires_at_ms = CASE WHEN expires_at_ms > 0 THEN expires_at_ms + ($4 - `+lastUseSQL+`) ELSE 0 END,
+		last_active_at_ms = $4
+		WHERE account = $1 AND workspace = $2 AND id = $3 AND status <> $5 AND `+lastUseSQL+` < $4`,
+		scope.Account, scope.Workspace, id, ms, store.StatusExpired)
+	if err != nil {
+		return fmt.Errorf("touching container %s: %w", id, err)
+	}
+	if n == 0 {
+		// Expired, or already used at t or later: nothing to write. Only
+		// a missing row is an error.
+		_, err := cs.Get(ctx, scope, id)
+		return err
+	}
+	return nil
+}
+
+func (cs containers) Find(ctx context.Context, id string) (store.Container, error) {
+	var c store.Container
+	err := cs.s.retry(ctx, func() error {
+		var err error
+		c, err = scanContainer(cs.s.db.QueryRowContext(ctx, `SELECT `+containerCols+` FROM containers WHERE id = $1`, id))
+		return err
+	})
+	if err != nil {
+		return store.Container{}, notFound(err, "container", id)
+	}
+	return c, nil
+}
+
+func (cs containers) Expiring(ctx context.Context, now, idleBefore time.Time, limit int) ([]store.Container, error) {
+	if limit < 1 || limit > store.MaxPageSize {
+		return nil, fmt.Errorf("%w: limit %d: want 1-%d", store.ErrInvalid, limit, store.MaxPageSize)
+	}
+	var out []store.Container
+	err := cs.s.query(ctx, `SELECT `+containerCols+` FROM containers WHERE status <> $1
+		AND ((expires_at_ms > 0 AND expires_at_ms <= $2) OR (expires_at_ms = 0 AND `+lastUseSQL+` <= $3))
+		ORDER BY created_at_ms, id LIMIT $4`,
+		[]any{store.StatusExpired, store.Millis(store.Truncate(now)), store.Millis(store.Truncate(idleBefore)), limit},
+		func(r *sql.Rows) error {
+			c, err := scanContainer(r)
+			out = append(out, c)
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("listing expiring containers: %w", err)
+	}
+	return out, nil
+}
+
+func (cs containers) Expire(ctx context.Context, id string, lastActive time.Time) (bool, error) {
+	n, err := cs.s.exec(ctx, `UPDATE containers SET status = $1 WHERE id = $2 AND status <> $1 AND last_active_at_ms = $3`,
+		store.StatusExpired, id, store.Millis(store.Truncate(lastActive)))
+	if err != nil {
+		return false, fmt.Errorf("expiring container %s: %w", id, err)
+	}
+	return n > 0, nil
+}

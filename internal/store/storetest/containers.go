@@ -322,4 +322,122 @@ func Containers(t *testing.T, f Factory) {
 			t.Fatalf("listed %d containers, want %d (%v)", len(p.Items), 2*writers*perWriter+1, err)
 		}
 	})
+
+	t.Run("10 touch moves last use and an own expiry together", func(t *testing.T) {
+		s := open(t, f(t))
+		cs := s.Containers()
+		own := sampleContainer(scopeA, "own") // LastActiveAt t0+1m, ExpiresAt t0+30d
+		own, err := cs.Create(t.Context(), own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := sampleContainer(scopeA, "plain")
+		plain.ExpiresAt, plain.LastActiveAt = time.Time{}, time.Time{}
+		if plain, err = cs.Create(t.Context(), plain); err != nil {
+			t.Fatal(err)
+		}
+		at := t0.Add(2 * time.Hour)
+		for _, id := range []string{own.ID, plain.ID} {
+			if err := cs.Touch(t.Context(), scopeA, id, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, _ := cs.Get(t.Context(), scopeA, own.ID)
+		allowance := own.ExpiresAt.Sub(own.LastActiveAt)
+		if !got.LastActiveAt.Equal(store.Truncate(at)) || got.ExpiresAt.Sub(got.LastActiveAt) != allowance {
+			t.Fatalf("after touch: last active %v, expires %v; want %v and an allowance of %v", got.LastActiveAt, got.ExpiresAt, at, allowance)
+		}
+		gotPlain, _ := cs.Get(t.Context(), scopeA, plain.ID)
+		if !gotPlain.LastActiveAt.Equal(store.Truncate(at)) || !gotPlain.ExpiresAt.IsZero() {
+			t.Fatalf("plain after touch: %+v", gotPlain)
+		}
+		// An earlier time never moves it back.
+		if err := cs.Touch(t.Context(), scopeA, own.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := cs.Get(t.Context(), scopeA, own.ID); !reflect.DeepEqual(again, got) {
+			t.Fatalf("an earlier touch changed %+v to %+v", got, again)
+		}
+		wantErr(t, cs.Touch(t.Context(), scopeB, own.ID, at.Add(time.Hour)), store.ErrNotFound, "touch in another scope")
+		wantErr(t, cs.Touch(t.Context(), scopeA, "cntr_missing", at), store.ErrNotFound, "touch of a missing container")
+	})
+
+	t.Run("11 expiring, expire and find across scopes", func(t *testing.T) {
+		s := open(t, f(t))
+		cs := s.Containers()
+		mk := func(scope store.Scope, name string, lastUse, expires time.Time) store.Container {
+			c := sampleContainer(scope, name)
+			c.CreatedAt, c.LastActiveAt, c.ExpiresAt = t0, lastUse, expires
+			c, err := cs.Create(t.Context(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		now := t0.Add(40 * 24 * time.Hour)
+		idleBefore := now.Add(-30 * 24 * time.Hour) // t0 + 10 days
+		dueOwn := mk(scopeA, "due-own", t0.Add(time.Hour), now.Add(-time.Minute))
+		mk(scopeB, "not-due-own", t0.Add(time.Hour), now.Add(time.Minute))
+		dueIdle := mk(scopeC, "due-idle", t0.Add(24*time.Hour), time.Time{})
+		neverUsed := mk(scopeA, "never-used", time.Time{}, time.Time{}) // last use = created = t0
+		mk(scopeB, "recent", now.Add(-time.Hour), time.Time{})
+		ids := func(cs []store.Container) []string {
+			var out []string
+			for _, c := range cs {
+				out = append(out, c.Name)
+			}
+			slices.Sort(out)
+			return out
+		}
+		got, err := cs.Expiring(t.Context(), now, idleBefore, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"due-idle", "due-own", "never-used"}; !slices.Equal(ids(got), want) {
+			t.Fatalf("expiring %v, want %v", ids(got), want)
+		}
+		if page, err := cs.Expiring(t.Context(), now, idleBefore, 2); err != nil || len(page) != 2 {
+			t.Fatalf("limit 2: %d, %v", len(page), err)
+		}
+		if _, err := cs.Expiring(t.Context(), now, idleBefore, 0); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("limit 0: %v", err)
+		}
+		found, err := cs.Find(t.Context(), dueIdle.ID)
+		if err != nil || !reflect.DeepEqual(found, dueIdle) {
+			t.Fatalf("Find = %+v, %v; want %+v", found, err, dueIdle)
+		}
+		_, err = cs.Find(t.Context(), "cntr_missing")
+		wantErr(t, err, store.ErrNotFound, "find of a missing container")
+
+		// A use since the read wins over the expiry.
+		if err := cs.Touch(t.Context(), scopeA, dueOwn.ID, now); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := cs.Expire(t.Context(), dueOwn.ID, dueOwn.LastActiveAt); err != nil || ok {
+			t.Fatalf("expire after a touch: %v, %v; want false", ok, err)
+		}
+		for _, c := range []store.Container{dueIdle, neverUsed} {
+			if ok, err := cs.Expire(t.Context(), c.ID, c.LastActiveAt); err != nil || !ok {
+				t.Fatalf("expire %s: %v, %v", c.Name, ok, err)
+			}
+			if ok, err := cs.Expire(t.Context(), c.ID, c.LastActiveAt); err != nil || ok {
+				t.Fatalf("expire %s twice: %v, %v", c.Name, ok, err)
+			}
+		}
+		got, err = cs.Expiring(t.Context(), now, idleBefore, 100)
+		if err != nil || len(got) != 0 {
+			t.Fatalf("expiring after expiry: %v, %v", ids(got), err)
+		}
+		gone, _ := cs.Get(t.Context(), scopeC, dueIdle.ID)
+		if gone.Status != store.StatusExpired {
+			t.Fatalf("status %q, want expired", gone.Status)
+		}
+		// An expired container is not touched back to life.
+		if err := cs.Touch(t.Context(), scopeC, dueIdle.ID, now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if still, _ := cs.Get(t.Context(), scopeC, dueIdle.ID); !reflect.DeepEqual(still, gone) {
+			t.Fatalf("touch changed an expired container: %+v", still)
+		}
+	})
 }
