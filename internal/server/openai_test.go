@@ -185,7 +185,7 @@ func TestOpenAIContainers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := e.exec(e.keyA, c.ID, "cat sales.csv", "cat 'evil name.txt'", "ls /workspace/home | grep -v lost+found")
+		r := e.exec(e.keyA, c.ID, "cat sales.csv", "cat 'evil name.txt'", "ls /workspace/home | grep -v -e lost+found -e output")
 		if r.Output[0].Stdout != "region,total\nnorth,12\n" || r.Output[1].Stdout != "contained\n" || r.Output[2].Stdout != "evil name.txt\nsales.csv\n" {
 			t.Fatalf("%+v", r.Output)
 		}
