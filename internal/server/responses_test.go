@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"reflect"
 	"regexp"
 	"strings"
@@ -351,5 +352,372 @@ func TestResponsesShellLoop(t *testing.T) {
 				t.Errorf("cost_details %s", r.Usage.RawJSON())
 			}
 		})
+	}
+}
+
+var nativeShell = map[string]any{"type": "shell"}
+
+// TestResponsesStepErrors: arguments the tool refuses are an error result
+// the model reads, and the loop goes on; the item shows the same text.
+func TestResponsesStepErrors(t *testing.T) {
+	g := newGatewayEnv(t)
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = "true"
+	}
+	cases := []struct {
+		name string
+		call gateway.Part
+		want string // in the error the model reads
+	}{
+		{"1 101 commands", shellCall("call_x", many...), "101 commands in one call: at most 100"},
+		{"2 arguments not JSON", gatewaytest.Call("call_x", "shell", `{"commands": ["ls"`), "arguments are not a JSON object"},
+		{"3 wrong type", gatewaytest.Call("call_x", "shell", `{"commands": "ls"}`), "arguments are not a JSON object"},
+		{"4 empty command list", gatewaytest.Call("call_x", "shell", `{"commands": []}`), "commands is empty"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := g.script(gatewaytest.Turn{Parts: []gateway.Part{c.call}}, echoResult())
+			r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{nativeShell}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResponse(t, r)
+			res, _ := lastResult(&s.Requests()[1])
+			if !res.IsError || !strings.Contains(res.Content, c.want) {
+				t.Fatalf("the model read %+v", res)
+			}
+			so := r.Output[1].AsShellCallOutput()
+			if so.Status != "incomplete" || len(so.Output) != 1 || so.Output[0].Stderr != res.Content || so.Output[0].Outcome.ExitCode != 1 {
+				t.Errorf("shell_call_output %s", so.RawJSON())
+			}
+			if r.Status != "completed" || !strings.Contains(r.OutputText(), c.want) {
+				t.Errorf("the loop did not go on: %s", r.RawJSON())
+			}
+			if u := responseUsage(t, r).Usage.ServerToolUseDetails; u == nil || u.Requested != 1 || u.Executed != 0 {
+				t.Errorf("usage %s", r.Usage.RawJSON())
+			}
+		})
+	}
+}
+
+// TestResponsesMaxToolCalls: when the budget is spent the model is asked
+// once more with tool_choice none; its further calls do not run.
+func TestResponsesMaxToolCalls(t *testing.T) {
+	g := newGatewayEnv(t)
+	keep := func(i int) gatewaytest.Turn {
+		return gatewaytest.Turn{Parts: []gateway.Part{shellCall(fmt.Sprintf("call_%d", i), "echo step >> steps")}}
+	}
+	cases := []struct {
+		name      string
+		max       any
+		steps     int // steps that run
+		echoedMax int64
+	}{
+		{"1 two", 2, 2, 2},
+		{"2 above 30 is clamped", 1000, 30, 30},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var turns []gatewaytest.Turn
+			for i := 0; i <= c.steps; i++ {
+				turns = append(turns, keep(i))
+			}
+			s := g.script(turns...)
+			r, err := g.newResponse(t, g.keyA, "loop", map[string]any{"tools": []any{nativeShell}, "max_tool_calls": c.max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := s.Requests()
+			if len(reqs) != c.steps+1 {
+				t.Fatalf("%d upstream requests, want %d", len(reqs), c.steps+1)
+			}
+			for i, q := range reqs {
+				want := gateway.ChoiceAuto
+				if i == c.steps {
+					want = gateway.ChoiceNone
+				}
+				if q.ToolChoice.Mode != want {
+					t.Errorf("request %d: tool_choice %q, want %q", i, q.ToolChoice.Mode, want)
+				}
+			}
+			calls := 0
+			for _, it := range r.Output {
+				if it.Type == "shell_call" {
+					calls++
+				}
+			}
+			if calls != c.steps || r.MaxToolCalls != c.echoedMax {
+				t.Errorf("%d shell calls shown, max_tool_calls %d", calls, r.MaxToolCalls)
+			}
+			u := responseUsage(t, r).Usage.ServerToolUseDetails
+			if u == nil || u.Requested != c.steps+1 || u.Executed != c.steps {
+				t.Errorf("usage %s", r.Usage.RawJSON())
+			}
+			cid := echoedContainer(t, r)
+			out := g.exec(g.keyA, cid, "wc -l < steps").Output[0].Stdout
+			if strings.TrimSpace(out) != fmt.Sprint(c.steps) {
+				t.Errorf("%s steps ran, want %d", out, c.steps)
+			}
+		})
+	}
+}
+
+// TestResponsesClientToolReplay: a client function call after a shell step
+// ends the response with the shell items and the call; the next request
+// replays them (with or without created_by) with the function's output,
+// nothing runs again, and the upstream reads the conversation as it was.
+func TestResponsesClientToolReplay(t *testing.T) {
+	g := newGatewayEnv(t)
+	lookup := map[string]any{"type": "function", "name": "lookup", "description": "Look a word up.",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"word": map[string]any{"type": "string"}}}}
+	const cmd = "echo ran >> /tmp/count; echo hello"
+	cases := []struct {
+		name      string
+		tool      map[string]any
+		createdBy string // "": strip created_by; else set it on every replayed item
+	}{
+		{"1 shell without created_by", nativeShell, ""},
+		{"2 shell with created_by", nativeShell, "user_123"},
+		{"3 shellgate:shell", map[string]any{"type": "shellgate:shell"}, ""},
+		{"4 local_shell", map[string]any{"type": "local_shell"}, "user_123"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := g.script(
+				gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_s", cmd)}},
+				gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Looking it up."), gatewaytest.Call("call_f", "lookup", map[string]string{"word": "hello"})}},
+				gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("It means hi.")}},
+			)
+			tools := []any{c.tool, lookup}
+			user := map[string]any{"role": "user", "content": "What does the output mean?"}
+			r1, err := g.newResponse(t, g.keyA, []any{user}, map[string]any{"tools": tools})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResponse(t, r1)
+			types := []string{}
+			for _, it := range r1.Output {
+				types = append(types, it.Type)
+			}
+			n := len(types)
+			if n < 3 || types[n-1] != "function_call" || types[n-2] != "message" {
+				t.Fatalf("output %v", types)
+			}
+			fc := r1.Output[n-1].AsFunctionCall()
+			if fc.CallID != "call_f" || fc.Name != "lookup" || fc.Arguments != `{"word":"hello"}` || fc.Status != "completed" {
+				t.Errorf("function_call %s", fc.RawJSON())
+			}
+			cid := echoedContainer(t, r1)
+			if c.tool["type"] == "local_shell" {
+				var named struct {
+					ContainerID string `json:"container_id"`
+				}
+				json.Unmarshal([]byte(r1.Output[1].AsLocalShellCallOutput().Output), &named)
+				cid = named.ContainerID
+			}
+
+			input := []any{user}
+			for _, it := range r1.Output {
+				var m map[string]any
+				json.Unmarshal([]byte(it.RawJSON()), &m)
+				delete(m, "created_by")
+				if c.createdBy != "" {
+					m["created_by"] = c.createdBy
+				}
+				input = append(input, m)
+			}
+			input = append(input, map[string]any{"type": "function_call_output", "call_id": "call_f", "output": "hello: a greeting"})
+			r2, err := g.newResponse(t, g.keyA, input, map[string]any{"tools": tools})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResponse(t, r2)
+			if r2.OutputText() != "It means hi." || len(r2.Output) != 1 {
+				t.Fatalf("second response %s", r2.RawJSON())
+			}
+			reqs := s.Requests()
+			if len(reqs) != 3 {
+				t.Fatalf("%d upstream requests", len(reqs))
+			}
+			live, _ := lastResult(&reqs[1])
+			got := reqs[2].Messages
+			// user, assistant shell call, user result, assistant text + lookup call, user result
+			if len(got) != 5 || got[1].Role != gateway.RoleAssistant || got[1].Parts[0].Call.ID != "call_s" || got[1].Parts[0].Call.Name != "shell" {
+				t.Fatalf("replayed conversation %+v", got)
+			}
+			var args struct{ Commands []string }
+			if json.Unmarshal([]byte(got[1].Parts[0].Call.Arguments), &args); len(args.Commands) != 1 || args.Commands[0] != cmd {
+				t.Errorf("replayed shell arguments %s", got[1].Parts[0].Call.Arguments)
+			}
+			replayed := got[2].Parts[0].Result
+			if replayed.CallID != "call_s" || replayed.IsError || !sameShellResult(live.Content, replayed.Content) {
+				t.Errorf("replayed result\n %s\nlive\n %s", replayed.Content, live.Content)
+			}
+			if p := got[3].Parts; len(p) != 2 || p[0].Text != "Looking it up." || p[1].Call.ID != "call_f" {
+				t.Errorf("replayed assistant turn %+v", p)
+			}
+			if p := got[4].Parts; len(p) != 1 || p[0].Result.CallID != "call_f" || p[0].Result.Content != "hello: a greeting" {
+				t.Errorf("function output %+v", p)
+			}
+			if cid2 := echoedContainer(t, r2); c.tool["type"] != "local_shell" && cid2 != cid {
+				t.Errorf("the replay ran in container %q, the first request in %q", cid2, cid)
+			}
+			if out := g.exec(g.keyA, cid, "wc -l < /tmp/count").Output[0].Stdout; strings.TrimSpace(out) != "1" {
+				t.Errorf("the command ran %s times", out)
+			}
+		})
+	}
+}
+
+// sameShellResult compares what the model read for a shell step: the same
+// container and command outputs.
+func sameShellResult(a, b string) bool {
+	type res struct {
+		ContainerID string            `json:"container_id"`
+		Output      []json.RawMessage `json:"output"`
+	}
+	var x, y res
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y) && len(x.Output) > 0
+}
+
+// openAIError decodes OpenAI's error envelope, failing unless it has all
+// four keys.
+func openAIError(t *testing.T, status int, body []byte) (msg, typ string, param, code *string) {
+	t.Helper()
+	var eb struct {
+		Error map[string]json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &eb); err != nil || len(eb.Error) != 4 {
+		t.Fatalf("status %d: not OpenAI's error envelope: %s", status, body)
+	}
+	json.Unmarshal(eb.Error["message"], &msg)
+	json.Unmarshal(eb.Error["type"], &typ)
+	json.Unmarshal(eb.Error["param"], &param)
+	json.Unmarshal(eb.Error["code"], &code)
+	return
+}
+
+// TestResponsesOrphans: an output without its call, or a call without its
+// output, is OpenAI's exact 400.
+func TestResponsesOrphans(t *testing.T) {
+	g := newGatewayEnv(t)
+	s := g.script()
+	user := map[string]any{"role": "user", "content": "hi"}
+	shellCallItem := map[string]any{"type": "shell_call", "call_id": "call_abc", "status": "completed",
+		"action": map[string]any{"commands": []string{"ls"}, "timeout_ms": nil, "max_output_length": nil},
+		"environment": map[string]any{"type": "container_reference", "container_id": "cntr_x"}}
+	shellOut := map[string]any{"type": "shell_call_output", "call_id": "call_abc", "output": []any{map[string]any{"stdout": "", "stderr": "", "outcome": map[string]any{"type": "exit", "exit_code": 0}}}}
+	fnCall := map[string]any{"type": "function_call", "call_id": "call_abc", "name": "lookup", "arguments": "{}"}
+	fnOut := map[string]any{"type": "function_call_output", "call_id": "call_abc", "output": "x"}
+	cases := []struct {
+		name  string
+		input []any
+		msg   string
+	}{
+		{"1 shell output without call", []any{user, shellOut}, "No tool call found for shell call output with call_id call_abc."},
+		{"2 shell call without output", []any{user, shellCallItem}, "No tool output found for shell call call_abc."},
+		{"3 function output without call", []any{user, fnOut}, "No tool call found for function call output with call_id call_abc."},
+		{"4 function call without output", []any{user, fnCall}, "No tool output found for function call call_abc."},
+		{"5 shell output answering a function call", []any{user, fnCall, shellOut}, "No tool call found for shell call output with call_id call_abc."},
+		{"6 output before its call", []any{user, shellOut, shellCallItem}, "No tool call found for shell call output with call_id call_abc."},
+		{"7 local shell output without call", []any{user, map[string]any{"type": "local_shell_call_output", "id": "call_abc", "output": "{}"}}, "No tool call found for local shell call output with call_id call_abc."},
+		{"8 router item without output", []any{user, map[string]any{"type": "shellgate:shell", "call_id": "call_abc", "status": "completed", "arguments": `{"commands":["ls"]}`}}, "No tool output found for shell call call_abc."},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, body := g.do("POST", "/v1/responses", g.keyA, map[string]any{"model": "scripted/m", "input": c.input, "tools": []any{nativeShell}})
+			want := fmt.Sprintf(`{"error":{"message":%q,"type":"invalid_request_error","param":"input","code":null}}`, c.msg)
+			if st != http.StatusBadRequest || strings.TrimSpace(string(body)) != want {
+				t.Fatalf("%d %s\nwant %s", st, body, want)
+			}
+		})
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Errorf("the model was called %d times", n)
+	}
+}
+
+// TestResponsesBadRequests: hostile and invalid bodies are 4xx in OpenAI's
+// envelope, never a 500, and the model is never called.
+func TestResponsesBadRequests(t *testing.T) {
+	g := newGatewayEnv(t)
+	s := g.script()
+	many := make([]any, 10_000)
+	for i := range many {
+		many[i] = map[string]any{"type": "function", "name": fmt.Sprintf("f%d", i)}
+	}
+	deep := strings.Repeat("[", 20_000) + strings.Repeat("]", 20_000)
+	body := func(extra map[string]any) map[string]any {
+		b := map[string]any{"model": "scripted/m", "input": "hi"}
+		for k, v := range extra {
+			b[k] = v
+		}
+		return b
+	}
+	cases := []struct {
+		name   string
+		body   any
+		status int
+		param  string
+		msg    string
+	}{
+		{"01 not JSON", `{"model":`, 400, "", "could not parse the JSON"},
+		{"02 an array", `[1,2]`, 400, "", "Invalid type"},
+		{"03 empty body", ``, 400, "", "empty"},
+		{"04 no model", map[string]any{"input": "hi"}, 400, "model", "'model'"},
+		{"05 no input", map[string]any{"model": "scripted/m"}, 400, "input", "'input'"},
+		{"06 model a number", map[string]any{"model": 5, "input": "hi"}, 400, "model", "Invalid type for 'model'"},
+		{"07 input a number", body(map[string]any{"input": 5}), 400, "input", "Invalid type for 'input'"},
+		{"08 10,000 tools", body(map[string]any{"tools": many}), 400, "tools", "maximum length 128"},
+		{"09 deep nesting", `{"model":"scripted/m","input":` + deep + `}`, 400, "", "could not parse"},
+		{"10 bash on responses", body(map[string]any{"tools": []any{map[string]any{"type": "shellgate:bash"}}}), 400, "tools[0].type", "Messages API only"},
+		{"11 openrouter bash", body(map[string]any{"tools": []any{map[string]any{"type": "openrouter:bash"}}}), 400, "tools[0].type", "Messages API only"},
+		{"12 web_search", body(map[string]any{"tools": []any{map[string]any{"type": "web_search"}}}), 400, "tools[0].type", `"web_search" is not supported`},
+		{"13 code_interpreter", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter"}}}), 400, "tools[0].type", `"code_interpreter" is not supported`},
+		{"14 two shell tools", body(map[string]any{"tools": []any{nativeShell, map[string]any{"type": "local_shell"}}}), 400, "tools[1].type", "Only one shell tool"},
+		{"15 function named shell beside the shell tool", body(map[string]any{"tools": []any{nativeShell, map[string]any{"type": "function", "name": "shell"}}}), 400, "tools", `named "shell"`},
+		{"16 bad function name", body(map[string]any{"tools": []any{map[string]any{"type": "function", "name": "a b"}}}), 400, "tools[0].name", "does not match"},
+		{"17 local environment", body(map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "local"}}}}), 400, "tools[0].environment.type", "runs on the client"},
+		{"18 bad memory limit", body(map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto", "memory_limit": "2g"}}}}), 400, "tools[0].environment.memory_limit", "1g, 4g"},
+		{"19 reference too long", body(map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": strings.Repeat("c", 41)}}}}), 400, "container_reference", "1-40"},
+		{"20 temperature out of range", body(map[string]any{"temperature": 3}), 400, "temperature", "between 0 and 2"},
+		{"21 max_tool_calls zero", body(map[string]any{"max_tool_calls": 0}), 400, "max_tool_calls", ">= 1"},
+		{"22 max_tool_calls a string", body(map[string]any{"max_tool_calls": "5"}), 400, "max_tool_calls", "Invalid type for 'max_tool_calls'"},
+		{"23 previous_response_id", body(map[string]any{"previous_response_id": "resp_1"}), 400, "previous_response_id", "stores no responses"},
+		{"24 tool_choice unknown function", body(map[string]any{"tool_choice": map[string]any{"type": "function", "name": "nope"}}), 400, "tool_choice.name", "not found"},
+		{"25 input_file part", body(map[string]any{"input": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_file", "file_id": "file_1"}}}}}), 400, "input[0].content[0].type", "input_file"},
+		{"26 bad image url", body(map[string]any{"input": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_image", "image_url": "ftp://x"}}}}}), 400, "input[0].content[0].image_url", "data: or http"},
+		{"27 unknown item type", body(map[string]any{"input": []any{map[string]any{"type": "computer_call"}}}), 400, "input[0].type", "not supported"},
+		{"28 role tool", body(map[string]any{"input": []any{map[string]any{"role": "tool", "content": "x"}}}), 400, "input[0].role", "Invalid value"},
+		{"29 too much metadata", body(map[string]any{"metadata": map[string]any{"a": strings.Repeat("v", 513)}}), 400, "metadata", "longer than 512"},
+		{"30 metadata values not strings", body(map[string]any{"metadata": map[string]any{"a": 1}}), 400, "metadata", "Invalid type"},
+		{"31 json_schema output", body(map[string]any{"text": map[string]any{"format": map[string]any{"type": "json_schema"}}}), 400, "text.format.type", "not supported"},
+		{"32 unknown provider", body(map[string]any{"model": "nope/m"}), 404, "model", ""},
+		{"33 model without provider", body(map[string]any{"model": "m"}), 400, "model", "provider/model"},
+		{"34 oversized body", `{"model":"scripted/m","input":"` + strings.Repeat("x", 33<<20) + `"}`, 413, "", "larger than"},
+		{"35 shell_call_output output not a list", body(map[string]any{"input": []any{map[string]any{"type": "shell_call_output", "call_id": "c", "output": "x"}}}), 400, "input[0].output", "Invalid type"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, b := g.do("POST", "/v1/responses", g.keyA, c.body)
+			msg, typ, param, _ := openAIError(t, st, b)
+			if st != c.status || typ != "invalid_request_error" || !strings.Contains(msg, c.msg) {
+				t.Fatalf("%d %s", st, b)
+			}
+			if got := ""; param != nil {
+				if got = *param; got != c.param {
+					t.Errorf("param %q, want %q", got, c.param)
+				}
+			} else if c.param != "" {
+				t.Errorf("param null, want %q", c.param)
+			}
+		})
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Errorf("the model was called %d times", n)
 	}
 }

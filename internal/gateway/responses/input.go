@@ -235,7 +235,16 @@ func itemEntries(it *inputItem, param string, envs map[string]string) ([]entry, 
 		if err != nil {
 			return nil, nil, err
 		}
-		return []entry{outputEntry(famLocalShell, &gateway.ToolResult{CallID: id, Content: out, IsError: it.Status == "incomplete"})}, nil, nil
+		// Shellgate's own outputs are the JSON the model read, which names
+		// the container.
+		var ids []string
+		var named struct {
+			ContainerID string `json:"container_id"`
+		}
+		if json.Unmarshal([]byte(out), &named) == nil && named.ContainerID != "" {
+			ids = append(ids, named.ContainerID)
+		}
+		return []entry{outputEntry(famLocalShell, &gateway.ToolResult{CallID: id, Content: out, IsError: it.Status == "incomplete"})}, ids, nil
 	case "shellgate:shell", "openrouter:shell":
 		return routerEntries(it, param)
 	case "reasoning":
