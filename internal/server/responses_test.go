@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -719,5 +720,157 @@ func TestResponsesBadRequests(t *testing.T) {
 	}
 	if n := len(s.Requests()); n != 0 {
 		t.Errorf("the model was called %d times", n)
+	}
+}
+
+// TestResponsesContainers: session_id (body or header) and
+// container_reference pick the container; another workspace's container is
+// a 404 before the model is called.
+func TestResponsesContainers(t *testing.T) {
+	g := newGatewayEnv(t)
+	write := gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_w", "echo kept > note.txt")}}
+	read := gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_r", "cat /mnt/data/note.txt || cat note.txt")}}
+	cases := []struct {
+		name string
+		set  map[string]any
+		opts []option.RequestOption
+	}{
+		{"1 session_id", map[string]any{"session_id": "sess-abc"}, nil},
+		{"2 x-session-id", nil, []option.RequestOption{option.WithHeader("x-session-id", "hdr-1")}},
+		{"3 prompt_cache_key", map[string]any{"prompt_cache_key": "cache_key_1"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var cids []string
+			for i, turn := range []gatewaytest.Turn{write, read} {
+				g.script(turn, echoResult())
+				set := map[string]any{"tools": []any{nativeShell}}
+				for k, v := range c.set {
+					set[k] = v
+				}
+				opts := append([]option.RequestOption{option.WithJSONSet("input", "go")}, c.opts...)
+				for k, v := range set {
+					opts = append(opts, option.WithJSONSet(k, v))
+				}
+				cl := g.client(g.keyA)
+				r, err := cl.Responses.New(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cids = append(cids, echoedContainer(t, r))
+				if i == 1 && r.Output[1].AsShellCallOutput().Output[0].Stdout != "kept\n" {
+					t.Fatalf("the second request did not see the first one's file: %s", r.Output[1].RawJSON())
+				}
+			}
+			if cids[0] == "" || cids[0] != cids[1] {
+				t.Errorf("containers %v", cids)
+			}
+		})
+	}
+
+	t.Run("4 container_reference", func(t *testing.T) {
+		mine := g.create(g.keyA, "")
+		g.exec(g.keyA, mine.ID, "echo mine > who")
+		g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "cat who")}}, echoResult())
+		tool := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": mine.ID}}
+		r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{tool}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if echoedContainer(t, r) != mine.ID || r.Output[1].AsShellCallOutput().Output[0].Stdout != "mine\n" {
+			t.Fatalf("%s", r.RawJSON())
+		}
+	})
+
+	t.Run("5 another workspace's container", func(t *testing.T) {
+		theirs := g.create(g.keyB, "")
+		s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "ls")}}, echoResult())
+		tool := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": theirs.ID}}
+		_, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{tool}})
+		var ae *openai.Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusNotFound || ae.Type != "invalid_request_error" {
+			t.Fatalf("%v", err)
+		}
+		if len(s.Requests()) != 0 {
+			t.Errorf("the model was called")
+		}
+	})
+}
+
+// TestResponsesUpstreamErrors: an upstream failure is the client's error
+// with the upstream's status and message; streamed, it is response.failed.
+func TestResponsesUpstreamErrors(t *testing.T) {
+	g := newGatewayEnv(t)
+	cases := []struct {
+		name   string
+		err    *gateway.UpstreamError
+		status int
+		typ    string
+	}{
+		{"1 rate limited", &gateway.UpstreamError{Status: 429, Type: "rate_limit_error", Message: "slow down"}, 429, "rate_limit_error"},
+		{"2 bad request", &gateway.UpstreamError{Status: 400, Message: "context too long"}, 400, "invalid_request_error"},
+		{"3 connection failed", &gateway.UpstreamError{Status: 502, Message: "upstream connection refused"}, 502, "server_error"},
+		{"4 timeout", &gateway.UpstreamError{Status: 504, Message: "upstream timed out after 60s"}, 504, "server_error"},
+		{"5 overloaded", &gateway.UpstreamError{Status: 529, Type: "overloaded_error", Message: "overloaded"}, 529, "overloaded_error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The error comes after a shell step: what ran is still billed.
+			g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo hi")}}, gatewaytest.Turn{Err: c.err})
+			req := map[string]any{"model": "scripted/m", "input": "hi", "tools": []any{nativeShell}}
+			st, b := g.do("POST", "/v1/responses", g.keyA, req)
+			msg, typ, _, _ := openAIError(t, st, b)
+			if st != c.status || msg != c.err.Message || typ != c.typ {
+				t.Fatalf("%d %s", st, b)
+			}
+
+			g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo hi")}}, gatewaytest.Turn{Err: c.err})
+			cl := g.client(g.keyA)
+			stream := cl.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"},
+				option.WithJSONSet("input", "hi"), option.WithJSONSet("tools", []any{nativeShell}))
+			defer stream.Close()
+			var last responses.ResponseStreamEventUnion
+			for stream.Next() {
+				last = stream.Current()
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if last.Type != "response.failed" || last.Response.Status != "failed" || last.Response.Error.Message != c.err.Message {
+				t.Fatalf("last event %s", last.RawJSON())
+			}
+			if n := len(last.Response.Output); n != 2 {
+				t.Errorf("the failed response holds %d items, want the shell call and output", n)
+			}
+		})
+	}
+}
+
+// TestResponsesAuthAndConfig: key failures are 401 in OpenAI's envelope on
+// both paths; a server without models says so.
+func TestResponsesAuthAndConfig(t *testing.T) {
+	g := newGatewayEnv(t)
+	g.script(gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}})
+	req := map[string]any{"model": "scripted/m", "input": "hi"}
+	for _, path := range []string{"/v1/responses", "/api/v1/responses"} {
+		st, b := g.doH("POST", path, req, nil)
+		msg, typ, _, code := openAIError(t, st, b)
+		if st != 401 || typ != "invalid_request_error" || code == nil || *code != "invalid_api_key" || !strings.Contains(msg, "missing API key") {
+			t.Errorf("%s without a key: %d %s", path, st, b)
+		}
+		st, b = g.do("POST", path, "sg_not_a_key", req)
+		if _, _, _, code := openAIError(t, st, b); st != 401 || *code != "invalid_api_key" {
+			t.Errorf("%s with a bad key: %d %s", path, st, b)
+		}
+	}
+	st, b := g.doH("POST", "/api/v1/responses", req, map[string]string{"x-api-key": g.keyA})
+	if st != 200 || !strings.Contains(string(b), `"text":"ok"`) {
+		t.Errorf("/api/v1/responses with x-api-key: %d %s", st, b)
+	}
+
+	bare := newEnv(t, "crun", "busybox")
+	st, b = bare.do("POST", "/v1/responses", bare.keyA, req)
+	if msg, _, _, _ := openAIError(t, st, b); st != 503 || !strings.Contains(msg, "No models are configured") {
+		t.Errorf("without models: %d %s", st, b)
 	}
 }
