@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -609,7 +611,7 @@ func TestResponsesOrphans(t *testing.T) {
 	s := g.script()
 	user := map[string]any{"role": "user", "content": "hi"}
 	shellCallItem := map[string]any{"type": "shell_call", "call_id": "call_abc", "status": "completed",
-		"action": map[string]any{"commands": []string{"ls"}, "timeout_ms": nil, "max_output_length": nil},
+		"action":      map[string]any{"commands": []string{"ls"}, "timeout_ms": nil, "max_output_length": nil},
 		"environment": map[string]any{"type": "container_reference", "container_id": "cntr_x"}}
 	shellOut := map[string]any{"type": "shell_call_output", "call_id": "call_abc", "output": []any{map[string]any{"stdout": "", "stderr": "", "outcome": map[string]any{"type": "exit", "exit_code": 0}}}}
 	fnCall := map[string]any{"type": "function_call", "call_id": "call_abc", "name": "lookup", "arguments": "{}"}
@@ -873,4 +875,218 @@ func TestResponsesAuthAndConfig(t *testing.T) {
 	if msg, _, _, _ := openAIError(t, st, b); st != 503 || !strings.Contains(msg, "No models are configured") {
 		t.Errorf("without models: %d %s", st, b)
 	}
+}
+
+// normalize strips what differs between two runs of the same script: ids,
+// times, container ids and the metered cost.
+func normalize(t *testing.T, raw string, containers ...string) string {
+	t.Helper()
+	s := idPattern.ReplaceAllString(raw, `"ID"`)
+	s = regexp.MustCompile(`"(created_at|completed_at)":\d+`).ReplaceAllString(s, `"$1":0`)
+	s = regexp.MustCompile(`"server_tool_cost":[0-9.e-]+`).ReplaceAllString(s, `"server_tool_cost":0`)
+	for _, c := range containers {
+		if c != "" {
+			s = strings.ReplaceAll(s, c, "CNTR")
+		}
+	}
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("%v: %s", err, s)
+	}
+	b, _ := json.MarshalIndent(v, "", " ")
+	return string(b)
+}
+
+// TestResponsesStreaming: every event decodes with an increasing
+// sequence_number, shell events come in the live API's order, command
+// output streams while the command runs, and response.completed is the
+// non-streamed response for the same script.
+func TestResponsesStreaming(t *testing.T) {
+	g := newGatewayEnv(t)
+	lookup := map[string]any{"type": "function", "name": "lookup", "parameters": map[string]any{"type": "object"}}
+	const cmd = "echo one; sleep 1; echo two; echo err >&2"
+	turns := func() []gatewaytest.Turn {
+		return []gatewaytest.Turn{
+			{Parts: []gateway.Part{gatewaytest.Text("Let me run that."), shellCall("call_1", cmd, "exit 3")}, Usage: gateway.Usage{InputTokens: 5, OutputTokens: 5}},
+			{Parts: []gateway.Part{gatewaytest.Text("Now the lookup."), gatewaytest.Call("call_2", "lookup", map[string]string{"q": "x"})}, Usage: gateway.Usage{InputTokens: 7, OutputTokens: 2}},
+		}
+	}
+	tools := []any{nativeShell, lookup}
+
+	g.script(turns()...)
+	plain, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	g.script(turns()...)
+	cl := g.client(g.keyA)
+	stream := cl.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"},
+		option.WithJSONSet("input", "go"), option.WithJSONSet("tools", tools))
+	defer stream.Close()
+	var events []responses.ResponseStreamEventUnion
+	for stream.Next() {
+		events = append(events, stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	done := map[int64]string{} // output_index → item of output_item.done
+	var deltas []string        // command 0's stdout deltas, until its done
+	cmdDone := false
+	for i, ev := range events {
+		types = append(types, ev.Type)
+		if ev.SequenceNumber != int64(i) || ev.AsAny() == nil {
+			t.Fatalf("event %d: sequence_number %d, decodes %v: %s", i, ev.SequenceNumber, ev.AsAny() != nil, ev.RawJSON())
+		}
+		switch ev.Type {
+		case "response.output_item.done":
+			done[ev.OutputIndex] = ev.Item.RawJSON()
+		case "response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done":
+			if strings.Contains(ev.RawJSON(), "item_id") {
+				t.Errorf("%s carries item_id: %s", ev.Type, ev.RawJSON())
+			}
+		case "response.shell_call_output_content.delta":
+			if e := ev.AsResponseShellCallOutputContentDelta(); e.CommandIndex == 0 && !cmdDone && e.Delta.Stdout != "" {
+				deltas = append(deltas, e.Delta.Stdout)
+			}
+		case "response.shell_call_output_content.done":
+			if ev.AsResponseShellCallOutputContentDone().CommandIndex == 0 {
+				cmdDone = true
+			}
+		}
+	}
+	// Output produced before the sleep arrives before output produced after it.
+	if len(deltas) < 2 || deltas[0] != "one\n" || strings.Join(deltas, "") != "one\ntwo\n" {
+		t.Errorf("command 0 streamed %q", deltas)
+	}
+	wantOrder := []string{
+		"response.created", "response.in_progress",
+		"response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done",
+		"response.output_item.added", // shell_call in_progress
+		"response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done",
+		"response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done",
+		"response.output_item.done",  // shell_call completed
+		"response.output_item.added", // shell_call_output, completed, empty
+		"response.shell_call_output_content.delta",
+		"response.shell_call_output_content.done", "response.shell_call_output_content.done",
+		"response.output_item.done",
+		"response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done",
+		"response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done",
+		"response.completed",
+	}
+	if got := compact(types); !reflect.DeepEqual(got, wantOrder) {
+		t.Errorf("events (repeats collapsed)\n %v\nwant\n %v", got, wantOrder)
+	}
+	for _, ev := range events {
+		if ev.Type == "response.output_item.added" && ev.Item.Type == "shell_call_output" {
+			if o := ev.Item.AsShellCallOutput(); o.Status != "completed" || len(o.Output) != 0 {
+				t.Errorf("shell_call_output added %s", ev.Item.RawJSON())
+			}
+		}
+		if ev.Type == "response.output_item.added" && ev.Item.Type == "shell_call" {
+			if c := ev.Item.AsShellCall(); c.Status != "in_progress" || len(c.Action.Commands) != 0 || c.Environment.ContainerID == "" {
+				t.Errorf("shell_call added %s", ev.Item.RawJSON())
+			}
+		}
+	}
+	final := events[len(events)-1].Response
+	checkResponse(t, &final)
+	for i, it := range final.Output {
+		if done[int64(i)] != it.RawJSON() {
+			t.Errorf("output[%d] differs from its output_item.done:\n%s\n%s", i, it.RawJSON(), done[int64(i)])
+		}
+	}
+	if events[0].Response.Status != "in_progress" || echoedContainer(t, &events[0].Response) != echoedContainer(t, &final) {
+		t.Errorf("response.created does not name the container: %s", events[0].RawJSON())
+	}
+	a := normalize(t, plain.RawJSON(), echoedContainer(t, plain))
+	b := normalize(t, final.RawJSON(), echoedContainer(t, &final))
+	if a != b {
+		t.Errorf("streamed response differs from the plain one:\n%s\n---\n%s", b, a)
+	}
+	so := final.Output[2].AsShellCallOutput()
+	if len(so.Output) != 2 || so.Output[0].Stdout != "one\ntwo\n" || so.Output[0].Stderr != "err\n" || so.Output[1].Outcome.ExitCode != 3 {
+		t.Errorf("shell_call_output %s", so.RawJSON())
+	}
+}
+
+// compact collapses runs of the same event type.
+func compact(types []string) []string {
+	var out []string
+	for _, s := range types {
+		if len(out) == 0 || out[len(out)-1] != s || s == "response.output_item.added" || s == "response.output_item.done" ||
+			strings.HasPrefix(s, "response.shell_call_command.") || s == "response.shell_call_output_content.done" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestResponsesClientDisconnect: a client that goes away mid-command
+// cancels the loop and kills the command; the usage ledger still records
+// the request.
+func TestResponsesClientDisconnect(t *testing.T) {
+	g := newGatewayEnv(t)
+	s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", "echo started; sleep 4; touch /workspace/home/late")}}, echoResult())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cl := g.client(g.keyA)
+	stream := cl.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "scripted/m"},
+		option.WithJSONSet("input", "go"), option.WithJSONSet("tools", []any{nativeShell}), option.WithJSONSet("session_id", "gone-away"))
+	var cid string
+	for stream.Next() {
+		ev := stream.Current()
+		if ev.Type == "response.created" {
+			cid = echoedContainer(t, &ev.Response)
+		}
+		if ev.Type == "response.shell_call_output_content.delta" {
+			cancel() // the command is running: it printed
+			break
+		}
+	}
+	stream.Close()
+	if cid == "" {
+		t.Fatalf("no output delta seen: %v", stream.Err())
+	}
+	// The exec route waits for the container's call lock, which the
+	// cancelled command holds until it is killed.
+	if out := g.exec(g.keyA, cid, "test -e late && echo yes || echo no").Output[0].Stdout; out != "no\n" {
+		t.Fatalf("late: %q", out)
+	}
+	// Had it lived, the command would have made the file by now.
+	time.Sleep(5 * time.Second)
+	if out := g.exec(g.keyA, cid, "test -e late && echo yes || echo no").Output[0].Stdout; out != "no\n" {
+		t.Fatalf("the command was not killed: late exists")
+	}
+	if n := len(s.Requests()); n != 1 {
+		t.Errorf("the model was called %d times after the client left", n)
+	}
+	// The request's bill: kind "response" in the ledger, beside the two
+	// exec calls above.
+	var u struct {
+		ByContainer []struct {
+			ContainerID  string `json:"container_id"`
+			Events       int64  `json:"events"`
+			CostMicroUSD int64  `json:"cost_micro_usd"`
+		} `json:"by_container"`
+	}
+	// (An exec call records its bill just after its answer: poll.)
+	for range 100 {
+		g.must2(t, "GET", "/api/v1/usage", &u)
+		for _, c := range u.ByContainer {
+			if c.ContainerID == cid && c.Events == 3 && c.CostMicroUSD >= 3000 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("ledger %+v, want 3 events on %s", u.ByContainer, cid)
+}
+
+func (g *gwEnv) must2(t *testing.T, method, path string, v any) {
+	t.Helper()
+	st, b := g.do(method, path, g.keyA, nil)
+	g.must(st, b, v)
 }
