@@ -702,6 +702,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"32 unknown provider", body(map[string]any{"model": "nope/m"}), 404, "model", ""},
 		{"33 model without provider", body(map[string]any{"model": "m"}), 400, "model", "provider/model"},
 		{"34 oversized body", `{"model":"scripted/m","input":"` + strings.Repeat("x", 33<<20) + `"}`, 413, "", "larger than"},
+		{"36 unknown file id", body(map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto", "file_ids": []string{"file_nope"}}}}}), 404, "file_id", "file_nope"},
 		{"35 shell_call_output output not a list", body(map[string]any{"input": []any{map[string]any{"type": "shell_call_output", "call_id": "c", "output": "x"}}}), 400, "input[0].output", "Invalid type"},
 	}
 	for _, c := range cases {
@@ -1089,4 +1090,128 @@ func (g *gwEnv) must2(t *testing.T, method, path string, v any) {
 	t.Helper()
 	st, b := g.do(method, path, g.keyA, nil)
 	g.must(st, b, v)
+}
+
+// TestResponsesTranslation: what the client sent reaches the model in the
+// neutral conversation: system and developer messages, images, assistant
+// turns, tool choice and limits.
+func TestResponsesTranslation(t *testing.T) {
+	g := newGatewayEnv(t)
+	s := g.script(gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}})
+	const png = "iVBORw0KGgo="
+	input := []any{
+		map[string]any{"role": "developer", "content": "Answer in French."},
+		map[string]any{"type": "message", "role": "user", "content": []any{
+			map[string]any{"type": "input_text", "text": "What is this?"},
+			map[string]any{"type": "input_image", "image_url": "data:image/png;base64," + png, "detail": "auto"},
+			map[string]any{"type": "input_image", "image_url": "https://example.com/cat.jpg"},
+		}},
+		map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "A cat.", "annotations": []any{}}}},
+		map[string]any{"type": "reasoning", "id": "rs_1", "summary": []any{}},
+		map[string]any{"role": "user", "content": "Sure?"},
+	}
+	r, err := g.newResponse(t, g.keyA, input, map[string]any{"instructions": "Be brief.", "max_output_tokens": 100, "top_p": 0.5,
+		"parallel_tool_calls": false, "tools": []any{nativeShell}, "tool_choice": map[string]any{"type": "shell"}, "user": "u-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResponse(t, r)
+	q := s.Requests()[0]
+	if q.System != "Be brief.\n\nAnswer in French." || q.MaxTokens != 100 || *q.TopP != 0.5 || q.User != "u-1" {
+		t.Errorf("request %+v", q)
+	}
+	if q.ToolChoice != (gateway.ToolChoice{Mode: gateway.ChoiceTool, Name: "shell", DisableParallel: true}) {
+		t.Errorf("tool choice %+v", q.ToolChoice)
+	}
+	if len(q.Messages) != 3 || len(q.Messages[0].Parts) != 3 || q.Messages[1].Role != gateway.RoleAssistant || q.Messages[2].Parts[0].Text != "Sure?" {
+		t.Fatalf("messages %+v", q.Messages)
+	}
+	img, url := q.Messages[0].Parts[1].Image, q.Messages[0].Parts[2].Image
+	if img == nil || img.MediaType != "image/png" || img.Data != png || url == nil || url.URL != "https://example.com/cat.jpg" {
+		t.Errorf("images %+v %+v", img, url)
+	}
+	if r.ParallelToolCalls || r.TopP != 0.5 || r.MaxOutputTokens != 100 || r.User != "u-1" {
+		t.Errorf("echo %s", r.RawJSON())
+	}
+}
+
+// TestResponsesItemShapesStreamed: for each shell tool type, the streamed
+// response.completed holds the items of its output_item.done events and
+// equals the plain response; a step refused for the budget shows the text
+// the model read.
+func TestResponsesItemShapesStreamed(t *testing.T) {
+	g := newGatewayEnv(t)
+	turns := func() []gatewaytest.Turn {
+		// max_tool_calls is 1: the second call of the turn is refused.
+		return []gatewaytest.Turn{{Parts: []gateway.Part{shellCall("call_1", "echo a"), shellCall("call_2", "echo b")}}, echoResult()}
+	}
+	for _, typ := range []string{"shell", "local_shell", "shellgate:shell"} {
+		t.Run(typ, func(t *testing.T) {
+			set := map[string]any{"tools": []any{map[string]any{"type": typ}}, "max_tool_calls": 1}
+			s := g.script(turns()...)
+			plain, err := g.newResponse(t, g.keyA, "go", set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, _ := lastResult(&s.Requests()[1])
+			if !res.IsError || !strings.Contains(res.Content, "limit of 1 tool calls") {
+				t.Fatalf("the model read %+v", res)
+			}
+			if !strings.Contains(plain.Output[len(plain.Output)-2].RawJSON(), jsonEscaped(res.Content)) {
+				t.Errorf("the refused step does not show what the model read: %s", plain.Output[len(plain.Output)-2].RawJSON())
+			}
+			g.script(turns()...)
+			cl := g.client(g.keyA)
+			opts := []option.RequestOption{option.WithJSONSet("input", "go")}
+			for k, v := range set {
+				opts = append(opts, option.WithJSONSet(k, v))
+			}
+			stream := cl.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, opts...)
+			defer stream.Close()
+			done := map[int64]string{}
+			var final responses.Response
+			for stream.Next() {
+				ev := stream.Current()
+				if ev.AsAny() == nil {
+					t.Fatalf("event does not decode: %s", ev.RawJSON())
+				}
+				switch ev.Type {
+				case "response.output_item.done":
+					done[ev.OutputIndex] = ev.Item.RawJSON()
+				case "response.completed":
+					final = ev.Response
+				}
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			checkResponse(t, &final)
+			if len(final.Output) != len(done) {
+				t.Fatalf("%d items, %d done events", len(final.Output), len(done))
+			}
+			for i, it := range final.Output {
+				if done[int64(i)] != it.RawJSON() {
+					t.Errorf("output[%d] differs from its output_item.done", i)
+				}
+			}
+			cp, cf := containerOf(plain), containerOf(&final)
+			if a, b := normalize(t, plain.RawJSON(), cp), normalize(t, final.RawJSON(), cf); a != b {
+				t.Errorf("streamed response differs from the plain one:\n%s\n---\n%s", b, a)
+			}
+		})
+	}
+}
+
+// containerOf finds the container a response's steps ran in.
+func containerOf(r *responses.Response) string {
+	m := regexp.MustCompile(`(?:container_id\\?"\s*:\s*\\?")([A-Za-z0-9_-]+)`).FindStringSubmatch(r.RawJSON())
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+func jsonEscaped(s string) string {
+	b, _ := json.Marshal(s)
+	return strings.Trim(string(b), `"`)
 }
