@@ -24,6 +24,13 @@
 // "failed" and the text in error; local_shell_call_output carries it as
 // its output. Replayed, such an output gives the model the same text again.
 //
+// Streaming writes each item as it happens; response.completed carries the
+// items of the output_item.done events, in their order. That is the
+// non-streamed order too, except for a turn whose text follows its own tool
+// calls: streamed, the turn's text comes first (it streams while the model
+// writes, the steps run after), unstreamed it keeps the model's order. A
+// command's shell_call_output_content.done events come when its step ends.
+//
 // The container is resolved (identity rules) when the request starts, so
 // response.created already names it in the echoed tools, and a
 // container_reference that is not the caller's is a 404 before the model
