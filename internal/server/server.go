@@ -28,6 +28,7 @@
 // Every route that takes a key counts against the workspace's rate and
 // concurrency limits (ratelimit.go); Sweep (sweep.go) expires containers
 // past their retention.
+//	POST   /v1/responses, /api/v1/responses OpenAI Responses API (internal/gateway/responses)
 package server
 
 import (
@@ -219,6 +220,7 @@ func New(cfg Config) (*Server, error) {
 	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(shapeOpenAI))
 	s.handleOpenAI("GET /v1/containers/{id}", maxEmptyBody, s.getContainer)
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
+	s.mountResponses()
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))

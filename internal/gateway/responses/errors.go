@@ -1,0 +1,115 @@
+package responses
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// apiError is an answer in OpenAI's error envelope:
+// {"error":{"message","type","param","code"}} with param and code null
+// when empty.
+type apiError struct {
+	Status  int
+	Type    string
+	Message string
+	Param   string
+	Code    string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// invalid is a 400 invalid_request_error about param.
+func invalid(param, format string, a ...any) error {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, a...)}
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// WriteError answers with an error in OpenAI's envelope. The server uses
+// it for what fails before the frontend runs (authentication).
+func WriteError(w http.ResponseWriter, status int, message string) {
+	writeError(w, &apiError{Status: status, Type: typeFor(status), Message: message, Code: codeFor(status)})
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
+	}
+	writeJSON(w, e.Status, errorBody{Error: errorDetail{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
+}
+
+// typeFor is the error type OpenAI uses for a status.
+func typeFor(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "requests"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+func codeFor(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "invalid_api_key"
+	case http.StatusTooManyRequests:
+		return "rate_limit_exceeded"
+	}
+	return ""
+}
+
+// toAPIError maps what the loop or the sandboxes returned to the envelope:
+// a *gateway.RequestError keeps its status and param, an
+// *gateway.UpstreamError its status, type and message. Anything else is
+// the server's fault (500, the text not shown) — the caller logs it.
+func toAPIError(err error) (*apiError, bool) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae, true
+	}
+	var re *gateway.RequestError
+	if errors.As(err, &re) {
+		st := re.Status
+		if st == 0 {
+			st = http.StatusBadRequest
+		}
+		return &apiError{Status: st, Type: typeFor(st), Message: re.Message, Param: re.Param, Code: codeFor(st)}, true
+	}
+	if ue, ok := gateway.AsUpstreamError(err); ok {
+		st := ue.Status
+		if st < 400 || st > 599 {
+			st = http.StatusBadGateway
+		}
+		typ := ue.Type
+		if typ == "" {
+			typ = typeFor(st)
+		}
+		return &apiError{Status: st, Type: typ, Message: ue.Message, Code: codeFor(st)}, true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &apiError{Status: http.StatusGatewayTimeout, Type: "server_error", Message: "The request timed out."}, true
+	}
+	return &apiError{Status: http.StatusInternalServerError, Type: "server_error",
+		Message: "The server had an error while processing your request."}, false
+}

@@ -1,0 +1,170 @@
+// Package responses is the OpenAI Responses API frontend of the gateway
+// (POST /v1/responses): it reads a Responses request into the gateway's
+// neutral Run, lets gateway.Execute run the loop, and renders the Result —
+// or, with "stream": true, the run's progress — in the Responses wire
+// format, errors in OpenAI's envelope.
+//
+// Server tools. Every shell-like tool is the function "shell" to the model
+// (gateway.ShellTool); the tool's type decides how a step is shown:
+//
+//	{"type":"shell"}                     shell_call + shell_call_output (ids sh_…/sho_…,
+//	                                     environment container_reference on every call)
+//	{"type":"local_shell"}               local_shell_call + local_shell_call_output
+//	{"type":"shellgate:shell"},          one item of that type with call, arguments,
+//	{"type":"openrouter:shell"}          action, container_id, files and output
+//
+// All of them run in Shellgate's sandbox, whatever the engine (there is no
+// pass-through to a provider's hosted shell). shellgate:bash and
+// openrouter:bash are Messages-only (400 here), other hosted tools are 400.
+//
+// A step that did not run (arguments the tool refused, the max_tool_calls
+// budget spent, the sandbox unavailable) shows what the model read: the
+// shell_call_output has status "incomplete" and one more output entry
+// whose stderr is that text (exit code 1); the router item has status
+// "failed" and the text in error; local_shell_call_output carries it as
+// its output. Replayed, such an output gives the model the same text again.
+//
+// Streaming writes each item as it happens; response.completed carries the
+// items of the output_item.done events, in their order. That is the
+// non-streamed order too, except for a turn whose text follows its own tool
+// calls: streamed, the turn's text comes first (it streams while the model
+// writes, the steps run after), unstreamed it keeps the model's order. A
+// command's shell_call_output_content.done events come when its step ends.
+//
+// The container is resolved (identity rules) when the request starts, so
+// response.created already names it in the echoed tools, and a
+// container_reference that is not the caller's is a 404 before the model
+// is called.
+package responses
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/identity"
+)
+
+// Frontend serves the Responses API.
+type Frontend struct {
+	// Models resolves "provider/model"; nil answers every request with 503.
+	Models gateway.Models
+	Log    *slog.Logger
+}
+
+// Serve answers one POST /v1/responses of an authenticated caller whose
+// containers are sbx.
+func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.Sandboxes) {
+	ctx := r.Context()
+	p, err := readRequest(w, r)
+	if err != nil {
+		f.writeErr(ctx, w, err)
+		return
+	}
+	if f.Models == nil {
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
+			Message: "No models are configured on this Shellgate server: start `shellgate serve` with --config naming the providers."})
+		return
+	}
+	model, err := f.Models.Resolve(p.model)
+	if err != nil {
+		ae, _ := toAPIError(err)
+		if ae.Status == http.StatusNotFound {
+			ae.Param, ae.Code = "model", "model_not_found"
+		}
+		f.writeErr(ctx, w, ae)
+		return
+	}
+	p.req.Model = model.Name
+	for _, u := range p.uploads {
+		if _, err := sbx.StatFile(ctx, u.FileID); err != nil {
+			f.writeErr(ctx, w, err)
+			return
+		}
+	}
+	run := &gateway.Run{Model: model, Request: p.req, Sandboxes: sbx, Select: p.sel, Open: p.open,
+		Uploads: p.uploads, MaxToolCalls: p.maxCalls, Budget: gateway.FinalAnswer}
+	var containerID string
+	if p.shell != 0 {
+		box, err := sbx.Open(ctx, p.sel, p.open)
+		if err != nil {
+			f.writeErr(ctx, w, err)
+			return
+		}
+		// Closed (and billed) when the request ends, however it ends.
+		defer box.Close()
+		containerID = box.ContainerID()
+		run.Sandboxes = opened{Sandboxes: sbx, box: keepOpen{box}}
+		run.ServerTools = map[string]gateway.ServerTool{shellFunction: gateway.ShellTool{Name: shellFunction}}
+	}
+	m := newMeta(p, containerID)
+	if !p.stream {
+		res, err := gateway.Execute(ctx, run)
+		if err != nil {
+			f.runFailed(ctx, w, err, nil, res)
+			return
+		}
+		writeJSON(w, http.StatusOK, m.response("completed", m.renderOutput(res), res, nil))
+		return
+	}
+	s := newStreamer(w, m)
+	s.start()
+	run.Sink = s
+	res, err := gateway.Execute(ctx, run)
+	if err != nil {
+		f.runFailed(ctx, w, err, s, res)
+		return
+	}
+	s.complete(res)
+}
+
+// runFailed answers a run that ended in an error: nothing when the client
+// is gone (its request context ended), else the error in the envelope, or
+// response.failed once the stream has begun.
+func (f *Frontend) runFailed(ctx context.Context, w http.ResponseWriter, err error, s *streamer, res *gateway.Result) {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		f.log().InfoContext(ctx, "responses: client went away", "err", err)
+		return
+	}
+	ae, known := toAPIError(err)
+	if !known {
+		f.log().ErrorContext(ctx, "responses: request failed", "err", err)
+	}
+	if s == nil {
+		writeError(w, ae)
+		return
+	}
+	s.fail(ae, res)
+}
+
+func (f *Frontend) writeErr(ctx context.Context, w http.ResponseWriter, err error) {
+	ae, known := toAPIError(err)
+	if !known {
+		f.log().ErrorContext(ctx, "responses: request failed", "err", err)
+	}
+	writeError(w, ae)
+}
+
+func (f *Frontend) log() *slog.Logger {
+	if f.Log == nil {
+		return slog.Default()
+	}
+	return f.Log
+}
+
+// opened hands the loop the container the request already resolved.
+type opened struct {
+	gateway.Sandboxes
+	box gateway.Sandbox
+}
+
+func (o opened) Open(context.Context, identity.Request, gateway.OpenOptions) (gateway.Sandbox, error) {
+	return o.box, nil
+}
+
+// keepOpen leaves closing to Serve, which opened it.
+type keepOpen struct{ gateway.Sandbox }
+
+func (keepOpen) Close() {}

@@ -1,0 +1,255 @@
+package responses
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// streamer is the gateway.Sink of a streamed request: it writes the run as
+// Server-Sent Events in the Responses grammar as it happens, every event
+// with the next sequence_number, and keeps each finished item at its
+// output_index so that response.completed carries exactly the items the
+// output_item.done events carried.
+//
+// A shell step (native shape) is written in the order the live API uses
+// (wire-formats §7.1): the shell_call added in_progress with no commands,
+// per command shell_call_command.added/delta/done, the shell_call done;
+// then the shell_call_output added (completed, empty output), its
+// shell_call_output_content.delta events while the commands run, one
+// shell_call_output_content.done per command when the step ends, and the
+// output item done.
+type streamer struct {
+	w http.ResponseWriter
+	m *meta
+
+	mu     sync.Mutex // StepOutput comes from the sandbox's output goroutine
+	seq    int64
+	broken bool       // a write failed: the client is gone
+	items  []itemSlot // by output_index
+	text   *textState // the message being streamed, if any
+	steps  map[*gateway.Step]*stepState
+	buf    bytes.Buffer
+}
+
+type itemSlot struct {
+	done json.RawMessage // the item as output_item.done carried it; nil while open
+}
+
+type textState struct {
+	index int
+	id    string
+}
+
+type stepState struct {
+	view    stepView
+	callIdx int
+	callID  string
+	outIdx  int
+	outID   string
+	done    bool
+}
+
+var _ gateway.Sink = (*streamer)(nil)
+
+func newStreamer(w http.ResponseWriter, m *meta) *streamer {
+	return &streamer{w: w, m: m, steps: map[*gateway.Step]*stepState{}}
+}
+
+// event is one event's fields besides type and sequence_number.
+type event map[string]any
+
+func (s *streamer) emit(typ string, ev event) {
+	if s.broken {
+		return
+	}
+	ev["type"] = typ
+	ev["sequence_number"] = s.seq
+	s.seq++
+	s.buf.Reset()
+	fmt.Fprintf(&s.buf, "event: %s\ndata: %s\n\n", typ, raw(ev))
+	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
+		s.broken = true
+		return
+	}
+	if err := http.NewResponseController(s.w).Flush(); err != nil {
+		s.broken = true
+	}
+}
+
+// start sends the headers, response.created and response.in_progress.
+func (s *streamer) start() {
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	s.w.WriteHeader(http.StatusOK)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m.response("in_progress", nil, nil, nil)
+	s.emit("response.created", event{"response": r})
+	s.emit("response.in_progress", event{"response": r})
+}
+
+// add opens a new item slot and returns its output_index.
+func (s *streamer) add(item any) int {
+	s.items = append(s.items, itemSlot{})
+	i := len(s.items) - 1
+	s.emit("response.output_item.added", event{"output_index": i, "item": item})
+	return i
+}
+
+func (s *streamer) finish(i int, item any) {
+	b := raw(item)
+	s.items[i].done = b
+	s.emit("response.output_item.done", event{"output_index": i, "item": b})
+}
+
+func (s *streamer) openText() *textState {
+	if s.text == nil {
+		id := newID(prefixMessage)
+		i := s.add(newMessage(id, "in_progress"))
+		s.text = &textState{index: i, id: id}
+		s.emit("response.content_part.added", event{"item_id": id, "output_index": i, "content_index": 0, "part": newOutputText("")})
+	}
+	return s.text
+}
+
+func (s *streamer) TextDelta(text string) {
+	if text == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.openText()
+	s.emit("response.output_text.delta", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "delta": text, "logprobs": []any{}})
+}
+
+func (s *streamer) TextDone(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.text == nil && text == "" {
+		return
+	}
+	t := s.openText()
+	s.emit("response.output_text.done", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "text": text, "logprobs": []any{}})
+	s.emit("response.content_part.done", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "part": newOutputText(text)})
+	s.finish(t.index, newMessage(t.id, "completed", newOutputText(text)))
+	s.text = nil
+}
+
+func (s *streamer) ClientCall(c gateway.ToolCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := newID(prefixFunction)
+	item := functionCallItem{ID: id, Type: "function_call", Status: "in_progress", CallID: c.ID, Name: c.Name}
+	i := s.add(item)
+	s.emit("response.function_call_arguments.delta", event{"item_id": id, "output_index": i, "delta": c.Arguments})
+	s.emit("response.function_call_arguments.done", event{"item_id": id, "output_index": i, "arguments": c.Arguments, "name": c.Name})
+	item.Status, item.Arguments = "completed", c.Arguments
+	s.finish(i, item)
+}
+
+func (s *streamer) StepStart(step *gateway.Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &stepState{view: viewCall(step.Call)}
+	s.steps[step] = st
+	v, cid := st.view, s.m.containerID
+	switch s.m.p.shell {
+	case shellNative:
+		st.callID = newID(prefixShell)
+		pending := v
+		pending.action = shellActionOut{Commands: []string{}}
+		st.callIdx = s.add(shellCall(st.callID, "in_progress", pending, cid))
+		for k, c := range v.action.Commands {
+			s.emit("response.shell_call_command.added", event{"output_index": st.callIdx, "command_index": k, "command": ""})
+			s.emit("response.shell_call_command.delta", event{"output_index": st.callIdx, "command_index": k, "delta": c})
+			s.emit("response.shell_call_command.done", event{"output_index": st.callIdx, "command_index": k, "command": c})
+		}
+		s.finish(st.callIdx, shellCall(st.callID, "completed", v, cid))
+		st.outID = newID(prefixShellOut)
+		st.outIdx = s.add(shellOutput(st.outID, "completed", v, nil))
+	case shellLocal:
+		st.callID = newID(prefixLocal)
+		st.callIdx = s.add(localCall(st.callID, "in_progress", v))
+		s.finish(st.callIdx, localCall(st.callID, "completed", v))
+	default:
+		st.callID = newID(prefixRouter)
+		st.callIdx = s.add(router(s.m.p.shellType, st.callID, "in_progress", v, cid))
+	}
+}
+
+func (s *streamer) StepOutput(step *gateway.Step, cmd, stream int, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.steps[step]
+	if st == nil || st.done || s.m.p.shell != shellNative {
+		return
+	}
+	key := "stdout"
+	if stream == 2 {
+		key = "stderr"
+	}
+	s.emit("response.shell_call_output_content.delta", event{"item_id": st.outID, "output_index": st.outIdx, "command_index": cmd, "delta": map[string]string{key: text}})
+}
+
+func (s *streamer) StepDone(step *gateway.Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.steps[step]
+	if st == nil {
+		return
+	}
+	st.done = true
+	v := viewStep(step)
+	switch s.m.p.shell {
+	case shellNative:
+		outs := v.shownOutputs()
+		for k, o := range outs {
+			s.emit("response.shell_call_output_content.done", event{"item_id": st.outID, "output_index": st.outIdx, "command_index": k, "output": []any{o}})
+		}
+		s.finish(st.outIdx, shellOutput(st.outID, v.outputStatus(), v, outs))
+	case shellLocal:
+		item := localOutput(v, step.Result.Content)
+		i := s.add(item)
+		s.finish(i, item)
+	default:
+		s.finish(st.callIdx, router(s.m.p.shellType, st.callID, "completed", v, s.m.containerID))
+	}
+}
+
+// output is the finished items in output_index order.
+func (s *streamer) output() []json.RawMessage {
+	out := []json.RawMessage{}
+	for _, it := range s.items {
+		if it.done != nil {
+			out = append(out, it.done)
+		}
+	}
+	return out
+}
+
+// complete ends the stream with response.completed (or the incomplete
+// status the run ended with).
+func (s *streamer) complete(res *gateway.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m.response("completed", s.output(), res, nil)
+	typ := "response.completed"
+	if r.Status == "incomplete" {
+		typ = "response.incomplete"
+	}
+	s.emit(typ, event{"response": r})
+}
+
+// fail ends the stream with response.failed, the error in the response.
+func (s *streamer) fail(e *apiError, res *gateway.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emit("response.failed", event{"response": s.m.response("failed", s.output(), res, e)})
+}

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/shellgate/shellgate/internal/gateway/responses"
+)
+
+// mountResponses serves the OpenAI Responses API (internal/gateway/responses)
+// at POST /v1/responses and POST /api/v1/responses. Every answer, the key
+// check, the workspace's limits and the body cap (responses.MaxBody,
+// 32 MiB) included, is in OpenAI's error envelope.
+func (s *Server) mountResponses() {
+	f := &responses.Frontend{Models: s.cfg.Models, Log: s.log}
+	ew := gatewayEnvelope(responses.WriteError)
+	for _, pattern := range []string{"POST /v1/responses", "POST /api/v1/responses"} {
+		s.handleWith(ew, pattern, responses.MaxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+			f.Serve(w, r, s.sandboxesFor(p))
+			return nil
+		})
+	}
+}
+
+// gatewayEnvelope adapts a gateway frontend's error writer (its API's
+// envelope) to the routes' errWriter.
+func gatewayEnvelope(write func(w http.ResponseWriter, status int, msg string)) errWriter {
+	return func(w http.ResponseWriter, err error) {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = errorf(http.StatusInternalServerError, "internal error")
+		}
+		errorHeaders(w, ae)
+		write(w, ae.status, ae.msg)
+	}
+}
