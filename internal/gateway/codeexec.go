@@ -130,6 +130,10 @@ func decodeArgs(raw string, v any, shape string) error {
 	return nil
 }
 
+// RestartText answers a bash call's restart: each command runs in a fresh
+// shell anyway.
+const RestartText = "The shell was restarted. (Every command runs in a fresh shell anyway; the files in /workspace/home are kept.)"
+
 // BashTool is Anthropic's bash_code_execution: {"command": "..."} runs one
 // command in a fresh bash -lc in /workspace/home, with internal/tool's
 // default timeout and output cap; {"restart": true} answers that the
@@ -166,9 +170,7 @@ func (BashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 		return codeExecResult(bashError("invalid_tool_input", err.Error()), false)
 	}
 	if a.Restart && a.Command == nil {
-		return codeExecResult(&BashResult{Type: "bash_code_execution_result",
-			Stdout:  "The shell was restarted. (Every command runs in a fresh shell anyway; the files in /workspace/home are kept.)",
-			Content: []OutputFile{}}, false)
+		return codeExecResult(&BashResult{Type: "bash_code_execution_result", Stdout: RestartText, Content: []OutputFile{}}, false)
 	}
 	if a.Command == nil || strings.TrimSpace(*a.Command) == "" {
 		return codeExecResult(bashError("invalid_tool_input", `"command" is missing or empty: give the bash command to run`), false)
@@ -520,7 +522,7 @@ func (t NSBashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, on
 	}
 	if a.Restart && len(sa.Commands) == 0 {
 		d := &ShellDetail{Outputs: []tool.CommandOutput{}}
-		return StepResult{Content: "The shell was restarted. (Every command runs in a fresh shell anyway; the files in /workspace/home are kept.)", Detail: d}
+		return StepResult{Content: RestartText, Detail: d}
 	}
 	args, _ := json.Marshal(sa)
 	return ShellTool{Name: t.Name}.Run(ctx, open, ToolCall{ID: call.ID, Name: call.Name, Arguments: string(args)}, onOutput)

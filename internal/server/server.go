@@ -17,6 +17,7 @@
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
+//	POST   /v1/messages, /api/v1/messages   the Anthropic Messages API of the gateway (internal/gateway/messages)
 package server
 
 import (
@@ -144,6 +145,8 @@ func New(cfg Config) (*Server, error) {
 		s.evalHandler = s.newEvalHandler()
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
+	s.route("POST /v1/messages", messagesBodyCap, http.HandlerFunc(s.messages))
+	s.route("POST /api/v1/messages", messagesBodyCap, http.HandlerFunc(s.messages))
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
