@@ -491,7 +491,9 @@ func TestMessagesContainers(t *testing.T) {
 
 // rawTools sets the request's tools to Shellgate's own tool types, which
 // the SDK does not model.
-func rawTools(tools ...map[string]any) option.RequestOption { return option.WithJSONSet("tools", tools) }
+func rawTools(tools ...map[string]any) option.RequestOption {
+	return option.WithJSONSet("tools", tools)
+}
 
 func TestMessagesNamespacedTools(t *testing.T) {
 	e := newMsgEnv(t)
