@@ -160,7 +160,8 @@ func TestMessagesCodeExecution(t *testing.T) {
 	py := `python3 -c "print(sum(range(1,101)))"`
 	turns := func() []gatewaytest.Turn {
 		return []gatewaytest.Turn{
-			{Parts: []gateway.Part{gatewaytest.Text("Let me compute."), gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": py})}, Usage: gateway.Usage{InputTokens: 20, OutputTokens: 10}},
+			// Text after the call too: the stream must keep the parts' order.
+			{Parts: []gateway.Part{gatewaytest.Text("Let me compute."), gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": py}), gatewaytest.Text("Running it.")}, Usage: gateway.Usage{InputTokens: 20, OutputTokens: 10}},
 			echoResult(),
 		}
 	}
@@ -172,7 +173,7 @@ func TestMessagesCodeExecution(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs := blocks(t, m)
-	if got := types(bs); !reflect.DeepEqual(got, []string{"text", "server_tool_use", "bash_code_execution_tool_result", "text"}) {
+	if got := types(bs); !reflect.DeepEqual(got, []string{"text", "server_tool_use", "bash_code_execution_tool_result", "text", "text"}) || bs[3]["text"] != "Running it." {
 		t.Fatalf("blocks %v", got)
 	}
 	use, res := bs[1], bs[2]
