@@ -655,3 +655,60 @@ func TestMessagesErrors(t *testing.T) {
 }
 
 var _ = context.Background
+
+func TestMessagesConversation(t *testing.T) {
+	e := newMsgEnv(t)
+	s, model := e.script("conv", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}, Stop: gateway.StopSequence,
+		Usage: gateway.Usage{InputTokens: 100, OutputTokens: 5, CacheReadTokens: 60, CacheWriteTokens: 10}})
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":64,"temperature":0.5,"top_p":0.9,"stop_sequences":["END"],"metadata":{"user_id":"u-1"},
+		"system":[{"type":"text","text":"one"},{"type":"text","text":"two"}],
+		"tools":[{"name":"lookup","description":"d","input_schema":{"type":"object","properties":{"q":{"type":"string"}}}}],
+		"tool_choice":{"type":"any","disable_parallel_tool_use":true},
+		"thinking":{"type":"disabled"},
+		"messages":[
+		 {"role":"user","content":[{"type":"text","text":"look"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]},
+		 {"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"x"},{"type":"text","text":"calling"},{"type":"tool_use","id":"toolu_9","name":"lookup","input":{"q":"x"}}]},
+		 {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","is_error":true,"content":[{"type":"text","text":"failed"},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}]}`, model)
+	st, out := e.doH("POST", "/v1/messages", body, map[string]string{"Authorization": "Bearer " + e.keyA})
+	if st != 200 {
+		t.Fatalf("%d %s", st, out)
+	}
+	var m anthropic.Message
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.StopReason != "stop_sequence" || m.Usage.InputTokens != 30 || m.Usage.CacheReadInputTokens != 60 || m.Usage.CacheCreationInputTokens != 10 || m.Container.ID != "" {
+		t.Fatalf("%s", out)
+	}
+	req := s.Requests()[0]
+	if req.System != "one\n\ntwo" || req.MaxTokens != 64 || *req.Temperature != 0.5 || *req.TopP != 0.9 || req.Stop[0] != "END" || req.User != "u-1" ||
+		req.ToolChoice != (gateway.ToolChoice{Mode: gateway.ChoiceRequired, DisableParallel: true}) || len(req.Tools) != 1 || req.Tools[0].Name != "lookup" {
+		t.Fatalf("request %+v", req)
+	}
+	msgs := req.Messages
+	if len(msgs) != 3 || msgs[0].Parts[1].Image.MediaType != "image/png" || len(msgs[1].Parts) != 2 || msgs[1].Parts[1].Call.Arguments != `{"q":"x"}` {
+		t.Fatalf("messages %+v", msgs)
+	}
+	r := msgs[2].Parts[0].Result
+	if r.CallID != "toolu_9" || !r.IsError || r.Content != "failed" || len(r.Images) != 1 || r.Images[0].URL != "https://example.com/a.png" {
+		t.Fatalf("tool result %+v", r)
+	}
+}
+
+func TestMessagesLegacyCodeExecution(t *testing.T) {
+	e := newMsgEnv(t)
+	_, model := e.script("legacy", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("l1", "code_execution", map[string]string{"code": "import sys\nprint('it''s', 6*7)\nsys.exit(2)"})}}, echoResult())
+	c := e.client(e.keyA)
+	m, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("go"),
+		Tools: []anthropic.ToolUnionParam{{OfCodeExecutionTool20250522: &anthropic.CodeExecutionTool20250522Param{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := blocks(t, m)
+	if got := types(bs); !reflect.DeepEqual(got, []string{"server_tool_use", "code_execution_tool_result", "text"}) || bs[0]["name"] != "code_execution" {
+		t.Fatalf("blocks %v", bs)
+	}
+	if get(bs[1], "content", "type") != "code_execution_result" || get(bs[1], "content", "stdout") != "its 42\n" || get(bs[1], "content", "return_code") != 2.0 {
+		t.Fatalf("result %v", bs[1])
+	}
+}
