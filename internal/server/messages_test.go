@@ -218,7 +218,20 @@ func TestMessagesCodeExecution(t *testing.T) {
 	// message is the same one.
 	_, model2 := e.script("ce2", turns()...)
 	params.Model = model2
-	stream := c.Messages.NewStreaming(t.Context(), params)
+	acc, events := streamed(t, c, params)
+	if events[0] != "message_start" || events[len(events)-1] != "message_stop" || events[len(events)-2] != "message_delta" {
+		t.Fatalf("events %v", events)
+	}
+	if acc.Container.ID == "" || acc.Container.ID == m.Container.ID {
+		t.Fatalf("streamed container %q (first %q)", acc.Container.ID, m.Container.ID)
+	}
+	sameMessage(t, m, acc)
+}
+
+// streamed sends params as a stream and accumulates it with the SDK.
+func streamed(t *testing.T, c anthropic.Client, params anthropic.MessageNewParams, opts ...option.RequestOption) (*anthropic.Message, []string) {
+	t.Helper()
+	stream := c.Messages.NewStreaming(t.Context(), params, opts...)
 	var acc anthropic.Message
 	var events []string
 	for stream.Next() {
@@ -231,12 +244,13 @@ func TestMessagesCodeExecution(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if events[0] != "message_start" || events[len(events)-1] != "message_stop" || events[len(events)-2] != "message_delta" {
-		t.Fatalf("events %v", events)
-	}
-	if acc.Container.ID == "" || acc.Container.ID == m.Container.ID {
-		t.Fatalf("streamed container %q (first %q)", acc.Container.ID, m.Container.ID)
-	}
+	return &acc, events
+}
+
+// sameMessage checks that two messages are the same but for their ids,
+// model names (one script each) and containers.
+func sameMessage(t *testing.T, m1, m2 *anthropic.Message) {
+	t.Helper()
 	norm := func(msg *anthropic.Message) map[string]any {
 		var v map[string]any
 		b, _ := json.Marshal(msg)
@@ -246,7 +260,7 @@ func TestMessagesCodeExecution(t *testing.T) {
 		delete(v, "model")
 		return v
 	}
-	a, b := norm(m), norm(&acc)
+	a, b := norm(m1), norm(m2)
 	if !reflect.DeepEqual(a, b) {
 		ja, _ := json.MarshalIndent(a, "", " ")
 		jb, _ := json.MarshalIndent(b, "", " ")
@@ -372,6 +386,13 @@ func TestMessagesLoop(t *testing.T) {
 		if n := len(s.Requests()); n != 2 {
 			t.Fatalf("%d upstream calls before the pause", n)
 		}
+		_, smodel := e.script("pause-stream", call("p1"), call("p2"))
+		sparams := params
+		sparams.Model = smodel
+		acc, _ := streamed(t, c, sparams, option.WithJSONSet("max_tool_calls", 2))
+		if acc.StopReason != "pause_turn" || len(acc.Content) != 4 {
+			t.Fatalf("streamed pause: %q, %d blocks", acc.StopReason, len(acc.Content))
+		}
 		// Resend the conversation with the paused turn, in the same
 		// container: the model continues from the results.
 		params.Messages = append(params.Messages, m.ToParam())
@@ -413,6 +434,13 @@ func TestMessagesLoop(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				_, smodel := e.script("client-stream"+tc.name,
+					gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("s1", "bash_code_execution", map[string]any{"command": "echo server"})}},
+					gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Now yours."), gatewaytest.Call("toolu_c1", tc.call, map[string]any{"command": "ls", "city": "Paris"})}})
+				sparams := params
+				sparams.Model = smodel
+				acc, _ := streamed(t, c, sparams)
+				sameMessage(t, m, acc)
 				bs := blocks(t, m)
 				if got := types(bs); m.StopReason != "tool_use" || !reflect.DeepEqual(got, []string{"server_tool_use", "bash_code_execution_tool_result", "text", "tool_use"}) {
 					t.Fatalf("stop %q blocks %v", m.StopReason, got)
