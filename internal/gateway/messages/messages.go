@@ -367,7 +367,12 @@ func blockID(prefix, callID string) string {
 }
 
 func (rd *renderer) clientCall(c *gateway.ToolCall) useBlock {
-	return useBlock{Type: "tool_use", ID: c.ID, Name: c.Name, Input: inputObject(c.Arguments)}
+	id := c.ID
+	if id == "" {
+		// The client must be able to answer it.
+		id = newID("toolu_")
+	}
+	return useBlock{Type: "tool_use", ID: id, Name: c.Name, Input: inputObject(c.Arguments)}
 }
 
 // step renders a server step as its server_tool_use and result blocks.
