@@ -532,7 +532,7 @@ func TestMessagesNamespacedTools(t *testing.T) {
 	}
 
 	t.Run("shellgate:shell", func(t *testing.T) {
-		s, model := e.script("sh", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c1", "shell", map[string]any{"commands": []string{"echo one", "exit 3"}})}}, echoResult())
+		s, model := e.script("sh", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c1", "shell", map[string]any{"commands": []string{"echo one > one.txt; cat one.txt", "exit 3"}})}}, echoResult())
 		m, err := c.Messages.New(t.Context(), base(model), rawTools(map[string]any{"type": "shellgate:shell"}))
 		if err != nil {
 			t.Fatal(err)
@@ -547,13 +547,14 @@ func TestMessagesNamespacedTools(t *testing.T) {
 			t.Fatalf("blocks %v", bs)
 		}
 		// Replayed (raw, as a client keeps it): the model reads the same
-		// text again and nothing runs.
-		s2, model2 := e.script("sh2", echoResult())
+		// text again, nothing runs again, and a new call runs in the
+		// container the replayed result names.
+		s2, model2 := e.script("sh2", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c2", "shell", map[string]any{"commands": []string{"cat one.txt"}})}}, echoResult())
 		var raw struct {
 			Content json.RawMessage `json:"content"`
 		}
 		json.Unmarshal([]byte(m.RawJSON()), &raw)
-		_, err = c.Messages.New(t.Context(), base(model2), rawTools(map[string]any{"type": "shellgate:shell"}),
+		m2, err := c.Messages.New(t.Context(), base(model2), rawTools(map[string]any{"type": "shellgate:shell"}),
 			option.WithJSONSet("messages", []any{map[string]any{"role": "user", "content": "go"}, map[string]any{"role": "assistant", "content": raw.Content}, map[string]any{"role": "user", "content": "again"}}))
 		if err != nil {
 			t.Fatal(err)
@@ -561,6 +562,9 @@ func TestMessagesNamespacedTools(t *testing.T) {
 		live, replayed := lastResult(&s.Requests()[1]), lastResult(&s2.Requests()[0])
 		if live == nil || replayed == nil || live.Content != replayed.Content {
 			t.Fatalf("live %+v\nreplayed %+v", live, replayed)
+		}
+		if m2.Container.ID != m.Container.ID || !strings.Contains(m2.Content[2].Text, `"stdout":"one\n"`) {
+			t.Fatalf("the replay's container: %s", m2.RawJSON())
 		}
 	})
 
@@ -635,6 +639,7 @@ func TestMessagesErrors(t *testing.T) {
 		{"empty", ``, nil, 400, "invalid_request_error", "empty"},
 		{"no max_tokens", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model), nil, 400, "invalid_request_error", "max_tokens"},
 		{"max_tokens string", fmt.Sprintf(`{"model":%q,"max_tokens":"10","messages":[]}`, model), nil, 400, "invalid_request_error", "max_tokens"},
+		{"empty messages", fmt.Sprintf(`{"model":%q,"max_tokens":10,"messages":[{"role":"user","content":[]}]}`, model), nil, 400, "invalid_request_error", "empty"},
 		{"no messages", fmt.Sprintf(`{"model":%q,"max_tokens":10,"messages":[]}`, model), nil, 400, "invalid_request_error", "messages"},
 		{"bad role", fmt.Sprintf(`{"model":%q,"max_tokens":10,"messages":[{"role":"system","content":"x"}]}`, model), nil, 400, "invalid_request_error", "role"},
 		{"content number", fmt.Sprintf(`{"model":%q,"max_tokens":10,"messages":[{"role":"user","content":5}]}`, model), nil, 400, "invalid_request_error", "content"},

@@ -545,6 +545,9 @@ func (p *parsed) parseMessages(in []inMessage) error {
 		}
 		merged = append(merged, m)
 	}
+	if len(merged) == 0 {
+		return badRequest("messages: every message is empty; send some content")
+	}
 	p.run.Request.Messages = merged
 	return nil
 }
