@@ -622,6 +622,20 @@ func TestMessagesErrors(t *testing.T) {
 		t.Fatalf("streamed upstream error: %v", stream.Err())
 	}
 
+	// A failure after the stream began is an error event.
+	_, model = e.script("err3", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Running."), gatewaytest.Call("e1", "bash_code_execution", map[string]string{"command": "echo hi"})}},
+		gatewaytest.Turn{Err: &gateway.UpstreamError{Status: 529, Type: "overloaded_error", Message: "busy"}})
+	stream = c.Messages.NewStreaming(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 10, Messages: userText("hi"), Tools: codeExecTool})
+	var acc anthropic.Message
+	for stream.Next() {
+		if err := acc.Accumulate(stream.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "overloaded_error") || !strings.Contains(err.Error(), "busy") || len(acc.Content) != 3 {
+		t.Fatalf("mid-stream error: %v, %d blocks", err, len(acc.Content))
+	}
+
 	_, model = e.script("ok", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("x")}})
 	valid := fmt.Sprintf(`{"model":%q,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]`, model)
 	manyTools := `[` + strings.Repeat(`{"name":"t","input_schema":{"type":"object"}},`, 10000) + `{"name":"u","input_schema":{"type":"object"}}]`
