@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,12 +8,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
+	"github.com/shellgate/shellgate/internal/gateway/messages"
 )
 
 // The Messages frontend end to end: the official Anthropic SDK as the
@@ -701,8 +702,6 @@ func TestMessagesErrors(t *testing.T) {
 	}
 }
 
-var _ = context.Background
-
 func TestMessagesConversation(t *testing.T) {
 	e := newMsgEnv(t)
 	s, model := e.script("conv", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}, Stop: gateway.StopSequence,
@@ -757,5 +756,22 @@ func TestMessagesLegacyCodeExecution(t *testing.T) {
 	}
 	if get(bs[1], "content", "type") != "code_execution_result" || get(bs[1], "content", "stdout") != "its 42\n" || get(bs[1], "content", "return_code") != 2.0 {
 		t.Fatalf("result %v", bs[1])
+	}
+}
+
+func TestMessagesStreamPing(t *testing.T) {
+	e := newMsgEnv(t)
+	defer func(d time.Duration) { messages.PingInterval = d }(messages.PingInterval)
+	messages.PingInterval = 100 * time.Millisecond
+	_, model := e.script("ping", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("p", "bash_code_execution", map[string]string{"command": "sleep 1.5; echo up"})}},
+		gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}})
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code_execution_20250825","name":"code_execution"}]}`, model)
+	st, out := e.doH("POST", "/v1/messages", body, map[string]string{"x-api-key": e.keyA})
+	if st != 200 {
+		t.Fatalf("%d %s", st, out)
+	}
+	// A silent command still keeps the stream alive with pings.
+	if n := strings.Count(string(out), "event: ping\ndata: {\"type\":\"ping\"}\n\n"); n < 1 || !strings.Contains(string(out), "event: message_stop") {
+		t.Fatalf("%d pings in\n%s", n, out)
 	}
 }

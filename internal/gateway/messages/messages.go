@@ -81,6 +81,7 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		return
 	}
 	st := &streamer{w: w, rd: rd}
+	defer st.stop()
 	p.run.Sink = st
 	res, err := gateway.Execute(ctx, p.run)
 	if err != nil {

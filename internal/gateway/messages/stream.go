@@ -3,6 +3,8 @@ package messages
 import (
 	"fmt"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 )
@@ -13,20 +15,66 @@ import (
 // error on the first turn) is answered with its own status instead of a
 // stream. Command output does not stream: Anthropic's result blocks have
 // no delta, so a step's result comes whole when its command ends.
+//
+// While the stream is open a ping event goes out whenever nothing else did
+// for PingInterval, so that proxies keep a stream open through a long
+// silent command.
 type streamer struct {
 	w        http.ResponseWriter
 	rd       *renderer
 	started  bool
 	index    int  // the next block's index
 	textOpen bool // the block at index is a text block being streamed
+
+	mu       sync.Mutex // orders writes: the loop's events and the pinger's
+	last     time.Time  // the last write
+	stopPing chan struct{}
+	pinger   sync.WaitGroup
 }
+
+// PingInterval is how long a stream stays silent before a ping event.
+var PingInterval = 15 * time.Second
 
 var _ gateway.Sink = (*streamer)(nil)
 
 func (s *streamer) event(name string, v any) {
-	fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, marshal(v))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.write(name, marshal(v))
+}
+
+func (s *streamer) write(name string, data []byte) {
+	fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, data)
 	if f, ok := s.w.(http.Flusher); ok {
 		f.Flush()
+	}
+	s.last = time.Now()
+}
+
+func (s *streamer) ping() {
+	defer s.pinger.Done()
+	t := time.NewTicker(PingInterval / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopPing:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			if now.Sub(s.last) >= PingInterval {
+				s.write("ping", []byte(`{"type":"ping"}`))
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// stop ends the pinger; the stream writes nothing more after it.
+func (s *streamer) stop() {
+	if s.stopPing != nil {
+		close(s.stopPing)
+		s.pinger.Wait()
+		s.stopPing = nil
 	}
 }
 
@@ -42,6 +90,9 @@ func (s *streamer) start() {
 	s.w.WriteHeader(http.StatusOK)
 	s.event("message_start", map[string]any{"type": "message_start", "message": &message{
 		ID: s.rd.id, Type: "message", Role: "assistant", Model: s.rd.model, Content: []any{}}})
+	s.stopPing = make(chan struct{})
+	s.pinger.Add(1)
+	go s.ping()
 }
 
 func (s *streamer) blockStart(block any) {
