@@ -369,6 +369,28 @@ func TestMessagesLoop(t *testing.T) {
 		}
 	})
 
+	t.Run("restart and a spent budget in one turn", func(t *testing.T) {
+		_, model := e.script("budget", gatewaytest.Turn{Parts: []gateway.Part{
+			gatewaytest.Call("r1", "bash_code_execution", map[string]any{"restart": true}),
+			gatewaytest.Call("r2", "bash_code_execution", map[string]any{"command": "echo two"}),
+			gatewaytest.Call("r3", "text_editor_code_execution", map[string]any{"command": "view", "path": "x"}),
+		}})
+		m, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("go"), Tools: codeExecTool},
+			option.WithJSONSet("max_tool_calls", 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := blocks(t, m)
+		if m.StopReason != "pause_turn" || len(bs) != 6 {
+			t.Fatalf("stop %q blocks %v", m.StopReason, types(bs))
+		}
+		if get(bs[1], "content", "type") != "bash_code_execution_result" || !strings.Contains(fmt.Sprint(get(bs[1], "content", "stdout")), "restarted") ||
+			get(bs[3], "content", "stdout") != "two\n" ||
+			get(bs[5], "content", "type") != "text_editor_code_execution_tool_result_error" || get(bs[5], "content", "error_code") != "too_many_requests" {
+			t.Fatalf("blocks %v", bs)
+		}
+	})
+
 	t.Run("pause and resume", func(t *testing.T) {
 		// Each call appends a line to a file: a replayed call that ran
 		// again would show as an extra line.
