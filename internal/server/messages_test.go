@@ -219,6 +219,22 @@ func TestMessagesCodeExecution(t *testing.T) {
 	// message is the same one.
 	_, model2 := e.script("ce2", turns()...)
 	params.Model = model2
+	// The beta client (?beta=true) decodes the same blocks into its types.
+	_, model3 := e.script("ce3", turns()...)
+	bm, err := c.Beta.Messages.New(t.Context(), anthropic.BetaMessageNewParams{Model: model3, MaxTokens: 1000,
+		Messages: []anthropic.BetaMessageParam{anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock("sum 1..100"))},
+		Tools:    []anthropic.BetaToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.BetaCodeExecutionTool20250825Param{}}},
+		Betas:    []anthropic.AnthropicBeta{"code-execution-2025-08-25"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bm.Content) != 5 || bm.Content[2].Type != "bash_code_execution_tool_result" {
+		t.Fatalf("beta: %s", bm.RawJSON())
+	}
+	if r := bm.Content[2].AsBashCodeExecutionToolResult(); r.Content.Stdout != "5050\n" || r.Content.ReturnCode != 0 || r.ToolUseID != bm.Content[1].ID || bm.Container.ID == "" {
+		t.Fatalf("beta result %+v", r)
+	}
+
 	acc, events := streamed(t, c, params)
 	if events[0] != "message_start" || events[len(events)-1] != "message_stop" || events[len(events)-2] != "message_delta" {
 		t.Fatalf("events %v", events)
@@ -745,7 +761,7 @@ func TestMessagesConversation(t *testing.T) {
 	if err := json.Unmarshal(out, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m.StopReason != "stop_sequence" || m.Usage.InputTokens != 30 || m.Usage.CacheReadInputTokens != 60 || m.Usage.CacheCreationInputTokens != 10 || m.Container.ID != "" {
+	if m.StopReason != "stop_sequence" || m.StopSequence != "END" || m.Usage.InputTokens != 30 || m.Usage.CacheReadInputTokens != 60 || m.Usage.CacheCreationInputTokens != 10 || m.Container.ID != "" {
 		t.Fatalf("%s", out)
 	}
 	req := s.Requests()[0]

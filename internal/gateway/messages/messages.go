@@ -56,7 +56,7 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		fail(err)
 		return
 	}
-	rd := &renderer{kinds: p.kinds, model: p.model, id: newID("msg_")}
+	rd := &renderer{kinds: p.kinds, model: p.model, id: newID("msg_"), stops: p.run.Request.Stop}
 	if ref := p.run.Select.ContainerReference; ref != "" {
 		// A container the request names must be the caller's: say so
 		// before the model runs, not as a tool error. The response names
@@ -318,6 +318,7 @@ type renderer struct {
 	id    string
 	ids   map[*gateway.Step]string // server_tool_use ids, once per step
 	named *containerField          // the container the request named
+	stops []string                 // the request's stop_sequences
 }
 
 func stopReason(s gateway.StopReason) string {
@@ -470,6 +471,11 @@ func (rd *renderer) message(res *gateway.Result) *message {
 	}
 	sr := stopReason(res.Stop)
 	m.StopReason = &sr
+	if res.Stop == gateway.StopSequence && len(rd.stops) == 1 {
+		// The neutral turn does not say which sequence matched; with one
+		// there is no doubt.
+		m.StopSequence = &rd.stops[0]
+	}
 	m.Usage = rd.usage(res)
 	m.Container = container(res)
 	if m.Container == nil {

@@ -165,7 +165,7 @@ func (s *streamer) finish(res *gateway.Result) {
 	s.start()
 	s.closeText()
 	m := s.rd.message(res)
-	delta := map[string]any{"stop_reason": m.StopReason, "stop_sequence": nil, "stop_details": nil}
+	delta := map[string]any{"stop_reason": m.StopReason, "stop_sequence": m.StopSequence, "stop_details": nil}
 	if m.Container != nil {
 		delta["container"] = m.Container
 	}
