@@ -140,7 +140,7 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		turn, err := turnOnce(ctx, run, req, res)
+		turn, streamed, err := turnOnce(ctx, run, req)
 		if err != nil {
 			return res, err
 		}
@@ -152,10 +152,16 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 
 		var results []Part
 		clientCalls := 0
-		for _, p := range turn.Parts {
+		for i, p := range turn.Parts {
 			switch p.Kind {
 			case PartText:
 				res.Items = append(res.Items, Item{Kind: ItemText, Text: p.Text})
+				if run.Sink != nil && !streamed[i] && p.Text != "" {
+					// Text after a tool call (or from an upstream that
+					// did not stream it) goes out in its place.
+					run.Sink.TextDelta(p.Text)
+					run.Sink.TextDone(p.Text)
+				}
 			case PartToolCall:
 				st, isServer := run.ServerTools[p.Call.Name]
 				if !isServer {
@@ -230,18 +236,27 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 	}
 }
 
-// turnOnce calls the upstream, forwarding text deltas to the sink.
-func turnOnce(ctx context.Context, run *Run, req *Request, res *Result) (*Turn, error) {
+// turnOnce calls the upstream, forwarding text deltas to the sink until
+// the turn's first tool call starts: text after a call is held back so the
+// sink sees the turn's parts in order (Execute sends it after the call).
+// streamed says which parts went out as deltas.
+func turnOnce(ctx context.Context, run *Run, req *Request) (*Turn, map[int]bool, error) {
 	var onDelta func(Delta)
 	var text string
 	open := -1
+	streamed := map[int]bool{}
+	callSeen := false
 	if run.Sink != nil {
 		onDelta = func(d Delta) {
 			if d.Kind != DeltaText {
-				if open >= 0 && d.Index != open {
+				callSeen = true
+				if open >= 0 {
 					run.Sink.TextDone(text)
 					open, text = -1, ""
 				}
+				return
+			}
+			if callSeen {
 				return
 			}
 			if open >= 0 && d.Index != open {
@@ -249,6 +264,7 @@ func turnOnce(ctx context.Context, run *Run, req *Request, res *Result) (*Turn, 
 				text = ""
 			}
 			open = d.Index
+			streamed[d.Index] = true
 			text += d.Text
 			run.Sink.TextDelta(d.Text)
 		}
@@ -257,7 +273,7 @@ func turnOnce(ctx context.Context, run *Run, req *Request, res *Result) (*Turn, 
 	if open >= 0 {
 		run.Sink.TextDone(text)
 	}
-	return turn, err
+	return turn, streamed, err
 }
 
 func stepCount(res *Result) int {

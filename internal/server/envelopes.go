@@ -16,16 +16,6 @@ const (
 	shapeAnthropic
 )
 
-// openAIError is OpenAI's error envelope (wire-formats §2.6).
-type openAIError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
 // anthropicError is Anthropic's error envelope (wire-formats §3.7).
 type anthropicError struct {
 	Type  string `json:"type"` // "error"

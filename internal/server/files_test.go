@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -321,8 +320,7 @@ func TestContainerFiles(t *testing.T) {
 		}
 		other := e.create(e.keyB, "theirs")
 		st, b = e.doH("POST", "/v1/containers/"+other.ID+"/files", `{"file_id":"`+f.ID+`"}`, map[string]string{"Authorization": "Bearer " + e.keyB, "Content-Type": "application/json"})
-		var oe openAIError
-		if st != 404 || json.Unmarshal(b, &oe) != nil || oe.Error.Type != "invalid_request_error" {
+		if _, typ, _, _ := openAIError(t, st, b); st != 404 || typ != "invalid_request_error" {
 			t.Errorf("copy another workspace's file: %d %s", st, b)
 		}
 		if st, b := e.do("DELETE", "/api/v1/files/"+f.ID, e.keyB, nil); st != 404 {

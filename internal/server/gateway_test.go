@@ -20,23 +20,15 @@ import (
 // scripted model; the client-API frontends are tested in their packages.
 
 // lastResult is the content of the last tool result in req.
-func lastResult(req *gateway.Request) string {
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		for _, p := range req.Messages[i].Parts {
-			if p.Kind == gateway.PartToolResult {
-				return p.Result.Content
-			}
-		}
+func lastResultText(req *gateway.Request) string {
+	if r := gatewaytest.LastResult(req); r != nil {
+		return r.Content
 	}
 	return ""
 }
 
 func answerWithResult(req *gateway.Request) *gateway.Turn {
-	return &gateway.Turn{Parts: []gateway.Part{gatewaytest.Text("result: " + lastResult(req))}}
-}
-
-func shellCall(id string, cmds ...string) gateway.Part {
-	return gatewaytest.Call(id, "shell", map[string]any{"commands": cmds})
+	return &gateway.Turn{Parts: []gateway.Part{gatewaytest.Text("result: " + lastResultText(req))}}
 }
 
 func runLoop(t *testing.T, e *env, p Principal, sel identity.Request, max int, turns ...gatewaytest.Turn) (*gateway.Result, *gatewaytest.Script, error) {
@@ -84,8 +76,8 @@ func TestGatewayLoop(t *testing.T) {
 			ContainerID string `json:"container_id"`
 			Output      []struct{ Stdout string }
 		}
-		if err := json.Unmarshal([]byte(lastResult(&reqs[1])), &seen); err != nil || seen.ContainerID != res.ContainerID || seen.Output[0].Stdout != "5050\n" {
-			t.Fatalf("the model saw %q (%v)", lastResult(&reqs[1]), err)
+		if err := json.Unmarshal([]byte(lastResultText(&reqs[1])), &seen); err != nil || seen.ContainerID != res.ContainerID || seen.Output[0].Stdout != "5050\n" {
+			t.Fatalf("the model saw %q (%v)", lastResultText(&reqs[1]), err)
 		}
 		// New container: billed at least 30 s, to the ledger as "response".
 		if res.CostMicroUSD < 3000 {

@@ -68,26 +68,14 @@ func shellCall(id string, cmds ...string) gateway.Part {
 	return gatewaytest.Call(id, "shell", map[string]any{"commands": cmds})
 }
 
-// lastResult is the content of the last tool result the model was sent.
+// lastResult is the last tool result the model was sent.
 func lastResult(req *gateway.Request) (gateway.ToolResult, bool) {
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		ps := req.Messages[i].Parts
-		for j := len(ps) - 1; j >= 0; j-- {
-			if ps[j].Kind == gateway.PartToolResult {
-				return *ps[j].Result, true
-			}
-		}
+	if r := gatewaytest.LastResult(req); r != nil {
+		return *r, true
 	}
 	return gateway.ToolResult{}, false
 }
 
-// echoResult is a turn that answers with the last tool result's text.
-func echoResult() gatewaytest.Turn {
-	return gatewaytest.Turn{Reply: func(req *gateway.Request) *gateway.Turn {
-		r, _ := lastResult(req)
-		return &gateway.Turn{Parts: []gateway.Part{gatewaytest.Text("result: " + r.Content)}, Usage: gateway.Usage{InputTokens: 10, OutputTokens: 3}}
-	}}
-}
 
 // checkRequired fails for every field openai-go marks api:"required" that
 // the JSON left out, in v and in the present struct fields under it.
@@ -317,7 +305,7 @@ func TestResponsesShellLoop(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", sumCommand)}}, echoResult())
+			s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", sumCommand)}}, gatewaytest.EchoResult())
 			r, err := g.newResponse(t, g.keyA, "What is 1+2+...+100?", map[string]any{"tools": []any{c.tool}})
 			if err != nil {
 				t.Fatal(err)
@@ -380,7 +368,7 @@ func TestResponsesStepErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := g.script(gatewaytest.Turn{Parts: []gateway.Part{c.call}}, echoResult())
+			s := g.script(gatewaytest.Turn{Parts: []gateway.Part{c.call}}, gatewaytest.EchoResult())
 			r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{nativeShell}})
 			if err != nil {
 				t.Fatal(err)
@@ -746,7 +734,7 @@ func TestResponsesContainers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var cids []string
 			for i, turn := range []gatewaytest.Turn{write, read} {
-				g.script(turn, echoResult())
+				g.script(turn, gatewaytest.EchoResult())
 				set := map[string]any{"tools": []any{nativeShell}}
 				for k, v := range c.set {
 					set[k] = v
@@ -774,7 +762,7 @@ func TestResponsesContainers(t *testing.T) {
 	t.Run("4 container_reference", func(t *testing.T) {
 		mine := g.create(g.keyA, "")
 		g.exec(g.keyA, mine.ID, "echo mine > who")
-		g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "cat who")}}, echoResult())
+		g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "cat who")}}, gatewaytest.EchoResult())
 		tool := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": mine.ID}}
 		r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{tool}})
 		if err != nil {
@@ -787,7 +775,7 @@ func TestResponsesContainers(t *testing.T) {
 
 	t.Run("5 another workspace's container", func(t *testing.T) {
 		theirs := g.create(g.keyB, "")
-		s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "ls")}}, echoResult())
+		s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "ls")}}, gatewaytest.EchoResult())
 		tool := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": theirs.ID}}
 		_, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{tool}})
 		var ae *openai.Error
@@ -1030,7 +1018,7 @@ func compact(types []string) []string {
 // the request.
 func TestResponsesClientDisconnect(t *testing.T) {
 	g := newGatewayEnv(t)
-	s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", "echo started; sleep 4; touch /workspace/home/late")}}, echoResult())
+	s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", "echo started; sleep 4; touch /workspace/home/late")}}, gatewaytest.EchoResult())
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cl := g.client(g.keyA)
@@ -1143,7 +1131,7 @@ func TestResponsesItemShapesStreamed(t *testing.T) {
 	g := newGatewayEnv(t)
 	turns := func() []gatewaytest.Turn {
 		// max_tool_calls is 1: the second call of the turn is refused.
-		return []gatewaytest.Turn{{Parts: []gateway.Part{shellCall("call_1", "echo a"), shellCall("call_2", "echo b")}}, echoResult()}
+		return []gatewaytest.Turn{{Parts: []gateway.Part{shellCall("call_1", "echo a"), shellCall("call_2", "echo b")}}, gatewaytest.EchoResult()}
 	}
 	for _, typ := range []string{"shell", "local_shell", "shellgate:shell"} {
 		t.Run(typ, func(t *testing.T) {

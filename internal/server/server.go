@@ -29,6 +29,7 @@
 // concurrency limits (ratelimit.go); Sweep (sweep.go) expires containers
 // past their retention.
 //	POST   /v1/responses, /api/v1/responses OpenAI Responses API (internal/gateway/responses)
+//	POST   /v1/messages, /api/v1/messages   the Anthropic Messages API of the gateway (internal/gateway/messages)
 package server
 
 import (
@@ -221,6 +222,7 @@ func New(cfg Config) (*Server, error) {
 	s.handleOpenAI("GET /v1/containers/{id}", maxEmptyBody, s.getContainer)
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	s.mountResponses()
+	s.mountMessages()
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))

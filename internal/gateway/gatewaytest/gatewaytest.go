@@ -148,3 +148,28 @@ func (m Models) Resolve(name string) (gateway.Model, error) {
 }
 
 func (m Models) List() []string { return nil }
+
+// LastResult is the last tool result of req, or nil.
+func LastResult(req *gateway.Request) *gateway.ToolResult {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		parts := req.Messages[i].Parts
+		for j := len(parts) - 1; j >= 0; j-- {
+			if parts[j].Kind == gateway.PartToolResult {
+				return parts[j].Result
+			}
+		}
+	}
+	return nil
+}
+
+// EchoResult is a turn that answers "result: " and the last tool result's
+// text ("no result" without one), using 30 input and 7 output tokens.
+func EchoResult() Turn {
+	return Turn{Reply: func(req *gateway.Request) *gateway.Turn {
+		text := "no result"
+		if r := LastResult(req); r != nil {
+			text = "result: " + r.Content
+		}
+		return &gateway.Turn{Parts: []gateway.Part{Text(text)}, Stop: gateway.StopEnd, Usage: gateway.Usage{InputTokens: 30, OutputTokens: 7}}
+	}}
+}

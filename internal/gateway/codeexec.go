@@ -1,0 +1,529 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/shellgate/shellgate/internal/tool"
+	"github.com/shellgate/shellgate/sandbox"
+)
+
+// The code-execution tools of Anthropic's Messages API, run in the
+// caller's sandbox on any upstream model: the bash and text-editor
+// sub-tools of code_execution_20250825 (and _20260120), the legacy Python
+// tool of code_execution_20250522, and the namespaced bash tool
+// (shellgate:bash / openrouter:bash with a sandbox engine).
+//
+// Their results are Anthropic's own result-block contents (CodeExecDetail
+// holds one), and what the model reads is exactly that content as JSON, so
+// a replayed result block reads the same to the model as the live one.
+
+// Function names the model sees for the code-execution sub-tools.
+const (
+	BashCodeExecution       = "bash_code_execution"
+	TextEditorCodeExecution = "text_editor_code_execution"
+	CodeExecution           = "code_execution" // legacy Python (code_execution_20250522)
+)
+
+// MaxEditorFile is the largest file the text editor views or edits.
+const MaxEditorFile = 1 << 20
+
+// MaxPromotedFile is the largest file a bash call's result lists as an
+// output file; a larger one is output_file_too_large.
+const MaxPromotedFile = 512 << 20
+
+// CodeExecDetail is a code-execution step's result: Content is the
+// content object of the result block, one of *BashResult, *ViewResult,
+// *CreateResult, *StrReplaceResult or *CodeExecError.
+type CodeExecDetail struct {
+	Content any
+}
+
+// BashResult is bash_code_execution_result (or, for the legacy Python
+// tool, code_execution_result).
+type BashResult struct {
+	Type       string       `json:"type"`
+	Stdout     string       `json:"stdout"`
+	Stderr     string       `json:"stderr"`
+	ReturnCode int          `json:"return_code"`
+	Content    []OutputFile `json:"content"`
+}
+
+// OutputFile is a file a command created, as a durable file id
+// (bash_code_execution_output / code_execution_output).
+type OutputFile struct {
+	Type   string `json:"type"`
+	FileID string `json:"file_id"`
+}
+
+// ViewResult is text_editor_code_execution_view_result.
+type ViewResult struct {
+	Type       string `json:"type"`
+	Content    string `json:"content"`
+	FileType   string `json:"file_type"`
+	NumLines   int    `json:"num_lines"`
+	StartLine  int    `json:"start_line"`
+	TotalLines int    `json:"total_lines"`
+}
+
+// CreateResult is text_editor_code_execution_create_result.
+type CreateResult struct {
+	Type         string `json:"type"`
+	IsFileUpdate bool   `json:"is_file_update"`
+}
+
+// StrReplaceResult is text_editor_code_execution_str_replace_result: the
+// edit as a unified-diff hunk ("-old", "+new" lines).
+type StrReplaceResult struct {
+	Type     string   `json:"type"`
+	Lines    []string `json:"lines"`
+	NewLines int      `json:"new_lines"`
+	NewStart int      `json:"new_start"`
+	OldLines int      `json:"old_lines"`
+	OldStart int      `json:"old_start"`
+}
+
+// CodeExecError is a …_tool_result_error. ErrorMessage is Anthropic's for
+// the text editor; Shellgate adds it to bash errors too, so the model
+// learns what to fix.
+type CodeExecError struct {
+	Type         string `json:"type"`
+	ErrorCode    string `json:"error_code"`
+	ErrorMessage string `json:"error_message,omitempty"`
+}
+
+// CodeExecText is what the model reads for a code-execution result: the
+// content object as JSON.
+func CodeExecText(content any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(content)
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+func codeExecResult(content any, executed bool) StepResult {
+	_, isErr := content.(*CodeExecError)
+	return StepResult{Content: CodeExecText(content), IsError: isErr, Executed: executed, Detail: &CodeExecDetail{Content: content}}
+}
+
+// decodeArgs decodes a model's arguments object into v, saying plainly
+// what is wrong.
+func decodeArgs(raw string, v any, shape string) error {
+	if strings.TrimSpace(raw) == "" {
+		raw = "{}"
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("arguments are not a JSON object of the form %s: %v", shape, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("arguments are not a JSON object of the form %s: data after the object", shape)
+	}
+	return nil
+}
+
+// RestartText answers a bash call's restart: each command runs in a fresh
+// shell anyway.
+const RestartText = "The shell was restarted. (Every command runs in a fresh shell anyway; the files in /workspace/home are kept.)"
+
+// BashTool is Anthropic's bash_code_execution: {"command": "..."} runs one
+// command in a fresh bash -lc in /workspace/home, with internal/tool's
+// default timeout and output cap; {"restart": true} answers that the
+// shell was restarted (every command already starts a fresh shell; the
+// files are kept).
+type BashTool struct{}
+
+func (BashTool) Function() Tool {
+	return Tool{
+		Name: BashCodeExecution,
+		Description: "Run a bash command in the user's persistent Linux sandbox (Debian 12; bash, coreutils, Python 3 with " +
+			"pandas and numpy, Node.js, git, jq, sqlite3; no network). The command runs in its own `bash -lc` in " +
+			"/workspace/home (also /mnt/data), so environment variables and `cd` do not carry over to the next call; files " +
+			"in /workspace/home do. Uploaded files are in $INPUT_DIR; write files for the user to $OUTPUT_DIR. " +
+			fmt.Sprintf("Each command may run %d seconds; stdout and stderr are each cut to %d characters. ", tool.DefaultTimeoutMs/1000, tool.DefaultMaxOutput) +
+			"`restart: true` restarts the shell.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"command":{"type":"string","description":"The bash command to run."},` +
+			`"restart":{"type":"boolean","description":"Restart the shell instead of running a command."}` +
+			`}}`),
+	}
+}
+
+func bashError(code, msg string) *CodeExecError {
+	return &CodeExecError{Type: "bash_code_execution_tool_result_error", ErrorCode: code, ErrorMessage: msg}
+}
+
+func (BashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutput func(cmd, stream int, text string)) StepResult {
+	var a struct {
+		Command *string `json:"command"`
+		Restart bool    `json:"restart"`
+	}
+	if err := decodeArgs(call.Arguments, &a, `{"command": "..."}`); err != nil {
+		return codeExecResult(bashError("invalid_tool_input", err.Error()), false)
+	}
+	if a.Restart && a.Command == nil {
+		return codeExecResult(&BashResult{Type: "bash_code_execution_result", Stdout: RestartText, Content: []OutputFile{}}, false)
+	}
+	if a.Command == nil || strings.TrimSpace(*a.Command) == "" {
+		return codeExecResult(bashError("invalid_tool_input", `"command" is missing or empty: give the bash command to run`), false)
+	}
+	return runOne(ctx, open, *a.Command, onOutput, "bash_code_execution_result", "bash_code_execution_output", "bash_code_execution_tool_result_error")
+}
+
+// runOne runs one command and shapes its result as a code-execution
+// result of the given type names.
+func runOne(ctx context.Context, open SandboxFunc, command string, onOutput func(cmd, stream int, text string), resultType, outputType, errorType string) StepResult {
+	fail := func(code, msg string, executed bool) StepResult {
+		return codeExecResult(&CodeExecError{Type: errorType, ErrorCode: code, ErrorMessage: msg}, executed)
+	}
+	p := tool.Plan{Commands: []string{command}, TimeoutMs: tool.DefaultTimeoutMs, MaxOutputLength: tool.DefaultMaxOutput}
+	res, err := RunPlan(ctx, open, p, onOutput)
+	if err != nil && len(res.Outputs) == 0 {
+		return fail(ErrorCode(err), err.Error(), res.containerID != "")
+	}
+	out := res.Outputs[0]
+	if out.Outcome.Type == "timeout" {
+		msg := fmt.Sprintf("the command did not finish within %d seconds and was killed", p.TimeoutMs/1000)
+		if out.Stdout != "" {
+			msg += "; stdout so far: " + out.Stdout
+		}
+		if out.Stderr != "" {
+			msg += "; stderr so far: " + out.Stderr
+		}
+		return fail("execution_time_exceeded", msg, true)
+	}
+	r := &BashResult{Type: resultType, Stdout: out.Stdout, Stderr: out.Stderr, Content: []OutputFile{}}
+	if out.Outcome.ExitCode != nil {
+		r.ReturnCode = *out.Outcome.ExitCode
+	}
+	if len(res.Changed) > 0 {
+		sb, err := open(ctx)
+		if err == nil {
+			for _, f := range res.Changed {
+				if f.Bytes > MaxPromotedFile {
+					return fail("output_file_too_large", fmt.Sprintf("the command ran (exit code %d), but the file %s it wrote is %d bytes, over the %d-byte cap for output files", r.ReturnCode, f.Path, f.Bytes, MaxPromotedFile), true)
+				}
+				id, err := sb.Promote(ctx, f.Path)
+				if errors.Is(err, sandbox.ErrTooLarge) {
+					return fail("output_file_too_large", fmt.Sprintf("the command ran (exit code %d), but the file %s it wrote is too large to keep as an output file", r.ReturnCode, f.Path), true)
+				}
+				if err == nil {
+					r.Content = append(r.Content, OutputFile{Type: outputType, FileID: id})
+				}
+			}
+		}
+	}
+	return codeExecResult(r, true)
+}
+
+// CodeTool is the legacy code_execution_20250522 tool: {"code": "..."}
+// runs Python 3 in the sandbox; the result is code_execution_result.
+type CodeTool struct{}
+
+func (CodeTool) Function() Tool {
+	return Tool{
+		Name: CodeExecution,
+		Description: "Run Python 3 code (with pandas and numpy) in the user's persistent Linux sandbox, in /workspace/home " +
+			"(files there persist between calls; no network). Print what you need to see: stdout and stderr come back.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"The Python code to run."}},"required":["code"]}`),
+	}
+}
+
+func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutput func(cmd, stream int, text string)) StepResult {
+	var a struct {
+		Code *string `json:"code"`
+	}
+	if err := decodeArgs(call.Arguments, &a, `{"code": "..."}`); err != nil || a.Code == nil || strings.TrimSpace(*a.Code) == "" {
+		msg := `"code" is missing or empty: give the Python code to run`
+		if err != nil {
+			msg = err.Error()
+		}
+		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: msg}, false)
+	}
+	return runOne(ctx, open, "python3 -c "+shellQuote(*a.Code), onOutput, "code_execution_result", "code_execution_output", "code_execution_tool_result_error")
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// EditorTool is Anthropic's text_editor_code_execution: view, create and
+// str_replace on files beneath /workspace/home.
+type EditorTool struct{}
+
+func (EditorTool) Function() Tool {
+	return Tool{
+		Name: TextEditorCodeExecution,
+		Description: "View, create and edit text files in the user's sandbox, beneath /workspace/home (also /mnt/data; uploads are " +
+			"in $INPUT_DIR = /workspace/home/input). Paths are relative to /workspace/home or absolute beneath it. " +
+			"`view` shows a file (view_range [start, end] 1-based, end -1 for the rest); `create` writes file_text to path " +
+			"(replacing the file); `str_replace` replaces old_str, which must occur exactly once, with new_str. " +
+			fmt.Sprintf("Files over %d bytes cannot be viewed or edited here; use bash for those.", MaxEditorFile),
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"command":{"type":"string","enum":["view","create","str_replace"]},` +
+			`"path":{"type":"string"},` +
+			`"file_text":{"type":"string","description":"create: the file's content."},` +
+			`"old_str":{"type":"string","description":"str_replace: the text to replace (exactly one occurrence)."},` +
+			`"new_str":{"type":"string","description":"str_replace: the replacement."},` +
+			`"view_range":{"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":2,"description":"view: [first line, last line], 1-based; -1 as last for the end."}` +
+			`},"required":["command","path"]}`),
+	}
+}
+
+func editorError(code, msg string) *CodeExecError {
+	return &CodeExecError{Type: "text_editor_code_execution_tool_result_error", ErrorCode: code, ErrorMessage: msg}
+}
+
+// editorPath maps the model's path to one relative to the home, or says
+// why it is refused.
+func editorPath(p string) (string, error) {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return "", errors.New(`"path" is missing: give a file path beneath /workspace/home`)
+	}
+	rel := p
+	for _, root := range []string{"/workspace/home", "/mnt/data"} {
+		if p == root {
+			return "", fmt.Errorf("%s is a directory: give a file path beneath it", p)
+		}
+		if strings.HasPrefix(p, root+"/") {
+			rel = strings.TrimPrefix(p, root+"/")
+			break
+		}
+	}
+	if path.IsAbs(rel) {
+		return "", fmt.Errorf("%s is outside the sandbox's files: paths must be beneath /workspace/home (or /mnt/data)", p)
+	}
+	clean := path.Clean(rel)
+	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("%s is outside the sandbox's files: paths must be beneath /workspace/home", p)
+	}
+	return clean, nil
+}
+
+func (EditorTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, _ func(cmd, stream int, text string)) StepResult {
+	var a struct {
+		Command   string  `json:"command"`
+		Path      string  `json:"path"`
+		FileText  *string `json:"file_text"`
+		OldStr    *string `json:"old_str"`
+		NewStr    *string `json:"new_str"`
+		ViewRange []int   `json:"view_range"`
+	}
+	invalid := func(msg string) StepResult { return codeExecResult(editorError("invalid_tool_input", msg), false) }
+	if err := decodeArgs(call.Arguments, &a, `{"command": "view|create|str_replace", "path": "...", ...}`); err != nil {
+		return invalid(err.Error())
+	}
+	switch a.Command {
+	case "view", "create", "str_replace":
+	case "":
+		return invalid(`"command" is missing: use view, create or str_replace`)
+	default:
+		return invalid(fmt.Sprintf("unknown command %q: use view, create or str_replace", a.Command))
+	}
+	rel, err := editorPath(a.Path)
+	if err != nil {
+		return invalid(err.Error())
+	}
+	switch a.Command {
+	case "create":
+		if a.FileText == nil {
+			return invalid(`create needs "file_text", the file's content`)
+		}
+	case "str_replace":
+		if a.OldStr == nil || *a.OldStr == "" {
+			return invalid(`str_replace needs a non-empty "old_str"`)
+		}
+		if a.NewStr == nil {
+			a.NewStr = new(string)
+		}
+	case "view":
+		if a.ViewRange != nil && (len(a.ViewRange) != 2 || a.ViewRange[0] < 1 || (a.ViewRange[1] != -1 && a.ViewRange[1] < a.ViewRange[0])) {
+			return invalid(fmt.Sprintf("view_range %v: want [first, last] with 1 <= first <= last, or last -1 for the end of the file", a.ViewRange))
+		}
+	}
+	sb, err := open(ctx)
+	if err != nil {
+		return codeExecResult(editorError(ErrorCode(err), err.Error()), false)
+	}
+	// read returns the file's text, or a result to answer with.
+	read := func() (string, *StepResult) {
+		data, err := sb.ReadFile(ctx, rel, MaxEditorFile)
+		if err != nil {
+			r := codeExecResult(readError(a.Path, err), true)
+			return "", &r
+		}
+		if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+			r := codeExecResult(editorError("invalid_tool_input", fmt.Sprintf("%s is not a text file; use bash to inspect it", a.Path)), true)
+			return "", &r
+		}
+		return string(data), nil
+	}
+	switch a.Command {
+	case "view":
+		text, fail := read()
+		if fail != nil {
+			return *fail
+		}
+		lines := splitLines(text)
+		start, end := 1, len(lines)
+		if a.ViewRange != nil {
+			start = a.ViewRange[0]
+			if a.ViewRange[1] != -1 {
+				end = min(a.ViewRange[1], len(lines))
+			}
+			if start > len(lines) && !(start == 1 && len(lines) == 0) {
+				return invalid(fmt.Sprintf("view_range starts at line %d, but %s has %d lines", start, a.Path, len(lines)))
+			}
+		}
+		shown := []string{}
+		if start <= end {
+			shown = lines[start-1 : end]
+		}
+		return codeExecResult(&ViewResult{Type: "text_editor_code_execution_view_result", Content: strings.Join(shown, "\n"),
+			FileType: "text", NumLines: len(shown), StartLine: start, TotalLines: len(lines)}, true)
+	case "create":
+		existed := false
+		if _, err := sb.ReadFile(ctx, rel, 0); err == nil || errors.Is(err, sandbox.ErrTooLarge) || errors.Is(err, sandbox.ErrNotRegular) {
+			existed = true
+		}
+		if err := sb.WriteFile(ctx, rel, strings.NewReader(*a.FileText)); err != nil {
+			return codeExecResult(writeError(a.Path, err), true)
+		}
+		return codeExecResult(&CreateResult{Type: "text_editor_code_execution_create_result", IsFileUpdate: existed}, true)
+	default: // str_replace
+		text, fail := read()
+		if fail != nil {
+			return *fail
+		}
+		switch n := strings.Count(text, *a.OldStr); n {
+		case 0:
+			return codeExecResult(editorError("string_not_found", fmt.Sprintf("old_str was not found in %s; view the file and copy the text exactly", a.Path)), true)
+		case 1:
+		default:
+			return codeExecResult(editorError("invalid_tool_input", fmt.Sprintf("old_str occurs %d times in %s; it must occur exactly once: include more surrounding text to make it unique", n, a.Path)), true)
+		}
+		at := strings.Index(text, *a.OldStr)
+		updated := text[:at] + *a.NewStr + text[at+len(*a.OldStr):]
+		if len(updated) > MaxEditorFile {
+			return invalid(fmt.Sprintf("the edit would make %s larger than %d bytes", a.Path, MaxEditorFile))
+		}
+		if err := sb.WriteFile(ctx, rel, strings.NewReader(updated)); err != nil {
+			return codeExecResult(writeError(a.Path, err), true)
+		}
+		// The hunk spans whole lines: from the line where old_str starts
+		// to the line where it ends, before and after.
+		lineStart := strings.LastIndexByte(text[:at], '\n') + 1
+		first := strings.Count(text[:at], "\n") + 1
+		oldEnd := at + len(*a.OldStr)
+		oldEnd += lineTail(text[oldEnd:])
+		newEnd := at + len(*a.NewStr)
+		newEnd += lineTail(updated[newEnd:])
+		oldHunk := splitLines(text[lineStart:oldEnd])
+		newHunk := splitLines(updated[lineStart:newEnd])
+		r := &StrReplaceResult{Type: "text_editor_code_execution_str_replace_result", Lines: []string{},
+			OldStart: first, OldLines: len(oldHunk), NewStart: first, NewLines: len(newHunk)}
+		for _, l := range oldHunk {
+			r.Lines = append(r.Lines, "-"+l)
+		}
+		for _, l := range newHunk {
+			r.Lines = append(r.Lines, "+"+l)
+		}
+		return codeExecResult(r, true)
+	}
+}
+
+// lineTail is the length of s up to (not including) its first newline.
+func lineTail(s string) int {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return i
+	}
+	return len(s)
+}
+
+// splitLines splits text into lines; a final newline does not start
+// another line, and the empty text has no lines.
+func splitLines(text string) []string {
+	if text == "" {
+		return []string{}
+	}
+	return strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+}
+
+func readError(p string, err error) *CodeExecError {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed):
+		return editorError("file_not_found", fmt.Sprintf("%s does not exist", p))
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return editorError("invalid_tool_input", fmt.Sprintf("%s is larger than %d bytes, the text editor's cap; use bash (head, sed -n, grep) for it", p, MaxEditorFile))
+	case errors.Is(err, sandbox.ErrNotRegular):
+		return editorError("invalid_tool_input", fmt.Sprintf("%s is not a regular file (a directory?); use bash `ls` to list a directory", p))
+	}
+	return editorError(ErrorCode(err), fmt.Sprintf("reading %s: %v", p, err))
+}
+
+func writeError(p string, err error) *CodeExecError {
+	if errors.Is(err, sandbox.ErrNotRegular) {
+		return editorError("invalid_tool_input", fmt.Sprintf("%s is not a regular file (a directory?)", p))
+	}
+	return editorError(ErrorCode(err), fmt.Sprintf("writing %s: %v", p, err))
+}
+
+// BashFunction is the namespaced bash tool (shellgate:bash,
+// openrouter:bash) as the model sees it, whether it runs in the sandbox
+// or goes back to the client.
+func BashFunction(name string) Tool {
+	return Tool{
+		Name: name,
+		Description: "Run bash commands in the user's Linux sandbox, in /workspace/home. Give `command` (one command) or " +
+			"`commands` (several, run in order, each in its own shell). `restart: true` restarts the shell. " +
+			fmt.Sprintf("timeout_ms per command defaults to %d (max %d); stdout and stderr are each cut to max_output_length "+
+				"characters (default %d, max %d).", tool.DefaultTimeoutMs, tool.MaxTimeoutMs, tool.DefaultMaxOutput, tool.MaxMaxOutput),
+		Parameters: json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{`+
+			`"command":{"type":"string","description":"The bash command to run."},`+
+			`"commands":{"type":"array","items":{"type":"string"},"maxItems":%d,"description":"Several commands, run in order."},`+
+			`"restart":{"type":"boolean","description":"Restart the shell."},`+
+			`"timeout_ms":{"type":"integer","minimum":1},`+
+			`"max_output_length":{"type":"integer","minimum":0}`+
+			`}}`, tool.MaxCommands)),
+	}
+}
+
+// NSBashTool runs the namespaced bash tool's calls in the sandbox:
+// {"command"} or {"commands": [...]}, restart, timeout_ms and
+// max_output_length, with the shell tool's limits. Its Detail is a
+// *ShellDetail.
+type NSBashTool struct {
+	Name string // the function name the model sees ("bash")
+}
+
+func (t NSBashTool) Function() Tool { return BashFunction(t.Name) }
+
+func (t NSBashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutput func(cmd, stream int, text string)) StepResult {
+	var a struct {
+		Command         *string  `json:"command"`
+		Commands        []string `json:"commands"`
+		Restart         bool     `json:"restart"`
+		TimeoutMs       *int64   `json:"timeout_ms"`
+		MaxOutputLength *int64   `json:"max_output_length"`
+	}
+	if err := decodeArgs(call.Arguments, &a, `{"command": "..."} or {"commands": ["..."]}`); err != nil {
+		d := &ShellDetail{Error: err.Error(), ErrorCode: "invalid_tool_input"}
+		return StepResult{Content: "error: " + err.Error(), IsError: true, Detail: d}
+	}
+	sa := tool.ShellArgs{Commands: a.Commands, TimeoutMs: a.TimeoutMs, MaxOutputLength: a.MaxOutputLength}
+	if a.Command != nil {
+		sa.Commands = append([]string{*a.Command}, sa.Commands...)
+	}
+	if a.Restart && len(sa.Commands) == 0 {
+		d := &ShellDetail{Outputs: []tool.CommandOutput{}}
+		return StepResult{Content: RestartText, Detail: d}
+	}
+	args, _ := json.Marshal(sa)
+	return ShellTool{Name: t.Name}.Run(ctx, open, ToolCall{ID: call.ID, Name: call.Name, Arguments: string(args)}, onOutput)
+}

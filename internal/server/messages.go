@@ -1,0 +1,23 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/shellgate/shellgate/internal/gateway/messages"
+)
+
+// mountMessages serves the Anthropic Messages API (POST /v1/messages and
+// /api/v1/messages, with or without ?beta=true). Every failure, a missing
+// key, the workspace's limits and the body cap (messages.MaxBody, 32 MiB
+// for inline images) included, is answered in Anthropic's error envelope.
+func (s *Server) mountMessages() {
+	ew := gatewayEnvelope(func(w http.ResponseWriter, status int, msg string) {
+		messages.WriteError(w, "", status, "", msg)
+	})
+	for _, pattern := range []string{"POST /v1/messages", "POST /api/v1/messages"} {
+		s.handleWith(ew, pattern, messages.MaxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+			messages.Serve(w, r, messages.Options{Models: s.cfg.Models, Sandboxes: s.sandboxesFor(p), Log: s.log})
+			return nil
+		})
+	}
+}
