@@ -81,7 +81,8 @@ type ExecResult struct {
 
 // ChangedFile is a file of the home created or modified by a call.
 type ChangedFile struct {
-	ID    string // the container file id ("cfile_…") for the files API
-	Path  string // relative to /workspace/home
-	Bytes int64
+	ID      string // the container file id ("cfile_…") for the files API
+	Path    string // relative to /workspace/home
+	Bytes   int64
+	ModTime time.Time
 }

@@ -2,16 +2,20 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"path"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/identity"
 	"github.com/shellgate/shellgate/internal/metering"
+	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent"
@@ -37,42 +41,100 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 		return nil, gateway.BadRequest("container_reference", "%v", err)
 	}
 	s, p := g.s, g.p
-	var c Container
+	create := func(name string) (Container, error) {
+		sp, err := g.spec(name, opts)
+		if err != nil {
+			return Container{}, err
+		}
+		return s.cfg.Containers.CreateSpec(ctx, p, sp)
+	}
+	c, err := s.find(ctx, p, choice.Key)
 	switch choice.Source {
 	case identity.FromReference:
-		if c, err = s.cfg.Containers.Lookup(ctx, p, choice.Key); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				return nil, &gateway.RequestError{Status: http.StatusNotFound, Param: "container_reference",
-					Message: fmt.Sprintf("No container found with id %q in this workspace.", choice.Key)}
-			}
-			return nil, err
+		switch {
+		case hasStatus(err, http.StatusNotFound):
+			return nil, &gateway.RequestError{Status: http.StatusNotFound, Param: "container_reference",
+				Message: fmt.Sprintf("No container found with id %q in this workspace.", choice.Key)}
+		case err == nil && c.Expired:
+			return nil, &gateway.RequestError{Status: http.StatusGone, Param: "container_reference",
+				Message: fmt.Sprintf("Container %q expired: its files were deleted %s after its last use; use a new container.", choice.Key, s.allowance(c))}
 		}
 	case identity.FromConversation:
-		c, err = s.cfg.Containers.Lookup(ctx, p, choice.Key)
-		if errors.Is(err, ErrNotFound) {
+		if hasStatus(err, http.StatusNotFound) || err == nil && c.Expired {
 			// The conversation's container is gone: a new one.
-			c, err = s.cfg.Containers.Create(ctx, p, "")
+			c, err = create("")
 		}
 	case identity.FromNew:
-		c, err = s.cfg.Containers.Create(ctx, p, "")
+		c, err = create("")
 	default: // a session: its container is named by the session key
-		c, err = s.cfg.Containers.Lookup(ctx, p, choice.Key)
-		if errors.Is(err, ErrNotFound) {
-			c, err = s.cfg.Containers.Create(ctx, p, choice.Key)
+		if err == nil && c.Expired {
+			// A session outlives its container's files: it starts over in
+			// a new container of the same name.
+			if err = s.cfg.Containers.Delete(ctx, p, c.ID); err == nil || errors.Is(err, ErrNotFound) {
+				if err = ignoreNotFound(s.mgr.Destroy(context.WithoutCancel(ctx), c.ID)); err == nil {
+					err = notFound(choice.Key)
+				}
+			}
+		}
+		if hasStatus(err, http.StatusNotFound) {
+			c, err = create(choice.Key)
 			if errors.Is(err, ErrConflict) { // another request made it first
-				c, err = s.cfg.Containers.Lookup(ctx, p, choice.Key)
+				c, err = s.find(ctx, p, choice.Key)
 			}
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("container for the request: %w", err)
+		return nil, gatewayErr(fmt.Errorf("container for the request: %w", err))
 	}
 	return &gatewayBox{s: s, p: p, c: c}, nil
 }
 
+func hasStatus(err error, status int) bool {
+	ae := (*apiError)(nil)
+	return errors.As(err, &ae) && ae.status == status
+}
+
+// spec is the settings of a container a gateway request creates: the
+// request's memory limit and network policy, validated like a create.
+func (g gatewaySandboxes) spec(name string, opts gateway.OpenOptions) (ContainerSpec, error) {
+	req := createRequest{}
+	if name != "" {
+		req.Name = &name
+	}
+	if opts.MemoryLimit != "" {
+		req.MemoryLimit = &opts.MemoryLimit
+	}
+	if len(opts.NetworkPolicy) > 0 {
+		var np networkPolicyRequest
+		if err := json.Unmarshal(opts.NetworkPolicy, &np); err != nil {
+			return ContainerSpec{}, gateway.BadRequest("network_policy", "network_policy: %v", err)
+		}
+		req.NetworkPolicy = &np
+	}
+	sp, err := g.s.spec(req, shapeOpenRouter)
+	if ae := (*apiError)(nil); errors.As(err, &ae) {
+		return sp, &gateway.RequestError{Status: ae.status, Param: ae.param, Message: ae.msg}
+	}
+	return sp, err
+}
+
 func (g gatewaySandboxes) StatFile(ctx context.Context, fileID string) (gateway.FileInfo, error) {
-	return gateway.FileInfo{}, &gateway.RequestError{Status: http.StatusNotFound, Param: "file_id",
-		Message: fmt.Sprintf("No file found with id %q.", fileID)}
+	notFound := &gateway.RequestError{Status: http.StatusNotFound, Param: "file_id", Message: fmt.Sprintf("No file found with id %q.", fileID)}
+	if g.s.cfg.Files == nil || !store.ValidBlobID(fileID) {
+		return gateway.FileInfo{}, notFound
+	}
+	f, err := g.s.cfg.Files.Get(ctx, scope(g.p), fileID)
+	if errors.Is(err, store.ErrNotFound) {
+		return gateway.FileInfo{}, notFound
+	}
+	if err != nil {
+		return gateway.FileInfo{}, err
+	}
+	name := safeName(f.Name)
+	if name == "" || name == "." || name == ".." {
+		name = f.ID
+	}
+	return gateway.FileInfo{ID: f.ID, Name: name, Bytes: f.Bytes}, nil
 }
 
 // gatewayBox is one request's session on a container.
@@ -91,8 +153,10 @@ var _ gateway.Sandbox = (*gatewayBox)(nil)
 
 func (b *gatewayBox) ContainerID() string { return b.c.ID }
 
+// ExpiresAt is when the container's files expire if it is not used again
+// after now.
 func (b *gatewayBox) ExpiresAt() time.Time {
-	return time.Now().Add(DefaultRetention).UTC().Truncate(time.Second)
+	return b.s.now().Add(b.s.allowance(b.c)).UTC().Truncate(time.Second)
 }
 
 // hold runs f on the container as an exec call holds it (see evalBox.hold).
@@ -117,13 +181,16 @@ func (b *gatewayBox) hold(ctx context.Context, f func(Container) error) error {
 		return errGatewayGone
 	}
 	defer s.endActive(b.c.ID)
-	c, err := s.cfg.Containers.Lookup(ctx, b.p, b.c.ID)
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return errGatewayGone
-		}
+	c, err := s.lookup(ctx, b.p, b.c.ID)
+	switch {
+	case hasStatus(err, http.StatusNotFound):
+		return errGatewayGone
+	case hasStatus(err, http.StatusGone):
+		return &gateway.RequestError{Status: http.StatusGone, Message: "the container expired"}
+	case err != nil:
 		return err
 	}
+	b.c = c
 	return f(c)
 }
 
@@ -138,6 +205,9 @@ func gatewayErr(err error) error {
 	case errors.Is(err, tool.ErrInvalid):
 		return &gateway.RequestError{Status: http.StatusBadRequest, Message: err.Error()}
 	}
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status < 500 {
+		return &gateway.RequestError{Status: ae.status, Param: ae.param, Message: ae.msg}
+	}
 	return err
 }
 
@@ -145,11 +215,44 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 	var res gateway.ExecResult
 	err := b.hold(ctx, func(c Container) error {
 		run := &gatewayCall{call: call{s: b.s, id: c.ID, maxChars: p.MaxOutputLength}, box: b, onOutput: onOutput}
+		// ext4 keeps nanoseconds; a file written by the call has a newer
+		// modification time than this (a command may set an older one with
+		// touch -d: then it is not reported, which is all that costs).
+		since := time.Now().Add(-time.Millisecond)
 		var err error
 		res.Outputs, err = tool.RunShell(ctx, run, c.ID, p)
+		if len(res.Outputs) > 0 {
+			res.Changed = b.changed(context.WithoutCancel(ctx), c.ID, since)
+		}
 		return gatewayErr(err)
 	})
 	return res, err
+}
+
+// maxChanged is how many changed files a result lists.
+const maxChanged = 10
+
+// changed lists the regular files of the home modified since t, newest
+// first, at most maxChanged, looking at the first sandbox.MaxListLimit
+// files of the home (a home with more is reported incompletely rather
+// than walked whole after every call).
+func (b *gatewayBox) changed(ctx context.Context, id string, t time.Time) []gateway.ChangedFile {
+	l, err := b.s.mgr.ListFiles(ctx, id, sandbox.ListOptions{})
+	if err != nil {
+		b.s.log.WarnContext(ctx, "listing the files a call changed failed", "container", id, "err", err)
+		return nil
+	}
+	var out []gateway.ChangedFile
+	for _, f := range l.Files {
+		if f.ModTime.After(t) {
+			out = append(out, gateway.ChangedFile{ID: CFileID(f.Path), Path: f.Path, Bytes: f.Size, ModTime: f.ModTime})
+		}
+	}
+	slices.SortFunc(out, func(x, y gateway.ChangedFile) int { return y.ModTime.Compare(x.ModTime) })
+	if len(out) > maxChanged {
+		out = out[:maxChanged]
+	}
+	return out
 }
 
 // gatewayCall is the exec route's executor, plus the request's billing
@@ -201,12 +304,38 @@ func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) er
 }
 
 func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, error) {
-	return "", &gateway.RequestError{Status: http.StatusNotFound, Param: "file_id",
-		Message: fmt.Sprintf("No file found with id %q.", fileID)}
+	fi, err := gatewaySandboxes{s: b.s, p: b.p}.StatFile(ctx, fileID)
+	if err != nil {
+		return "", err
+	}
+	rel := path.Join(dir, fi.Name)
+	err = b.hold(ctx, func(c Container) error {
+		_, err := b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+		if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+			// A new container has no home until it first starts.
+			if err = b.s.mgr.Create(ctx, c.ID); err == nil {
+				_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+			}
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return &gateway.RequestError{Status: http.StatusNotFound, Param: "file_id", Message: fmt.Sprintf("No file found with id %q.", fileID)}
+		}
+		return gatewayErr(err)
+	})
+	return rel, err
 }
 
-func (b *gatewayBox) Promote(ctx context.Context, path string) (string, error) {
-	return "", errors.New("promoting container files is not available")
+func (b *gatewayBox) Promote(ctx context.Context, rel string) (string, error) {
+	var id string
+	err := b.hold(ctx, func(c Container) error {
+		f, err := b.s.PromoteContainerFile(ctx, b.p, c.ID, rel)
+		id = f.ID
+		if errors.Is(err, store.ErrTooLarge) && !errors.Is(err, sandbox.ErrTooLarge) {
+			return fmt.Errorf("%w: %v", sandbox.ErrTooLarge, err)
+		}
+		return gatewayErr(err)
+	})
+	return id, err
 }
 
 func (b *gatewayBox) Cost() int64 {
