@@ -173,3 +173,37 @@ func TestGatewayLoop(t *testing.T) {
 		}
 	})
 }
+
+// An expired container: a reference to it fails the request with 410
+// (not 404: it existed); a session whose container expired starts over
+// in a new, empty container of the same name.
+func TestGatewayExpiredContainers(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	e := newEnv(t, "crun", "busybox", func(c *Config) { c.Now = clock.Now })
+	pa := Principal{Account: "acme", Workspace: "a"}
+	ref := e.create(e.keyA, "old")
+	first, _, err := runLoop(t, e, pa, identity.Request{BodySessionID: "sess-old"}, 0,
+		gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo before > f.txt")}},
+		gatewaytest.EchoResult())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(31 * 24 * time.Hour)
+	if n, err := e.srv.Sweep(t.Context()); err != nil || n != 2 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	_, script, err := runLoop(t, e, pa, identity.Request{ContainerReference: ref.ID}, 0,
+		gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo hi")}}, gatewaytest.EchoResult())
+	var re *gateway.RequestError
+	if !errors.As(err, &re) || re.Status != http.StatusGone || len(script.Requests()) != 1 {
+		t.Fatalf("reference to an expired container: %v", err)
+	}
+	res, _, err := runLoop(t, e, pa, identity.Request{BodySessionID: "sess-old"}, 0,
+		gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "cat f.txt 2>&1 || echo gone")}}, gatewaytest.EchoResult())
+	if err != nil || res.ContainerID == first.ContainerID || !strings.Contains(res.Items[1].Text, "gone") {
+		t.Fatalf("session after expiry: %+v %v", res, err)
+	}
+	if got := res.ExpiresAt.Sub(clock.Now()); got < 29*24*time.Hour || got > 31*24*time.Hour {
+		t.Fatalf("expires_at %v after now, want the 30-day retention", got)
+	}
+}
