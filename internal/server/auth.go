@@ -6,8 +6,7 @@ import (
 	"strings"
 )
 
-// authenticate resolves the request's API key and takes the request's
-// place in the workspace's rate and concurrency limits (429 over them): `Authorization: Bearer KEY`
+// authenticate resolves the request's API key: `Authorization: Bearer KEY`
 // or `x-api-key: KEY` (when both are sent they must agree). Any failure is
 // 401 in the route's envelope, with no hint of which part was wrong beyond
 // "missing" versus "invalid".
@@ -19,9 +18,6 @@ func (s *Server) authenticate(r *http.Request) (Principal, error) {
 	p, err := s.cfg.Keys.Authenticate(r.Context(), key)
 	switch {
 	case err == nil:
-		if err := s.admit(r, p); err != nil {
-			return Principal{}, err
-		}
 		return p, nil
 	case errors.Is(err, ErrUnauthorized):
 		return Principal{}, errorf(http.StatusUnauthorized, "invalid or revoked API key")

@@ -22,12 +22,12 @@ import (
 // display name, memory_limit tiers). A container made on either answers on
 // both, with the same object.
 
-// containersAPI says which API a containers route speaks.
-type containersAPI int
+// shape says which API a containers route speaks.
+type shape int
 
 const (
-	containersOpenRouter containersAPI = iota // /api/v1
-	containersOpenAI                          // /v1
+	shapeOpenRouter shape = iota // /api/v1
+	shapeOpenAI                  // /v1
 )
 
 // containerObject is a container on the wire: OpenAI's container object
@@ -217,14 +217,14 @@ var memoryTiers = map[string]int64{"1g": 1 << 30, "4g": 4 << 30, "16g": 16 << 30
 // spec validates a create request into a ContainerSpec. memory_limit is
 // clamped to the server's maximum (OpenAI's tiers are coarse); limits
 // beyond the maximum are refused.
-func (s *Server) spec(req createRequest, sh containersAPI) (ContainerSpec, error) {
+func (s *Server) spec(req createRequest, sh shape) (ContainerSpec, error) {
 	var sp ContainerSpec
 	if req.Name != nil {
 		sp.Name = *req.Name
 		switch {
-		case sh == containersOpenAI && !displayName(sp.Name):
+		case sh == shapeOpenAI && !displayName(sp.Name):
 			return sp, paramErr("name", "name: want 1-%d printable characters", maxOpenAIName)
-		case sh == containersOpenRouter && !sandbox.ValidName(sp.Name):
+		case sh == shapeOpenRouter && !sandbox.ValidName(sp.Name):
 			return sp, paramErr("name", "name %q: want 1-40 letters, digits, '_' or '-'", sp.Name)
 		}
 	}
@@ -382,13 +382,13 @@ func paramErr(param, format string, a ...any) *apiError {
 	return e
 }
 
-func (s *Server) createContainer(sh containersAPI) apiHandler {
+func (s *Server) createContainer(sh shape) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		var req createRequest
-		if err := decodeJSON(r, &req, sh == containersOpenRouter); err != nil {
+		if err := decodeJSON(r, &req, sh == shapeOpenRouter); err != nil {
 			return err
 		}
-		if sh == containersOpenAI && req.Name == nil {
+		if sh == shapeOpenAI && req.Name == nil {
 			return paramErr("name", "name is required")
 		}
 		sp, err := s.spec(req, sh)
@@ -490,7 +490,7 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-func (s *Server) listContainers(sh containersAPI) apiHandler {
+func (s *Server) listContainers(sh shape) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		q := r.URL.Query()
 		opts := ListOptions{Limit: defaultListLimit, Order: "desc", After: q.Get("after"), Name: q.Get("name")}
@@ -517,7 +517,7 @@ func (s *Server) listContainers(sh containersAPI) apiHandler {
 		if opts.After != "" && !sandbox.ValidName(opts.After) {
 			return paramErr("after", "after %q is not a container id", opts.After)
 		}
-		if opts.Name != "" && (sh == containersOpenRouter && !sandbox.ValidName(opts.Name) || sh == containersOpenAI && !displayName(opts.Name)) {
+		if opts.Name != "" && (sh == shapeOpenRouter && !sandbox.ValidName(opts.Name) || sh == shapeOpenAI && !displayName(opts.Name)) {
 			return paramErr("name", "name %q is not a container name", opts.Name)
 		}
 		items, more, err := s.cfg.Containers.List(r.Context(), p, opts)

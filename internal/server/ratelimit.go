@@ -3,7 +3,6 @@ package server
 import (
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,43 +12,9 @@ import (
 // Per-workspace limits (SPEC §7): a token bucket of requests per second
 // with a burst (Config.RateLimit, RateBurst) and a cap on requests in
 // flight (Config.MaxConcurrent), both counted per account + workspace
-// over every route that takes a key: authenticate admits the request once
-// its key is known, and observe gives the place back when the request
-// ends, so every route that checks a key is counted whatever its
-// envelope. A request over either is answered 429 with Retry-After (whole
-// seconds) in the route's own envelope (authenticate's error), before its
+// over every authenticated route. A request over either is answered 429
+// with Retry-After (whole seconds) in the route's own envelope, before its
 // body is read; a streamed call holds its place until the stream ends.
-
-// admission is one request's place in its workspace's limits.
-type admission struct {
-	w       http.ResponseWriter
-	done    func() // set once admitted
-	settled bool
-}
-
-type admissionKey struct{}
-
-func (a *admission) release() {
-	if a.done != nil {
-		a.done()
-	}
-}
-
-// admit takes r's place in p's limits, once per request; over a limit it
-// sets Retry-After and returns the 429.
-func (s *Server) admit(r *http.Request, p Principal) error {
-	a, _ := r.Context().Value(admissionKey{}).(*admission)
-	if a == nil || a.settled {
-		return nil // not under observe (a test's bare handler), or already admitted
-	}
-	done, err := s.limits.admit(p)
-	if err != nil {
-		a.w.Header().Set("Retry-After", strconv.Itoa(err.retryAfter))
-		return err
-	}
-	a.settled, a.done = true, done
-	return nil
-}
 
 // wsLimits are the limit states of every workspace seen.
 type wsLimits struct {

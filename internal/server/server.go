@@ -178,8 +178,8 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.handle("GET /api/v1/openapi.json", maxEmptyBody, false, s.openAPI)
-	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer(containersOpenRouter))
-	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers(containersOpenRouter))
+	s.handle("POST /api/v1/containers", maxCreateBody, true, s.createContainer(shapeOpenRouter))
+	s.handle("GET /api/v1/containers", maxEmptyBody, true, s.listContainers(shapeOpenRouter))
 	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
@@ -189,31 +189,25 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
 	// OpenAI's containers API, over the same records.
-	s.handleOpenAI("POST /v1/containers", maxCreateBody, s.createContainer(containersOpenAI))
-	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(containersOpenAI))
+	s.handleOpenAI("POST /v1/containers", maxCreateBody, s.createContainer(shapeOpenAI))
+	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(shapeOpenAI))
 	s.handleOpenAI("GET /v1/containers/{id}", maxEmptyBody, s.getContainer)
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
-	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))
+	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))
 	// And under OpenAI's containers routes, in OpenAI's envelope.
-	s.routeWith(writeOpenAIError, "/v1/containers/", maxEmptyBody, s.noRouteIn(writeOpenAIError, "/v1/containers/"))
+	s.routeWith(writeOpenAIError, "/v1/containers/", maxEmptyBody, s.noRoute(writeOpenAIError, "/v1/containers/"))
 	s.handler = s.observe(s.mux)
 	// Each sandbox starts with its container's own limits.
 	s.mgr.SetSettings(s.sandboxSettings)
 	return s, nil
 }
 
-// noRoute answers a request no /api/v1 route matched, in the OpenRouter
-// envelope (see noRouteIn).
-func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
-	s.noRouteIn(writeError, "/api/v1/").ServeHTTP(w, r)
-}
-
-// noRouteIn answers a request no API route matched, in ew's envelope: 405
+// noRoute answers a request no API route matched, in ew's envelope: 405
 // with Allow when the path is served with other methods, else 404.
 // catchAll is the pattern it is registered under.
-func (s *Server) noRouteIn(ew errWriter, catchAll string) http.Handler {
+func (s *Server) noRoute(ew errWriter, catchAll string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
@@ -273,6 +267,12 @@ func (s *Server) handleWith(ew errWriter, pattern string, maxBody int64, auth bo
 			if rec, ok := w.(*recorder); ok {
 				rec.principal = p
 			}
+			release, lerr := s.limits.admit(p)
+			if lerr != nil {
+				ew(w, lerr)
+				return
+			}
+			defer release()
 		}
 		if err := h(w, r, p); err != nil {
 			if ae := (*apiError)(nil); !errors.As(err, &ae) {
@@ -339,11 +339,6 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
-		// The workspace's limits are taken by authenticate and given back
-		// when the request ends, whichever route it was.
-		adm := &admission{w: rec}
-		r = r.WithContext(context.WithValue(r.Context(), admissionKey{}, adm))
-		defer adm.release()
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
