@@ -6,19 +6,19 @@ import (
 	"net/http"
 )
 
-// shape is the wire format a route answers in: its error envelope, and for
+// apiShape is the wire format a route answers in: its error envelope, and for
 // the file routes its objects. /api/v1 speaks OpenRouter's; /v1 speaks
 // OpenAI's, or Anthropic's where the request says it is Anthropic's client.
-type shape int
+type apiShape int
 
 const (
-	shapeOpenRouter shape = iota
+	shapeOpenRouter apiShape = iota
 	shapeOpenAI
 	shapeAnthropic
 )
 
-// openAIError is OpenAI's error envelope (wire-formats §2.6).
-type openAIError struct {
+// oaiErrorEnvelope is OpenAI's error envelope (wire-formats §2.6).
+type oaiErrorEnvelope struct {
 	Error struct {
 		Message string  `json:"message"`
 		Type    string  `json:"type"`
@@ -27,8 +27,8 @@ type openAIError struct {
 	} `json:"error"`
 }
 
-// anthropicError is Anthropic's error envelope (wire-formats §3.7).
-type anthropicError struct {
+// antErrorEnvelope is Anthropic's error envelope (wire-formats §3.7).
+type antErrorEnvelope struct {
 	Type  string `json:"type"` // "error"
 	Error struct {
 		Type    string `json:"type"`
@@ -38,7 +38,7 @@ type anthropicError struct {
 
 // writeErrorAs answers err in the envelope of sh, with the same statuses
 // and messages as writeError.
-func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
+func writeErrorAs(w http.ResponseWriter, sh apiShape, err error) {
 	if sh == shapeOpenRouter {
 		writeError(w, err)
 		return
@@ -51,14 +51,14 @@ func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
 	}
 	if sh == shapeAnthropic {
-		var body anthropicError
+		var body antErrorEnvelope
 		body.Type = "error"
 		body.Error.Type = anthropicErrorType(ae.status)
 		body.Error.Message = ae.msg
 		writeJSON(w, ae.status, body)
 		return
 	}
-	var body openAIError
+	var body oaiErrorEnvelope
 	body.Error.Message = ae.msg
 	body.Error.Type = openAIErrorType(ae.status)
 	if c := openAIErrorCode(ae.status); c != "" {
@@ -111,14 +111,14 @@ func anthropicErrorType(status int) string {
 	return "invalid_request_error"
 }
 
-// shapeFunc picks the shape of a request.
-type shapeFunc func(*http.Request) shape
+// apiShapeFunc picks the shape of a request.
+type apiShapeFunc func(*http.Request) apiShape
 
-func fixed(sh shape) shapeFunc { return func(*http.Request) shape { return sh } }
+func shapeAlways(sh apiShape) apiShapeFunc { return func(*http.Request) apiShape { return sh } }
 
 // filesShape is the shape of /v1/files: Anthropic's when the request
 // carries anthropic-version (every Anthropic SDK sends it), else OpenAI's.
-func filesShape(r *http.Request) shape {
+func filesShape(r *http.Request) apiShape {
 	if r.Header.Get("anthropic-version") != "" {
 		return shapeAnthropic
 	}
@@ -128,7 +128,7 @@ func filesShape(r *http.Request) shape {
 // handleAs registers an authenticated API route whose errors, the key
 // check's included, are written in the envelope the request's shape
 // calls for; h gets that shape.
-func (s *Server) handleAs(pattern string, maxBody int64, pick shapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error) {
+func (s *Server) handleAs(pattern string, maxBody int64, pick apiShapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error) {
 	// The body cap is applied here rather than by route, so that an
 	// oversized body is refused in the right envelope too.
 	s.route(pattern, math.MaxInt64, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

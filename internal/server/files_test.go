@@ -321,7 +321,7 @@ func TestContainerFiles(t *testing.T) {
 		}
 		other := e.create(e.keyB, "theirs")
 		st, b = e.doH("POST", "/v1/containers/"+other.ID+"/files", `{"file_id":"`+f.ID+`"}`, map[string]string{"Authorization": "Bearer " + e.keyB, "Content-Type": "application/json"})
-		var oe openAIError
+		var oe oaiErrorEnvelope
 		if st != 404 || json.Unmarshal(b, &oe) != nil || oe.Error.Type != "invalid_request_error" {
 			t.Errorf("copy another workspace's file: %d %s", st, b)
 		}
@@ -347,7 +347,7 @@ func TestFileRoutesEnvelopes(t *testing.T) {
 		body         any
 		hdr          map[string]string
 		want         int
-		shape        shape
+		apiShape     apiShape
 	}{
 		{"GET", "/v1/containers/" + c.ID + "/files?limit=101", nil, oa, 400, shapeOpenAI},
 		{"GET", "/v1/containers/" + c.ID + "/files?order=sideways", nil, oa, 400, shapeOpenAI},
@@ -374,14 +374,14 @@ func TestFileRoutesEnvelopes(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, st, b, tc.want)
 			continue
 		}
-		switch tc.shape {
+		switch tc.apiShape {
 		case shapeOpenAI:
-			var oe openAIError
+			var oe oaiErrorEnvelope
 			if json.Unmarshal(b, &oe) != nil || oe.Error.Message == "" || oe.Error.Type == "" {
 				t.Errorf("%s %s: not OpenAI's envelope: %s", tc.method, tc.path, b)
 			}
 		case shapeAnthropic:
-			var ae anthropicError
+			var ae antErrorEnvelope
 			if json.Unmarshal(b, &ae) != nil || ae.Type != "error" || ae.Error.Message == "" || ae.Error.Type == "" {
 				t.Errorf("%s %s: not Anthropic's envelope: %s", tc.method, tc.path, b)
 			}

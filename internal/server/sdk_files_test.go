@@ -204,7 +204,7 @@ func TestWorkspaceFilesSDKs(t *testing.T) {
 		}
 	})
 
-	t.Run("03 OpenRouter shape over HTTP, and bad uploads keep nothing", func(t *testing.T) {
+	t.Run("03 OpenRouter apiShape over HTTP, and bad uploads keep nothing", func(t *testing.T) {
 		var f orFile
 		st, b := e.upload("/api/v1/files", e.keyA, part{name: "file", filename: "r.json", content: `{"a":1}`}, part{name: "purpose", content: "user_data"})
 		e.must(st, b, &f)
@@ -247,7 +247,7 @@ func TestWorkspaceFilesSDKs(t *testing.T) {
 		}
 		// Anthropic's envelope on /v1 when the request is Anthropic's.
 		st, b = e.doH("GET", "/v1/files/nope", nil, map[string]string{"x-api-key": e.keyA, "anthropic-version": "2023-06-01"})
-		var ae anthropicError
+		var ae antErrorEnvelope
 		if st != 404 || json.Unmarshal(b, &ae) != nil || ae.Type != "error" || ae.Error.Type != "not_found_error" {
 			t.Errorf("anthropic 404: %d %s", st, b)
 		}
