@@ -204,7 +204,7 @@ func TestWorkspaceFilesSDKs(t *testing.T) {
 		}
 	})
 
-	t.Run("03 OpenRouter apiShape over HTTP, and bad uploads keep nothing", func(t *testing.T) {
+	t.Run("03 OpenRouter shape over HTTP, and bad uploads keep nothing", func(t *testing.T) {
 		var f orFile
 		st, b := e.upload("/api/v1/files", e.keyA, part{name: "file", filename: "r.json", content: `{"a":1}`}, part{name: "purpose", content: "user_data"})
 		e.must(st, b, &f)
