@@ -96,7 +96,7 @@ func parseCFile(id string, dirOK bool) (string, error) {
 	return rel, nil
 }
 
-func (s *Server) containerFile(containerID string, fi sandbox.FileInfo, sh apiShape) ContainerFile {
+func (s *Server) containerFile(containerID string, fi sandbox.FileInfo, sh shape) ContainerFile {
 	src := "assistant"
 	if fi.Uploaded {
 		src = "user"
@@ -258,7 +258,7 @@ func fileParam(r *http.Request) (string, error) {
 	return rel, nil
 }
 
-func (s *Server) listContainerFilesRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) listContainerFilesRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	q := r.URL.Query()
 	limit, maxLimit := 100, sandbox.MaxListLimit
 	opts := sandbox.ListOptions{}
@@ -333,7 +333,7 @@ func (s *Server) listContainerFilesRoute(w http.ResponseWriter, r *http.Request,
 	return nil
 }
 
-func (s *Server) getContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) getContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	rel, err := fileParam(r)
 	if err != nil {
 		return err
@@ -351,7 +351,7 @@ func (s *Server) getContainerFileRoute(w http.ResponseWriter, r *http.Request, p
 	return nil
 }
 
-func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	rel, err := fileParam(r)
 	if err != nil {
 		return err
@@ -379,7 +379,7 @@ func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Reques
 	return nil
 }
 
-func (s *Server) deleteContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) deleteContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	rel, err := fileParam(r)
 	if err != nil {
 		return err
@@ -403,7 +403,7 @@ func (s *Server) deleteContainerFileRoute(w http.ResponseWriter, r *http.Request
 // {"file_id"}. Parts after `file` are not read. The file streams into the
 // home (temporary file, renamed into place when complete) with the upload
 // cap.
-func (s *Server) uploadContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) uploadContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	ref := r.PathValue("id")
 	var fileID, dest string
 	var mr *multipart.Reader
@@ -521,7 +521,7 @@ func uploadDest(dest, name string) (string, error) {
 
 // promoteContainerFileRoute copies a container file into the workspace's
 // durable files and answers the new file (OpenRouter's FileResponse).
-func (s *Server) promoteContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) promoteContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	if err := noBody(r); err != nil {
 		return err
 	}

@@ -6,19 +6,19 @@ import (
 	"net/http"
 )
 
-// apiShape is the wire format a route answers in: its error envelope, and for
+// shape is the wire format a route answers in: its error envelope, and for
 // the file routes its objects. /api/v1 speaks OpenRouter's; /v1 speaks
 // OpenAI's, or Anthropic's where the request says it is Anthropic's client.
-type apiShape int
+type shape int
 
 const (
-	shapeOpenRouter apiShape = iota
+	shapeOpenRouter shape = iota
 	shapeOpenAI
 	shapeAnthropic
 )
 
-// oaiErrorEnvelope is OpenAI's error envelope (wire-formats §2.6).
-type oaiErrorEnvelope struct {
+// openAIError is OpenAI's error envelope (wire-formats §2.6).
+type openAIError struct {
 	Error struct {
 		Message string  `json:"message"`
 		Type    string  `json:"type"`
@@ -27,8 +27,8 @@ type oaiErrorEnvelope struct {
 	} `json:"error"`
 }
 
-// antErrorEnvelope is Anthropic's error envelope (wire-formats §3.7).
-type antErrorEnvelope struct {
+// anthropicError is Anthropic's error envelope (wire-formats §3.7).
+type anthropicError struct {
 	Type  string `json:"type"` // "error"
 	Error struct {
 		Type    string `json:"type"`
@@ -38,7 +38,7 @@ type antErrorEnvelope struct {
 
 // writeErrorAs answers err in the envelope of sh, with the same statuses
 // and messages as writeError.
-func writeErrorAs(w http.ResponseWriter, sh apiShape, err error) {
+func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
 	if sh == shapeOpenRouter {
 		writeError(w, err)
 		return
@@ -51,14 +51,14 @@ func writeErrorAs(w http.ResponseWriter, sh apiShape, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
 	}
 	if sh == shapeAnthropic {
-		var body antErrorEnvelope
+		var body anthropicError
 		body.Type = "error"
 		body.Error.Type = anthropicErrorType(ae.status)
 		body.Error.Message = ae.msg
 		writeJSON(w, ae.status, body)
 		return
 	}
-	var body oaiErrorEnvelope
+	var body openAIError
 	body.Error.Message = ae.msg
 	body.Error.Type = openAIErrorType(ae.status)
 	if c := openAIErrorCode(ae.status); c != "" {
@@ -111,14 +111,14 @@ func anthropicErrorType(status int) string {
 	return "invalid_request_error"
 }
 
-// apiShapeFunc picks the shape of a request.
-type apiShapeFunc func(*http.Request) apiShape
+// shapeFunc picks the shape of a request.
+type shapeFunc func(*http.Request) shape
 
-func shapeAlways(sh apiShape) apiShapeFunc { return func(*http.Request) apiShape { return sh } }
+func fixed(sh shape) shapeFunc { return func(*http.Request) shape { return sh } }
 
 // filesShape is the shape of /v1/files: Anthropic's when the request
 // carries anthropic-version (every Anthropic SDK sends it), else OpenAI's.
-func filesShape(r *http.Request) apiShape {
+func filesShape(r *http.Request) shape {
 	if r.Header.Get("anthropic-version") != "" {
 		return shapeAnthropic
 	}
@@ -128,7 +128,7 @@ func filesShape(r *http.Request) apiShape {
 // handleAs registers an authenticated API route whose errors, the key
 // check's included, are written in the envelope the request's shape
 // calls for; h gets that shape.
-func (s *Server) handleAs(pattern string, maxBody int64, pick apiShapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error) {
+func (s *Server) handleAs(pattern string, maxBody int64, pick shapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error) {
 	// The body cap is applied here rather than by route, so that an
 	// oversized body is refused in the right envelope too.
 	s.route(pattern, math.MaxInt64, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -321,7 +321,7 @@ func TestContainerFiles(t *testing.T) {
 		}
 		other := e.create(e.keyB, "theirs")
 		st, b = e.doH("POST", "/v1/containers/"+other.ID+"/files", `{"file_id":"`+f.ID+`"}`, map[string]string{"Authorization": "Bearer " + e.keyB, "Content-Type": "application/json"})
-		var oe oaiErrorEnvelope
+		var oe openAIError
 		if st != 404 || json.Unmarshal(b, &oe) != nil || oe.Error.Type != "invalid_request_error" {
 			t.Errorf("copy another workspace's file: %d %s", st, b)
 		}
@@ -347,7 +347,7 @@ func TestFileRoutesEnvelopes(t *testing.T) {
 		body         any
 		hdr          map[string]string
 		want         int
-		apiShape     apiShape
+		shape        shape
 	}{
 		{"GET", "/v1/containers/" + c.ID + "/files?limit=101", nil, oa, 400, shapeOpenAI},
 		{"GET", "/v1/containers/" + c.ID + "/files?order=sideways", nil, oa, 400, shapeOpenAI},
@@ -374,14 +374,14 @@ func TestFileRoutesEnvelopes(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, st, b, tc.want)
 			continue
 		}
-		switch tc.apiShape {
+		switch tc.shape {
 		case shapeOpenAI:
-			var oe oaiErrorEnvelope
+			var oe openAIError
 			if json.Unmarshal(b, &oe) != nil || oe.Error.Message == "" || oe.Error.Type == "" {
 				t.Errorf("%s %s: not OpenAI's envelope: %s", tc.method, tc.path, b)
 			}
 		case shapeAnthropic:
-			var ae antErrorEnvelope
+			var ae anthropicError
 			if json.Unmarshal(b, &ae) != nil || ae.Type != "error" || ae.Error.Message == "" || ae.Error.Type == "" {
 				t.Errorf("%s %s: not Anthropic's envelope: %s", tc.method, tc.path, b)
 			}

@@ -247,7 +247,7 @@ func TestWorkspaceFilesSDKs(t *testing.T) {
 		}
 		// Anthropic's envelope on /v1 when the request is Anthropic's.
 		st, b = e.doH("GET", "/v1/files/nope", nil, map[string]string{"x-api-key": e.keyA, "anthropic-version": "2023-06-01"})
-		var ae antErrorEnvelope
+		var ae anthropicError
 		if st != 404 || json.Unmarshal(b, &ae) != nil || ae.Type != "error" || ae.Error.Type != "not_found_error" {
 			t.Errorf("anthropic 404: %d %s", st, b)
 		}

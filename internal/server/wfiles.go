@@ -65,7 +65,7 @@ type openAIFile struct {
 	Status    string `json:"status"` // "processed"
 }
 
-func (s *Server) fileObject(f store.File, sh apiShape) any {
+func (s *Server) fileObject(f store.File, sh shape) any {
 	created := f.CreatedAt.UTC().Format(time.RFC3339Nano)
 	switch sh {
 	case shapeAnthropic:
@@ -140,7 +140,7 @@ func (s *Server) workspaceFile(r *http.Request, p Principal) (store.File, error)
 	return f, err
 }
 
-func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	if err := s.filesEnabled(); err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 	return nil
 }
 
-func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	if err := s.filesEnabled(); err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Princi
 	return nil
 }
 
-func (s *Server) getFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) getFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	f, err := s.workspaceFile(r, p)
 	if err != nil {
 		return err
@@ -308,7 +308,7 @@ func (s *Server) getFileRoute(w http.ResponseWriter, r *http.Request, p Principa
 	return nil
 }
 
-func (s *Server) fileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) fileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	f, err := s.workspaceFile(r, p)
 	if err != nil {
 		return err
@@ -336,7 +336,7 @@ func (s *Server) fileContentRoute(w http.ResponseWriter, r *http.Request, p Prin
 	return nil
 }
 
-func (s *Server) deleteFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh apiShape) error {
+func (s *Server) deleteFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
 	f, err := s.workspaceFile(r, p)
 	if err != nil {
 		return err
@@ -361,10 +361,10 @@ func (s *Server) deleteFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 // fileRoutes registers the container-file and workspace-file routes.
 func (s *Server) fileRoutes() {
 	upload := s.cfg.MaxUploadBytes + 1<<20 // the multipart framing around the file
-	or, oa := shapeAlways(shapeOpenRouter), shapeAlways(shapeOpenAI)
+	or, oa := fixed(shapeOpenRouter), fixed(shapeOpenAI)
 	for _, v := range []struct {
 		prefix string
-		sh     apiShapeFunc
+		sh     shapeFunc
 	}{{"/api/v1", or}, {"/v1", oa}} {
 		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.sh, s.listContainerFilesRoute)
 		s.handleAs("POST "+v.prefix+"/containers/{id}/files", upload, v.sh, s.uploadContainerFileRoute)
@@ -375,7 +375,7 @@ func (s *Server) fileRoutes() {
 	s.handleAs("POST /api/v1/containers/{id}/files/{file_id}/promote", maxEmptyBody, or, s.promoteContainerFileRoute)
 	for _, v := range []struct {
 		prefix string
-		sh     apiShapeFunc
+		sh     shapeFunc
 	}{{"/api/v1", or}, {"/v1", filesShape}} {
 		s.handleAs("POST "+v.prefix+"/files", upload, v.sh, s.uploadFileRoute)
 		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.sh, s.listFilesRoute)
