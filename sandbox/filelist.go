@@ -77,16 +77,22 @@ func (m *Manager) ListFiles(ctx context.Context, name string, opts ListOptions) 
 		if err != nil {
 			return fmt.Errorf("open home: %w", err)
 		}
-		w := &walker{ctx: ctx, opts: opts}
-		err = w.dir(fd, "", 0)
+		out, err = listDir(ctx, fd, opts, MaxListScan)
 		unix.Close(fd)
-		if errors.Is(err, errPageFull) {
-			err = nil
-		}
-		out = FileList{Files: w.files, More: w.more, Next: w.last}
 		return err
 	})
 	return out, err
+}
+
+// listDir lists one page below the directory open as fd, reading at most
+// about maxScan entries.
+func listDir(ctx context.Context, fd int, opts ListOptions, maxScan int) (FileList, error) {
+	w := &walker{ctx: ctx, opts: opts, maxScan: maxScan}
+	err := w.dir(fd, "", 0)
+	if errors.Is(err, errPageFull) {
+		err = nil
+	}
+	return FileList{Files: w.files, More: w.more, Next: w.last}, err
 }
 
 var errPageFull = errors.New("page full")
@@ -100,6 +106,7 @@ type walker struct {
 	// page cut short by the scan budget.
 	last    string
 	scanned int
+	maxScan int
 }
 
 type dirent struct {
@@ -146,7 +153,7 @@ func (w *walker) dir(fd int, prefix string, depth int) error {
 				return err
 			}
 			if !w.opts.Desc {
-				w.last = e.key
+				w.advance(e.key)
 			}
 			if depth+1 < MaxListDepth {
 				sub, err := unix.Openat(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
@@ -161,7 +168,7 @@ func (w *walker) dir(fd int, prefix string, depth int) error {
 				// gone) lists nothing.
 			}
 			if w.opts.Desc {
-				w.last = e.key
+				w.advance(e.key)
 			}
 			continue
 		}
@@ -176,7 +183,7 @@ func (w *walker) dir(fd int, prefix string, depth int) error {
 		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			w.last = e.key
+			w.advance(e.key)
 			continue
 		}
 		if len(w.files) == w.opts.Limit {
@@ -184,7 +191,7 @@ func (w *walker) dir(fd int, prefix string, depth int) error {
 			w.more, w.last = true, w.files[len(w.files)-1].Path
 			return errPageFull
 		}
-		w.last = e.key
+		w.advance(e.key)
 		w.files = append(w.files, FileInfo{
 			Path:     e.key,
 			Size:     st.Size,
@@ -211,10 +218,20 @@ func (w *walker) skipDir(k, after string) bool {
 	return after > k
 }
 
-// budget ends the page once the scan has read MaxListScan entries, unless
-// nothing was listed yet (then the cursor could not move: keep going).
+// advance moves the cursor to key when key lies past the caller's cursor
+// (a directory that holds the cursor is entered again, but is not
+// progress).
+func (w *walker) advance(key string) {
+	if a := w.opts.After; a == "" || !w.opts.Desc && key > a || w.opts.Desc && key < a {
+		w.last = key
+	}
+}
+
+// budget ends the page once the scan has read maxScan entries, unless the
+// cursor has not moved past the caller's yet (then the page could not make
+// progress: keep going).
 func (w *walker) budget() error {
-	if w.scanned > MaxListScan && w.last != "" && w.last != w.opts.After {
+	if w.scanned > w.maxScan && w.last != "" {
 		w.more = true
 		return errPageFull
 	}
@@ -231,6 +248,10 @@ func readDir(fd int, prefix string) ([]dirent, error) {
 	}
 	f := os.NewFile(uintptr(dup), "dir")
 	defer f.Close()
+	// A dup shares the offset: read from the start whatever read before.
+	if _, err := unix.Seek(dup, 0, io.SeekStart); err != nil {
+		return nil, err
+	}
 	var out []dirent
 	for {
 		batch, err := f.ReadDir(1024)

@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/home"
@@ -292,7 +294,25 @@ echo ok`)
 		}
 	})
 
-	t.Run("06 a home mounted for a file call by a process that died is unmounted by the next Open", func(t *testing.T) {
+	t.Run("06 a directory too large to list is refused, not read whole", func(t *testing.T) {
+		// A home with inodes enough for it (a sparse 2 GiB image).
+		bm, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.HomeBytes = 2 << 30 })
+		const box = "crowded"
+		o := Shell(t, bm, box, tool.ShellArgs{Commands: []string{fmt.Sprintf("mkdir many && cd many && seq 1 %d | xargs touch && echo ok", sandbox.MaxDirEntries+1)}, TimeoutMs: i64(240_000)})[0]
+		if o.Stdout != "ok\n" {
+			t.Fatalf("setup: %+v %q", o.Outcome, o.Stderr)
+		}
+		Run(t, bm, box, "echo x > a")
+		if _, err := bm.ListFiles(ctx, box, sandbox.ListOptions{}); !errors.Is(err, sandbox.ErrTooManyFiles) {
+			t.Errorf("list: %v, want ErrTooManyFiles", err)
+		}
+		// Its files are still reached one by one.
+		if b, err := bm.ReadFile(ctx, box, "a", 10); err != nil || string(b) != "x\n" {
+			t.Errorf("read beside it: %q %v", b, err)
+		}
+	})
+
+	t.Run("07 a home mounted for a file call by a process that died is unmounted by the next Open", func(t *testing.T) {
 		const box = "crashy"
 		Run(t, m, box, "echo precious > f")
 		if err := m.Sleep(ctx, box); err != nil {
