@@ -126,7 +126,7 @@ func parseResponses(raw []byte) (*conversation, error) {
 	if err := json.Unmarshal(in, &items); err != nil {
 		return nil, &apiError{status: 400, typ: "invalid_request_error", param: "input", msg: "Invalid type for 'input': expected a string or an array of input items."}
 	}
-	calls := map[string]bool{}   // call ids seen
+	calls := map[string]bool{}    // call ids seen
 	answered := map[string]bool{} // call ids with an output
 	var order []string
 	inAssistant := false

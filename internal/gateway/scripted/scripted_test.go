@@ -1,0 +1,123 @@
+package scripted
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestValidation: what the real APIs refuse, the scripted one refuses too,
+// in that API's envelope — so a translation bug fails a test.
+func TestValidation(t *testing.T) {
+	srv := NewServer(&Script{Turns: []Turn{{Text: "ok"}}, Repeat: true})
+	defer srv.Close()
+	chat, resp, msgs := srv.URL+"/v1/chat/completions", srv.URL+"/v1/responses", srv.URL+"/v1/messages"
+	cases := []struct {
+		name, url, body string
+		status          int
+		want            string
+	}{
+		{"01 chat ok", chat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 200, `"content":"ok"`},
+		{"02 chat not json", chat, `{"model":`, 400, `"error":{"code":null,"message":"the request body is not a JSON object"`},
+		{"03 chat no model", chat, `{"messages":[{"role":"user","content":"hi"}]}`, 400, "you must provide a model parameter"},
+		{"04 chat orphan tool", chat, `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"call_x","content":"1"}]}`, 400, "must be a response to a preceeding message with 'tool_calls'"},
+		{"05 chat unanswered call", chat, `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"and?"}]}`, 400, "did not have response messages: call_1"},
+		{"06 chat object arguments", chat, `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`, 400, "expected a string"},
+		{"07 chat tool_choice unknown", chat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 400, "tool choice 'g' not found"},
+		{"08 chat bad tool name", chat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"shellgate:shell"}}]}`, 400, "tools[0].function.name"},
+		{"09 responses ok", resp, `{"model":"m","input":"hi"}`, 200, `"output_text"`},
+		{"10 responses orphan output", resp, `{"model":"m","input":[{"type":"function_call_output","call_id":"call_9","output":"x"}]}`, 400, "No tool call found for function call output with call_id call_9."},
+		{"11 responses unanswered call", resp, `{"model":"m","input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"call_3","name":"f","arguments":"{}"}]}`, 400, "No tool output found for function call call_3."},
+		{"12 messages ok", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, 200, `"stop_reason":"end_turn"`},
+		{"13 messages no max_tokens", msgs, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 400, `{"error":{"message":"max_tokens: Field required","type":"invalid_request_error"}`},
+		{"14 messages roles", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"user","content":"again"}]}`, 400, "roles must alternate"},
+		{"15 messages unanswered tool_use", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},{"role":"user","content":"and?"}]}`, 400, "`tool_use` ids were found without `tool_result` blocks immediately after: toolu_1"},
+		{"16 messages orphan result", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"x"}]}]}`, 400, "unexpected `tool_use_id` found in `tool_result` blocks: toolu_2"},
+		{"17 messages empty text", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":""}]}]}`, 400, "text content blocks must be non-empty"},
+		{"18 messages input not object", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":"x"}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t"}]}]}`, 400, "valid dictionary"},
+		{"19 messages no schema", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f"}]}`, 400, "input_schema: Field required"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, body := post(t, c.url, c.body)
+			if st != c.status || !strings.Contains(body, c.want) {
+				t.Errorf("%d %s\nwant %d with %q", st, body, c.status, c.want)
+			}
+			if st != 200 && !strings.Contains(c.url, "messages") {
+				var env struct {
+					Error struct {
+						Message, Type string
+					} `json:"error"`
+				}
+				if json.Unmarshal([]byte(body), &env) != nil || env.Error.Type != "invalid_request_error" {
+					t.Errorf("not OpenAI's envelope: %s", body)
+				}
+			}
+		})
+	}
+}
+
+// TestPlaying: turns by conversation position, per model, placeholders,
+// sequential counters, the end of the script.
+func TestPlaying(t *testing.T) {
+	script, err := ParseScript([]byte(`
+turns:
+  - tool_calls: [{id: call_1, name: shell, arguments: {commands: [echo hi]}}]
+  - text: "Output: {{last_tool_stdout}} / raw {{last_tool_output}} / asked {{last_user_text}} of {{model}} at {{turn}}"
+models:
+  seq:
+    - text: one
+    - text: two
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script.Sequential = false
+	srv := NewServer(script)
+	defer srv.Close()
+	chat := srv.URL + "/v1/chat/completions"
+	_, body := post(t, chat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if !strings.Contains(body, `"arguments":"{\"commands\":[\"echo hi\"]}"`) || !strings.Contains(body, `"finish_reason":"tool_calls"`) {
+		t.Errorf("turn 0: %s", body)
+	}
+	_, body = post(t, chat, `{"model":"m","messages":[{"role":"user","content":"sum?"},{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"shell","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"{\"output\":[{\"stdout\":\"5050\\n\"}]}"}]}`)
+	if !strings.Contains(body, `Output: 5050 / raw {\"output\":[{\"stdout\":\"5050\\n\"}]} / asked sum? of m at 1`) {
+		t.Errorf("turn 1: %s", body)
+	}
+	_, body = post(t, chat, `{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"},{"role":"assistant","content":"d"},{"role":"user","content":"e"}]}`)
+	if !strings.Contains(body, `the script of model \"m\" has 2 turns, this request is turn 2`) {
+		t.Errorf("turn 2: %s", body)
+	}
+	// Per model; the sequential counter ignores the conversation.
+	srv.Model.script.Sequential = true
+	for _, want := range []string{"one", "two"} {
+		_, body = post(t, srv.URL+"/v1/messages", `{"model":"seq","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`)
+		if !strings.Contains(body, `"text":"`+want+`"`) {
+			t.Errorf("sequential %s: %s", want, body)
+		}
+	}
+	if n := len(srv.Requests()); n != 5 || srv.Requests()[4].Model != "seq" || srv.Requests()[4].Turn != 1 {
+		t.Errorf("%d requests recorded, last %+v", n, srv.Last())
+	}
+}
+
+func TestBadScript(t *testing.T) {
+	for _, s := range []string{`turns: [{stop: halt}]`, `turns: [{error: {status: 200}}]`, `turns: [{tool_calls: [{arguments: {}}]}]`, `{}`, `turns: [{txt: a}]`, `models: {m: []}`} {
+		if _, err := ParseScript([]byte(s)); err == nil {
+			t.Errorf("%s: no error", s)
+		}
+	}
+}
