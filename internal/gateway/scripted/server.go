@@ -47,15 +47,23 @@ type Request struct {
 	// Turn is the script turn played; -1 when the request was refused
 	// before one was chosen.
 	Turn int
-	// Status is what the model answered (0 while it is answering).
+	// Status is what the model answered (0 until the head is written).
 	Status int
 	// Gone is closed when the client went away before the answer was
 	// complete (a hanging or delayed turn, a stream cut short).
 	Gone chan struct{}
-	gone sync.Once
+	gone *sync.Once
 }
 
 func (r *Request) markGone() { r.gone.Do(func() { close(r.Gone) }) }
+
+// update changes rec under the lock (Requests and Last copy it under the
+// same lock).
+func (m *Model) update(rec *Request, f func(*Request)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(rec)
+}
 
 // New returns the model playing script.
 func New(script *Script) *Model {
@@ -70,11 +78,16 @@ func New(script *Script) *Model {
 
 func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.mux.ServeHTTP(w, r) }
 
-// Requests returns the requests received so far, oldest first.
+// Requests returns copies of the requests received so far, oldest first.
 func (m *Model) Requests() []*Request {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]*Request(nil), m.requests...)
+	out := make([]*Request, len(m.requests))
+	for i, r := range m.requests {
+		c := *r
+		out[i] = &c
+	}
+	return out
 }
 
 // Last returns the last request received, or nil.
@@ -84,7 +97,8 @@ func (m *Model) Last() *Request {
 	if len(m.requests) == 0 {
 		return nil
 	}
-	return m.requests[len(m.requests)-1]
+	c := *m.requests[len(m.requests)-1]
+	return &c
 }
 
 // Reset forgets the recorded requests and the sequential counters.
@@ -126,14 +140,11 @@ func badRequest(format string, a ...any) *apiError {
 // pick the turn, wait as scripted, answer.
 func (m *Model) serve(api string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		rec := &Request{API: api, Path: r.URL.Path, Header: r.Header.Clone(), Turn: -1, Gone: make(chan struct{})}
+		rec := &Request{API: api, Path: r.URL.Path, Header: r.Header.Clone(), Turn: -1, Gone: make(chan struct{}), gone: &sync.Once{}}
 		m.mu.Lock()
 		m.requests = append(m.requests, rec)
 		m.mu.Unlock()
-		status := m.answer(w, r, rec)
-		m.mu.Lock()
-		rec.Status = status
-		m.mu.Unlock()
+		m.answer(&statusWriter{ResponseWriter: w, m: m, rec: rec}, r, rec)
 	}
 }
 
@@ -143,12 +154,12 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 	if err != nil {
 		return writeError(w, api, &apiError{status: 413, typ: "request_too_large", msg: "request body too large or unreadable: " + err.Error()})
 	}
-	rec.Raw = raw
+	m.update(rec, func(r *Request) { r.Raw = raw })
 	var body map[string]any
 	if err := json.Unmarshal(raw, &body); err != nil || body == nil {
 		return writeError(w, api, badRequest("the request body is not a JSON object"))
 	}
-	rec.Body = body
+	m.update(rec, func(r *Request) { r.Body = body })
 	var conv *conversation
 	switch api {
 	case APIChat:
@@ -165,7 +176,7 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		}
 		return writeError(w, api, ae)
 	}
-	rec.Model, rec.Stream = conv.Model, conv.Stream
+	m.update(rec, func(r *Request) { r.Model, r.Stream = conv.Model, conv.Stream })
 
 	turns, ok := m.script.Models[conv.Model]
 	if !ok {
@@ -187,7 +198,7 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		}
 		idx %= len(turns)
 	}
-	rec.Turn = idx
+	m.update(rec, func(r *Request) { r.Turn = idx })
 	t := turns[idx]
 
 	ctx := r.Context()
@@ -243,6 +254,25 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		rec.markGone()
 	}
 	return 200
+}
+
+// statusWriter records the status in the request as the head is written,
+// so a client that has the answer finds it recorded.
+type statusWriter struct {
+	http.ResponseWriter
+	m   *Model
+	rec *Request
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.m.update(w.rec, func(r *Request) { r.Status = code })
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // answer is a turn ready to render: placeholders filled, ids chosen.

@@ -236,7 +236,7 @@ const errNoChoices = chatError("no choices")
 func chatStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
 	r := newSSEReader(call)
 	t := &gateway.Turn{}
-	text := -1              // index in t.Parts of the open text part
+	text := -1               // index in t.Parts of the open text part
 	calls := map[int64]int{} // Chat's tool_call index → index in t.Parts
 	var texts []*strings.Builder
 	textOf := map[int]*strings.Builder{}
