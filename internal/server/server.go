@@ -17,6 +17,8 @@
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
+//	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
+//	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
 package server
 
 import (
@@ -33,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -54,6 +57,10 @@ type Config struct {
 	// same container to finish before it answers 409; default
 	// DefaultCallWait.
 	CallWait time.Duration
+	// Models resolves "provider/model" names for the model gateway
+	// (upstream.LoadConfig's Providers); nil: no providers, so
+	// /v1/chat/completions answers 404 and /v1/models lists none.
+	Models gateway.Models
 }
 
 // DefaultCallWait is how long a call waits for the container's previous
@@ -140,6 +147,10 @@ func New(cfg Config) (*Server, error) {
 		s.evalHandler = s.newEvalHandler()
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
+	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.chatCompletions)
+	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.chatCompletions)
+	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)
+	s.openAIRoute("GET /api/v1/models", maxEmptyBody, s.listModels)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, http.HandlerFunc(s.noRoute))

@@ -1,11 +1,13 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
@@ -344,4 +346,61 @@ func streamError(data []byte) error {
 		ue.Status = code.Code
 	}
 	return ue
+}
+
+// Forward sends a Chat Completions body as it is (the pass-through of
+// POST /v1/chat/completions) and returns the upstream's answer, whatever
+// its status, for the caller to copy to its client. The provider's
+// timeout bounds the wait for the response head and then every gap
+// between two reads of the body; closing the body releases the call.
+// Errors are those of Turn: *gateway.UpstreamError 502/504, or ctx's.
+func (c *Chat) Forward(ctx context.Context, body []byte) (*http.Response, error) {
+	cl := &call{limit: c.timeout()}
+	cl.ctx, cl.cancel = context.WithCancelCause(ctx)
+	cl.timer = time.AfterFunc(cl.limit, func() { cl.cancel(errTimeout) })
+	req, err := http.NewRequestWithContext(cl.ctx, http.MethodPost, c.url("/chat/completions"), bytes.NewReader(body))
+	if err != nil {
+		cl.close()
+		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: "bad upstream URL: " + err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range c.Header {
+		req.Header[k] = v
+	}
+	for k, v := range c.headers() {
+		req.Header[k] = v
+	}
+	resp, err := c.client().Do(req)
+	if err != nil {
+		err = cl.fail(ctx, err)
+		cl.close()
+		return nil, err
+	}
+	cl.resp, cl.body = resp, resp.Body
+	resp.Body = &forwardBody{c: cl, body: resp.Body, parent: ctx}
+	return resp, nil
+}
+
+// forwardBody is a forwarded answer's body: each read restarts the
+// timeout; a read error is the adapter's error (504 on the timeout).
+type forwardBody struct {
+	c      *call
+	body   io.ReadCloser // the response's own (cl.close closes it)
+	parent context.Context
+}
+
+func (b *forwardBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if n > 0 {
+		b.c.touch()
+	}
+	if err != nil && err != io.EOF {
+		err = b.c.fail(b.parent, err)
+	}
+	return n, err
+}
+
+func (b *forwardBody) Close() error {
+	b.c.close()
+	return nil
 }

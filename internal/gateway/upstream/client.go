@@ -106,6 +106,7 @@ type call struct {
 	timer  *time.Timer
 	limit  time.Duration
 	resp   *http.Response
+	body   io.Closer // resp's own body, when resp.Body was replaced (Forward)
 }
 
 // post sends body to path and returns the exchange with a 2xx answer, or
@@ -153,7 +154,10 @@ func (c *call) touch() { c.timer.Reset(c.limit) }
 // request's context released.
 func (c *call) close() {
 	c.timer.Stop()
-	if c.resp != nil {
+	switch {
+	case c.body != nil:
+		c.body.Close()
+	case c.resp != nil:
 		c.resp.Body.Close()
 	}
 	c.cancel(context.Canceled)
