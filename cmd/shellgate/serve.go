@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/server"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/jsrun"
@@ -18,7 +20,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR]", runServe)
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--config PROVIDERS.yaml]", runServe)
 }
 
 // DefaultAddr is where `shellgate serve` listens without --addr: loopback
@@ -36,6 +38,7 @@ func runServe(ctx context.Context, args []string) error {
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
 	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
+	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}); without it the model gateway has no providers")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -56,6 +59,15 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("--log-format %q: want json or text", *logFormat)
 	}
 	log := slog.New(h)
+	var models gateway.Models
+	if *providersPath != "" {
+		ps, err := upstream.LoadConfig(*providersPath)
+		if err != nil {
+			return err
+		}
+		models = ps
+		log.Info("model providers", "config", *providersPath, "providers", ps.Names(), "models", ps.List())
+	}
 	if *rtName != "" {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
 			return err
@@ -91,7 +103,7 @@ func runServe(ctx context.Context, args []string) error {
 	backend := server.StoreBackend{St: st}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend,
-		EvalRunner: runner, Logger: log, CallWait: *callWait,
+		EvalRunner: runner, Logger: log, CallWait: *callWait, Models: models,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

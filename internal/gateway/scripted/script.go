@@ -48,10 +48,12 @@ package scripted
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,12 +109,34 @@ type Turn struct {
 type ToolCall struct {
 	// ID is the call id; empty: generated in the API's style (call_…,
 	// toolu_…).
-	ID   string `json:"id,omitempty"`
+	ID string `json:"id,omitempty"`
+	// Name is the tool called. "a|b|c" names alternatives: the first the
+	// request offers as a tool is called (else a), so one script can drive
+	// whichever shell tool the gateway exposed.
 	Name string `json:"name"`
 	// Arguments is the arguments JSON. In a script file it may be an
 	// object (written as is) or a string (its text is the arguments, so a
 	// script can send invalid JSON).
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ArgumentsFor overrides Arguments for the alternative chosen, by name.
+	ArgumentsFor map[string]json.RawMessage `json:"arguments_for,omitempty"`
+}
+
+// resolve picks the alternative of the call's name the request offers and
+// its arguments text.
+func (c ToolCall) resolve(tools []string) (name, args string) {
+	alts := strings.Split(c.Name, "|")
+	name = alts[0]
+	for _, a := range alts {
+		if slices.Contains(tools, a) {
+			name = a
+			break
+		}
+	}
+	if a, ok := c.ArgumentsFor[name]; ok {
+		c.Arguments = a
+	}
+	return name, c.ArgumentsText()
 }
 
 // ArgumentsText is the arguments as the model writes them.
@@ -304,4 +328,18 @@ func stdoutOf(content string) string {
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+//go:embed demo-model.yaml
+var demoScript []byte
+
+// Demo is the scripted demo model (demo-model.yaml): a shell call with a
+// pandas command over the uploaded CSV, then an answer with its output
+// that says it is scripted.
+func Demo() *Script {
+	s, err := ParseScript(demoScript)
+	if err != nil {
+		panic("scripted: demo-model.yaml: " + err.Error())
+	}
+	return s
 }

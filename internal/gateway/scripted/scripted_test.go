@@ -121,3 +121,23 @@ func TestBadScript(t *testing.T) {
 		}
 	}
 }
+
+// TestDemo: the demo model calls the shell tool the request offers with a
+// pandas command, then answers with the command's stdout and says it is
+// scripted.
+func TestDemo(t *testing.T) {
+	srv := NewServer(Demo())
+	defer srv.Close()
+	_, body := post(t, srv.URL+"/v1/chat/completions", `{"model":"demo","messages":[{"role":"user","content":"north revenue?"}],"tools":[{"type":"function","function":{"name":"shell","parameters":{"type":"object"}}}]}`)
+	if !strings.Contains(body, `"name":"shell"`) || !strings.Contains(body, `{\"commands\":[\"f=$(ls *.csv`) || !strings.Contains(body, "pandas") {
+		t.Errorf("turn 1: %s", body)
+	}
+	_, body = post(t, srv.URL+"/v1/messages", `{"model":"demo","max_tokens":100,"messages":[{"role":"user","content":"north revenue?"}],"tools":[{"name":"bash_code_execution","input_schema":{"type":"object"}}]}`)
+	if !strings.Contains(body, `"name":"bash_code_execution"`) || !strings.Contains(body, `"input":{"command":"f=$(ls`) {
+		t.Errorf("turn 1 on bash: %s", body)
+	}
+	_, body = post(t, srv.URL+"/v1/responses", `{"model":"demo","input":[{"role":"user","content":"north revenue?"},{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"{\"output\":[{\"stdout\":\"sales.csv: revenue by region\\nnorth    37.5\\n\",\"stderr\":\"\"}]}"}]}`)
+	if !strings.Contains(body, "Scripted demo model") || !strings.Contains(body, `north    37.5`) {
+		t.Errorf("turn 2: %s", body)
+	}
+}

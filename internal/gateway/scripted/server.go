@@ -1,6 +1,7 @@
 package scripted
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -226,7 +227,8 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 	}
 	a.text = fill(t.Text, conv, idx)
 	for _, c := range t.ToolCalls {
-		a.calls = append(a.calls, call{id: c.ID, name: c.Name, args: fill(c.ArgumentsText(), conv, idx)})
+		name, args := c.resolve(conv.Tools)
+		a.calls = append(a.calls, call{id: c.ID, name: name, args: fill(args, conv, idx)})
 	}
 	if !conv.Stream {
 		var v any
@@ -306,8 +308,20 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
+// marshal is json.Marshal without HTML escaping ("2>/dev/null" stays
+// readable in a recorded answer).
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		status, b = 500, []byte(`{"error":{"message":"scripted upstream: encoding failed"}}`)
 	}
@@ -402,7 +416,7 @@ func (s *sse) event(name string, v any) {
 	if b, ok := v.(string); ok {
 		data = []byte(b)
 	} else {
-		data, _ = json.Marshal(v)
+		data, _ = marshal(v)
 	}
 	var err error
 	if name != "" {
