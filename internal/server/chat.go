@@ -1,13 +1,13 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/shellgate/shellgate/internal/gateway"
@@ -197,8 +197,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Princ
 			w.Header().Set(h, v)
 		}
 	}
+	if resp.ContentLength >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
 	w.WriteHeader(resp.StatusCode)
-	flusher, _ := w.(http.Flusher)
+	// A stream is flushed after every read (each event as it arrives); a
+	// JSON answer is copied whole.
+	var flusher http.Flusher
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		flusher, _ = w.(http.Flusher)
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := resp.Body.Read(buf)
@@ -216,12 +224,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Princ
 		if err != nil {
 			// The head is sent: the stream can only end early. A streamed
 			// answer gets an error event the SDKs surface.
-			if ue, ok := gateway.AsUpstreamError(err); ok && bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream")) {
+			if ue, ok := gateway.AsUpstreamError(err); ok && flusher != nil {
 				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": ue.Message, "type": "server_error", "param": nil, "code": ue.Type}})
 				fmt.Fprintf(w, "data: %s\n\n", b)
-				if flusher != nil {
-					flusher.Flush()
-				}
+				flusher.Flush()
 			}
 			return
 		}

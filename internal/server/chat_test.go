@@ -24,6 +24,11 @@ import (
 // chat_completions provider where nothing listens.
 func chatEnv(t *testing.T, script *scripted.Script) (*env, *scripted.Server) {
 	t.Helper()
+	return chatEnvTB(t, script)
+}
+
+func chatEnvTB(t testing.TB, script *scripted.Script) (*env, *scripted.Server) {
+	t.Helper()
 	up := scripted.NewServer(script)
 	t.Cleanup(up.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
