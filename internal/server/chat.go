@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/chat"
 )
 
 // The Chat Completions pass-through (POST /v1/chat/completions, also under
@@ -22,9 +23,11 @@ import (
 // is, with only "model" rewritten to the provider's own name (the
 // "provider/" prefix removed), and copies the provider's status, headers
 // of interest and body back — a stream event by event, flushed as each
-// arrives. It serves models of chat_completions providers; a model of a
-// responses or messages provider is a 400 that names the API to use
-// instead. A request whose tools include a Shellgate server tool (shell,
+// arrives. That is for models of chat_completions providers; a model of a
+// responses or messages provider is translated instead (package
+// internal/gateway/chat: the body read into the gateway's conversation
+// model, sent through the provider's adapter, the turn written back as a
+// chat.completion or its chunk stream). A request whose tools include a Shellgate server tool (shell,
 // bash, code execution) is a 400 naming the Responses and Messages APIs,
 // which run them; Chat Completions has no server tools.
 
@@ -167,8 +170,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Princ
 	}
 	fwd, ok := m.Upstream.(chatForwarder)
 	if m.API != gateway.APIChat || !ok {
-		openAIError(w, http.StatusBadRequest, "model", "", "model %q is served by provider %q over the %s API; Chat Completions is a pass-through to chat_completions providers only. "+
-			"Use the Responses API (POST /v1/responses) or the Messages API (POST /v1/messages), which translate to any provider.", model, m.Provider, m.API)
+		// Another API upstream: translated through its adapter.
+		chat.Serve(r.Context(), w, raw, model, m)
 		return
 	}
 	name, _ := json.Marshal(m.Name)

@@ -40,6 +40,7 @@ func chatEnvTB(t testing.TB, script *scripted.Script) (*env, *scripted.Server) {
 	models := upstream.NewProviders(
 		upstream.Provider{Name: "local", API: gateway.APIChat, Endpoint: upstream.Endpoint{BaseURL: up.URL + "/v1", APIKey: "sk-upstream", Timeout: 5 * time.Second}, Models: []string{"m1", "qwen3"}},
 		upstream.Provider{Name: "claude", API: gateway.APIMessages, Endpoint: upstream.Endpoint{BaseURL: up.URL}, Models: []string{"sonnet"}},
+		upstream.Provider{Name: "oai", API: gateway.APIResponses, Endpoint: upstream.Endpoint{BaseURL: up.URL + "/v1"}},
 		upstream.Provider{Name: "down", API: gateway.APIChat, Endpoint: upstream.Endpoint{BaseURL: down}},
 	)
 	e := newEnv(t, "crun", "busybox", func(c *Config) { c.Models = models })
@@ -54,6 +55,10 @@ func openaiClient(e *env, base string) openai.Client {
 // client, unchanged, against the real server and the scripted upstream.
 func TestChatPassThrough(t *testing.T) {
 	e, up := chatEnv(t, &scripted.Script{Models: map[string][]scripted.Turn{
+		"sonnet": {{Text: "unused"}, {Text: "Paris: 18C, sunny. Anything else?", Usage: scripted.Usage{InputTokens: 70, OutputTokens: 9},
+			ToolCalls: []scripted.ToolCall{{ID: "call_l", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Lyon"}`)}}}},
+		"gpt": {{Text: "unused"}, {Text: "Paris: 18C, sunny. Anything else?", Usage: scripted.Usage{InputTokens: 70, OutputTokens: 9},
+			ToolCalls: []scripted.ToolCall{{ID: "call_l", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Lyon"}`)}}}},
 		"m1": {{Text: "Hello from the scripted model, streamed in pieces.", Usage: scripted.Usage{InputTokens: 12, OutputTokens: 9, CacheReadTokens: 4}}},
 		"qwen3": {{Text: "Checking.", ToolCalls: []scripted.ToolCall{
 			{ID: "call_w", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris"}`)}}}},
@@ -138,10 +143,9 @@ func TestChatPassThrough(t *testing.T) {
 		want   []string
 	}{
 		{"04 upstream 429", openai.ChatCompletionNewParams{Model: "local/limited"}, 429, []string{"Rate limit reached for requests"}},
-		{"05 unknown provider", openai.ChatCompletionNewParams{Model: "nope/m"}, 404, []string{`no provider "nope"`, "claude, down, local"}},
+		{"05 unknown provider", openai.ChatCompletionNewParams{Model: "nope/m"}, 404, []string{`no provider "nope"`, "claude, down, local, oai"}},
 		{"06 no provider prefix", openai.ChatCompletionNewParams{Model: "gpt-5"}, 400, []string{"provider/model"}},
 		{"07 shell server tool", openai.ChatCompletionNewParams{Model: "local/m1", Tools: []openai.ChatCompletionToolUnionParam{shellTool}}, 400, []string{"Responses API", "Messages API"}},
-		{"08 messages provider", openai.ChatCompletionNewParams{Model: "claude/sonnet"}, 400, []string{"Responses API", "Messages API", "messages"}},
 		{"09 connection refused", openai.ChatCompletionNewParams{Model: "down/m"}, 502, []string{"connection"}},
 	}
 	for _, c := range cases {
@@ -178,7 +182,10 @@ func TestChatPassThrough(t *testing.T) {
 		}
 	})
 	t.Run("11 hostile bodies", func(t *testing.T) {
-		for _, b := range []string{``, `[]`, `{"model":`, `{"model":5,"messages":[]}`, `{"model":"local/m1","tools":"x"}`, `null`} {
+		for _, b := range []string{``, `[]`, `{"model":`, `{"model":5,"messages":[]}`, `{"model":"local/m1","tools":"x"}`, `null`,
+			`{"model":"claude/sonnet","messages":"x"}`, `{"model":"claude/sonnet","messages":[]}`,
+			`{"model":"claude/sonnet","messages":[{"role":"wizard","content":"x"}]}`, `{"model":"oai/gpt","messages":[{"role":"user","content":"x"}],"n":3}`,
+			`{"model":"oai/gpt","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, `{"model":"oai/gpt","messages":[{"role":"user","content":"x"}],"stop":5}`} {
 			st, body := e.do("POST", "/v1/chat/completions", e.keyA, b)
 			var env struct {
 				Error struct{ Message, Type string } `json:"error"`
@@ -199,6 +206,51 @@ func TestChatPassThrough(t *testing.T) {
 		st, body = e.do("POST", "/v1/chat/completions", e.keyA, `{"model":"local/m1","messages":[{"role":"tool","tool_call_id":"x","content":"1"}]}`)
 		if st != 400 || !strings.Contains(string(body), "preceeding message with 'tool_calls'") {
 			t.Errorf("upstream 400: %d %s", st, body)
+		}
+	})
+	t.Run("13 other APIs translated", func(t *testing.T) {
+		conv := []openai.ChatCompletionMessageParamUnion{
+			openai.SystemMessage("Be brief."),
+			openai.UserMessage("Weather in Paris?"),
+			{OfAssistant: &openai.ChatCompletionAssistantMessageParam{ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{
+				{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{ID: "call_p", Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "get_weather", Arguments: `{"city":"Paris"}`}}}}}},
+			openai.ToolMessage("18C, sunny", "call_p"),
+		}
+		weather := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather", Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}})
+		for _, model := range []string{"claude/sonnet", "oai/gpt"} {
+			p := openai.ChatCompletionNewParams{Model: model, Messages: conv, Tools: []openai.ChatCompletionToolUnionParam{weather}, MaxCompletionTokens: openai.Int(200)}
+			cc, err := client.Chat.Completions.New(ctx, p)
+			if err != nil {
+				t.Fatalf("%s: %v", model, err)
+			}
+			msg := cc.Choices[0].Message
+			if msg.Content != "Paris: 18C, sunny. Anything else?" || len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Arguments != `{"city":"Lyon"}` ||
+				cc.Choices[0].FinishReason != "tool_calls" || cc.Model != model || cc.Usage.PromptTokens != 70 {
+				t.Errorf("%s: %s", model, cc.RawJSON())
+			}
+			rec := up.Last()
+			if rec.Status != 200 || rec.Turn != 1 {
+				t.Errorf("%s: upstream %s answered %d turn %d to %s", model, rec.API, rec.Status, rec.Turn, rec.Raw)
+			}
+			p.StreamOptions.IncludeUsage = openai.Bool(true)
+			s := client.Chat.Completions.NewStreaming(ctx, p)
+			acc := openai.ChatCompletionAccumulator{}
+			for s.Next() {
+				acc.AddChunk(s.Current())
+			}
+			if err := s.Err(); err != nil {
+				t.Fatalf("%s stream: %v", model, err)
+			}
+			if m := acc.Choices[0].Message; m.Content != msg.Content || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"city":"Lyon"}` ||
+				m.ToolCalls[0].ID != msg.ToolCalls[0].ID || acc.Choices[0].FinishReason != "tool_calls" || acc.Usage.PromptTokens != 70 {
+				t.Errorf("%s stream: %+v", model, acc.ChatCompletion)
+			}
+		}
+		// The upstream's errors keep their status.
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "claude/limited", Messages: conv[:2]})
+		var oe *openai.Error
+		if !errors.As(err, &oe) || oe.StatusCode != 429 {
+			t.Errorf("translated 429: %v", err)
 		}
 	})
 	t.Run("12 client disconnect cancels the upstream", func(t *testing.T) {
