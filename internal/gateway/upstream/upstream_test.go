@@ -548,3 +548,29 @@ func TestCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestToolResultImages: images in a tool result reach each API where it
+// carries them (Chat: a user message after the tool messages).
+func TestToolResultImages(t *testing.T) {
+	srv := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{{Text: "ok"}}, Repeat: true})
+	defer srv.Close()
+	want := map[string][]any{
+		gateway.APIChat:      {"messages", 3, "content", 1, "image_url", "url"},
+		gateway.APIResponses: {"input", 2, "output", 1, "image_url"},
+		gateway.APIMessages:  {"messages", 2, "content", 0, "content", 1, "source", "data"},
+	}
+	for _, api := range apis {
+		req := &gateway.Request{Model: "m", Messages: []gateway.Message{userText("plot it"),
+			{Role: gateway.RoleAssistant, Parts: []gateway.Part{{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: "c1", Name: "shell", Arguments: `{}`}}}},
+			{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: "c1", Content: "plotted",
+				Images: []gateway.Image{{MediaType: "image/png", Data: "iVBORw0KGgo="}}}}}},
+		}, Tools: []gateway.Tool{{Name: "shell"}}}
+		if _, err := adapter(api, srv.URL, 0).Turn(context.Background(), req, nil); err != nil {
+			t.Fatalf("%s: %v", api, err)
+		}
+		got := get(srv.Last().Body, want[api]...)
+		if s, _ := got.(string); !strings.Contains(s, "iVBORw0KGgo=") {
+			t.Errorf("%s: %v = %v in %s", api, want[api], got, srv.Last().Raw)
+		}
+	}
+}
