@@ -240,7 +240,6 @@ func chatStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*
 	t := &gateway.Turn{}
 	text := -1               // index in t.Parts of the open text part
 	calls := map[int64]int{} // Chat's tool_call index → index in t.Parts
-	var texts []*strings.Builder
 	textOf := map[int]*strings.Builder{}
 	argsOf := map[int]*strings.Builder{}
 	finish, refusal, done := "", false, false
@@ -281,15 +280,19 @@ func chatStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*
 			if text < 0 {
 				text = len(t.Parts)
 				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
-				b := &strings.Builder{}
-				texts = append(texts, b)
-				textOf[text] = b
+				textOf[text] = &strings.Builder{}
 			}
 			textOf[text].WriteString(piece)
 			onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: text, Text: piece})
 		}
 		for _, tc := range d.ToolCalls {
 			i, ok := calls[tc.Index]
+			if ok && tc.ID != "" && t.Parts[i].Call.ID != "" && tc.ID != t.Parts[i].Call.ID {
+				// A server that sends whole calls without distinct indexes
+				// (older Ollama): a new id is a new call.
+				ok = false
+				tc.Index = -int64(len(t.Parts)) - 1
+			}
 			if !ok {
 				text = -1
 				i = len(t.Parts)

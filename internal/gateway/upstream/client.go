@@ -57,12 +57,13 @@ type Endpoint struct {
 	Header http.Header
 	// Timeout bounds a call (see the package comment); 0: DefaultTimeout.
 	Timeout time.Duration
-	// Client is the HTTP client; nil: one with DefaultDialTimeout and no
-	// proxy from the environment.
+	// Client is the HTTP client; nil: a shared one with DefaultDialTimeout
+	// that honours HTTPS_PROXY/NO_PROXY.
 	Client *http.Client
 }
 
 var defaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:               http.ProxyFromEnvironment,
 	DialContext:         (&net.Dialer{Timeout: DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 	TLSHandshakeTimeout: DefaultDialTimeout,
 	MaxIdleConnsPerHost: 64,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -573,4 +574,63 @@ func TestToolResultImages(t *testing.T) {
 			t.Errorf("%s: %v = %v in %s", api, want[api], got, srv.Last().Raw)
 		}
 	}
+}
+
+// TestChatStreamWholeCalls: a Chat server that streams whole tool calls,
+// all at index 0 (older Ollama), still yields one part per call.
+func TestChatStreamWholeCalls(t *testing.T) {
+	srv := httptestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{
+			`{"id":"x","model":"llama","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}}]}`,
+			`{"id":"x","model":"llama","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"g","arguments":"{}"}}]}}]}`,
+			`{"id":"x","model":"llama","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+			`[DONE]`,
+		} {
+			w.Write([]byte("data: " + c + "\n\n"))
+		}
+	})
+	turn, err := collect(t, adapter(gateway.APIChat, srv, 0), &gateway.Request{Model: "llama", Messages: []gateway.Message{userText("hi")}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []gateway.Part{
+		{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: "call_a", Name: "f", Arguments: `{"a":1}`}},
+		{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: "call_b", Name: "g", Arguments: `{}`}},
+	}
+	if !reflect.DeepEqual(turn.Parts, want) || turn.Stop != gateway.StopToolUse {
+		t.Errorf("%s %s", dump(turn.Parts), turn.Stop)
+	}
+}
+
+// TestTruncatedStreams: a stream that ends before its last event is a 502,
+// not a partial turn.
+func TestTruncatedStreams(t *testing.T) {
+	bodies := map[string]string{
+		gateway.APIChat:      "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+		gateway.APIResponses: "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+		gateway.APIMessages:  "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":1}}}\n\n",
+	}
+	for _, api := range apis {
+		srv := httptestServer(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write([]byte(bodies[api]))
+		})
+		_, err := collect(t, adapter(api, srv, 0), &gateway.Request{Model: "m", Messages: []gateway.Message{userText("hi")}}, true)
+		if ue, ok := gateway.AsUpstreamError(err); !ok || ue.Status != http.StatusBadGateway {
+			t.Errorf("%s: %v, want a 502", api, err)
+		}
+		// and garbage instead of JSON
+		srv = httptestServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("<html>oops</html>")) })
+		_, err = collect(t, adapter(api, srv, 0), &gateway.Request{Model: "m", Messages: []gateway.Message{userText("hi")}}, false)
+		if ue, ok := gateway.AsUpstreamError(err); !ok || ue.Status != http.StatusBadGateway {
+			t.Errorf("%s garbage: %v, want a 502", api, err)
+		}
+	}
+}
+
+func httptestServer(t *testing.T, h http.HandlerFunc) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
