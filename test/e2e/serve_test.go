@@ -42,9 +42,9 @@ func serveBinary(t *testing.T) (bin, data string, env []string) {
 	return bin, data, append(os.Environ(), "SHELLGATE_AGENT="+agent)
 }
 
-// startServe starts `shellgate serve` on a free loopback port and waits
-// for /healthz. exited reports the process's end.
-func startServe(t *testing.T, bin, data string, env []string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
+// startServe starts `shellgate serve` (with extra flags) on a free
+// loopback port and waits for /healthz. exited reports the process's end.
+func startServe(t *testing.T, bin, data string, env []string, extra ...string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +53,7 @@ func startServe(t *testing.T, bin, data string, env []string) (base string, srv 
 	addr := ln.Addr().String()
 	ln.Close()
 
-	srv = exec.Command(bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0")
+	srv = exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0"}, extra...)...)
 	srv.Env = env
 	logs = &bytes.Buffer{}
 	srv.Stderr = logs
