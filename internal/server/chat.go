@@ -54,26 +54,10 @@ func isServerTool(typ string) bool {
 
 // openAIError writes an error in OpenAI's envelope.
 func openAIError(w http.ResponseWriter, status int, param, code, format string, a ...any) {
-	typ := "invalid_request_error"
-	switch {
-	case status == http.StatusUnauthorized:
-		typ = "authentication_error"
-	case status == http.StatusTooManyRequests:
-		typ = "rate_limit_error"
-	case status >= 500:
-		typ = "server_error"
-	}
-	var p, c any
-	if param != "" {
-		p = param
-	}
-	if code != "" {
-		c = code
-	}
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
 	}
-	writeJSON(w, status, map[string]any{"error": map[string]any{"message": fmt.Sprintf(format, a...), "type": typ, "param": p, "code": c}})
+	chat.WriteError(w, status, param, code, fmt.Sprintf(format, a...))
 }
 
 // openAIRoute registers an OpenAI-shaped route: body cap, key check, and

@@ -172,6 +172,13 @@ type Error struct {
 	Type    string `json:"type,omitempty"`
 	Message string `json:"message,omitempty"`
 	Body    string `json:"body,omitempty"`
+	// MidStream, on a streamed request, starts the stream (status 200 and
+	// the API's opening events) and then sends the error as that API
+	// does mid-stream: Chat a data: {"error":{...}} chunk, Responses an
+	// "error" event, Messages an "error" event. Status is then only the
+	// error's type where the API has none (Messages). Non-streamed
+	// requests get the plain error answer.
+	MidStream bool `json:"mid_stream,omitempty"`
 }
 
 // Duration is a time.Duration written "2s" (or a number of nanoseconds).

@@ -212,6 +212,14 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		rec.markGone()
 		return 0
 	}
+	if t.Error != nil && t.Error.MidStream && conv.Stream {
+		s := newSSE(w, ctx, time.Duration(t.ChunkDelay), false)
+		streamError(s, api, conv.Model, t.Error)
+		if s.gone {
+			rec.markGone()
+		}
+		return 200
+	}
 	if t.Error != nil {
 		if t.Error.Body != "" {
 			w.Header().Set("Content-Type", "application/json")
@@ -274,6 +282,35 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// streamError opens a stream as api does and sends e as its error event.
+func streamError(s *sse, api, model string, e *Error) {
+	typ := e.Type
+	switch api {
+	case APIChat:
+		s.event("", map[string]any{"id": newID("chatcmpl-"), "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "finish_reason": nil}}})
+		if typ == "" {
+			typ = "server_error"
+		}
+		s.event("", map[string]any{"error": map[string]any{"message": e.Message, "type": typ, "param": nil, "code": e.Status}})
+	case APIResponses:
+		a := &answer{turn: &Turn{}, model: model}
+		id, created := newID("resp_"), time.Now().Unix()
+		s.event("response.created", map[string]any{"type": "response.created", "sequence_number": 0, "response": responseWith(a, id, created, nil, "in_progress")})
+		if typ == "" {
+			typ = "server_error"
+		}
+		s.event("error", map[string]any{"type": "error", "sequence_number": 1, "code": typ, "message": e.Message, "param": nil})
+	case APIMessages:
+		s.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant",
+			"model": model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil, "usage": messagesUsage(Usage{})}})
+		if typ == "" {
+			typ = anthropicErrorType(e.Status)
+		}
+		s.event("error", map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": e.Message}})
 	}
 }
 

@@ -424,6 +424,7 @@ func TestUpstreamErrors(t *testing.T) {
 		"limited":    {{Error: &scripted.Error{Status: 429, Type: "rate_limit_error", Message: "slow down, please"}}},
 		"overloaded": {{Error: &scripted.Error{Status: 529, Message: "Overloaded"}}},
 		"plain":      {{Error: &scripted.Error{Status: 503, Body: "upstream connect error"}}},
+		"midstream":  {{Error: &scripted.Error{Status: 529, Type: "overloaded_error", Message: "Overloaded mid-stream", MidStream: true}}},
 	}})
 	defer srv.Close()
 	cases := []struct {
@@ -436,6 +437,7 @@ func TestUpstreamErrors(t *testing.T) {
 		{"overloaded", 529, "", "Overloaded"},
 		{"plain", 503, "", "upstream connect error"},
 		{"unknown-model", 404, "", "unknown-model"},
+		{"midstream", 529, "overloaded_error", "Overloaded mid-stream"},
 	}
 	for _, api := range apis {
 		for _, stream := range []bool{false, true} {
@@ -447,7 +449,11 @@ func TestUpstreamErrors(t *testing.T) {
 					t.Errorf("%s %s stream=%v: %v, want an UpstreamError", api, c.model, stream, err)
 					continue
 				}
-				if ue.Status != c.status || (c.typ != "" && ue.Type != c.typ) || !strings.Contains(ue.Message, c.msg) {
+				status := c.status
+				if c.model == "midstream" && stream && api == gateway.APIResponses {
+					status = http.StatusBadGateway // a Responses error event carries no status
+				}
+				if ue.Status != status || (c.typ != "" && ue.Type != c.typ) || !strings.Contains(ue.Message, c.msg) {
 					t.Errorf("%s %s stream=%v: %+v", api, c.model, stream, ue)
 				}
 			}
