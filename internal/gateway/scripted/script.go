@@ -27,9 +27,22 @@
 //	models:
 //	  broken-model:
 //	    - error: {status: 429, type: rate_limit_error, message: "slow down"}
+//	    - error: {status: 529, message: "Overloaded", mid_stream: true}   # streams, then an error event
 //	  slow-model:
-//	    - {text: "late", delay: 2s}
-//	    - {hang: true}
+//	    - {text: "late", delay: 2s, chunk_delay: 50ms}
+//	    - {hang: true}              # answers nothing until the client goes away
+//	    - {text: "a b c", hang_stream: true}   # first event, then stalls
+//	  any-shell:
+//	    - tool_calls:
+//	        - name: shell|bash_code_execution   # the first the request offers
+//	          arguments: {commands: [ls]}
+//	          arguments_for: {bash_code_execution: {command: ls}}
+//	        - {name: broken, arguments: "{not json"}   # a string is sent as written
+//
+// Each turn may also set stop (end, max_tokens, tool_use, stop_sequence,
+// refusal, pause), stop_sequence, usage (input_tokens, output_tokens,
+// cache_read_tokens, cache_write_tokens, reasoning_tokens) and model (the
+// name the answer claims); see Turn.
 //
 // Which turn answers a request: by default the number of assistant turns
 // already in the request's conversation (a fresh conversation gets turn 0,
