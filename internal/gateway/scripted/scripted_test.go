@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func post(t *testing.T, url, body string) (int, string) {
@@ -139,5 +140,43 @@ func TestDemo(t *testing.T) {
 	_, body = post(t, srv.URL+"/v1/responses", `{"model":"demo","input":[{"role":"user","content":"north revenue?"},{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"{\"output\":[{\"stdout\":\"sales.csv: revenue by region\\nnorth    37.5\\n\",\"stderr\":\"\"}]}"}]}`)
 	if !strings.Contains(body, "Scripted demo model") || !strings.Contains(body, `north    37.5`) {
 		t.Errorf("turn 2: %s", body)
+	}
+}
+
+// TestDocExample: the script in the package documentation parses.
+func TestDocExample(t *testing.T) {
+	s, err := ParseScript([]byte(`
+turns:
+  - tool_calls:
+      - name: shell
+        arguments: {commands: ["python3 -c 'print(1+1)'"]}
+    usage: {input_tokens: 120, output_tokens: 20}
+  - text: "The answer is {{last_tool_stdout}}"
+models:
+  broken-model:
+    - error: {status: 429, type: rate_limit_error, message: "slow down"}
+    - error: {status: 529, message: "Overloaded", mid_stream: true}   # streams, then an error event
+  slow-model:
+    - {text: "late", delay: 2s, chunk_delay: 50ms}
+    - {hang: true}              # answers nothing until the client goes away
+    - {text: "a b c", hang_stream: true}   # first event, then stalls
+  any-shell:
+    - tool_calls:
+        - name: shell|bash_code_execution   # the first the request offers
+          arguments: {commands: [ls]}
+          arguments_for: {bash_code_execution: {command: ls}}
+        - {name: broken, arguments: "{not json"}   # a string is sent as written
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Models["any-shell"][0].ToolCalls[1].ArgumentsText(); got != "{not json" {
+		t.Errorf("string arguments %q", got)
+	}
+	if n, a := s.Models["any-shell"][0].ToolCalls[0].resolve([]string{"bash_code_execution"}); n != "bash_code_execution" || a != `{"command":"ls"}` {
+		t.Errorf("alternative %s %s", n, a)
+	}
+	if time.Duration(s.Models["slow-model"][0].Delay) != 2*time.Second {
+		t.Errorf("delay %v", s.Models["slow-model"][0].Delay)
 	}
 }
