@@ -232,3 +232,16 @@ func (ps *Providers) Endpoint(name string) (Endpoint, string, bool) {
 	}
 	return p.endpoint, p.api, true
 }
+
+// EveryAPI returns providers named after the three API flavours —
+// "chat_completions", "responses" and "messages" — all at one server that
+// speaks them all (the scripted upstream, internal/gateway/scripted), so a
+// test can run one request on each flavour: model "messages/m1" is m1
+// over the Messages API. base is the server's root URL (no /v1).
+func EveryAPI(base string, timeout time.Duration) *Providers {
+	var ps []Provider
+	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages} {
+		ps = append(ps, Provider{Name: api, API: api, Endpoint: Endpoint{BaseURL: strings.TrimRight(base, "/") + "/v1", APIKey: "sk-scripted", Timeout: timeout}})
+	}
+	return NewProviders(ps...)
+}

@@ -640,3 +640,20 @@ func httptestServer(t *testing.T, h http.HandlerFunc) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// TestEveryAPI: one script, one request, the three flavours.
+func TestEveryAPI(t *testing.T) {
+	srv := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{{Text: "5050"}}})
+	defer srv.Close()
+	ps := EveryAPI(srv.URL, 0)
+	for _, api := range apis {
+		m, err := ps.Resolve(api + "/sum-model")
+		if err != nil {
+			t.Fatal(err)
+		}
+		turn, err := m.Upstream.Turn(context.Background(), &gateway.Request{Model: m.Name, Messages: []gateway.Message{userText("sum 1..100")}}, nil)
+		if err != nil || turn.Parts[0].Text != "5050" || srv.Last().API != api || srv.Last().Model != "sum-model" {
+			t.Errorf("%s: %v %+v", api, err, srv.Last())
+		}
+	}
+}
