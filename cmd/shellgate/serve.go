@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/server"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
@@ -20,7 +22,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR]", runServe)
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--config PROVIDERS.yaml]", runServe)
 }
 
 // DefaultAddr is where `shellgate serve` listens without --addr: loopback
@@ -48,6 +50,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
 	maxProcs := fs.Int64("max-processes", 0, "the most processes a container may ask for (0: the default, 512)")
 	maxDiskMB := fs.Int64("max-disk-mb", 0, "the largest /workspace/home in MiB a container may ask for (0: the default, 5120)")
+	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}); without it the model gateway has no providers")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -78,6 +81,15 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("--log-format %q: want json or text", *logFormat)
 	}
 	log := slog.New(h)
+	var models gateway.Models
+	if *providersPath != "" {
+		ps, err := upstream.LoadConfig(*providersPath)
+		if err != nil {
+			return err
+		}
+		models = ps
+		log.Info("model providers", "config", *providersPath, "providers", ps.Names(), "models", ps.List())
+	}
 	if *rtName != "" {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
 			return err
@@ -124,6 +136,7 @@ func runServe(ctx context.Context, args []string) error {
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20,
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
+		Models: models,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

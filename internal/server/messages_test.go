@@ -73,13 +73,6 @@ func types(bs []map[string]any) []string {
 	return out
 }
 
-func get(v any, path ...string) any {
-	for _, p := range path {
-		m, _ := v.(map[string]any)
-		v = m[p]
-	}
-	return v
-}
 
 func TestMessagesText(t *testing.T) {
 	e := newMsgEnv(t)

@@ -76,7 +76,6 @@ func lastResult(req *gateway.Request) (gateway.ToolResult, bool) {
 	return gateway.ToolResult{}, false
 }
 
-
 // checkRequired fails for every field openai-go marks api:"required" that
 // the JSON left out, in v and in the present struct fields under it.
 func checkRequired(t *testing.T, where string, v any) {

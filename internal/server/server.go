@@ -28,8 +28,11 @@
 // Every route that takes a key counts against the workspace's rate and
 // concurrency limits (ratelimit.go); Sweep (sweep.go) expires containers
 // past their retention.
+//
 //	POST   /v1/responses, /api/v1/responses OpenAI Responses API (internal/gateway/responses)
 //	POST   /v1/messages, /api/v1/messages   the Anthropic Messages API of the gateway (internal/gateway/messages)
+//	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
+//	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
 package server
 
 import (
@@ -223,6 +226,10 @@ func New(cfg Config) (*Server, error) {
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	s.mountResponses()
 	s.mountMessages()
+	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.chatCompletions)
+	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.chatCompletions)
+	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)
+	s.openAIRoute("GET /api/v1/models", maxEmptyBody, s.listModels)
 	// Anything else under /api/v1 answers in the API's envelope, not the
 	// mux's plain text.
 	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))

@@ -42,8 +42,8 @@ func serveBinary(t *testing.T) (bin, data string, env []string) {
 	return bin, data, append(os.Environ(), "SHELLGATE_AGENT="+agent)
 }
 
-// startServe starts `shellgate serve` on a free loopback port and waits
-// for /healthz. exited reports the process's end.
+// startServe starts `shellgate serve` (with extra flags) on a free
+// loopback port and waits for /healthz. exited reports the process's end.
 func startServe(t *testing.T, bin, data string, env []string, extra ...string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

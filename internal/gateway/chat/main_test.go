@@ -1,0 +1,15 @@
+package chat
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/testenv"
+)
+
+// TestMain fails the package if a test leaves goroutines behind (a call,
+// a stream or a connection never let go of).
+func TestMain(m *testing.M) {
+	testenv.RunCheckingLeaks(m, 10*time.Second, http.DefaultClient.CloseIdleConnections)
+}

@@ -1,0 +1,369 @@
+// Package upstream holds Shellgate's upstream model adapters — one
+// gateway.Upstream per API flavour: OpenAI-compatible Chat Completions
+// (OpenAI, vLLM, Ollama, llama.cpp's server, OpenRouter), OpenAI Responses
+// and Anthropic Messages — and the provider config that maps a model name
+// "provider/model" to one of them (LoadConfig, Providers).
+//
+// Requests are built with the official SDKs' parameter types
+// (openai.ChatCompletionNewParams, responses.ResponseNewParams,
+// anthropic.MessageNewParams) and answers decoded into their response and
+// stream-event types; the HTTP exchange itself is this package's (one
+// attempt, no retries), so that errors, timeouts and cancellation follow
+// gateway.Upstream's contract exactly:
+//
+//   - an upstream error answer → *gateway.UpstreamError with the upstream's
+//     status, error type and message;
+//   - a connection failure → 502; the provider's timeout → 504 (for a
+//     non-streamed call the whole call, for a streamed one the response
+//     head and then every gap between two events);
+//   - ctx ending → ctx's error, promptly, the upstream request cancelled.
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// Defaults of a provider's HTTP bounds.
+const (
+	DefaultTimeout     = 120 * time.Second
+	DefaultDialTimeout = 10 * time.Second
+	// maxAnswer caps a non-streamed answer or one SSE event (an upstream is
+	// trusted less than ourselves: a runaway answer must not exhaust memory).
+	maxAnswer = 32 << 20
+	// maxErrorBody is how much of an error answer is read.
+	maxErrorBody = 64 << 10
+)
+
+// Endpoint is how an adapter reaches its upstream.
+type Endpoint struct {
+	// BaseURL is the API root the paths are appended to
+	// ("https://api.openai.com/v1", "http://127.0.0.1:11434/v1",
+	// "https://api.anthropic.com" or ".../v1" for Messages).
+	BaseURL string
+	APIKey  string
+	// Header is sent with every request (e.g. OpenRouter's HTTP-Referer).
+	Header http.Header
+	// Timeout bounds a call (see the package comment); 0: DefaultTimeout.
+	Timeout time.Duration
+	// Client is the HTTP client; nil: a shared one with DefaultDialTimeout
+	// that honours HTTPS_PROXY/NO_PROXY.
+	Client *http.Client
+}
+
+var defaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:               http.ProxyFromEnvironment,
+	DialContext:         (&net.Dialer{Timeout: DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+	TLSHandshakeTimeout: DefaultDialTimeout,
+	MaxIdleConnsPerHost: 64,
+	IdleConnTimeout:     90 * time.Second,
+	ForceAttemptHTTP2:   true,
+}}
+
+func (e *Endpoint) client() *http.Client {
+	if e.Client != nil {
+		return e.Client
+	}
+	return defaultClient
+}
+
+func (e *Endpoint) timeout() time.Duration {
+	if e.Timeout > 0 {
+		return e.Timeout
+	}
+	return DefaultTimeout
+}
+
+// url joins the base URL and path, not doubling a "/v1" the base already
+// ends with.
+func (e *Endpoint) url(path string) string {
+	base := strings.TrimRight(e.BaseURL, "/")
+	if strings.HasSuffix(base, "/v1") && strings.HasPrefix(path, "/v1/") {
+		path = strings.TrimPrefix(path, "/v1")
+	}
+	return base + path
+}
+
+// errTimeout is the cause of a call ended by the provider's own timeout.
+var errTimeout = errors.New("upstream timeout")
+
+// call is one HTTP exchange with the upstream, bounded by the provider's
+// timeout: the timer runs until the answer is read (non-streamed) or is
+// reset by every event (streamed, via touch).
+type call struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	limit  time.Duration
+	resp   *http.Response
+	body   io.Closer // resp's own body, when resp.Body was replaced (Forward)
+}
+
+// post sends body to path and returns the exchange with a 2xx answer, or
+// the error the adapter returns (an *UpstreamError or ctx's error).
+func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.Header) (*call, error) {
+	c := &call{limit: e.timeout()}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	c.timer = time.AfterFunc(c.limit, func() { c.cancel(errTimeout) })
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, e.url(path), bytes.NewReader(body))
+	if err != nil {
+		c.close()
+		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: "bad upstream URL: " + err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range e.Header {
+		req.Header[k] = v
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := e.client().Do(req)
+	if err != nil {
+		err = c.fail(ctx, err)
+		c.close()
+		return nil, err
+	}
+	c.resp = resp
+	if resp.StatusCode/100 != 2 {
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		if rerr != nil && len(b) == 0 {
+			err := c.fail(ctx, rerr)
+			c.close()
+			return nil, err
+		}
+		c.close()
+		return nil, errorFromBody(resp.StatusCode, b)
+	}
+	return c, nil
+}
+
+// touch restarts the timeout (a streamed event arrived).
+func (c *call) touch() { c.timer.Reset(c.limit) }
+
+// close ends the exchange: the timer stopped, the body closed, the
+// request's context released.
+func (c *call) close() {
+	c.timer.Stop()
+	switch {
+	case c.body != nil:
+		c.body.Close()
+	case c.resp != nil:
+		c.resp.Body.Close()
+	}
+	c.cancel(context.Canceled)
+}
+
+// fail maps an error of the exchange to the adapter's error: the caller's
+// ctx error when it ended, 504 when the provider's timeout fired or the
+// network timed out, else 502.
+func (c *call) fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(context.Cause(c.ctx), errTimeout) {
+		return &gateway.UpstreamError{Status: http.StatusGatewayTimeout, Type: "timeout",
+			Message: fmt.Sprintf("the upstream did not answer within %s", c.limit)}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &gateway.UpstreamError{Status: http.StatusGatewayTimeout, Type: "timeout", Message: "upstream timed out: " + err.Error()}
+	}
+	return &gateway.UpstreamError{Status: http.StatusBadGateway, Type: "connection_error", Message: "upstream connection failed: " + err.Error()}
+}
+
+// readAll reads a non-streamed answer, capped.
+func (c *call) readAll(ctx context.Context) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(c.resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, c.fail(ctx, err)
+	}
+	if len(b) > maxAnswer {
+		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream answer larger than %d bytes", maxAnswer)}
+	}
+	return b, nil
+}
+
+// errorFromBody is an upstream error answer as an *UpstreamError: the
+// message and type from OpenAI's {"error":{"message","type"}} or
+// Anthropic's {"type":"error","error":{"type","message"}} envelope, else
+// the body's text.
+func errorFromBody(status int, body []byte) *gateway.UpstreamError {
+	ue := &gateway.UpstreamError{Status: status}
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	var detail struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(body, &env) == nil && len(env.Error) > 0 {
+		if json.Unmarshal(env.Error, &detail) == nil {
+			ue.Message, ue.Type = detail.Message, detail.Type
+			if ue.Type == "" {
+				var code string
+				if json.Unmarshal(detail.Code, &code) == nil {
+					ue.Type = code
+				}
+			}
+		} else {
+			var s string
+			if json.Unmarshal(env.Error, &s) == nil {
+				ue.Message = s
+			}
+		}
+	}
+	if ue.Message == "" {
+		ue.Message = strings.TrimSpace(string(body))
+		if len(ue.Message) > 1000 {
+			ue.Message = ue.Message[:1000] + "…"
+		}
+		if ue.Message == "" {
+			ue.Message = http.StatusText(status)
+		}
+	}
+	return ue
+}
+
+// sseEvent is one Server-Sent Event.
+type sseEvent struct {
+	name string
+	data []byte
+}
+
+// sseReader reads events from a streamed answer, restarting the call's
+// timeout on each.
+type sseReader struct {
+	c  *call
+	br *bufio.Reader
+}
+
+func newSSEReader(c *call) *sseReader {
+	return &sseReader{c: c, br: bufio.NewReaderSize(c.resp.Body, 64<<10)}
+}
+
+// next returns the next event, io.EOF at the end of the stream, or the
+// adapter's error.
+func (r *sseReader) next(ctx context.Context) (sseEvent, error) {
+	var ev sseEvent
+	var data bytes.Buffer
+	hasData := false
+	for {
+		line, err := r.readLine()
+		if err != nil {
+			if err == io.EOF && hasData {
+				ev.data = data.Bytes()
+				return ev, nil
+			}
+			if err == io.EOF {
+				return ev, io.EOF
+			}
+			if ue, ok := gateway.AsUpstreamError(err); ok {
+				return ev, ue
+			}
+			return ev, r.c.fail(ctx, err)
+		}
+		if len(line) == 0 {
+			if hasData {
+				r.c.touch()
+				ev.data = data.Bytes()
+				return ev, nil
+			}
+			ev.name = ""
+			continue
+		}
+		if line[0] == ':' {
+			r.c.touch() // a comment keeps the stream alive (OpenRouter sends ": OPENROUTER PROCESSING")
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			ev.name = string(value)
+		case "data":
+			if hasData {
+				data.WriteByte('\n')
+			}
+			if data.Len()+len(value) > maxAnswer {
+				return ev, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream event larger than %d bytes", maxAnswer)}
+			}
+			data.Write(value)
+			hasData = true
+		}
+	}
+}
+
+// readLine reads one line without its line ending, capped at maxAnswer.
+func (r *sseReader) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxAnswer {
+			return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream event line larger than %d bytes", maxAnswer)}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(line) > 0 {
+				return bytes.TrimRight(line, "\r\n"), nil
+			}
+			return nil, err
+		}
+		return bytes.TrimRight(line, "\r\n"), nil
+	}
+}
+
+// truncated is the error of a stream that ended before its last event.
+func truncated(what string) error {
+	return &gateway.UpstreamError{Status: http.StatusBadGateway, Type: "stream_error", Message: "the upstream stream ended before " + what}
+}
+
+// badAnswer is the error of an answer that does not decode.
+func badAnswer(err error) error {
+	return &gateway.UpstreamError{Status: http.StatusBadGateway, Type: "bad_response", Message: "the upstream's answer does not decode: " + err.Error()}
+}
+
+// imageURL is the image as a URL: its own, or a data: URL of the inline
+// bytes.
+func imageURL(img *gateway.Image) string {
+	if img.URL != "" {
+		return img.URL
+	}
+	return "data:" + img.MediaType + ";base64," + img.Data
+}
+
+// schema is a tool's JSON Schema as a map, an empty object schema when it
+// has none.
+func schema(raw json.RawMessage) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return map[string]any{"type": "object", "properties": map[string]any{}}, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("tool parameters are not a JSON object: %w", err)
+	}
+	return m, nil
+}
+
+// errorText is a tool result's content as the model reads it, marked as
+// an error for APIs that have no is_error flag.
+func errorText(r *gateway.ToolResult) string {
+	if r.IsError && !strings.HasPrefix(strings.ToLower(strings.TrimSpace(r.Content)), "error") {
+		return "error: " + r.Content
+	}
+	return r.Content
+}

@@ -1,0 +1,106 @@
+package upstream
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestConfig(t *testing.T) {
+	yml := `
+providers:
+  openai:
+    api: responses
+    base_url: https://api.openai.com/v1
+    api_key_env: OPENAI_API_KEY
+    models: [gpt-5, gpt-5-mini]
+  anthropic:
+    api: messages
+    base_url: https://api.anthropic.com
+    api_key_env: ANTHROPIC_API_KEY
+    models: [claude-sonnet-4-5]
+    timeout: 30s
+  local:
+    api: chat_completions
+    base_url: http://127.0.0.1:11434/v1
+    headers: {X-Title: shellgate}
+`
+	path := filepath.Join(t.TempDir(), "providers.yaml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OPENAI_API_KEY", "sk-o")
+	t.Setenv("ANTHROPIC_API_KEY", "sk-a")
+	ps, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ps.List(), []string{"anthropic/claude-sonnet-4-5", "openai/gpt-5", "openai/gpt-5-mini"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("List %v, want %v", got, want)
+	}
+	m, err := ps.Resolve("openai/gpt-5")
+	if err != nil || m.Provider != "openai" || m.Name != "gpt-5" || m.API != gateway.APIResponses {
+		t.Fatalf("Resolve: %+v %v", m, err)
+	}
+	if r, ok := m.Upstream.(*Responses); !ok || r.APIKey != "sk-o" {
+		t.Errorf("upstream %T %+v", m.Upstream, m.Upstream)
+	}
+	// A model name may itself hold slashes (OpenRouter's vendor/model).
+	m, err = ps.Resolve("local/qwen/qwen3-8b")
+	if err != nil || m.Name != "qwen/qwen3-8b" || m.API != gateway.APIChat {
+		t.Fatalf("Resolve: %+v %v", m, err)
+	}
+	if c := m.Upstream.(*Chat); c.Header.Get("X-Title") != "shellgate" || c.APIKey != "" {
+		t.Errorf("local endpoint %+v", c.Endpoint)
+	}
+	a, _ := ps.Resolve("anthropic/claude-sonnet-4-5")
+	if a.Upstream.(*Messages).Timeout != 30*time.Second {
+		t.Errorf("timeout %v", a.Upstream.(*Messages).Timeout)
+	}
+
+	_, err = ps.Resolve("nope/x")
+	if re, ok := err.(*gateway.RequestError); !ok || re.Status != http.StatusNotFound || !strings.Contains(re.Message, "anthropic, local, openai") {
+		t.Errorf("unknown provider: %v", err)
+	}
+	for _, bad := range []string{"gpt-5", "openai/", "/gpt-5", ""} {
+		_, err = ps.Resolve(bad)
+		if re, ok := err.(*gateway.RequestError); !ok || re.Status != http.StatusBadRequest || re.Param != "model" {
+			t.Errorf("Resolve(%q): %v", bad, err)
+		}
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	cases := []struct {
+		name, yml, want string
+	}{
+		{"01 not yaml", "providers: [", "not a valid config"},
+		{"02 no providers", "providers: {}", "providers: none"},
+		{"03 unknown field", "providers:\n  a: {api: responses, base_url: http://x, modles: [a]}", "modles"},
+		{"04 no api", "providers:\n  a: {base_url: http://x}", "providers.a.api: required"},
+		{"05 bad api", "providers:\n  a: {api: completions, base_url: http://x}", "providers.a.api"},
+		{"06 no base_url", "providers:\n  a: {api: responses}", "providers.a.base_url: required"},
+		{"07 bad base_url", "providers:\n  a: {api: responses, base_url: 'ftp://x'}", "providers.a.base_url"},
+		{"08 bad timeout", "providers:\n  a: {api: responses, base_url: http://x, timeout: soon}", "providers.a.timeout"},
+		{"09 key unset", "providers:\n  a: {api: responses, base_url: http://x, api_key_env: NOPE_KEY}", "providers.a.api_key_env: the environment variable NOPE_KEY is not set"},
+		{"10 slash in name", "providers:\n  a/b: {api: responses, base_url: http://x}", "providers.a/b"},
+		{"11 bad model", "providers:\n  a: {api: responses, base_url: http://x, models: ['']}", "providers.a.models[0]"},
+		{"12 wrong type", "providers:\n  a: {api: responses, base_url: http://x, models: 3}", "not a valid config"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(c.yml), env(nil))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one with %q", err, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,446 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// AnthropicVersion is the anthropic-version header sent to Messages
+// upstreams.
+const AnthropicVersion = "2023-06-01"
+
+// DefaultMaxTokens is max_tokens when the request has none (Messages
+// requires one).
+const DefaultMaxTokens = 4096
+
+// Messages is an Anthropic Messages upstream (POST {base}/v1/messages;
+// a base URL with or without /v1 works).
+//
+// Translation: the system prompt is one system text block; consecutive
+// messages of one role are merged (Messages wants them alternating) and
+// empty text dropped (Messages refuses empty text blocks); in a user
+// message the tool_result blocks come first; a tool call whose arguments
+// are not a JSON object (the model wrote bad JSON) is replayed with input
+// {"_invalid_json": "<the text>"}, since tool_use input must be an object;
+// images are base64 or url sources (data: URLs decoded to base64). Stop
+// reasons: end_turn, max_tokens (and model_context_window_exceeded),
+// tool_use, stop_sequence, refusal, pause_turn. Usage: InputTokens is
+// input_tokens plus both cache counts, as the other APIs count it.
+type Messages struct {
+	Endpoint
+}
+
+// NewMessages returns the adapter for e.
+func NewMessages(e Endpoint) *Messages { return &Messages{Endpoint: e} }
+
+func (c *Messages) headers() http.Header {
+	h := http.Header{}
+	if c.APIKey != "" {
+		h.Set("x-api-key", c.APIKey)
+	}
+	h.Set("anthropic-version", AnthropicVersion)
+	return h
+}
+
+func anthropicImage(img *gateway.Image) anthropic.ImageBlockParamSourceUnion {
+	if img.URL == "" || strings.HasPrefix(img.URL, "data:") {
+		mt, data := img.MediaType, img.Data
+		if strings.HasPrefix(img.URL, "data:") {
+			head, b64, _ := strings.Cut(strings.TrimPrefix(img.URL, "data:"), ",")
+			mt, _, _ = strings.Cut(head, ";")
+			data = b64
+		}
+		return anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{
+			MediaType: anthropic.Base64ImageSourceMediaType(mt), Data: data}}
+	}
+	return anthropic.ImageBlockParamSourceUnion{OfURL: &anthropic.URLImageSourceParam{URL: img.URL}}
+}
+
+// toolInput is a call's arguments as a tool_use input object.
+func toolInput(args string) json.RawMessage {
+	t := strings.TrimSpace(args)
+	if t == "" {
+		return json.RawMessage("{}")
+	}
+	if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		return json.RawMessage(t)
+	}
+	b, _ := json.Marshal(map[string]string{"_invalid_json": args})
+	return b
+}
+
+// MessagesParams translates req into Messages parameters.
+func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
+	p := anthropic.MessageNewParams{Model: anthropic.Model(req.Model), MaxTokens: int64(req.MaxTokens)}
+	if p.MaxTokens <= 0 {
+		p.MaxTokens = DefaultMaxTokens
+	}
+	if req.System != "" {
+		p.System = []anthropic.TextBlockParam{{Text: req.System}}
+	}
+	type turn struct {
+		role   gateway.Role
+		blocks []anthropic.ContentBlockParamUnion
+	}
+	var turns []turn
+	for _, m := range req.Messages {
+		var blocks []anthropic.ContentBlockParamUnion
+		switch m.Role {
+		case gateway.RoleUser:
+			for _, part := range m.Parts {
+				if part.Kind != gateway.PartToolResult {
+					continue
+				}
+				r := part.Result
+				tr := anthropic.ToolResultBlockParam{ToolUseID: r.CallID}
+				if r.IsError {
+					tr.IsError = param.NewOpt(true)
+				}
+				if r.Content != "" {
+					tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: r.Content}})
+				}
+				for i := range r.Images {
+					tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: &anthropic.ImageBlockParam{Source: anthropicImage(&r.Images[i])}})
+				}
+				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfToolResult: &tr})
+			}
+			for _, part := range m.Parts {
+				switch part.Kind {
+				case gateway.PartText:
+					if part.Text != "" {
+						blocks = append(blocks, anthropic.NewTextBlock(part.Text))
+					}
+				case gateway.PartImage:
+					blocks = append(blocks, anthropic.ContentBlockParamUnion{OfImage: &anthropic.ImageBlockParam{Source: anthropicImage(part.Image)}})
+				}
+			}
+		case gateway.RoleAssistant:
+			for _, part := range m.Parts {
+				switch part.Kind {
+				case gateway.PartText:
+					if part.Text != "" {
+						blocks = append(blocks, anthropic.NewTextBlock(part.Text))
+					}
+				case gateway.PartToolCall:
+					blocks = append(blocks, anthropic.NewToolUseBlock(part.Call.ID, toolInput(part.Call.Arguments), part.Call.Name))
+				}
+			}
+		default:
+			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		if n := len(turns); n > 0 && turns[n-1].role == m.Role {
+			prev := &turns[n-1]
+			if m.Role == gateway.RoleUser {
+				// tool results stay first in the merged message
+				var results, rest []anthropic.ContentBlockParamUnion
+				for _, b := range append(append([]anthropic.ContentBlockParamUnion(nil), prev.blocks...), blocks...) {
+					if b.OfToolResult != nil {
+						results = append(results, b)
+					} else {
+						rest = append(rest, b)
+					}
+				}
+				prev.blocks = append(results, rest...)
+			} else {
+				prev.blocks = append(prev.blocks, blocks...)
+			}
+			continue
+		}
+		turns = append(turns, turn{m.Role, blocks})
+	}
+	for _, t := range turns {
+		if t.role == gateway.RoleUser {
+			p.Messages = append(p.Messages, anthropic.NewUserMessage(t.blocks...))
+		} else {
+			p.Messages = append(p.Messages, anthropic.NewAssistantMessage(t.blocks...))
+		}
+	}
+	for _, t := range req.Tools {
+		s, err := schema(t.Parameters)
+		if err != nil {
+			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
+		}
+		in := anthropic.ToolInputSchemaParam{Properties: s["properties"]}
+		if req, ok := s["required"].([]any); ok {
+			for _, r := range req {
+				if name, ok := r.(string); ok {
+					in.Required = append(in.Required, name)
+				}
+			}
+		}
+		extra := map[string]any{}
+		for k, v := range s {
+			if k != "properties" && k != "required" && k != "type" {
+				extra[k] = v
+			}
+		}
+		if len(extra) > 0 {
+			in.ExtraFields = extra
+		}
+		tp := &anthropic.ToolParam{Name: t.Name, InputSchema: in}
+		if t.Description != "" {
+			tp.Description = param.NewOpt(t.Description)
+		}
+		if t.Strict {
+			tp.Strict = param.NewOpt(true)
+		}
+		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: tp})
+	}
+	if len(req.Tools) > 0 {
+		var noParallel param.Opt[bool]
+		if req.ToolChoice.DisableParallel {
+			noParallel = param.NewOpt(true)
+		}
+		switch req.ToolChoice.Mode {
+		case gateway.ChoiceNone:
+			p.ToolChoice.OfNone = &anthropic.ToolChoiceNoneParam{}
+		case gateway.ChoiceRequired:
+			p.ToolChoice.OfAny = &anthropic.ToolChoiceAnyParam{DisableParallelToolUse: noParallel}
+		case gateway.ChoiceTool:
+			p.ToolChoice.OfTool = &anthropic.ToolChoiceToolParam{Name: req.ToolChoice.Name, DisableParallelToolUse: noParallel}
+		default:
+			if req.ToolChoice.DisableParallel {
+				p.ToolChoice.OfAuto = &anthropic.ToolChoiceAutoParam{DisableParallelToolUse: noParallel}
+			}
+		}
+	}
+	// anthropic-sdk-go v2 has no temperature or top_p fields (newer
+	// models refuse them); the API still takes them, so they go as extra
+	// fields when the client set them.
+	extra := map[string]any{}
+	if req.Temperature != nil {
+		extra["temperature"] = *req.Temperature
+	}
+	if req.TopP != nil {
+		extra["top_p"] = *req.TopP
+	}
+	if len(extra) > 0 {
+		p.SetExtraFields(extra)
+	}
+	if len(req.Stop) > 0 {
+		p.StopSequences = req.Stop
+	}
+	if req.User != "" {
+		p.Metadata.UserID = param.NewOpt(req.User)
+	}
+	return p, nil
+}
+
+func messagesStop(r string) gateway.StopReason {
+	switch r {
+	case "max_tokens", "model_context_window_exceeded":
+		return gateway.StopMaxTokens
+	case "tool_use":
+		return gateway.StopToolUse
+	case "stop_sequence":
+		return gateway.StopSequence
+	case "refusal":
+		return gateway.StopRefusal
+	case "pause_turn":
+		return gateway.StopPause
+	default:
+		return gateway.StopEnd
+	}
+}
+
+// Turn implements gateway.Upstream.
+func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	p, err := MessagesParams(req)
+	if err != nil {
+		return nil, err
+	}
+	if onDelta != nil {
+		extra := p.ExtraFields()
+		if extra == nil {
+			extra = map[string]any{}
+		}
+		extra["stream"] = true
+		p.SetExtraFields(extra)
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+	}
+	call, err := c.post(ctx, "/v1/messages", body, c.headers())
+	if err != nil {
+		return nil, err
+	}
+	defer call.close()
+	if onDelta == nil {
+		b, err := call.readAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var m anthropic.Message
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, badAnswer(err)
+		}
+		t := &gateway.Turn{ID: m.ID, Model: string(m.Model), Stop: messagesStop(string(m.StopReason)),
+			Usage: gateway.Usage{
+				InputTokens:      m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens,
+				OutputTokens:     m.Usage.OutputTokens,
+				CacheReadTokens:  m.Usage.CacheReadInputTokens,
+				CacheWriteTokens: m.Usage.CacheCreationInputTokens,
+				ReasoningTokens:  m.Usage.OutputTokensDetails.ThinkingTokens,
+			}}
+		for _, b := range m.Content {
+			switch b.Type {
+			case "text":
+				if b.Text != "" {
+					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText, Text: b.Text})
+				}
+			case "tool_use":
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)}})
+			}
+		}
+		return t, nil
+	}
+	return messagesStream(ctx, call, onDelta)
+}
+
+// anthropicStatus is the HTTP status of an error type in a stream's error
+// event.
+func anthropicStatus(typ string) int {
+	switch typ {
+	case "invalid_request_error":
+		return 400
+	case "authentication_error":
+		return 401
+	case "permission_error":
+		return 403
+	case "not_found_error":
+		return 404
+	case "request_too_large":
+		return 413
+	case "rate_limit_error":
+		return 429
+	case "overloaded_error":
+		return 529
+	default:
+		return 502
+	}
+}
+
+func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	r := newSSEReader(call)
+	t := &gateway.Turn{}
+	partOf := map[int64]int{} // block index → part index
+	isText := map[int64]bool{}
+	var texts, args = map[int]*strings.Builder{}, map[int]*strings.Builder{}
+	var stop string
+	for {
+		ev, err := r.next(ctx)
+		if err == io.EOF {
+			return nil, truncated("message_stop")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ev.name == "error" {
+			var e struct {
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			json.Unmarshal(ev.data, &e)
+			return nil, &gateway.UpstreamError{Status: anthropicStatus(e.Error.Type), Type: e.Error.Type, Message: e.Error.Message}
+		}
+		var e anthropic.MessageStreamEventUnion
+		if err := json.Unmarshal(ev.data, &e); err != nil {
+			return nil, badAnswer(err)
+		}
+		switch e.Type {
+		case "message_start":
+			u := e.Message.Usage
+			t.ID, t.Model = e.Message.ID, string(e.Message.Model)
+			t.Usage = gateway.Usage{
+				InputTokens:      u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens,
+				OutputTokens:     u.OutputTokens,
+				CacheReadTokens:  u.CacheReadInputTokens,
+				CacheWriteTokens: u.CacheCreationInputTokens,
+			}
+		case "content_block_start":
+			switch e.ContentBlock.Type {
+			case "text":
+				isText[e.Index] = true
+				if e.ContentBlock.Text != "" {
+					i := len(t.Parts)
+					partOf[e.Index] = i
+					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
+					texts[i] = &strings.Builder{}
+					texts[i].WriteString(e.ContentBlock.Text)
+					onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.ContentBlock.Text})
+				}
+			case "tool_use":
+				i := len(t.Parts)
+				partOf[e.Index] = i
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
+				args[i] = &strings.Builder{}
+				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
+			}
+		case "content_block_delta":
+			switch e.Delta.Type {
+			case "text_delta":
+				if e.Delta.Text == "" || !isText[e.Index] {
+					continue
+				}
+				i, ok := partOf[e.Index]
+				if !ok {
+					i = len(t.Parts)
+					partOf[e.Index] = i
+					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
+					texts[i] = &strings.Builder{}
+				}
+				texts[i].WriteString(e.Delta.Text)
+				onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.Delta.Text})
+			case "input_json_delta":
+				i, ok := partOf[e.Index]
+				if !ok || args[i] == nil || e.Delta.PartialJSON == "" {
+					continue
+				}
+				args[i].WriteString(e.Delta.PartialJSON)
+				onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: e.Delta.PartialJSON})
+			}
+		case "message_delta":
+			stop = string(e.Delta.StopReason)
+			u := e.Usage
+			if e.JSON.Usage.Valid() {
+				// message_delta's output_tokens is the final count
+				t.Usage.OutputTokens = u.OutputTokens
+			}
+			if u.InputTokens > 0 || u.CacheReadInputTokens > 0 || u.CacheCreationInputTokens > 0 {
+				t.Usage.InputTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+				t.Usage.CacheReadTokens, t.Usage.CacheWriteTokens = u.CacheReadInputTokens, u.CacheCreationInputTokens
+			}
+			if u.OutputTokensDetails.ThinkingTokens > 0 {
+				t.Usage.ReasoningTokens = u.OutputTokensDetails.ThinkingTokens
+			}
+		case "message_stop":
+			for i := range t.Parts {
+				switch t.Parts[i].Kind {
+				case gateway.PartText:
+					t.Parts[i].Text = texts[i].String()
+				case gateway.PartToolCall:
+					t.Parts[i].Call.Arguments = args[i].String()
+					if t.Parts[i].Call.Arguments == "" {
+						t.Parts[i].Call.Arguments = "{}"
+					}
+				}
+			}
+			t.Stop = messagesStop(stop)
+			return t, nil
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// Responses is an OpenAI Responses upstream (POST {base}/responses).
+//
+// Translation: the system prompt is instructions; the conversation is sent
+// whole as input items every time (store: false, no previous_response_id):
+// user text and images as a user message (input_text, input_image with a
+// URL or a data: URL), assistant text as an assistant message, tool calls
+// as function_call items and tool results as function_call_output items
+// (with input_image parts when the result has images; an error result is
+// prefixed "error: "). Function tools are sent with strict set explicitly
+// (Responses defaults it to true, which the shell tool's optional fields
+// would not pass). Stop sequences are not sent: the Responses API has
+// none. status incomplete (max_output_tokens) maps to max_tokens, a
+// refusal part to refusal, function calls to tool_use, else end.
+type Responses struct {
+	Endpoint
+}
+
+// NewResponses returns the adapter for e.
+func NewResponses(e Endpoint) *Responses { return &Responses{Endpoint: e} }
+
+func (c *Responses) headers() http.Header {
+	h := http.Header{}
+	if c.APIKey != "" {
+		h.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	return h
+}
+
+// ResponsesParams translates req into Responses parameters.
+func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) {
+	p := responses.ResponseNewParams{Model: shared.ResponsesModel(req.Model), Store: param.NewOpt(false)}
+	if req.System != "" {
+		p.Instructions = param.NewOpt(req.System)
+	}
+	var items responses.ResponseInputParam
+	for _, m := range req.Messages {
+		switch m.Role {
+		case gateway.RoleUser:
+			var content responses.ResponseInputMessageContentListParam
+			for _, part := range m.Parts {
+				switch part.Kind {
+				case gateway.PartToolResult:
+					r := part.Result
+					out := responses.ResponseInputItemFunctionCallOutputParam{CallID: param.NewOpt(r.CallID)}
+					if len(r.Images) == 0 {
+						out.Output.OfString = param.NewOpt(errorText(r))
+					} else {
+						list := responses.ResponseFunctionCallOutputItemListParam{
+							{OfInputText: &responses.ResponseInputTextContentParam{Text: errorText(r)}}}
+						for i := range r.Images {
+							list = append(list, responses.ResponseFunctionCallOutputItemUnionParam{
+								OfInputImage: &responses.ResponseInputImageContentParam{ImageURL: param.NewOpt(imageURL(&r.Images[i]))}})
+						}
+						out.Output.OfResponseFunctionCallOutputItemArray = list
+					}
+					items = append(items, responses.ResponseInputItemUnionParam{OfFunctionCallOutput: &out})
+				case gateway.PartText:
+					content = append(content, responses.ResponseInputContentUnionParam{OfInputText: &responses.ResponseInputTextParam{Text: part.Text}})
+				case gateway.PartImage:
+					content = append(content, responses.ResponseInputContentUnionParam{OfInputImage: &responses.ResponseInputImageParam{
+						Detail: responses.ResponseInputImageDetailAuto, ImageURL: param.NewOpt(imageURL(part.Image))}})
+				}
+			}
+			if len(content) > 0 {
+				items = append(items, responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
+					Role: responses.EasyInputMessageRoleUser, Content: responses.EasyInputMessageContentUnionParam{OfInputItemContentList: content}}})
+			}
+		case gateway.RoleAssistant:
+			var text strings.Builder
+			flush := func() {
+				if text.Len() > 0 {
+					items = append(items, responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
+						Role: responses.EasyInputMessageRoleAssistant, Content: responses.EasyInputMessageContentUnionParam{OfString: param.NewOpt(text.String())}}})
+					text.Reset()
+				}
+			}
+			for _, part := range m.Parts {
+				switch part.Kind {
+				case gateway.PartText:
+					text.WriteString(part.Text)
+				case gateway.PartToolCall:
+					flush()
+					items = append(items, responses.ResponseInputItemUnionParam{OfFunctionCall: &responses.ResponseFunctionToolCallParam{
+						CallID: part.Call.ID, Name: part.Call.Name, Arguments: part.Call.Arguments}})
+				}
+			}
+			flush()
+		default:
+			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
+		}
+	}
+	p.Input.OfInputItemList = items
+	for _, t := range req.Tools {
+		s, err := schema(t.Parameters)
+		if err != nil {
+			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
+		}
+		ft := &responses.FunctionToolParam{Name: t.Name, Parameters: s, Strict: param.NewOpt(t.Strict)}
+		if t.Description != "" {
+			ft.Description = param.NewOpt(t.Description)
+		}
+		p.Tools = append(p.Tools, responses.ToolUnionParam{OfFunction: ft})
+	}
+	if len(req.Tools) > 0 {
+		switch req.ToolChoice.Mode {
+		case gateway.ChoiceNone:
+			p.ToolChoice.OfToolChoiceMode = param.NewOpt(responses.ToolChoiceOptionsNone)
+		case gateway.ChoiceRequired:
+			p.ToolChoice.OfToolChoiceMode = param.NewOpt(responses.ToolChoiceOptionsRequired)
+		case gateway.ChoiceTool:
+			p.ToolChoice.OfFunctionTool = &responses.ToolChoiceFunctionParam{Name: req.ToolChoice.Name}
+		}
+		if req.ToolChoice.DisableParallel {
+			p.ParallelToolCalls = param.NewOpt(false)
+		}
+	}
+	if req.MaxTokens > 0 {
+		p.MaxOutputTokens = param.NewOpt(int64(req.MaxTokens))
+	}
+	if req.Temperature != nil {
+		p.Temperature = param.NewOpt(*req.Temperature)
+	}
+	if req.TopP != nil {
+		p.TopP = param.NewOpt(*req.TopP)
+	}
+	if req.User != "" {
+		p.User = param.NewOpt(req.User)
+	}
+	return p, nil
+}
+
+func responsesUsage(u responses.ResponseUsage) gateway.Usage {
+	return gateway.Usage{
+		InputTokens:     u.InputTokens,
+		OutputTokens:    u.OutputTokens,
+		CacheReadTokens: u.InputTokensDetails.CachedTokens,
+		ReasoningTokens: u.OutputTokensDetails.ReasoningTokens,
+	}
+}
+
+// responsesTurn is a finished response as a Turn.
+func responsesTurn(r *responses.Response) (*gateway.Turn, error) {
+	if r.Status == "failed" {
+		msg := r.Error.Message
+		if msg == "" {
+			msg = "the upstream response failed"
+		}
+		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Type: string(r.Error.Code), Message: msg}
+	}
+	t := &gateway.Turn{ID: r.ID, Model: string(r.Model), Usage: responsesUsage(r.Usage)}
+	refusal, calls := false, false
+	for _, it := range r.Output {
+		switch it.Type {
+		case "message":
+			var text strings.Builder
+			for _, c := range it.Content {
+				switch c.Type {
+				case "output_text":
+					text.WriteString(c.Text)
+				case "refusal":
+					text.WriteString(c.Refusal)
+					refusal = true
+				}
+			}
+			if text.Len() > 0 {
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText, Text: text.String()})
+			}
+		case "function_call":
+			calls = true
+			t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{
+				ID: it.CallID, Name: it.Name, Arguments: it.Arguments.OfString}})
+		}
+	}
+	switch {
+	case r.Status == "incomplete" && r.IncompleteDetails.Reason == "content_filter":
+		t.Stop = gateway.StopRefusal
+	case r.Status == "incomplete":
+		t.Stop = gateway.StopMaxTokens
+	case refusal:
+		t.Stop = gateway.StopRefusal
+	case calls:
+		t.Stop = gateway.StopToolUse
+	default:
+		t.Stop = gateway.StopEnd
+	}
+	return t, nil
+}
+
+// Turn implements gateway.Upstream.
+func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	p, err := ResponsesParams(req)
+	if err != nil {
+		return nil, err
+	}
+	if onDelta != nil {
+		p.SetExtraFields(map[string]any{"stream": true})
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+	}
+	call, err := c.post(ctx, "/responses", body, c.headers())
+	if err != nil {
+		return nil, err
+	}
+	defer call.close()
+	if onDelta == nil {
+		b, err := call.readAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var r responses.Response
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, badAnswer(err)
+		}
+		return responsesTurn(&r)
+	}
+	return responsesStream(ctx, call, onDelta)
+}
+
+// responsesStream reads a streamed response, calling onDelta as text and
+// call arguments arrive; the Turn is built from the final response object
+// (response.completed / incomplete), as the non-streamed one is.
+func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	r := newSSEReader(call)
+	// Parts start at the output items that carry them: a message's first
+	// text, a function_call's added event.
+	partOf := map[string]int{} // item id → part index
+	n := 0
+	for {
+		ev, err := r.next(ctx)
+		if err == io.EOF {
+			return nil, truncated("response.completed")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if string(ev.data) == "[DONE]" {
+			return nil, truncated("response.completed")
+		}
+		var e responses.ResponseStreamEventUnion
+		if err := json.Unmarshal(ev.data, &e); err != nil {
+			return nil, badAnswer(err)
+		}
+		switch e.Type {
+		case "response.output_text.delta", "response.refusal.delta":
+			if e.Delta == "" {
+				continue
+			}
+			i, ok := partOf[e.ItemID]
+			if !ok {
+				i = n
+				n++
+				partOf[e.ItemID] = i
+			}
+			onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.Delta})
+		case "response.output_item.added":
+			if e.Item.Type == "function_call" {
+				i := n
+				n++
+				partOf[e.Item.ID] = i
+				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: e.Item.CallID, Name: e.Item.Name}})
+				if a := e.Item.Arguments.OfString; a != "" {
+					onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: a})
+				}
+			}
+		case "response.function_call_arguments.delta":
+			if i, ok := partOf[e.ItemID]; ok && e.Delta != "" {
+				onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: e.Delta})
+			}
+		case "response.completed", "response.incomplete", "response.failed":
+			return responsesTurn(&e.Response)
+		case "error":
+			status := http.StatusBadGateway
+			if e.Code == "rate_limit_exceeded" {
+				status = http.StatusTooManyRequests
+			}
+			return nil, &gateway.UpstreamError{Status: status, Type: e.Code, Message: e.Message}
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestServeProviders runs the binary as the README's Providers section
+// does: `shellgate scripted-upstream` (the built-in demo model), a
+// provider config naming it, `shellgate serve --config`, then the Chat
+// Completions pass-through and the model list over HTTP.
+func TestServeProviders(t *testing.T) {
+	bin, data, env := serveBinary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upAddr := ln.Addr().String()
+	ln.Close()
+	up := exec.Command(bin, "scripted-upstream", "--addr", upAddr)
+	var upLogs bytes.Buffer
+	up.Stderr = &upLogs
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	upDone := make(chan error, 1)
+	go func() { upDone <- up.Wait() }()
+	t.Cleanup(func() {
+		up.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-upDone:
+		case <-time.After(30 * time.Second):
+			up.Process.Kill()
+			t.Error("scripted-upstream did not stop on SIGTERM")
+		}
+	})
+
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "providers.yaml")
+	os.WriteFile(cfg, []byte("providers:\n  demo: {api: chat_completions, base_url: http://"+upAddr+"/v1, models: [csv-analyst]}\n"), 0o600)
+	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
+	key := keyFor(t, bin, data)
+	call := apiCaller(t, base, key)
+
+	st, v := call("GET", "/v1/models", "")
+	if st != 200 || !strings.Contains(toJSON(v), `"id":"demo/csv-analyst"`) {
+		t.Fatalf("models: %d %v\n%s", st, v, logs)
+	}
+	st, v = call("POST", "/v1/chat/completions", `{"model":"demo/csv-analyst","messages":[{"role":"user","content":"What is the total revenue of the north region?"}],
+		"tools":[{"type":"function","function":{"name":"shell","parameters":{"type":"object"}}}]}`)
+	if st != 200 || !strings.Contains(toJSON(v), `"name":"shell"`) || !strings.Contains(toJSON(v), "pandas") {
+		t.Fatalf("chat: %d %v\nupstream: %s", st, v, upLogs.String())
+	}
+	st, v = call("POST", "/v1/chat/completions", `{"model":"demo/csv-analyst","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"shell"}]}`)
+	if st != 400 || !strings.Contains(toJSON(v), "Responses API") {
+		t.Errorf("shell tool: %d %v", st, v)
+	}
+
+	// A config mistake stops serve with the field named.
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("providers:\n  x: {api: chat, base_url: http://127.0.0.1:1/v1}\n"), 0o600)
+	out, err := exec.Command(bin, "serve", "--data-dir", data, "--config", bad, "--addr", "127.0.0.1:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "providers.x.api") {
+		t.Errorf("bad config: %v %s", err, out)
+	}
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
