@@ -55,7 +55,8 @@
 // A turn's text and tool-call arguments may use placeholders filled from
 // the request: {{last_tool_output}} (the last tool result's content as the
 // request carries it), {{last_tool_stdout}} (the stdout of the commands in
-// the last tool result when it is Shellgate's shell result JSON, else the
+// the last tool result when it is Shellgate's shell result JSON or a
+// bash_code_execution_result, else the
 // content), {{last_user_text}}, {{model}} and {{turn}} (0-based).
 package scripted
 
@@ -337,8 +338,17 @@ func stdoutOf(content string) string {
 		Output []struct {
 			Stdout *string `json:"stdout"`
 		} `json:"output"`
+		// Anthropic's bash_code_execution_result, as the Messages
+		// frontend gives it to the model.
+		Stdout *string `json:"stdout"`
 	}
-	if json.Unmarshal([]byte(content), &v) != nil || len(v.Output) == 0 || v.Output[0].Stdout == nil {
+	if json.Unmarshal([]byte(content), &v) != nil {
+		return content
+	}
+	if len(v.Output) == 0 || v.Output[0].Stdout == nil {
+		if v.Stdout != nil {
+			return strings.TrimRight(*v.Stdout, "\n")
+		}
 		return content
 	}
 	var b strings.Builder
