@@ -46,7 +46,15 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 		if err != nil {
 			return Container{}, err
 		}
-		return s.cfg.Containers.CreateSpec(ctx, p, sp)
+		c, err := s.cfg.Containers.CreateSpec(ctx, p, sp)
+		if err == nil {
+			// Its first command pays the new-container minimum, even if a
+			// file copied in started it first.
+			s.stateMu.Lock()
+			s.cold[c.ID] = true
+			s.stateMu.Unlock()
+		}
+		return c, err
 	}
 	c, err := s.find(ctx, p, choice.Key)
 	switch choice.Source {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -51,6 +52,16 @@ func TestResponsesFileIDs(t *testing.T) {
 	}
 	if len(stdout) != 2 || stdout[0] != "12.5\n" || cid == "" {
 		t.Fatalf("outputs %q in %q (response %s)", stdout, cid, r.RawJSON())
+	}
+	// A new container is billed its 30-second minimum even though copying
+	// the file in started it before the first command.
+	var usage struct {
+		CostDetails struct {
+			ServerToolCost float64 `json:"server_tool_cost"`
+		} `json:"cost_details"`
+	}
+	if err := json.Unmarshal([]byte(r.Usage.RawJSON()), &usage); err != nil || usage.CostDetails.ServerToolCost < 0.003 {
+		t.Fatalf("cost %+v (%v), want at least the new-container minimum", usage, err)
 	}
 	// What the command wrote is a container file the client can list and
 	// download.
