@@ -556,7 +556,7 @@ func LifecycleSuite(t *testing.T, rt string) {
 		if len(pooled) != 1 {
 			t.Fatalf("pool homes: %v", pooled)
 		}
-		if o := Run(t, m, "fresh", "echo kept > f; ls"); o.Stdout != "f\nlost+found\n" && o.Stdout != "f\n" {
+		if o := Run(t, m, "fresh", "echo kept > f; ls"); o.Stdout != "f\nlost+found\noutput\n" && o.Stdout != "f\noutput\n" {
 			t.Fatalf("pooled sandbox home not fresh: %q", o.Stdout)
 		}
 		if _, err := os.Stat(pooled[0]); !os.IsNotExist(err) {
