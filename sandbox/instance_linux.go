@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -39,6 +40,8 @@ type instance struct {
 	slot *slot
 	// oomKills is the cgroup's OOM-kill count already reported.
 	oomKills int64
+	// net is the sandbox's network under its policy (nil: loopback only).
+	net *egress.Net
 }
 
 // newOOMKill reports whether the container's memory cgroup counted an
@@ -79,7 +82,7 @@ const agentStartTimeout = 30 * time.Second
 
 // startInstance mounts the layers and the home, and starts a container
 // whose init is the agent.
-func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst *instance, err error) {
+func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, pol *egress.Policy) (inst *instance, err error) {
 	dir := filepath.Join(m.dirs.run, cid)
 	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg}
 	defer func() {
@@ -137,8 +140,12 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	// mounted: most of its cost is waiting for unshare(1) to run. It is
 	// waited for before any return, so that cleanup sees its pin.
 	var ns *pendingUserNS
+	netPin := ""
 	if inst.slot != nil {
-		ns = m.startUserNS(ctx, inst)
+		if pol.Enabled() {
+			netPin = filepath.Join(dir, "netns")
+		}
+		ns = m.startUserNS(ctx, inst, netPin)
 		defer ns.close()
 	}
 	// The writable layer lives in a size-capped tmpfs: system changes are
@@ -169,6 +176,11 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 	nsFD := -1
 	if ns != nil {
 		if nsFD, err = ns.wait(); err != nil {
+			return inst, err
+		}
+	}
+	if pol.Enabled() {
+		if err = m.startNetwork(ctx, inst, *pol, netPin); err != nil {
 			return inst, err
 		}
 	}
@@ -213,6 +225,11 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string) (inst 
 			}
 		}
 		runtime.UseUserNS(spec, ns)
+	}
+	if inst.net != nil {
+		if err = joinNetwork(spec, inst); err != nil {
+			return inst, err
+		}
 	}
 	if err = m.rt.Adjust(spec); err != nil {
 		return inst, err
@@ -271,6 +288,13 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	}
 	removeCgroups(inst.cid)
 	var errs []error
+	if inst.net != nil {
+		if err := inst.net.Close(); err != nil {
+			errs = append(errs, err)
+		} else {
+			inst.net = nil
+		}
+	}
 	// The directory goes only once nothing is mounted below it: removing
 	// it with the home still mounted would delete the user's files.
 	unmountErr := unmountAll(inst.dir)
@@ -448,7 +472,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 		}
 	}
 	sweepSlots()
-	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
+	errs = append(errs, m.sweepEgress(), m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)
 	for _, p := range pooled {

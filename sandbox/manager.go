@@ -32,11 +32,13 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -80,6 +82,9 @@ type Config struct {
 	// before per-sandbox namespaces). Weaker isolation: it exists to
 	// measure what the namespace costs; no command-line flag sets it.
 	SharedHostUser bool
+	// Egress gives sandboxes with a network policy their networks (see
+	// SetNetwork); nil makes one with the defaults at Open.
+	Egress *egress.Engine
 }
 
 // Status of a named sandbox.
@@ -130,6 +135,12 @@ type Manager struct {
 	agentSum string
 	// hostIDs are ids of host accounts that no sandbox's range may cover.
 	hostIDs hostIDs
+	// egress makes the networks of sandboxes with a policy (egressErr:
+	// why this host cannot); netFn gives each sandbox's policy
+	// (network_linux.go).
+	egress    *egress.Engine
+	egressErr error
+	netFn     atomic.Pointer[NetworkFunc]
 
 	mu     sync.Mutex
 	boxes  map[string]*box // awake or in use (box.go)
@@ -251,6 +262,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if m.agentSum, err = hashAgent(m.agent); err != nil {
 		return nil, err
 	}
+	m.openEgress()
 	if err := m.cleanOrphans(ctx); err != nil {
 		return nil, fmt.Errorf("clean up after a previous run: %w", err)
 	}
@@ -722,9 +734,18 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 		unlock()
 		return err
 	}
+	pol, err := m.networkFor(ctx, b.name)
+	if err != nil {
+		unlock()
+		return err
+	}
 	var inst *instance
 	if isNew {
-		if inst = m.fromPool(); inst != nil {
+		// Pooled sandboxes have no network.
+		if pol == nil {
+			inst = m.fromPool()
+		}
+		if inst != nil {
 			if err := os.Rename(inst.home, home); err != nil {
 				m.stopInstance(ctx, inst)
 				unlock()
@@ -737,7 +758,7 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 		}
 	}
 	if inst == nil {
-		if inst, err = m.startInstance(ctx, newID(), home); err != nil {
+		if inst, err = m.startInstance(ctx, newID(), home, pol); err != nil {
 			unlock()
 			return err
 		}
