@@ -1,9 +1,12 @@
 package sandboxtest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/egress/egresstest"
 )
@@ -304,4 +308,86 @@ func sgeLinks() int {
 		}
 	}
 	return n
+}
+
+// crashEnv makes a test binary run NetworkCrashHelper instead of its tests
+// (see MaybeNetworkCrashHelper).
+const crashEnv = "SHELLGATE_NETWORK_CRASH_HELPER"
+
+// MaybeNetworkCrashHelper, called first in a package's TestMain, turns the
+// test binary into the process NetworkCrashSuite kills: it opens a manager
+// over the data directory and runtime named in the environment, starts a
+// sandbox with an allowlist, prints "up" and waits to be killed.
+func MaybeNetworkCrashHelper() {
+	v := os.Getenv(crashEnv)
+	if v == "" {
+		return
+	}
+	data, rt, _ := strings.Cut(v, ",")
+	fail := func(err error) {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	agent, err := agentbin.Build()
+	if err != nil {
+		fail(err)
+	}
+	m, err := sandbox.Open(context.Background(), sandbox.Config{
+		DataDir: data, Runtime: rt, Image: "default", Images: ImagesDir(), Agent: agent,
+		Limits: Limits, HomeBytes: HomeBytes, LayerBytes: 64 << 20, IdleTimeout: -1,
+	})
+	if err != nil {
+		fail(err)
+	}
+	m.SetNetwork(func(context.Context, string) (*egress.Policy, error) {
+		return &egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"allowed.test"}}, nil
+	})
+	if err := m.Create(context.Background(), "crashnet"); err != nil {
+		fail(err)
+	}
+	fmt.Println("up")
+	time.Sleep(2 * time.Minute)
+	os.Exit(0)
+}
+
+// NetworkCrashSuite kills a process whose sandbox has a network and checks
+// that the next Open removes the veth, the rules and the namespace, and
+// that the sandbox then starts again with its network.
+func NetworkCrashSuite(t *testing.T, rt string) {
+	in := egresstest.New(t)
+	Skip(t, rt, "default")
+	data := DataDir(t)
+	e, err := egress.New(in.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	linksBefore := sgeLinks()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashEnv+"="+data+","+rt)
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if line != "up\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if left := e.Leftovers(); len(left) < 2 || sgeLinks() != linksBefore+1 {
+		t.Fatalf("the killed process should have left its veth, rules and namespace: %v", left)
+	}
+	m, _ := Open(t, rt, "default", func(c *sandbox.Config) { c.DataDir = data; c.Egress = e })
+	if left := e.Leftovers(); len(left) > 0 || sgeLinks() != linksBefore {
+		t.Fatalf("after Open: %v, %d veths (had %d)", left, sgeLinks(), linksBefore)
+	}
+	p := &policies{m: map[string]*egress.Policy{}}
+	p.set("crashnet", "allowed.test")
+	m.SetNetwork(p.get)
+	if out, code := sh(t, m, "crashnet", "curl -sS --max-time 10 http://allowed.test/"); code != 0 || !strings.HasPrefix(out, "server=allowed.test") {
+		t.Fatalf("after the crash: exit %d %q", code, out)
+	}
 }
