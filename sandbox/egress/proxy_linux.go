@@ -304,8 +304,24 @@ func (e *Engine) refused(a netip.Addr, local map[netip.Addr]bool) string {
 }
 
 // localAddrs are the host's own addresses: a name that resolves to one
-// would reach the host's own services.
+// would reach the host's own services. They are read at most once a second
+// (reading them costs a netlink dump per connection otherwise).
 func localAddrs() map[netip.Addr]bool {
+	localCache.Lock()
+	defer localCache.Unlock()
+	if localCache.m == nil || time.Since(localCache.at) > time.Second {
+		localCache.m, localCache.at = readLocalAddrs(), time.Now()
+	}
+	return localCache.m
+}
+
+var localCache struct {
+	sync.Mutex
+	m  map[netip.Addr]bool
+	at time.Time
+}
+
+func readLocalAddrs() map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	as, _ := net.InterfaceAddrs()
 	for _, a := range as {
