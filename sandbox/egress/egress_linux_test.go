@@ -358,6 +358,27 @@ func testEnforcement(t *testing.T, firewall string) {
 				t.Fatalf("%s: connected", addr)
 			}
 		}
+		// The endpoint of a sandbox serves that sandbox only: not the
+		// others, not other interfaces of the host (here: the internet's).
+		hp, tp, dp := other.Ports()
+		for _, p := range []uint16{hp, tp, dp} {
+			ap := netip.AddrPortFrom(other.HostAddr(), p).String()
+			if c, err := dialIn(n, "tcp4", ap); err == nil {
+				c.Close()
+				t.Fatalf("%s reached another sandbox's endpoint", ap)
+			}
+			err := egresstest.InNS(in.NS, func() error {
+				c, err := net.DialTimeout("tcp4", ap, time.Second)
+				if err == nil {
+					c.Close()
+					return fmt.Errorf("the internet reached %s", ap)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		// Port 80 of the other sandbox is this sandbox's own proxy.
 		if _, err := get(n, in, netip.AddrPortFrom(other.Addr(), 80).String(), other.Addr().String(), ""); !isReset(err) {
 			t.Fatalf("other sandbox's port 80: %v", err)

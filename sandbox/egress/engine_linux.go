@@ -132,6 +132,7 @@ type Net struct {
 	ownNS  string
 	nsPath string
 
+	ports  [3]uint16 // http, tls, dns
 	lns    []net.Listener
 	dns    *dnsServer
 	wg     sync.WaitGroup
@@ -198,6 +199,7 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 		httpPort: httpPort, tlsPort: tlsPort, dnsPort: n.dns.port}); err != nil {
 		return n, err
 	}
+	n.ports = [3]uint16{httpPort, tlsPort, n.dns.port}
 	n.serve(httpL, kindHTTP)
 	n.serve(tlsL, kindTLS)
 	e.mu.Lock()
@@ -213,6 +215,10 @@ func (n *Net) NetNS() string { return n.nsPath }
 // server and default gateway).
 func (n *Net) Addr() netip.Addr     { return n.sandbox }
 func (n *Net) HostAddr() netip.Addr { return n.host }
+
+// Ports are the endpoint's ports on HostAddr (HTTP, TLS, DNS), where the
+// firewall redirects the sandbox's 80, 443 and 53.
+func (n *Net) Ports() (http, tls, dns uint16) { return n.ports[0], n.ports[1], n.ports[2] }
 
 // Slot is the slot number: the veth is sgeN.
 func (n *Net) Slot() int { return n.slot.n }

@@ -25,7 +25,8 @@ import (
 //	                   udp/tcp 53 → H:dns, anything else → H (same port)
 //	input (filter):    from sgeN: S → H on the endpoint's ports: accept;
 //	                   other TCP: reset; other UDP: port unreachable;
-//	                   the rest (ICMP, IPv6, spoofed sources): drop
+//	                   the rest (ICMP, IPv6, spoofed sources): drop;
+//	                   to H from any interface but sgeN and lo: drop
 //	forward (filter):  to or from sgeN: drop
 //
 // Redirecting everything to H is what makes refusals prompt: a connection
@@ -194,6 +195,12 @@ func (*nft) install(r rules) error {
 	add(in, cat(iif, matchL4(unix.IPPROTO_TCP), tcpRST))
 	add(in, cat(iif, matchL4(unix.IPPROTO_UDP), unreach))
 	add(in, cat(iif, drop))
+	// The endpoint serves this sandbox only: its address is not reachable
+	// from other interfaces (a LAN routing to the pool), loopback aside.
+	add(in, cat(matchIPv4(), matchAddr(16, r.host, expr.CmpOpEq),
+		[]expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(r.iface)}},
+		[]expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname("lo")}},
+		drop))
 
 	add(fwd, cat(iif, drop))
 	add(fwd, cat(matchOIF(r.iface), drop))
@@ -276,7 +283,7 @@ func (f *ipt) run(bin string, args ...string) error {
 func iptChain(slot int, kind string) string { return "SGE-" + strconv.Itoa(slot) + "-" + kind }
 
 func (f *ipt) install(r rules) error {
-	pre, in, fwd := iptChain(r.slot, "PRE"), iptChain(r.slot, "IN"), iptChain(r.slot, "FWD")
+	pre, in, fwd, guard := iptChain(r.slot, "PRE"), iptChain(r.slot, "IN"), iptChain(r.slot, "FWD"), iptChain(r.slot, "GRD")
 	H, S, I := r.host.String(), r.sandbox.String(), r.iface
 	p := func(n uint16) string { return strconv.Itoa(int(n)) }
 	cmds := [][]string{
@@ -297,6 +304,11 @@ func (f *ipt) install(r rules) error {
 		{"-A", in, "-j", "DROP"},
 		{"-N", fwd},
 		{"-A", fwd, "-j", "DROP"},
+		{"-N", guard},
+		{"-A", guard, "-i", I, "-j", "RETURN"},
+		{"-A", guard, "-i", "lo", "-j", "RETURN"},
+		{"-A", guard, "-j", "DROP"},
+		{"-I", "INPUT", "-d", H, "-j", guard},
 		{"-t", "nat", "-I", "PREROUTING", "-i", I, "-j", pre},
 		{"-I", "INPUT", "-i", I, "-j", in},
 		{"-I", "FORWARD", "-i", I, "-j", fwd},
@@ -320,7 +332,7 @@ func (f *ipt) install(r rules) error {
 
 func (f *ipt) remove(slot int) error {
 	I := ifaceName(slot)
-	pre, in, fwd := iptChain(slot, "PRE"), iptChain(slot, "IN"), iptChain(slot, "FWD")
+	pre, in, fwd, guard := iptChain(slot, "PRE"), iptChain(slot, "IN"), iptChain(slot, "FWD"), iptChain(slot, "GRD")
 	// Each jump is deleted until none is left; a missing chain or rule is
 	// what a finished removal looks like.
 	del := func(bin string, args ...string) {
@@ -331,12 +343,20 @@ func (f *ipt) remove(slot int) error {
 	del(f.v4, "-D", "INPUT", "-i", I, "-j", in)
 	del(f.v4, "-D", "FORWARD", "-i", I, "-j", fwd)
 	del(f.v4, "-D", "FORWARD", "-o", I, "-j", fwd)
+	// The guard's jump names the host address: find it by its target.
+	if b, err := exec.Command(f.v4, "-w", "-S", "INPUT").Output(); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "-A INPUT "); ok && strings.HasSuffix(line, "-j "+guard) {
+				f.run(f.v4, append([]string{"-D", "INPUT"}, strings.Fields(rest)...)...)
+			}
+		}
+	}
 	if f.v6 != "" {
 		del(f.v6, "-D", "INPUT", "-i", I, "-j", "DROP")
 		del(f.v6, "-D", "FORWARD", "-i", I, "-j", "DROP")
 	}
 	var errs []error
-	for _, c := range [][]string{{"-t", "nat", "-F", pre}, {"-t", "nat", "-X", pre}, {"-F", in}, {"-X", in}, {"-F", fwd}, {"-X", fwd}} {
+	for _, c := range [][]string{{"-t", "nat", "-F", pre}, {"-t", "nat", "-X", pre}, {"-F", in}, {"-X", in}, {"-F", fwd}, {"-X", fwd}, {"-F", guard}, {"-X", guard}} {
 		if err := f.run(f.v4, c...); err != nil && !strings.Contains(err.Error(), "No chain") && !strings.Contains(err.Error(), "does not exist") {
 			errs = append(errs, err)
 		}
