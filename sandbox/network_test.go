@@ -34,3 +34,9 @@ func TestNetworkCycles(t *testing.T) {
 	}
 	sandboxtest.NetworkCycles(t, "crun", n)
 }
+
+func BenchmarkNetwork(b *testing.B) {
+	for _, rt := range runtime.Names {
+		b.Run(rt, func(b *testing.B) { sandboxtest.NetworkBench(b, rt) })
+	}
+}

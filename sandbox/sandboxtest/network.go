@@ -45,7 +45,7 @@ func (p *policies) get(_ context.Context, name string) (*egress.Policy, error) {
 
 // OpenNetwork starts a manager for runtime rt (Debian image) whose egress
 // engine reaches in's hosts; set gives a sandbox name its allowlist.
-func OpenNetwork(t *testing.T, rt string, in *egresstest.Internet) (*sandbox.Manager, *egress.Engine, func(name string, domains ...string)) {
+func OpenNetwork(t testing.TB, rt string, in *egresstest.Internet) (*sandbox.Manager, *egress.Engine, func(name string, domains ...string)) {
 	t.Helper()
 	Skip(t, rt, "default")
 	cfg := in.Config()
@@ -60,7 +60,7 @@ func OpenNetwork(t *testing.T, rt string, in *egresstest.Internet) (*sandbox.Man
 }
 
 // sh runs one command (30 s timeout) and returns its output and exit code.
-func sh(t *testing.T, m *sandbox.Manager, name, cmd string) (string, int) {
+func sh(t testing.TB, m *sandbox.Manager, name, cmd string) (string, int) {
 	t.Helper()
 	o := Shell(t, m, name, tool.ShellArgs{Commands: []string{cmd}, TimeoutMs: i64(30000)})[0]
 	return o.Stdout + o.Stderr, exitCode(o)
@@ -389,5 +389,60 @@ func NetworkCrashSuite(t *testing.T, rt string) {
 	m.SetNetwork(p.get)
 	if out, code := sh(t, m, "crashnet", "curl -sS --max-time 10 http://allowed.test/"); code != 0 || !strings.HasPrefix(out, "server=allowed.test") {
 		t.Fatalf("after the crash: exit %d %q", code, out)
+	}
+}
+
+// NetworkBench measures, on runtime rt: a 100 MB download by curl inside a
+// sandbox through the egress proxy against the same download by the host
+// (MB/s of each, and their ratio), and sandbox creation with and without an
+// allowlist (the difference is the network's setup).
+func NetworkBench(b *testing.B, rt string) {
+	in := egresstest.New(b)
+	Skip(b, rt, "default")
+	e, err := egress.New(in.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, _ := Open(b, rt, "default", func(c *sandbox.Config) { c.Egress = e; c.Limits.MemoryBytes = 512 << 20 })
+	p := &policies{m: map[string]*egress.Policy{}}
+	m.SetNetwork(p.get)
+	b.Run("download", func(b *testing.B) {
+		p.set("dl", "allowed.test")
+		var proxied, direct float64
+		for i := 0; i < b.N; i++ {
+			o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big"}, TimeoutMs: i64(120000)})[0]
+			var v float64
+			if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
+				b.Fatalf("curl: %+v", o)
+			}
+			proxied += v
+			out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", "http://"+in.Addr("allowed.test").String()+"/big").Output()
+			if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
+				b.Fatalf("host curl: %v %q", err, out)
+			}
+			direct += v
+		}
+		b.ReportMetric(proxied/float64(b.N)/1e6, "proxy-MB/s")
+		b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
+		b.ReportMetric(proxied/direct, "ratio")
+	})
+	for _, c := range []struct {
+		name    string
+		domains []string
+	}{{"create-loopback", nil}, {"create-allowlist", []string{"allowed.test"}}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				name := fmt.Sprintf("%s%d", c.name, i)
+				p.set(name, c.domains...)
+				b.StartTimer()
+				if err := m.Create(context.Background(), name); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := m.Destroy(context.Background(), name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
