@@ -40,3 +40,9 @@ func BenchmarkNetwork(b *testing.B) {
 		b.Run(rt, func(b *testing.B) { sandboxtest.NetworkBench(b, rt) })
 	}
 }
+
+func TestNetworkSharedHostUser(t *testing.T) {
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) { sandboxtest.NetworkSharedHostUser(t, rt) })
+	}
+}

@@ -446,3 +446,29 @@ func NetworkBench(b *testing.B, rt string) {
 		})
 	}
 }
+
+// NetworkSharedHostUser checks the network without per-sandbox user
+// namespaces (Config.SharedHostUser): the engine makes the network
+// namespace itself.
+func NetworkSharedHostUser(t *testing.T, rt string) {
+	in := egresstest.New(t)
+	Skip(t, rt, "default")
+	e, err := egress.New(in.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := Open(t, rt, "default", func(c *sandbox.Config) { c.Egress = e; c.SharedHostUser = true; c.Limits.MemoryBytes = 512 << 20 })
+	p := &policies{m: map[string]*egress.Policy{}}
+	p.set("shared", "allowed.test")
+	m.SetNetwork(p.get)
+	out, code := sh(t, m, "shared", "curl -sS --max-time 10 http://allowed.test/; curl -sS --max-time 10 http://other.test/; echo \" exit $?\"")
+	if code != 0 || !strings.HasPrefix(out, egresstest.Reply("allowed.test", "allowed.test", "")) || !strings.Contains(out, "exit 6") {
+		t.Fatalf("exit %d: %q", code, out)
+	}
+	if err := m.Destroy(context.Background(), "shared"); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.Leftovers(); len(left) > 0 {
+		t.Fatalf("left: %v", left)
+	}
+}
