@@ -3,8 +3,8 @@
 // control channels), each named with its case number and tagged with what
 // it would achieve if it got through. Every case runs against every runtime
 // that works here: the fast tier (crun, runc) as the baseline and gVisor as
-// the hardened one. Network allowlists and the file API come with their
-// features.
+// the hardened one. The network cases (13–16) are in network_test.go; the
+// file API's come with it.
 package security
 
 import (
