@@ -763,6 +763,9 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 			return err
 		}
 	}
+	if inst.net != nil {
+		inst.net.SetID(b.name) // its records name the sandbox
+	}
 	b.setInst(inst)
 	b.lockRelease = unlock
 	m.log.Debug("sandbox awake", "sandbox", b.name, "container", inst.cid)

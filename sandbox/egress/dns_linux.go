@@ -83,7 +83,7 @@ func (e *Engine) answer(n *Net, w dns.ResponseWriter, r *dns.Msg) {
 	m.RecursionAvailable = true
 	q := r.Question[0]
 	name := strings.TrimSuffix(q.Name, ".")
-	rec := Record{Sandbox: n.id, Kind: "dns", Host: Normalize(name), Port: 53, Start: time.Now()}
+	rec := Record{Sandbox: n.ID(), Kind: "dns", Host: Normalize(name), Port: 53, Start: time.Now()}
 	if q.Qclass != dns.ClassINET || !n.policy.Allows(name) {
 		m.Rcode = dns.RcodeNameError
 		rec.Verdict, rec.Reason = Denied, "name not in the allowlist"

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -123,7 +124,7 @@ func (e *Engine) Pool() netip.Prefix { return e.cfg.Pool }
 // Net is one sandbox's network: its slot, veth, rules and endpoint.
 type Net struct {
 	e       *Engine
-	id      string
+	id      atomic.Pointer[string] // Record.Sandbox
 	policy  Policy
 	slot    *slot
 	host    netip.Addr
@@ -157,7 +158,8 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 	if err != nil {
 		return nil, err
 	}
-	n = &Net{e: e, id: id, policy: policy, slot: s, nsPath: nsPath, conns: map[net.Conn]struct{}{}}
+	n = &Net{e: e, policy: policy, slot: s, nsPath: nsPath, conns: map[net.Conn]struct{}{}}
+	n.SetID(id)
 	n.host, n.sandbox = addrs(e.cfg.Pool, s.n)
 	defer func() {
 		if err != nil {
@@ -207,6 +209,13 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 	e.mu.Unlock()
 	return n, nil
 }
+
+// SetID changes the id the network's records carry (Record.Sandbox), for
+// an owner that learns the sandbox's name after Start.
+func (n *Net) SetID(id string) { n.id.Store(&id) }
+
+// ID is the id the network's records carry.
+func (n *Net) ID() string { return *n.id.Load() }
 
 // NetNS is the pinned network namespace the sandbox's container joins.
 func (n *Net) NetNS() string { return n.nsPath }

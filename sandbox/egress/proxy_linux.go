@@ -68,7 +68,7 @@ func reset(c net.Conn) {
 // handle decides one connection and, if allowed, splices it to upstream.
 func (n *Net) handle(c *net.TCPConn, k kind) {
 	e := n.e
-	rec := Record{Sandbox: n.id, Start: time.Now()}
+	rec := Record{Sandbox: n.ID(), Start: time.Now()}
 	defer func() {
 		rec.Duration = time.Since(rec.Start)
 		e.report(rec)

@@ -45,10 +45,13 @@ func (p *policies) get(_ context.Context, name string) (*egress.Policy, error) {
 
 // OpenNetwork starts a manager for runtime rt (Debian image) whose egress
 // engine reaches in's hosts; set gives a sandbox name its allowlist.
-func OpenNetwork(t testing.TB, rt string, in *egresstest.Internet) (*sandbox.Manager, *egress.Engine, func(name string, domains ...string)) {
+func OpenNetwork(t testing.TB, rt string, in *egresstest.Internet, opts ...func(*egress.Config)) (*sandbox.Manager, *egress.Engine, func(name string, domains ...string)) {
 	t.Helper()
 	Skip(t, rt, "default")
 	cfg := in.Config()
+	for _, o := range opts {
+		o(&cfg)
+	}
 	e, err := egress.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +72,15 @@ func sh(t testing.TB, m *sandbox.Manager, name, cmd string) (string, int) {
 // NetworkSuite runs the egress cases in real sandboxes of runtime rt.
 func NetworkSuite(t *testing.T, rt string) {
 	in := egresstest.New(t)
-	m, e, set := OpenNetwork(t, rt, in)
+	var recMu sync.Mutex
+	var recs []egress.Record
+	m, e, set := OpenNetwork(t, rt, in, func(c *egress.Config) {
+		c.OnConn = func(r egress.Record) {
+			recMu.Lock()
+			recs = append(recs, r)
+			recMu.Unlock()
+		}
+	})
 	const box = "net"
 	set(box, "allowed.test", "*.api.allowed.test")
 	ip := func(name string) string { return in.Addr(name).String() }
@@ -232,7 +243,26 @@ PY`
 			t.Fatalf("%q", out)
 		}
 	})
-	t.Run("14 network removed at sleep and destroy", func(t *testing.T) {
+	t.Run("14 connections recorded under the sandbox's name", func(t *testing.T) {
+		recMu.Lock()
+		defer recMu.Unlock()
+		var allowed, denied int
+		for _, r := range recs {
+			if r.Sandbox != box {
+				continue
+			}
+			switch {
+			case r.Verdict == egress.Allowed && r.Host == "allowed.test" && r.Sent > 0 && r.Received > 0:
+				allowed++
+			case r.Verdict == egress.Denied && r.Host == "other.test":
+				denied++
+			}
+		}
+		if allowed == 0 || denied == 0 {
+			t.Fatalf("%d allowed and %d denied records of %s in %+v", allowed, denied, box, recs)
+		}
+	})
+	t.Run("15 network removed at sleep and destroy", func(t *testing.T) {
 		links := func() int {
 			ls, _ := netlink.LinkList()
 			n := 0
