@@ -12,7 +12,7 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shellgate_egress_connections_total",
 			Help: "Sandbox connections through the egress proxy, by kind (http, tls, connect) and verdict (allowed, denied, failed).",
@@ -26,6 +26,17 @@ func newMetrics() *metrics {
 			Help: "DNS questions from sandboxes, by verdict (allowed: answered; denied: NXDOMAIN, never forwarded).",
 		}, []string{"verdict"}),
 	}
+	// Every series exists from the start, at zero.
+	for _, k := range []string{"http", "tls", "connect"} {
+		for _, v := range []string{Allowed, Denied, Failed} {
+			m.conns.WithLabelValues(k, v)
+		}
+	}
+	m.bytes.WithLabelValues("sent")
+	m.bytes.WithLabelValues("received")
+	m.dns.WithLabelValues(Allowed)
+	m.dns.WithLabelValues(Denied)
+	return m
 }
 
 // Collectors are the engine's Prometheus metrics, for the server to
