@@ -133,12 +133,15 @@ type Net struct {
 	ownNS  string
 	nsPath string
 
-	ports  [3]uint16 // http, tls, dns
-	lns    []net.Listener
-	dns    *dnsServer
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	ports [3]uint16 // http, tls, dns
+	lns   []net.Listener
+	dns   *dnsServer
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	// ctx ends when the network closes: lookups and dials in flight stop.
+	ctx    context.Context
+	cancel context.CancelFunc
 	closed bool
 }
 
@@ -160,6 +163,7 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 	}
 	n = &Net{e: e, policy: policy, slot: s, nsPath: nsPath, conns: map[net.Conn]struct{}{}}
 	n.SetID(id)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.host, n.sandbox = addrs(e.cfg.Pool, s.n)
 	defer func() {
 		if err != nil {
@@ -250,6 +254,7 @@ func (n *Net) Close() error {
 		return nil
 	}
 	n.closed = true
+	n.cancel()
 	for _, l := range n.lns {
 		l.Close()
 	}

@@ -130,7 +130,7 @@ func (n *Net) handle(c *net.TCPConn, k kind) {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(n.ctx, e.cfg.DialTimeout)
 	addrs, why, err := e.resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
 		cancel()
