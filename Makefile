@@ -37,6 +37,7 @@ test: setup images node-clients
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
 	$(GO) test -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
+	$(GO) test -count=1 -race -short -timeout 10m ./sandbox/egress/
 
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh

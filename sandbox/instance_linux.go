@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -41,6 +42,8 @@ type instance struct {
 	oomKills int64
 	// limits are the ones the container was started with.
 	limits runtime.Limits
+	// net is the sandbox's network under its policy (nil: loopback only).
+	net *egress.Net
 }
 
 // newOOMKill reports whether the container's memory cgroup counted an
@@ -81,7 +84,7 @@ const agentStartTimeout = 30 * time.Second
 
 // startInstance mounts the layers and the home, and starts a container
 // whose init is the agent.
-func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits runtime.Limits) (inst *instance, err error) {
+func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits runtime.Limits, pol *egress.Policy) (inst *instance, err error) {
 	dir := filepath.Join(m.dirs.run, cid)
 	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg, limits: limits}
 	defer func() {
@@ -139,8 +142,12 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 	// mounted: most of its cost is waiting for unshare(1) to run. It is
 	// waited for before any return, so that cleanup sees its pin.
 	var ns *pendingUserNS
+	netPin := ""
 	if inst.slot != nil {
-		ns = m.startUserNS(ctx, inst)
+		if pol.Enabled() {
+			netPin = filepath.Join(dir, "netns")
+		}
+		ns = m.startUserNS(ctx, inst, netPin)
 		defer ns.close()
 	}
 	// The writable layer lives in a size-capped tmpfs: system changes are
@@ -171,6 +178,11 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 	nsFD := -1
 	if ns != nil {
 		if nsFD, err = ns.wait(); err != nil {
+			return inst, err
+		}
+	}
+	if pol.Enabled() {
+		if err = m.startNetwork(ctx, inst, *pol, netPin); err != nil {
 			return inst, err
 		}
 	}
@@ -215,6 +227,11 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 			}
 		}
 		runtime.UseUserNS(spec, ns)
+	}
+	if inst.net != nil {
+		if err = joinNetwork(spec, inst); err != nil {
+			return inst, err
+		}
 	}
 	if err = m.rt.Adjust(spec); err != nil {
 		return inst, err
@@ -273,6 +290,15 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	}
 	removeCgroups(inst.cid)
 	var errs []error
+	// The network goes with the container. A failure to remove part of
+	// it is logged and does not keep the sandbox awake: egress leaves the
+	// slot marked for its next owner (or Open's sweep) to clean.
+	if inst.net != nil {
+		if err := inst.net.Close(); err != nil {
+			m.log.Warn("sandbox network not fully removed; the next sweep retries", "container", inst.cid, "err", err)
+		}
+		inst.net = nil
+	}
 	// The directory goes only once nothing is mounted below it: removing
 	// it with the home still mounted would delete the user's files.
 	unmountErr := unmountAll(inst.dir)
@@ -450,7 +476,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 		}
 	}
 	sweepSlots()
-	errs = append(errs, m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
+	errs = append(errs, m.sweepEgress(), m.dropRuntimeMounts(ctx), m.dropAgentTmpfsLocked())
 	// Pool homes whose container is gone.
 	pooled, _ := os.ReadDir(m.dirs.pool)
 	for _, p := range pooled {

@@ -38,6 +38,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -81,6 +82,9 @@ type Config struct {
 	// before per-sandbox namespaces). Weaker isolation: it exists to
 	// measure what the namespace costs; no command-line flag sets it.
 	SharedHostUser bool
+	// Egress gives sandboxes with a network policy (Settings.Network)
+	// their networks; nil makes one with the defaults at Open.
+	Egress *egress.Engine
 }
 
 // Status of a named sandbox.
@@ -131,6 +135,10 @@ type Manager struct {
 	agentSum string
 	// hostIDs are ids of host accounts that no sandbox's range may cover.
 	hostIDs hostIDs
+	// egress makes the networks of sandboxes with a policy (egressErr:
+	// why this host cannot; network_linux.go).
+	egress    *egress.Engine
+	egressErr error
 
 	mu     sync.Mutex
 	boxes  map[string]*box // awake or in use (box.go)
@@ -257,6 +265,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if m.agentSum, err = hashAgent(m.agent); err != nil {
 		return nil, err
 	}
+	m.openEgress()
 	if err := m.cleanOrphans(ctx); err != nil {
 		return nil, fmt.Errorf("clean up after a previous run: %w", err)
 	}
@@ -762,10 +771,13 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 		}
 	}
 	if inst == nil {
-		if inst, err = m.startInstance(ctx, newID(), home, set.Limits); err != nil {
+		if inst, err = m.startInstance(ctx, newID(), home, set.Limits, set.Network); err != nil {
 			unlock()
 			return err
 		}
+	}
+	if inst.net != nil {
+		inst.net.SetID(b.name) // its records name the sandbox
 	}
 	b.setInst(inst)
 	b.lockRelease = unlock

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -26,6 +27,9 @@ import (
 type Settings struct {
 	Limits    runtime.Limits
 	HomeBytes int64
+	// Network is the sandbox's egress policy; nil (or disabled) is
+	// loopback only. Sandboxes with one never come from the warm pool.
+	Network *egress.Policy
 }
 
 // SettingsFunc gives the named sandbox's settings when it starts. An error
@@ -65,6 +69,11 @@ func (m *Manager) settingsFor(ctx context.Context, name string) (Settings, error
 	}
 	if s.HomeBytes < 1<<20 {
 		return Settings{}, fmt.Errorf("settings of sandbox %s: home of %d bytes: at least 1 MiB", name, s.HomeBytes)
+	}
+	if !s.Network.Enabled() {
+		s.Network = nil
+	} else if err := s.Network.Validate(); err != nil {
+		return Settings{}, fmt.Errorf("network policy of sandbox %s: %w", name, err)
 	}
 	return s, nil
 }

@@ -252,9 +252,15 @@ func (m *Manager) makeTraversable() error {
 // 0..idsPerSlot-1 to base onwards, and pins it at path (a bind mount of its
 // nsfs file). It runs unshare(1) as base, so the namespace's owner, to
 // which the kernel charges per-uid limits, is base and not root; root then
-// writes the maps from outside.
-func newUserNS(ctx context.Context, base uint32, path string) error {
-	cmd := exec.CommandContext(ctx, "unshare", "--user", "--", "cat")
+// writes the maps from outside. With netPath set, the same unshare makes a
+// network namespace owned by the new user namespace too (one a runtime that
+// joins the user namespace first can then join), pinned at netPath.
+func newUserNS(ctx context.Context, base uint32, path, netPath string) error {
+	args := []string{"--user", "--", "cat"}
+	if netPath != "" {
+		args = []string{"--user", "--net", "--", "cat"}
+	}
+	cmd := exec.CommandContext(ctx, "unshare", args...)
 	// No Pdeathsig: it follows the spawning OS thread, not the process.
 	// If Shellgate dies, cat reads EOF and exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: base, Gid: base}}
@@ -285,6 +291,14 @@ func newUserNS(ctx context.Context, base uint32, path string) error {
 		m := fmt.Sprintf("0 %d %d\n", base, idsPerSlot)
 		for _, f := range []string{"uid_map", "gid_map"} {
 			if err := os.WriteFile(filepath.Join("/proc", pid, f), []byte(m), 0); err != nil {
+				return err
+			}
+		}
+		if netPath != "" {
+			if err := os.WriteFile(netPath, nil, 0o600); err != nil {
+				return err
+			}
+			if err := unix.Mount(filepath.Join("/proc", pid, "ns", "net"), netPath, "", unix.MS_BIND, ""); err != nil {
 				return err
 			}
 		}
@@ -334,13 +348,14 @@ type pendingUserNS struct {
 	err  error
 }
 
-// startUserNS starts making the sandbox's user namespace.
-func (m *Manager) startUserNS(ctx context.Context, inst *instance) *pendingUserNS {
+// startUserNS starts making the sandbox's user namespace (and, when netPath
+// is set, its network namespace).
+func (m *Manager) startUserNS(ctx context.Context, inst *instance, netPath string) *pendingUserNS {
 	p := &pendingUserNS{done: make(chan struct{}), fd: -1}
 	path := filepath.Join(inst.dir, "userns")
 	go func() {
 		defer close(p.done)
-		if p.err = newUserNS(ctx, inst.slot.base(), path); p.err != nil {
+		if p.err = newUserNS(ctx, inst.slot.base(), path, netPath); p.err != nil {
 			return
 		}
 		if p.fd, p.err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0); p.err != nil {

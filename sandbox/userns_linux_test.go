@@ -30,7 +30,7 @@ func BenchmarkNewUserNS(b *testing.B) {
 	defer unix.Unmount(src, unix.MNT_DETACH)
 	pin := filepath.Join(dir, "userns")
 	for b.Loop() {
-		if err := newUserNS(context.Background(), idBase, pin); err != nil {
+		if err := newUserNS(context.Background(), idBase, pin, ""); err != nil {
 			b.Fatal(err)
 		}
 		fd, err := unix.Open(pin, unix.O_RDONLY|unix.O_CLOEXEC, 0)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
@@ -45,6 +46,11 @@ func runDoctor(ctx context.Context, args []string) error {
 	ok(hasFS("overlay"), "overlayfs (writable layer over the shared image)", "")
 	agent, agentErr := agentbin.Find()
 	ok(agentErr == nil, "sandbox agent "+agent, errText(agentErr))
+	if eg, err := egress.New(egress.Config{}); err != nil {
+		ok(false, "network allowlists", err.Error())
+	} else {
+		ok(true, "network allowlists", "firewall "+eg.Firewall()+", sandbox addresses from "+eg.Pool().String())
+	}
 
 	fmt.Println("images (" + filepath.Join(*dataDir, "images") + ")")
 	store, err := image.Open(filepath.Join(*dataDir, "images"))

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
@@ -18,6 +19,7 @@ import (
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -41,6 +43,20 @@ func runServe(ctx context.Context, args []string) error {
 	rateLimit := fs.Float64("rate-limit", 0, "each workspace's sustained API requests per second (0: no limit); over it: 429 with Retry-After")
 	rateBurst := fs.Int("rate-burst", 0, "requests a workspace may send at once above --rate-limit (0: the rate, rounded up)")
 	maxConc := fs.Int("max-concurrent", 0, "each workspace's API requests in flight at once (0: no limit); over it: 429 with Retry-After")
+	netAllow := fs.String("network-allow", "", "the most network any workspace's containers may open: comma-separated hostnames, *.example.com patterns or * (default: none, so no container has network)")
+	netAllowWS := map[string]*egress.Policy{}
+	fs.Func("network-allow-workspace", "ACCOUNT/WORKSPACE=DOMAINS: --network-allow for one workspace (repeatable)", func(v string) error {
+		ws, domains, ok := strings.Cut(v, "=")
+		if !ok || !strings.Contains(ws, "/") {
+			return fmt.Errorf("want ACCOUNT/WORKSPACE=DOMAINS, got %q", v)
+		}
+		pol, err := allowPolicy(domains)
+		if err != nil {
+			return err
+		}
+		netAllowWS[ws] = pol
+		return nil
+	})
 	retention := fs.Duration("retention", server.DefaultRetention, "a container's files are deleted this long after its last use, unless it has its own expires_after")
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
@@ -130,12 +146,17 @@ func runServe(ctx context.Context, args []string) error {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
 	defer blobs.Close()
+	netMax, err := allowPolicy(*netAllow)
+	if err != nil {
+		return errors.Join(fmt.Errorf("--network-allow: %w", err), mgr.Close(context.Background()))
+	}
 	backend := server.StoreBackend{St: st, Blobs: blobs}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20,
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
+		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,
 		Models: models,
 	})
 	if err != nil {
@@ -147,4 +168,23 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "runtime", mgr.Runtime(), "image", *img)
 	return srv.Run(ctx, ln, *grace)
+}
+
+// allowPolicy is the operator's maximum from a comma-separated list of
+// domains; empty is none (nil).
+func allowPolicy(list string) (*egress.Policy, error) {
+	var domains []string
+	for _, d := range strings.Split(list, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			domains = append(domains, d)
+		}
+	}
+	if len(domains) == 0 {
+		return nil, nil
+	}
+	p := &egress.Policy{Type: egress.Allowlist, AllowedDomains: domains}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }

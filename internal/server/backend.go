@@ -86,8 +86,8 @@ type Limits struct {
 
 // NetworkPolicy is a container's outbound network (SPEC §3.4), fixed when
 // it is created: Type "allowlist" with at most 50 hostnames or "*.x.y"
-// globs, or "*" alone for any host. (Enforced by the egress layer; until
-// it lands every container has no network.)
+// globs, or "*" alone for any host. The sandbox's egress (sandbox/egress)
+// enforces it from the container's first start (limits.go).
 type NetworkPolicy struct {
 	Type           string   `json:"type"`
 	AllowedDomains []string `json:"allowed_domains"`

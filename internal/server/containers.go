@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
 // The containers routes serve two shapes over one set of records:
@@ -209,7 +210,7 @@ var memoryTiers = map[string]int64{"1g": 1 << 30, "4g": 4 << 30, "16g": 16 << 30
 // spec validates a create request into a ContainerSpec. memory_limit is
 // clamped to the server's maximum (OpenAI's tiers are coarse); limits
 // beyond the maximum are refused.
-func (s *Server) spec(req createRequest, sh shape) (ContainerSpec, error) {
+func (s *Server) spec(p Principal, req createRequest, sh shape) (ContainerSpec, error) {
 	var sp ContainerSpec
 	if req.Name != nil {
 		sp.Name = *req.Name
@@ -274,6 +275,12 @@ func (s *Server) spec(req createRequest, sh shape) (ContainerSpec, error) {
 		if err != nil {
 			return sp, err
 		}
+		if pol != nil {
+			// Within what the operator lets this workspace open.
+			if _, err := egress.Narrow(&egress.Policy{Type: egress.Allowlist, AllowedDomains: pol.AllowedDomains}, s.networkMax(p)); err != nil {
+				return sp, paramErr("network_policy.allowed_domains", "%v", err)
+			}
+		}
 		sp.NetworkPolicy = pol
 	}
 	if len(req.FileIDs) > maxFileIDs {
@@ -316,6 +323,11 @@ func networkPolicy(np *networkPolicyRequest) (*NetworkPolicy, error) {
 			seen[norm] = true
 			out.AllowedDomains = append(out.AllowedDomains, norm)
 		}
+	}
+	// The egress layer enforces it: what it would refuse at start is
+	// refused here.
+	if err := (&egress.Policy{Type: egress.Allowlist, AllowedDomains: out.AllowedDomains}).Validate(); err != nil {
+		return nil, paramErr("network_policy.allowed_domains", "network_policy: %v", err)
 	}
 	return out, nil
 }
@@ -383,7 +395,7 @@ func (s *Server) createContainer(sh shape) apiHandler {
 		if sh == shapeOpenAI && req.Name == nil {
 			return paramErr("name", "name is required")
 		}
-		sp, err := s.spec(req, sh)
+		sp, err := s.spec(p, req, sh)
 		if err != nil {
 			return err
 		}

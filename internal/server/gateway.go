@@ -19,6 +19,7 @@ import (
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
 // gatewaySandboxes is gateway.Sandboxes for one principal: the containers
@@ -94,6 +95,19 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 	if err != nil {
 		return nil, gatewayErr(fmt.Errorf("container for the request: %w", err))
 	}
+	if len(opts.NetworkPolicy) > 0 {
+		// A container's network is fixed when it is made: asking an
+		// existing one for another policy is a conflict, not a silent
+		// change.
+		want, err := g.spec("", opts)
+		if err != nil {
+			return nil, err
+		}
+		if !egress.Equal(policyOf(want.NetworkPolicy), policyOf(c.NetworkPolicy)) {
+			return nil, &gateway.RequestError{Status: http.StatusConflict, Param: "network_policy",
+				Message: fmt.Sprintf("container %q was created with another network_policy; a container's network is fixed when it is created: use a new container (another session) for this policy", c.ID)}
+		}
+	}
 	return &gatewayBox{s: s, p: p, c: c}, nil
 }
 
@@ -119,7 +133,7 @@ func (g gatewaySandboxes) spec(name string, opts gateway.OpenOptions) (Container
 		}
 		req.NetworkPolicy = &np
 	}
-	sp, err := g.s.spec(req, shapeOpenRouter)
+	sp, err := g.s.spec(g.p, req, shapeOpenRouter)
 	if ae := (*apiError)(nil); errors.As(err, &ae) {
 		return sp, &gateway.RequestError{Status: ae.status, Param: ae.param, Message: ae.msg}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/identity"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
 // These tests drive the API-neutral loop (gateway.Execute) over the
@@ -205,5 +206,55 @@ func TestGatewayExpiredContainers(t *testing.T) {
 	}
 	if got := res.ExpiresAt.Sub(clock.Now()); got < 29*24*time.Hour || got > 31*24*time.Hour {
 		t.Fatalf("expires_at %v after now, want the 30-day retention", got)
+	}
+}
+
+// A gateway request's network_policy: within the operator's allowance for
+// the workspace, fixed when its container is made (another policy for an
+// existing container is 409).
+func TestGatewayNetworkPolicy(t *testing.T) {
+	e := newEnv(t, "crun", "busybox", func(c *Config) {
+		c.NetworkAllowByWorkspace = map[string]*egress.Policy{"acme/a": {Type: egress.Allowlist, AllowedDomains: []string{"*.example.com"}}}
+	})
+	ctx := t.Context()
+	open := func(p Principal, session, policy string) error {
+		sb, err := e.srv.sandboxesFor(p).Open(ctx, identity.Request{BodySessionID: session}, gateway.OpenOptions{NetworkPolicy: []byte(policy)})
+		if err == nil {
+			sb.Close()
+		}
+		return err
+	}
+	status := func(err error) int {
+		var re *gateway.RequestError
+		if errors.As(err, &re) {
+			return re.Status
+		}
+		return 0
+	}
+	pa, pb := Principal{Account: "acme", Workspace: "a"}, Principal{Account: "acme", Workspace: "b"}
+	allow := `{"type":"allowlist","allowed_domains":["api.example.com"]}`
+	if err := open(pa, "net-1", allow); err != nil {
+		t.Fatalf("allowed policy: %v", err)
+	}
+	if err := open(pa, "net-1", allow); err != nil {
+		t.Fatalf("the same policy again: %v", err)
+	}
+	if err := open(pa, "net-1", `{"type":"allowlist","allowed_domains":["www.example.com"]}`); status(err) != http.StatusConflict {
+		t.Fatalf("another policy for the container: %v", err)
+	}
+	if err := open(pa, "net-2", `{"type":"allowlist","allowed_domains":["pypi.org"]}`); status(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "pypi.org") {
+		t.Fatalf("a domain outside the workspace's allowance: %v", err)
+	}
+	if err := open(pb, "net-3", allow); status(err) != http.StatusBadRequest {
+		t.Fatalf("a workspace with no allowance: %v", err)
+	}
+	// The policy reaches the sandbox: its container gets an egress network.
+	c, err := e.srv.cfg.Containers.Lookup(ctx, pa, "net-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := e.srv.sandboxSettings(ctx, c.ID)
+	if err != nil || !set.Network.Enabled() || set.Network.AllowedDomains[0] != "api.example.com" {
+		t.Fatalf("sandbox settings %+v %v", set, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -55,8 +56,28 @@ func (s *Server) sandboxSettings(ctx context.Context, name string) (sandbox.Sett
 		return sandbox.Settings{}, err
 	}
 	l := c.Limits
-	return sandbox.Settings{
+	set := sandbox.Settings{
 		Limits:    runtime.Limits{CPUs: float64(l.CPUMillis) / 1000, MemoryBytes: l.MemoryBytes, Processes: l.Processes},
 		HomeBytes: l.DiskBytes,
-	}, nil
+	}
+	set.Network = policyOf(c.NetworkPolicy)
+	return set, nil
+}
+
+// policyOf is a record's network policy for the egress layer (nil: none).
+func policyOf(np *NetworkPolicy) *egress.Policy {
+	if np == nil || np.Type != egress.Allowlist {
+		return nil
+	}
+	return &egress.Policy{Type: egress.Allowlist, AllowedDomains: np.AllowedDomains}
+}
+
+// networkMax is the most network a container of p's workspace may open:
+// the operator's per-workspace setting, else the server-wide one; nil
+// (the default) is none at all.
+func (s *Server) networkMax(p Principal) *egress.Policy {
+	if m, ok := s.cfg.NetworkAllowByWorkspace[p.Account+"/"+p.Workspace]; ok {
+		return m
+	}
+	return s.cfg.NetworkAllow
 }

@@ -73,7 +73,6 @@ func types(bs []map[string]any) []string {
 	return out
 }
 
-
 func TestMessagesText(t *testing.T) {
 	e := newMsgEnv(t)
 	for _, tc := range []struct {

@@ -59,6 +59,11 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// The egress proxy's connections, bytes and DNS answers (sandboxes
+	// with a network allowlist).
+	if eg, _ := mgr.Egress(); eg != nil {
+		m.reg.MustRegister(eg.Collectors()...)
+	}
 	return m
 }
 

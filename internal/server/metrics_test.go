@@ -51,6 +51,9 @@ func TestMetrics(t *testing.T) {
 		`shellgate_sandboxes{state="sleeping"}`:                                               1,
 		`shellgate_pool_ready`:                                                                0,
 		`shellgate_exec_calls_in_flight`:                                                      0,
+		// No container here has a network allowlist: nothing went through.
+		`shellgate_egress_connections_total{kind="tls",verdict="allowed"}`: 0,
+		`shellgate_egress_dns_queries_total{verdict="denied"}`:             0,
 	} {
 		if got := value(series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
 // openAIClient is the official openai-go client pointed at the server's
@@ -74,6 +75,7 @@ func TestOpenAIContainers(t *testing.T) {
 	e = newEnv(t, "crun", "busybox", func(c *Config) {
 		c.MaxLimits = Limits{MemoryBytes: 2 << 30}
 		c.WorkspaceFiles = StoreBackend{St: c.Containers.(StoreBackend).St, Blobs: blobs}
+		c.NetworkAllow = &egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"pypi.org", "*.pythonhosted.org"}}
 	})
 	ctx := t.Context()
 	client := e.openAIClient(e.keyA)
@@ -278,6 +280,7 @@ func TestOpenAIContainersBadInput(t *testing.T) {
 		{"17 a glob of one label", "POST", "/v1/containers", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["*.com"]}}`, 400, "network_policy.allowed_domains"},
 		{"18 a glob in the middle", "POST", "/v1/containers", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["a.*.com"]}}`, 400, "network_policy.allowed_domains"},
 		{"19 allowlist with no domains", "POST", "/v1/containers", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":[]}}`, 400, "network_policy.allowed_domains"},
+		{"19b a domain the operator did not allow this workspace", "POST", "/v1/containers", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["example.com"]}}`, 400, "network_policy.allowed_domains"},
 		{"20 disabled with domains", "POST", "/v1/containers", `{"name":"x","network_policy":{"type":"disabled","allowed_domains":["a.com"]}}`, 400, "network_policy.allowed_domains"},
 		{"21 skills", "POST", "/v1/containers", `{"name":"x","skills":[{"type":"skill_reference","skill_id":"s"}]}`, 400, "skills"},
 		{"22 file_ids of the wrong type", "POST", "/v1/containers", `{"name":"x","file_ids":"file_1"}`, 400, ""},

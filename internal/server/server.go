@@ -53,6 +53,7 @@ import (
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
 // Config configures a Server. Sandboxes, Keys and Containers are required.
@@ -108,6 +109,14 @@ type Config struct {
 	// requests per second, with RateBurst more at once (default: the rate
 	// rounded up); 0: no rate limit. MaxConcurrent caps each workspace's
 	// requests in flight; 0: no cap. Over either: 429 with Retry-After.
+	// NetworkAllow is the most network any workspace's containers may
+	// open (egress.Narrow); NetworkAllowByWorkspace overrides it for the
+	// workspaces it names ("account/workspace"). nil, the default: no
+	// container may have network at all, and a network_policy that asks
+	// for a domain is a 400 naming it.
+	NetworkAllow            *egress.Policy
+	NetworkAllowByWorkspace map[string]*egress.Policy
+
 	RateLimit     float64
 	RateBurst     int
 	MaxConcurrent int

@@ -81,12 +81,14 @@ func hybridCgroups() bool {
 	return st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
-func (c *cli) globalArgs() []string {
+func (c *cli) globalArgs(network string) []string {
 	args := []string{"--root", c.root}
 	if c.name == "runsc" {
 		// systrap is gVisor's fast platform without KVM; the sandbox has a
-		// loopback interface only; the writable layer is our own overlay.
-		args = append(args, "--platform=systrap", "--network=none", "--overlay2=none")
+		// loopback interface only (or, when its spec joins a network
+		// namespace the host made, gVisor's netstack over that
+		// namespace's interfaces); the writable layer is our own overlay.
+		args = append(args, "--platform=systrap", "--network="+network, "--overlay2=none")
 		args = append(args, runscTuning...)
 	}
 	return args
@@ -116,7 +118,12 @@ func (c *cli) globalArgs() []string {
 var runscTuning = []string{"--systrap-disable-fast-path", "--systrap-disable-syscall-patching"}
 
 func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
-	full := append(c.globalArgs(), args...)
+	return c.commandNet(ctx, "none", args...)
+}
+
+// commandNet is command with runsc's network mode.
+func (c *cli) commandNet(ctx context.Context, network string, args ...string) *exec.Cmd {
+	full := append(c.globalArgs(network), args...)
 	if c.wrap {
 		script := `umount /sys/fs/cgroup/unified 2>/dev/null; exec "$0" "$@"`
 		return exec.CommandContext(ctx, "unshare", append([]string{"--mount", "--propagation", "slave", "sh", "-c", script, c.path}, full...)...)
@@ -190,7 +197,17 @@ func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 			return err
 		}
 	}
-	cmd, err := c.underRlimits(ctx, dir, c.command(ctx, "run", "--bundle", dir, "--detach", id))
+	network := "none"
+	if c.name == "runsc" {
+		joins, err := joinsNetNS(dir)
+		if err != nil {
+			return err
+		}
+		if joins {
+			network = "sandbox"
+		}
+	}
+	cmd, err := c.underRlimits(ctx, dir, c.commandNet(ctx, network, "run", "--bundle", dir, "--detach", id))
 	if err != nil {
 		return err
 	}
@@ -209,6 +226,29 @@ func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 		return fmt.Errorf("%s run %s: %w: %s", c.name, id, err, tail(logPath, 2048))
 	}
 	return nil
+}
+
+// joinsNetNS reports whether the bundle in dir joins a network namespace by
+// path: one the host made and gave a veth, which gVisor's netstack takes
+// over with --network=sandbox.
+func joinsNetNS(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return false, err
+	}
+	var spec Config
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return false, fmt.Errorf("read bundle %s: %w", dir, err)
+	}
+	if spec.Linux == nil {
+		return false, nil
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == "network" && ns.Path != "" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // tail returns at most the last n bytes of a file, trimmed.

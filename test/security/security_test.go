@@ -3,9 +3,9 @@
 // control channels), each named with its case number and tagged with what
 // it would achieve if it got through. Every case runs against every runtime
 // that works here: the fast tier (crun, runc) as the baseline and gVisor as
-// the hardened one. Network allowlists come with their feature; the file
-// API's cases (17–20) drive the HTTP routes, so they live beside them in
-// internal/server (TestFileAPISecurityCases).
+// the hardened one. The network cases (13–16) are in network_test.go; the
+// file API's cases (17–20) drive the HTTP routes, so they live beside them
+// in internal/server (TestFileAPISecurityCases).
 package security
 
 import (

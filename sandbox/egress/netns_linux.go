@@ -1,0 +1,302 @@
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// A slot is one /30 of the pool and everything named after its number N:
+// the veth sgeN (its peer is eth0 inside the sandbox), the firewall table
+// shellgate_egress_N (or iptables chains SGE-N-*), and the lock file
+// SlotsDir/N. The lock is an exclusive flock held by the process whose
+// sandbox uses the slot, so slots are host-wide: no two Shellgate processes
+// hand out the same addresses. The file's content is non-empty while the
+// slot's network exists; a free lock over a non-empty file is what a
+// crashed process left, and whoever takes the lock next removes it first.
+const (
+	// SlotsDir holds one lock file per /30 slot of the host.
+	SlotsDir = "/run/shellgate/egress/slots"
+	// NSDir holds network namespaces the engine made itself (Start with
+	// no namespace of the caller's).
+	NSDir = "/run/shellgate/egress/netns"
+	// ifacePrefix names the host end of slot N's veth.
+	ifacePrefix = "sge"
+	// PeerName is the sandbox's end of the veth.
+	PeerName = "eth0"
+)
+
+func ifaceName(slot int) string { return ifacePrefix + strconv.Itoa(slot) }
+
+// slot is a held /30.
+type slot struct {
+	n    int
+	lock *os.File
+}
+
+// addrs returns the host end's and the sandbox's addresses of slot n.
+func addrs(pool netip.Prefix, n int) (host, sandbox netip.Addr) {
+	b := pool.Masked().Addr().As4()
+	base := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v := base + uint32(n)*4
+	mk := func(x uint32) netip.Addr {
+		return netip.AddrFrom4([4]byte{byte(x >> 24), byte(x >> 16), byte(x >> 8), byte(x)})
+	}
+	return mk(v + 1), mk(v + 2)
+}
+
+// slotCount is the number of /30s in the pool.
+func slotCount(pool netip.Prefix) int {
+	bits := 32 - pool.Bits() - 2
+	if bits < 0 {
+		return 0
+	}
+	return min(1<<bits, 1<<20)
+}
+
+// acquireSlot takes the lowest free slot and removes whatever a crashed
+// owner left of it.
+func (e *Engine) acquireSlot() (*slot, error) {
+	if err := os.MkdirAll(SlotsDir, 0o700); err != nil {
+		return nil, err
+	}
+	for n := 0; n < slotCount(e.cfg.Pool); n++ {
+		f, err := lockFile(filepath.Join(SlotsDir, strconv.Itoa(n)))
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s := &slot{n: n, lock: f}
+		if st, err := f.Stat(); err == nil && st.Size() > 0 {
+			if err := e.teardownSlot(n, ""); err != nil {
+				e.log.Warn("egress: slot left by a crashed process is not clean, skipping it", "slot", n, "err", err)
+				unlockFile(f)
+				continue
+			}
+		}
+		if err := f.Truncate(0); err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		if _, err := f.WriteAt([]byte("in use\n"), 0); err != nil {
+			unlockFile(f)
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("egress: no free network slot in %s", e.cfg.Pool)
+}
+
+// release marks the slot clean and frees it; its network is gone.
+func (s *slot) release() {
+	if s == nil || s.lock == nil {
+		return
+	}
+	s.lock.Truncate(0)
+	unlockFile(s.lock)
+	s.lock = nil
+}
+
+// teardownSlot removes slot n's veth, firewall rules and (when the engine
+// made it) pinned namespace. Each part that is already gone is fine.
+func (e *Engine) teardownSlot(n int, ownNS string) error {
+	var errs []error
+	if l, err := netlink.LinkByName(ifaceName(n)); err == nil {
+		// Deleting one end of a veth deletes both.
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("delete %s: %w", ifaceName(n), err))
+		}
+	}
+	if err := e.fw.remove(n); err != nil {
+		errs = append(errs, err)
+	}
+	pin := ownNS
+	if pin == "" {
+		pin = filepath.Join(NSDir, strconv.Itoa(n))
+	}
+	if err := unpin(pin); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// unpin unmounts and removes a pinned namespace file, if there is one.
+func unpin(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// NewNetNS makes a network namespace (owned by the initial user namespace)
+// and pins it at path, a bind mount of its nsfs file. The calling process's
+// own namespace is unchanged.
+func NewNetNS(path string) (err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o400)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() {
+		// The thread that unshares is never given back to the scheduler
+		// in the new namespace: if going back fails it stays locked and
+		// dies with the goroutine.
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			runtime.UnlockOSThread()
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare network namespace: %w", err)
+			runtime.UnlockOSThread()
+			return
+		}
+		tid := unix.Gettid()
+		err = unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", tid), path, "", unix.MS_BIND, "")
+		if serr := netns.Set(orig); serr != nil {
+			errc <- errors.Join(err, fmt.Errorf("return to the host network namespace: %w", serr))
+			return // the thread stays locked and is discarded
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		return fmt.Errorf("pin network namespace at %s: %w", path, err)
+	}
+	return nil
+}
+
+// setupVeth creates slot s's veth with its peer inside the namespace
+// pinned at nsPath, addresses both ends, brings up the namespace's
+// loopback and peer with a default route via the host end, and turns IPv6
+// off on the host end (the firewall drops it too).
+func (e *Engine) setupVeth(s *slot, nsPath string, host, sb netip.Addr) error {
+	nsh, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
+	}
+	defer nsh.Close()
+	name := ifaceName(s.n)
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	la.MTU = 1500
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: PeerName, PeerNamespace: netlink.NsFd(int(nsh))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s: %w", name, err)
+	}
+	// Before the link is up, so it never gets an IPv6 address.
+	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", name, "disable_ipv6"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("disable IPv6 on %s: %w", name, err)
+	}
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: host.AsSlice(), Mask: net.CIDRMask(30, 32)}}); err != nil {
+		return fmt.Errorf("address %s: %w", name, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bring up %s: %w", name, err)
+	}
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		return fmt.Errorf("netlink in the sandbox's namespace: %w", err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	peer, err := h.LinkByName(PeerName)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: &net.IPNet{IP: sb.AsSlice(), Mask: net.CIDRMask(30, 32)}}); err != nil {
+		return fmt.Errorf("address %s in the sandbox: %w", PeerName, err)
+	}
+	if err := h.LinkSetUp(peer); err != nil {
+		return fmt.Errorf("bring up %s in the sandbox: %w", PeerName, err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: host.AsSlice()}); err != nil {
+		return fmt.Errorf("default route in the sandbox: %w", err)
+	}
+	return nil
+}
+
+// strayLinks lists the slots that have a veth on the host.
+func strayLinks() []int {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, l := range links {
+		if n, ok := slotOf(l.Attrs().Name, ifacePrefix); ok && l.Type() == "veth" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// strayPins lists the slots that have a namespace pinned in NSDir.
+func strayPins() []int {
+	es, _ := os.ReadDir(NSDir)
+	var out []int
+	for _, e := range es {
+		if n, err := strconv.Atoi(e.Name()); err == nil && !strings.ContainsAny(e.Name(), "+-") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// lockFile creates path and takes an exclusive flock on it without
+// waiting.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// unlockFile releases the lock explicitly: a child forked meanwhile holds
+// a copy of the descriptor until it execs.
+func unlockFile(f *os.File) {
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	f.Close()
+}
