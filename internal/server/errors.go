@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/shellgate/shellgate/internal/gateway"
 )
 
 // apiError is an error the handler answers with: an HTTP status and a
@@ -167,7 +169,7 @@ func decodeJSON(r *http.Request, v any, emptyOK bool) error {
 			if te.Field == "" {
 				return errorf(http.StatusBadRequest, "request body must be a JSON object, not a JSON %s", te.Value)
 			}
-			return errorf(http.StatusBadRequest, "field %q: want %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			return errorf(http.StatusBadRequest, "field %q: want %s, got JSON %s", te.Field, gateway.JSONKind(te.Type.Kind().String()), te.Value)
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			return errorf(http.StatusBadRequest, "malformed JSON: the body ends early")
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -179,23 +181,4 @@ func decodeJSON(r *http.Request, v any, emptyOK bool) error {
 		return errorf(http.StatusBadRequest, "malformed JSON: data after the object")
 	}
 	return nil
-}
-
-// jsonKind names a Go kind the way a JSON client thinks of it.
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "float32", "float64":
-		return "a number"
-	}
-	return k
 }

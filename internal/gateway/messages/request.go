@@ -171,9 +171,9 @@ func decodeStrict(data []byte, v any) error {
 			return badRequest("malformed JSON at byte %d: %v", se.Offset, err)
 		case errors.As(err, &te):
 			if te.Field == "" {
-				return badRequest("expected %s, got JSON %s", jsonKind(te.Type.Kind().String()), te.Value)
+				return badRequest("expected %s, got JSON %s", gateway.JSONKind(te.Type.Kind().String()), te.Value)
 			}
-			return badRequest("%s: expected %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			return badRequest("%s: expected %s, got JSON %s", te.Field, gateway.JSONKind(te.Type.Kind().String()), te.Value)
 		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 			return badRequest("malformed JSON: the body ends early")
 		}
@@ -183,24 +183,6 @@ func decodeStrict(data []byte, v any) error {
 		return badRequest("malformed JSON: data after the object")
 	}
 	return nil
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "float32", "float64":
-		return "a number"
-	}
-	return k
 }
 
 // parse validates req and builds the loop's run. StatFile and the model

@@ -151,9 +151,9 @@ func jsonError(prefix string, err error) error {
 	case errors.As(err, &te):
 		field := joinParam(prefix, te.Field)
 		if field == "" {
-			return invalid(prefix, "Invalid type: expected %s, but got %s instead.", jsonKind(te.Type.Kind().String()), article(te.Value))
+			return invalid(prefix, "Invalid type: expected %s, but got %s instead.", gateway.JSONKind(te.Type.Kind().String()), article(te.Value))
 		}
-		return invalid(field, "Invalid type for '%s': expected %s, but got %s instead.", field, jsonKind(te.Type.Kind().String()), article(te.Value))
+		return invalid(field, "Invalid type for '%s': expected %s, but got %s instead.", field, gateway.JSONKind(te.Type.Kind().String()), article(te.Value))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return invalid(prefix, "We could not parse the JSON body of your request: it ends early.")
 	}
@@ -168,24 +168,6 @@ func joinParam(prefix, field string) string {
 		return prefix
 	}
 	return prefix + "." + field
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "float32", "float64":
-		return "a number"
-	}
-	return k
 }
 
 func article(v string) string {
