@@ -228,7 +228,7 @@ func TestServe(t *testing.T) {
 // its own settings kept, and wakes each for the next call.
 func TestServeKill9Restart(t *testing.T) {
 	bin, data, env := serveBinary(t)
-	base, srv, exited, _ := startServe(t, bin, data, env)
+	base, srv, exited, _ := startServe(t, bin, data, env, "--network-allow", "pypi.org")
 	key := keyFor(t, bin, data)
 	call := apiCaller(t, base, key)
 	if st, c := call("POST", "/api/v1/containers", `{"name":"crash"}`); st != 200 {
@@ -285,7 +285,7 @@ func TestServeKill9Restart(t *testing.T) {
 	exited <- err
 	resp.Body.Close()
 
-	base2, _, _, _ := startServe(t, bin, data, env)
+	base2, _, _, _ := startServe(t, bin, data, env, "--network-allow", "pypi.org")
 	call = apiCaller(t, base2, key)
 	st, l := call("GET", "/api/v1/containers?order=asc", "")
 	if st != 200 {
