@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -274,8 +275,8 @@ func BenchmarkExecConcurrent(b *testing.B) {
 // workspace files API (/api/v1/files) and a container's files API
 // (/api/v1/containers/{id}/files), each beside `cp` of a file of the same
 // size on the same disk (the server's data directory; the copy is synced
-// like the server's, and dropped from the page cache first for a cold
-// read). It reports MiB/s of each, the ratio to cp and the peak Go heap
+// like the server's; the page cache is left alone, so every read, cp's
+// and the downloads', is of a file just written). It reports MiB/s of each, the ratio to cp and the peak Go heap
 // and RSS of the process during each transfer: these must not grow with
 // the file. Run with -benchtime 1x.
 func BenchmarkFileTransfer(b *testing.B) {
@@ -293,7 +294,6 @@ func BenchmarkFileTransfer(b *testing.B) {
 			if err := writeZeros(src, size); err != nil {
 				b.Fatal(err)
 			}
-			os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0)
 			t0 := time.Now()
 			if out, err := exec.Command("sh", "-c", "cp "+src+" "+dst+" && sync "+dst).CombinedOutput(); err != nil {
 				b.Fatalf("cp: %v %s", err, out)
@@ -305,7 +305,6 @@ func BenchmarkFileTransfer(b *testing.B) {
 
 			var f orFile
 			transfer := func(name string, fn func() int64) {
-				os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0)
 				mem := startMem()
 				t0 := time.Now()
 				n := fn()
@@ -368,4 +367,159 @@ func writeZeros(path string, size int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// hostUsedMiB is MemTotal − MemAvailable of the host.
+func hostUsedMiB() float64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var total, avail int64
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "MemTotal:":
+			total = n
+		case "MemAvailable:":
+			avail = n
+		}
+	}
+	return float64(total-avail) / 1024
+}
+
+// serverMem is the process's RSS now and its Go heap in use after a GC,
+// in MiB.
+func serverMem() (rss, heap float64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(procStatusKiB("VmRSS")) / 1024, float64(ms.HeapInuse) / (1 << 20)
+}
+
+const (
+	densitySleeping = 1000
+	densityRunning  = 100
+)
+
+// BenchmarkContainerDensity: 1,000 containers created through the API
+// (crun, busybox) and put to sleep (what the idle timeout does: processes
+// stopped, writable layer dropped, home kept), then 100 more created and
+// left running (agent up, idle). It reports the server process's RSS and
+// Go heap with none, with the sleeping ones and with the running ones
+// added, per container; the host's memory (MemTotal − MemAvailable) per
+// container, which includes the sandboxes' own processes and kernel
+// memory; and the disk a sleeping container keeps. The ratio is a running
+// container's host cost to a sleeping one's. Run with -benchtime 1x.
+func BenchmarkContainerDensity(b *testing.B) {
+	e := newEnv(b, "crun", "busybox")
+	for b.Loop() {
+		var ids []string
+		var mu sync.Mutex
+		create := func(n int, prefix string, sleep bool) {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(n) {
+							return
+						}
+						st, body := e.do("POST", "/api/v1/containers", e.keyA, map[string]string{"name": fmt.Sprintf("%s%d", prefix, i)})
+						var c containerObject
+						if st != http.StatusOK {
+							b.Errorf("create: %d %s", st, body)
+							return
+						}
+						e.must(st, body, &c)
+						if sleep {
+							if err := e.mgr.Sleep(b.Context(), c.ID); err != nil {
+								b.Errorf("sleep: %v", err)
+								return
+							}
+						} else if err := e.mgr.Create(b.Context(), c.ID); err != nil {
+							b.Errorf("start: %v", err)
+							return
+						}
+						mu.Lock()
+						ids = append(ids, c.ID)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+		}
+		time.Sleep(time.Second)
+		rss0, heap0 := serverMem()
+		host0 := hostUsedMiB()
+		du0 := dirMiB(e.data)
+
+		create(densitySleeping, "z", true)
+		time.Sleep(2 * time.Second)
+		rss1, heap1 := serverMem()
+		host1 := hostUsedMiB()
+		du1 := dirMiB(e.data)
+
+		create(densityRunning, "r", false)
+		time.Sleep(2 * time.Second)
+		rss2, heap2 := serverMem()
+		host2 := hostUsedMiB()
+
+		running := 0
+		for _, id := range ids {
+			if st, err := e.mgr.Status(id); err == nil && st == sandbox.Running {
+				running++
+			}
+		}
+		b.ReportMetric(rss0, "server-rss-MiB-empty")
+		b.ReportMetric(rss1, "server-rss-MiB-1000-sleeping")
+		b.ReportMetric(rss2, "server-rss-MiB-plus-100-running")
+		b.ReportMetric(heap0, "server-heap-MiB-empty")
+		b.ReportMetric(heap1, "server-heap-MiB-1000-sleeping")
+		b.ReportMetric(heap2, "server-heap-MiB-plus-100-running")
+		b.ReportMetric((rss1-rss0)*1024/densitySleeping, "server-rss-KiB/sleeping")
+		b.ReportMetric((rss2-rss1)*1024/densityRunning, "server-rss-KiB/running")
+		b.ReportMetric((host1-host0)/densitySleeping, "host-MiB/sleeping")
+		b.ReportMetric((host2-host1)/densityRunning, "host-MiB/running")
+		b.ReportMetric((du1-du0)/densitySleeping, "disk-MiB/sleeping")
+		b.ReportMetric(float64(running), "running")
+		b.ReportMetric(float64(len(ids)), "containers")
+		if sl := (host1 - host0) / densitySleeping; sl > 0 {
+			b.ReportMetric((host2-host1)/densityRunning/sl, "running/sleeping-host-ratio")
+		}
+		// Untimed: remove them.
+		var wg sync.WaitGroup
+		ch := make(chan string)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for id := range ch {
+					e.mgr.Destroy(context.Background(), id)
+				}
+			}()
+		}
+		for _, id := range ids {
+			ch <- id
+		}
+		close(ch)
+		wg.Wait()
+	}
+}
+
+// dirMiB is the disk space (allocated blocks) under dir.
+func dirMiB(dir string) float64 {
+	out, err := exec.Command("du", "-sk", dir).Output()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
+	return float64(n) / 1024
 }
