@@ -13,7 +13,7 @@ import (
 
 // streamedUpload posts a multipart body whose file part is size zero
 // bytes, generated as it is sent: the client holds none of it either.
-func (e *env) streamedUpload(t *testing.T, path string, fields map[string]string, size int64) (int, []byte) {
+func (e *env) streamedUpload(t testing.TB, path string, fields map[string]string, size int64) (int, []byte) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)

@@ -120,7 +120,17 @@ type Config struct {
 	RateLimit     float64
 	RateBurst     int
 	MaxConcurrent int
+
+	// AuthCacheTTL is how long a key that authenticated is remembered
+	// (by the SHA-256 of the whole key) before the key store is asked
+	// again: a revoked key keeps working for at most this long. Default
+	// DefaultAuthCacheTTL; negative: no cache. Failures are never cached.
+	AuthCacheTTL time.Duration
 }
+
+// DefaultAuthCacheTTL is how long a successful key check is remembered:
+// revoking a key takes effect within it.
+const DefaultAuthCacheTTL = 5 * time.Second
 
 // DefaultRetention is how long a container's files are kept after its
 // last use (SPEC §3.5: 30 days).
@@ -149,6 +159,7 @@ type Server struct {
 	metrics *metrics
 	calls   *callLocks
 	limits  *wsLimits
+	auth    authCache
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
@@ -200,6 +211,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.AuthCacheTTL == 0 {
+		cfg.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	s := &Server{
 		cfg:      cfg,

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
@@ -28,6 +29,12 @@ import (
 type DB struct {
 	db      *sql.DB
 	dialect dialect
+	// wmu queues this process's writes on SQLite, which allows one writer
+	// at a time: without it, concurrent writers on the pool's connections
+	// wait in SQLite's busy handler, which sleeps and polls, and under
+	// load some wait seconds while others get through (writes from other
+	// processes still meet the busy timeout).
+	wmu sync.Mutex
 }
 
 var _ store.Store = (*DB)(nil)
@@ -133,6 +140,10 @@ func (s *DB) retry(ctx context.Context, f func() error) error {
 func (s *DB) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	var n int64
 	err := s.retry(ctx, func() error {
+		if s.dialect.name == "sqlite" {
+			s.wmu.Lock()
+			defer s.wmu.Unlock()
+		}
 		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingKeys counts the key store's lookups.
+type countingKeys struct {
+	Authenticator
+	n atomic.Int64
+}
+
+func (k *countingKeys) Authenticate(ctx context.Context, key string) (Principal, error) {
+	k.n.Add(1)
+	return k.Authenticator.Authenticate(ctx, key)
+}
+
+// TestAuthCache: a key that authenticated is remembered for AuthCacheTTL
+// (the store is asked once for many requests), failures are never
+// remembered, and a key revoked while remembered stops working once the
+// TTL has passed; with a negative TTL a revocation is seen at once.
+func TestAuthCache(t *testing.T) {
+	const ttl = time.Second
+	var keys *countingKeys
+	e := newEnv(t, "crun", "busybox", func(c *Config) {
+		keys = &countingKeys{Authenticator: c.Keys}
+		c.Keys, c.AuthCacheTTL = keys, ttl
+	})
+	key := e.newKey("acme", "a")
+	list := func() int {
+		st, _ := e.do("GET", "/api/v1/containers", key, nil)
+		return st
+	}
+	for range 10 {
+		if st := list(); st != http.StatusOK {
+			t.Fatalf("a valid key: %d", st)
+		}
+	}
+	if n := keys.n.Load(); n != 1 {
+		t.Fatalf("10 requests within the TTL asked the key store %d times, want 1", n)
+	}
+	bad := key[:len(key)-1] + "x"
+	for range 3 {
+		if st, _ := e.do("GET", "/api/v1/containers", bad, nil); st != http.StatusUnauthorized {
+			t.Fatalf("a changed key: %d", st)
+		}
+	}
+	if n := keys.n.Load(); n != 4 {
+		t.Fatalf("failures were cached: %d store lookups after 3 bad keys, want 4", n)
+	}
+
+	revoke := func(e *env) {
+		ks, err := e.st.Keys().List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.st.Keys().Revoke(t.Context(), ks[len(ks)-1].ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revoke(e)
+	time.Sleep(ttl)
+	if st := list(); st != http.StatusUnauthorized {
+		t.Fatalf("a key revoked %s ago still works: %d", ttl, st)
+	}
+	if st := list(); st != http.StatusUnauthorized {
+		t.Fatalf("a revoked key works again: %d", st)
+	}
+
+	// No cache: a revocation is seen by the next request.
+	e2 := newEnv(t, "crun", "busybox", func(c *Config) { c.AuthCacheTTL = -1 })
+	key2 := e2.newKey("acme", "a")
+	if st, _ := e2.do("GET", "/api/v1/containers", key2, nil); st != http.StatusOK {
+		t.Fatalf("a valid key: %d", st)
+	}
+	revoke(e2)
+	if st, _ := e2.do("GET", "/api/v1/containers", key2, nil); st != http.StatusUnauthorized {
+		t.Fatalf("without the cache a revoked key still works: %d", st)
+	}
+}
