@@ -45,6 +45,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -177,6 +178,10 @@ type Server struct {
 	// deleted: a delete is under way, or finished while a call ran; the
 	// call runs no further command and destroys the sandbox when it ends.
 	deleted map[string]bool
+	// dropped counts the container records this process deleted or
+	// expired: a gateway request re-reads its container's record before a
+	// step only when it moved (or a second passed), see gatewayBox.hold.
+	dropped atomic.Uint64
 
 	// Exec calls in flight, for a graceful shutdown. stopMu orders
 	// beginCall against BeginShutdown, so no call starts after WaitCalls
