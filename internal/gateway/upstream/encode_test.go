@@ -10,7 +10,7 @@ import (
 )
 
 var bodies = map[string]func(*gateway.Request, bool) ([]byte, error){
-	gateway.APIChat: chatBody, gateway.APIResponses: responsesBody, gateway.APIMessages: messagesBody,
+	gateway.APIChat: chatBody, gateway.APIResponses: responsesBody, gateway.APIMessages: messagesBody, gateway.APIGemini: geminiBody,
 }
 
 // TestEncodeMemo grows a conversation as a run does — text, images, two
