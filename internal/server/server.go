@@ -254,6 +254,7 @@ func New(cfg Config) (*Server, error) {
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	s.mountResponses()
 	s.mountMessages()
+	s.mountGemini()
 	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.chatCompletions)
 	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.chatCompletions)
 	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)

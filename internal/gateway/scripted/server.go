@@ -140,7 +140,7 @@ func badRequest(format string, a ...any) *apiError {
 	return &apiError{status: 400, typ: "invalid_request_error", msg: fmt.Sprintf(format, a...)}
 }
 
-// serve is the common path of the three APIs: read, validate, record,
+// serve is the common path of the four APIs: read, validate, record,
 // pick the turn, wait as scripted, answer.
 func (m *Model) serve(api string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
