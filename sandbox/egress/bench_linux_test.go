@@ -24,7 +24,7 @@ func benchEnv(b *testing.B) (*egresstest.Internet, *egress.Engine, *egress.Net) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	n, err := e.Start(context.Background(), "bench", egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"allowed.test"}}, "")
+	n, err := e.Start(context.Background(), "bench", egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"allowed.test"}}, "", egress.Link{BigTCP: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func BenchmarkNetworkSetup(b *testing.B) {
 	ds := make([]time.Duration, 0, b.N)
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		n, err := e.Start(context.Background(), fmt.Sprint("b", i), pol, "")
+		n, err := e.Start(context.Background(), fmt.Sprint("b", i), pol, "", egress.Link{BigTCP: true})
 		if err != nil {
 			b.Fatal(err)
 		}
