@@ -224,9 +224,10 @@ func splice(c, up *net.TCPConn) (sent, recv int64) {
 
 // copyBuf is how much one read takes from a socket and one write hands to
 // the other. Writes this large let the kernel build TCP super-packets of up
-// to bigGSO on a sandbox's veth; with splice(2) (io.Copy between TCP
-// connections) every packet is capped at 17 page fragments, about 64 KiB,
-// and a download through the proxy cost 1.6-1.9x the CPU of a direct one
+// to bigGSO on a sandbox's veth. With splice(2) (io.Copy between TCP
+// connections) a packet is assembled from the pages the data arrived in, at
+// most 17 fragments: packets stayed at 30-60 KiB whatever the veth allowed,
+// and a download through the proxy cost 1.4-1.9x the CPU of a direct one
 // instead of about 1x (BENCHMARKS.md, "Network egress").
 const copyBuf = 512 << 10
 

@@ -459,17 +459,25 @@ func NetworkBench(b *testing.B, rt string) {
 		p.set("dl", "allowed.test")
 		var proxied, direct float64
 		for i := 0; i < b.N; i++ {
-			o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big"}, TimeoutMs: i64(120000)})[0]
-			var v float64
-			if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
-				b.Fatalf("curl: %+v", o)
+			// In alternating order, so that the shared machine's load
+			// falls on both alike.
+			for j := range 2 {
+				if (i+j)%2 == 0 {
+					o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big"}, TimeoutMs: i64(120000)})[0]
+					var v float64
+					if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
+						b.Fatalf("curl: %+v", o)
+					}
+					proxied += v
+					continue
+				}
+				out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", "http://"+in.Addr("allowed.test").String()+"/big").Output()
+				var v float64
+				if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
+					b.Fatalf("host curl: %v %q", err, out)
+				}
+				direct += v
 			}
-			proxied += v
-			out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", "http://"+in.Addr("allowed.test").String()+"/big").Output()
-			if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
-				b.Fatalf("host curl: %v %q", err, out)
-			}
-			direct += v
 		}
 		b.ReportMetric(proxied/float64(b.N)/1e6, "proxy-MB/s")
 		b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
@@ -479,17 +487,23 @@ func NetworkBench(b *testing.B, rt string) {
 		p.set("dl", "allowed.test")
 		var proxied, direct float64
 		for i := 0; i < b.N; i++ {
-			o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"python3 -c '" + bigReader + "' allowed.test"}, TimeoutMs: i64(120000)})[0]
-			var v float64
-			if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
-				b.Fatalf("python3: %+v", o)
+			for j := range 2 {
+				if (i+j)%2 == 0 {
+					o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"python3 -c '" + bigReader + "' allowed.test"}, TimeoutMs: i64(120000)})[0]
+					var v float64
+					if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
+						b.Fatalf("python3: %+v", o)
+					}
+					proxied += v
+					continue
+				}
+				out, err := exec.Command("python3", "-c", bigReader, in.Addr("allowed.test").String()).Output()
+				var v float64
+				if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
+					b.Fatalf("host python3: %v %q", err, out)
+				}
+				direct += v
 			}
-			proxied += v
-			out, err := exec.Command("python3", "-c", bigReader, in.Addr("allowed.test").String()).Output()
-			if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
-				b.Fatalf("host python3: %v %q", err, out)
-			}
-			direct += v
 		}
 		b.ReportMetric(proxied/float64(b.N)/1e6, "proxy-MB/s")
 		b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
