@@ -59,7 +59,7 @@ func (m *Manager) startNetwork(ctx context.Context, inst *instance, pol egress.P
 	if m.egress == nil {
 		return fmt.Errorf("sandbox network: %w", m.egressErr)
 	}
-	n, err := m.egress.Start(ctx, inst.cid, pol, netPin)
+	n, err := m.egress.Start(ctx, inst.cid, pol, netPin, egress.Link{BigTCP: m.rt.Name() != "runsc"})
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,9 @@ package egress_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -65,7 +67,7 @@ func newEngine(t *testing.T, in *egresstest.Internet, firewall string) (*egress.
 
 func start(t *testing.T, e *egress.Engine, domains ...string) *egress.Net {
 	t.Helper()
-	n, err := e.Start(context.Background(), "t-"+t.Name(), egress.Policy{Type: egress.Allowlist, AllowedDomains: domains}, "")
+	n, err := e.Start(context.Background(), "t-"+t.Name(), egress.Policy{Type: egress.Allowlist, AllowedDomains: domains}, "", egress.Link{BigTCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +463,37 @@ func testEnforcement(t *testing.T, firewall string) {
 			}
 		}
 	})
-	t.Run("16 recorded and counted", func(t *testing.T) {
+	t.Run("16 bytes arrive intact both ways", func(t *testing.T) {
+		// Uploads and downloads larger than any buffer on the way, over
+		// HTTP and HTTPS: the veth carries BIG TCP packets through the
+		// firewall's rules both ways.
+		for _, c := range []struct{ addr, scheme string }{{H + ":80", "http"}, {H + ":443", "https"}} {
+			cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+				DisableKeepAlives: true, DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: in.CertPool},
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialIn(n, "tcp4", c.addr) },
+			}}
+			resp, err := cl.Get(c.scheme + "://allowed.test/blob")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || !bytes.Equal(got, egresstest.Blob()) {
+				t.Fatalf("%s download: %d of %d bytes, equal %v, %v", c.scheme, len(got), egresstest.BlobSize, bytes.Equal(got, egresstest.Blob()), err)
+			}
+			resp, err = cl.Post(c.scheme+"://allowed.test/sink", "application/octet-stream", bytes.NewReader(egresstest.Blob()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			sum := sha256.Sum256(egresstest.Blob())
+			if want := egresstest.SinkReply(egresstest.BlobSize, sum[:]); err != nil || string(b) != want {
+				t.Fatalf("%s upload: server got %q, want %q (%v)", c.scheme, b, want, err)
+			}
+		}
+	})
+	t.Run("17 recorded and counted", func(t *testing.T) {
 		if rec.find("allowed.test", egress.Allowed) == 0 || rec.find("evil.test", egress.Denied) == 0 {
 			t.Fatalf("records: %+v", rec.list)
 		}
@@ -474,7 +506,7 @@ func testEnforcement(t *testing.T, firewall string) {
 			}
 		}
 		rec.mu.Unlock()
-		if sent == 0 || recv == 0 {
+		if sent < 2*egresstest.BlobSize || recv < 2*egresstest.BlobSize {
 			t.Fatalf("bytes not counted: sent %d received %d", sent, recv)
 		}
 	})
@@ -495,7 +527,7 @@ func TestCleanup(t *testing.T) {
 	var total time.Duration
 	for i := 0; i < cycles; i++ {
 		t0 := time.Now()
-		n, err := e.Start(context.Background(), "cycle", egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"allowed.test"}}, "")
+		n, err := e.Start(context.Background(), "cycle", egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"allowed.test"}}, "", egress.Link{BigTCP: true})
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
@@ -552,7 +584,7 @@ func crashHelper() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	n, err := e.Start(context.Background(), "crash", egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"x.test"}}, "")
+	n, err := e.Start(context.Background(), "crash", egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"x.test"}}, "", egress.Link{BigTCP: true})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)

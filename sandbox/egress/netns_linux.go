@@ -193,11 +193,17 @@ func NewNetNS(path string) (err error) {
 	return nil
 }
 
+// bigGSO is the kernel's largest GSO packet (GSO_MAX_SIZE, 8 × 65535).
+const bigGSO = 8 * 65535
+
 // setupVeth creates slot s's veth with its peer inside the namespace
 // pinned at nsPath, addresses both ends, brings up the namespace's
 // loopback and peer with a default route via the host end, and turns IPv6
-// off on the host end (the firewall drops it too).
-func (e *Engine) setupVeth(s *slot, nsPath string, host, sb netip.Addr) error {
+// off on the host end (the firewall drops it too). With link.BigTCP both
+// ends take IPv4 GSO packets of up to bigGSO (BIG TCP, Linux 6.3+): TCP
+// then hands the veth one packet per ~360 segments instead of per ~45,
+// which is what the proxy's CPU per byte mostly depends on.
+func (e *Engine) setupVeth(s *slot, nsPath string, host, sb netip.Addr, link Link) error {
 	nsh, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
@@ -215,14 +221,21 @@ func (e *Engine) setupVeth(s *slot, nsPath string, host, sb netip.Addr) error {
 	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", name, "disable_ipv6"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("disable IPv6 on %s: %w", name, err)
 	}
-	link, err := netlink.LinkByName(name)
+	hostEnd, err := netlink.LinkByName(name)
 	if err != nil {
 		return err
 	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: host.AsSlice(), Mask: net.CIDRMask(30, 32)}}); err != nil {
+	if link.BigTCP {
+		if err := netlink.LinkSetGSOIPv4MaxSize(hostEnd, bigGSO); err != nil {
+			// Older kernels: only slower.
+			e.log.Debug("egress: no BIG TCP on the sandbox's veth (needs Linux 6.3)", "err", err)
+			link.BigTCP = false
+		}
+	}
+	if err := netlink.AddrAdd(hostEnd, &netlink.Addr{IPNet: &net.IPNet{IP: host.AsSlice(), Mask: net.CIDRMask(30, 32)}}); err != nil {
 		return fmt.Errorf("address %s: %w", name, err)
 	}
-	if err := netlink.LinkSetUp(link); err != nil {
+	if err := netlink.LinkSetUp(hostEnd); err != nil {
 		return fmt.Errorf("bring up %s: %w", name, err)
 	}
 	h, err := netlink.NewHandleAt(nsh)
@@ -240,6 +253,11 @@ func (e *Engine) setupVeth(s *slot, nsPath string, host, sb netip.Addr) error {
 	peer, err := h.LinkByName(PeerName)
 	if err != nil {
 		return err
+	}
+	if link.BigTCP {
+		if err := h.LinkSetGSOIPv4MaxSize(peer, bigGSO); err != nil {
+			e.log.Debug("egress: no BIG TCP in the sandbox's namespace", "err", err)
+		}
 	}
 	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: &net.IPNet{IP: sb.AsSlice(), Mask: net.CIDRMask(30, 32)}}); err != nil {
 		return fmt.Errorf("address %s in the sandbox: %w", PeerName, err)

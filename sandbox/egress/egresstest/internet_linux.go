@@ -9,6 +9,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -204,6 +206,30 @@ func InNS(path string, fn func() error) error {
 	return <-errc
 }
 
+// BlobSize is the size of /blob on every server.
+const BlobSize = 24 << 20
+
+// Blob is what /blob serves: BlobSize pseudo-random bytes, the same every
+// time.
+func Blob() []byte {
+	blobOnce.Do(func() {
+		blob = make([]byte, BlobSize)
+		mrand.NewChaCha8([32]byte{'s', 'h', 'e', 'l', 'l', 'g', 'a', 't', 'e'}).Read(blob)
+	})
+	return blob
+}
+
+var (
+	blobOnce sync.Once
+	blob     []byte
+)
+
+// SinkReply is what POST /sink answers for a body of n bytes with SHA-256
+// sum.
+func SinkReply(n int64, sum []byte) string {
+	return fmt.Sprintf("%d bytes sha256=%x\n", n, sum)
+}
+
 // Reply is what every server answers: who it is and what it was asked.
 func Reply(server, hostHeader, sni string) string {
 	return fmt.Sprintf("server=%s host=%s sni=%s\n", server, hostHeader, sni)
@@ -227,6 +253,19 @@ func (in *Internet) serveHTTP(t testing.TB, name string, a netip.Addr, port int,
 				return
 			}
 		}
+	})
+	mux.HandleFunc("/blob", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(BlobSize))
+		w.Write(Blob())
+	})
+	mux.HandleFunc("/sink", func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		k, err := io.Copy(h, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, SinkReply(k, h.Sum(nil)))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		in.mu.Lock()
