@@ -44,6 +44,8 @@ type instance struct {
 	limits runtime.Limits
 	// net is the sandbox's network under its policy (nil: loopback only).
 	net *egress.Net
+	// watch notices changes in the home (nil: unknown, always changed).
+	watch *homeWatch
 }
 
 // newOOMKill reports whether the container's memory cgroup counted an
@@ -169,6 +171,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 	if err = home.Mount(homeImg, homeDir); err != nil {
 		return inst, err
 	}
+	inst.watch = watchHome(homeDir)
 	if err = os.Chmod(homeDir, 0o700); err != nil {
 		return inst, err
 	}
@@ -299,6 +302,7 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 		}
 		inst.net = nil
 	}
+	inst.watch.close()
 	// The directory goes only once nothing is mounted below it: removing
 	// it with the home still mounted would delete the user's files.
 	unmountErr := unmountAll(inst.dir)

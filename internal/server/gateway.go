@@ -273,7 +273,9 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		since := time.Now().Add(-time.Millisecond)
 		var err error
 		res.Outputs, err = tool.RunShell(ctx, run, c.ID, p)
-		if len(res.Outputs) > 0 {
+		// The home is listed only when its watch saw a change: a command
+		// that wrote nothing costs no walk of the home.
+		if len(res.Outputs) > 0 && b.s.mgr.HomeChanged(context.WithoutCancel(ctx), c.ID) {
 			res.Changed = b.changed(context.WithoutCancel(ctx), c.ID, since)
 		}
 		return gatewayErr(err)

@@ -312,6 +312,69 @@ echo ok`)
 		}
 	})
 
+	t.Run("08 HomeChanged sees what commands write and only that", func(t *testing.T) {
+		const box = "watched"
+		Run(t, m, box, "true")
+		m.HomeChanged(ctx, box) // the first question after a wake is always yes
+		steps := []struct {
+			cmd     string
+			changed bool
+		}{
+			{"true", false}, // (the sandbox's first command: not checked)
+			{"true", false},
+			{"cat /etc/hostname >/dev/null; ls -la >/dev/null", false},
+			{"echo 1 > a.txt", true},
+			{"true", false},
+			{"mkdir -p d/e && echo 2 > d/e/b.txt", true},
+			{"echo more >> d/e/b.txt", true},
+			{"touch -d 2001-01-01 a.txt", true},
+			{"mv a.txt c.txt", true},
+			{"rm c.txt", true}, // the unlinked file's link count, an attribute: a harmless yes
+			{"true", false},
+			{"cat d/e/b.txt > /dev/null", false},
+			{"echo 3 > /tmp/outside", false}, // not the home
+			// a write through a shared mapping, closed when the process ends
+			{"printf 0000 > m.bin", true},
+			{"true", false},
+			{"true", false},
+		}
+		for i, s := range steps {
+			if i == 0 {
+				continue
+			}
+			if o := Run(t, m, box, s.cmd); exitCode(o) != 0 {
+				t.Fatalf("%s: %+v %q", s.cmd, o.Outcome, o.Stderr)
+			}
+			got := m.HomeChanged(ctx, box)
+			switch {
+			case s.changed && !got:
+				// A missed change would hide a file a command wrote.
+				t.Errorf("after %q: HomeChanged = false", s.cmd)
+			case !s.changed && got && rt == "runsc" && (s.cmd != "true" || steps[i-1].cmd != "true"):
+				// gVisor's gofer writes back late and updates times of
+				// files the sandbox only read: a needless listing, not a
+				// miss; a command that touches no file of the home after
+				// one that did not either is still a no.
+				t.Logf("after %q: HomeChanged = true under runsc", s.cmd)
+			case !s.changed && got:
+				t.Errorf("after %q: HomeChanged = true, want false", s.cmd)
+			}
+		}
+		// Host-side writes count too; a sleeping sandbox is always "changed".
+		if err := m.WriteFile(ctx, box, "up.txt", strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+		if !m.HomeChanged(ctx, box) {
+			t.Error("an upload was not seen")
+		}
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if !m.HomeChanged(ctx, box) {
+			t.Error("asleep: HomeChanged = false")
+		}
+	})
+
 	t.Run("07 a home mounted for a file call by a process that died is unmounted by the next Open", func(t *testing.T) {
 		const box = "crashy"
 		Run(t, m, box, "echo precious > f")
