@@ -121,7 +121,6 @@ func TestCompletion(t *testing.T) {
 			[]any{"undefined", "undefined", false, "undefined", "approve,echo,fail,info,panic,sleep,sum"}},
 		{"09 unknown function is a TypeError", "try { tools.nope() } catch (e) { return e.name }", "TypeError"},
 		{"10 namespace is frozen", "'use strict'; try { tools.sum = 1; return 'changed' } catch (e) { return e.name }", "TypeError"},
-		{"11 lazy: not awaited, not called", "tools.sum(1); return 1", 1.0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -360,8 +360,8 @@ func TestRequestLimitsCappedAtServer(t *testing.T) {
 		{"source", `return 1 // ` + strings.Repeat("x", 1000), "RUN_SOURCE_TOO_LARGE", "limit of 1000", false},
 		{"host calls", `for (let i = 0; i < 4; i++) await sandbox.exec('echo ' + i); return 1`, "RUN_BRIDGE_LIMIT", "more than 3 host calls", true},
 		{"in flight", `return await Promise.all([sandbox.exec('echo 1'), sandbox.exec('echo 2'), sandbox.exec('echo 3')])`, "RUN_BRIDGE_LIMIT", "more than 2 host calls in flight", true},
-		{"arguments", `return await sandbox.writeFile('f', 'x'.repeat(2000))`, "RUN_BRIDGE_LIMIT", "limit of 1000", true},
-		{"host output", `return (await sandbox.readFile('big.txt')).length`, "RUN_BRIDGE_LIMIT", "limit of 1000", true},
+		{"arguments", `return await sandbox.writeFile('f', 'x'.repeat(2000))`, "RUN_BRIDGE_LIMIT", "the 1000 byte size limit", true},
+		{"host output", `return (await sandbox.readFile('big.txt')).length`, "RUN_BRIDGE_LIMIT", "the 1000 byte size limit", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
