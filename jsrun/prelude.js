@@ -49,6 +49,7 @@
   const strSlice = uncurry($String.prototype.slice), strSplit = uncurry($String.prototype.split),
     strIndexOf = uncurry($String.prototype.indexOf), strStartsWith = uncurry($String.prototype.startsWith);
   const promiseThen = uncurry($Promise.prototype.then);
+  const numberToString = uncurry(Number.prototype.toString);
   const typedCtors = {
     Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
     Float16Array: G.Float16Array, Float32Array, Float64Array, BigInt64Array, BigUint64Array,
@@ -385,9 +386,27 @@
   let consoleBytes = 0;
   let consoleTruncated = false;
   let consoleMax = 0; // set by init
+  // quote renders a string inside a value as Node's util.inspect does (the
+  // Run SDK's console): single quotes unless the string holds one, then
+  // double quotes, then backticks.
+  function quote(v) {
+    const q = strIndexOf(v, "'") < 0 ? "'" : strIndexOf(v, '"') < 0 ? '"' : strIndexOf(v, '`') < 0 ? '`' : "'";
+    let out = q;
+    for (let i = 0; i < v.length; i++) {
+      const ch = v[i];
+      const c = charCodeAt(v, i);
+      if (ch === q || ch === '\\') out += '\\' + ch;
+      else if (ch === '\n') out += '\\n';
+      else if (ch === '\t') out += '\\t';
+      else if (ch === '\r') out += '\\r';
+      else if (c < 0x20 || c === 0x7f) out += '\\x' + (c < 16 ? '0' : '') + numberToString(c, 16);
+      else out += ch;
+    }
+    return out + q;
+  }
   function fmt(v, depth, seenSet) {
     switch (typeof v) {
-      case 'string': return depth === 0 ? v : JSONstringify(v);
+      case 'string': return depth === 0 ? v : quote(v);
       case 'number': return (v === 0 && 1 / v < 0) ? '-0' : $String(v);
       case 'bigint': return $String(v) + 'n';
       case 'undefined': case 'boolean': return $String(v);

@@ -806,7 +806,7 @@ func TestGoValuesToGuest(t *testing.T) {
 func TestConsole(t *testing.T) {
 	r := newTestRunner(t)
 	res := mustRun(t, r, Input{Source: `console.log('a', 1, {b: [1, 'x']}, undefined, 2n); console.error(new TypeError('t')); const o = {}; o.o = o; console.info(o); return 1`})
-	want := "a 1 { b: [ 1, \"x\" ] } undefined 2n\n[stderr] TypeError: t\n{ o: [Circular] }\n"
+	want := "a 1 { b: [ 1, 'x' ] } undefined 2n\n[stderr] TypeError: t\n{ o: [Circular] }\n"
 	if res.Console != want {
 		t.Fatalf("console %q", res.Console)
 	}
