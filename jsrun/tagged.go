@@ -90,6 +90,12 @@ func (t *tagEncoder) countRefs(v any, depth int) {
 		for _, e := range x {
 			t.countRefs(e, depth+1)
 		}
+	case *Object:
+		if x != nil {
+			for _, e := range x.Values {
+				t.countRefs(e, depth+1)
+			}
+		}
 	case *SparseArray:
 		for _, e := range x.Elements {
 			t.countRefs(e, depth+1)
@@ -258,6 +264,30 @@ func (t *tagEncoder) encCompound(v any, path string, depth int) (any, error) {
 			return nil, err
 		}
 		return obj{"$type": "object", "null_prototype": true, "value": m}, nil
+	case *Object:
+		if x == nil {
+			return nil, nil
+		}
+		if len(x.Keys) != len(x.Values) {
+			return nil, serErr(path, "an Object whose Keys and Values differ in length")
+		}
+		o := orderedObj{keys: make([]string, len(x.Keys)), vals: make([]any, len(x.Keys))}
+		clash := false
+		for i, k := range x.Keys {
+			r, err := t.enc(x.Values[i], childPath(path, k), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			o.keys[i], o.vals[i] = encodeKey(k), r
+			clash = clash || k == "$type"
+		}
+		if x.NullProto {
+			return obj{"$type": "object", "null_prototype": true, "value": o}, nil
+		}
+		if clash {
+			return obj{"$type": "object", "value": o}, nil
+		}
+		return o, nil
 	case *SparseArray:
 		if x == nil {
 			return nil, nil
@@ -339,6 +369,35 @@ func (t *tagEncoder) encCompound(v any, path string, depth int) (any, error) {
 		return nil, err
 	}
 	return t.enc(plain, path, depth+1)
+}
+
+// orderedObj is a JSON object written with its keys in order (an *Object).
+type orderedObj struct {
+	keys []string
+	vals []any
+}
+
+func (o orderedObj) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	buf.WriteByte('{')
+	for i, k := range o.keys {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := enc.Encode(k); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		buf.WriteByte(':')
+		if err := enc.Encode(o.vals[i]); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 func (t *tagEncoder) encMap(m map[string]any, path string, depth int) (obj, error) {

@@ -69,7 +69,7 @@ type testServer struct {
 
 func newServer(t *testing.T, mod ...func(*jsrun.Config)) *testServer {
 	t.Helper()
-	cfg := jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Store: jsrun.NewMemoryStore(), Audience: "shellgate-eval"}
+	cfg := jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Store: jsrun.NewMemoryStore(), Audience: "shellgate-eval", OrderedObjects: true}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -119,7 +119,8 @@ func TestCompletedWithTaggedValue(t *testing.T) {
 	if code != 200 || out["status"] != "completed" {
 		t.Fatalf("%d %s", code, raw)
 	}
-	want := `"value":{"big":{"$type":"bigint","value":"10"},"d":{"$type":"date","value":"1970-01-01T00:00:00.000Z"},"m":{"$type":"map","entries":[["k",{"$type":"number","value":"NaN"}]]},"n":1,"u":{"$type":"undefined"}}`
+	// Keys in the guest's order (issue 10 item 5).
+	want := `"value":{"n":1,"u":{"$type":"undefined"},"big":{"$type":"bigint","value":"10"},"d":{"$type":"date","value":"1970-01-01T00:00:00.000Z"},"m":{"$type":"map","entries":[["k",{"$type":"number","value":"NaN"}]]}}`
 	if !strings.Contains(raw, want) || out["console"] != "hi\n" {
 		t.Fatalf("got %s", raw)
 	}
