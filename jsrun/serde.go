@@ -353,7 +353,7 @@ func (e *encoder) encOrdered(o *Object, path string) (any, error) {
 // arrayIndex reports whether k is an integer-like key that JavaScript lists
 // first (a canonical array index, below 2^32-1), and its value.
 func arrayIndex(k string) (uint64, bool) {
-	if k == "" || len(k) > 10 || (len(k) > 1 && k[0] == '0') {
+	if k == "" || len(k) > 10 || k[0] < '0' || k[0] > '9' || (len(k) > 1 && k[0] == '0') {
 		return 0, false
 	}
 	n, err := strconv.ParseUint(k, 10, 64)
@@ -364,7 +364,17 @@ func arrayIndex(k string) (uint64, bool) {
 // they been added in sorted order: integer-like keys ascending, then the
 // rest sorted.
 func sortKeysJS(keys []string) {
-	sort.Slice(keys, func(i, j int) bool {
+	sort.Strings(keys)
+	indices := 0
+	for _, k := range keys {
+		if _, ok := arrayIndex(k); ok {
+			indices++
+		}
+	}
+	if indices == 0 {
+		return // the common case: no integer-like keys
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
 		a, aIdx := arrayIndex(keys[i])
 		b, bIdx := arrayIndex(keys[j])
 		switch {
