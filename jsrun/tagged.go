@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
+	"reflect"
 	"sort"
 	"strconv"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Tagged JSON is how values travel over HTTP and the CLI (docs/jsrun.md).
@@ -431,6 +435,81 @@ func UnmarshalTagged(data []byte) (any, error) {
 	return DecodeTaggedValue(raw)
 }
 
+// UnmarshalTaggedOrdered is UnmarshalTagged with objects as *Object, their
+// keys in the order of the JSON text (the HTTP handler's resolutions, so a
+// client's object reaches the guest in its order).
+func UnmarshalTaggedOrdered(data []byte) (any, error) {
+	p := &orderedParser{dec: json.NewDecoder(bytes.NewReader(data)), order: map[unsafe.Pointer][]string{}}
+	raw, err := p.value(0)
+	if err != nil {
+		return nil, newError(CodeSerialization, "invalid JSON value: %v", err)
+	}
+	if _, err := p.dec.Token(); err != io.EOF {
+		return nil, newError(CodeSerialization, "invalid JSON value: trailing data")
+	}
+	d := &tagDecoder{defs: map[int]obj{}, built: map[int]any{}, order: p.order}
+	if err := d.collect(raw, 0); err != nil {
+		return nil, err
+	}
+	return d.dec(raw, "value", 0)
+}
+
+// orderedParser parses JSON as encoding/json does into an any, and records
+// the key order of every object it makes.
+type orderedParser struct {
+	dec   *json.Decoder
+	order map[unsafe.Pointer][]string
+}
+
+func (p *orderedParser) value(depth int) (any, error) {
+	if depth > maxTaggedDepth {
+		return nil, errors.New("nested too deeply")
+	}
+	tok, err := p.dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil
+	}
+	switch d {
+	case '[':
+		arr := []any{}
+		for p.dec.More() {
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		_, err := p.dec.Token()
+		return arr, err
+	case '{':
+		m := obj{}
+		var keys []string
+		for p.dec.More() {
+			kt, err := p.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := kt.(string)
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := m[k]; !dup {
+				keys = append(keys, k)
+			}
+			m[k] = v // the last one wins, as in encoding/json
+		}
+		p.order[reflect.ValueOf(m).UnsafePointer()] = keys
+		_, err := p.dec.Token()
+		return m, err
+	}
+	return nil, fmt.Errorf("unexpected %v", d)
+}
+
 // DecodeTaggedValue decodes an already-parsed tagged JSON value (as produced
 // by encoding/json into an any).
 func DecodeTaggedValue(raw any) (any, error) {
@@ -444,6 +523,18 @@ func DecodeTaggedValue(raw any) (any, error) {
 type tagDecoder struct {
 	defs  map[int]obj
 	built map[int]any
+	// order, from UnmarshalTaggedOrdered: the key order of each parsed
+	// object; plain objects then decode to *Object.
+	order map[unsafe.Pointer][]string
+}
+
+// ordered returns the keys of x in order when the decoder keeps order.
+func (d *tagDecoder) ordered(x obj) ([]string, bool) {
+	if d.order == nil {
+		return nil, false
+	}
+	keys, ok := d.order[reflect.ValueOf(x).UnsafePointer()]
+	return keys, ok
 }
 
 func tagErr(path, why string) error {
@@ -506,6 +597,17 @@ func (d *tagDecoder) dec(raw any, path string, depth int) (any, error) {
 		return out, nil
 	case obj:
 		typ, tagged := x["$type"]
+		if keys, ok := d.ordered(x); ok && !tagged {
+			o := &Object{Keys: keys, Values: make([]any, len(keys))}
+			for i, k := range keys {
+				v, err := d.dec(x[k], childPath(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				o.Values[i] = v
+			}
+			return o, nil
+		}
 		if !tagged {
 			out := make(map[string]any, len(x))
 			for k, e := range x {
@@ -666,6 +768,19 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 		val, ok := x["value"].(obj)
 		if !ok {
 			return nil, tagErr(path, "bad object")
+		}
+		if keys, ok := d.ordered(val); ok {
+			np, _ := x["null_prototype"].(bool)
+			o := &Object{Keys: keys, Values: make([]any, len(keys)), NullProto: np}
+			d.register(x, o)
+			for i, k := range keys {
+				v, err := d.dec(val[k], childPath(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				o.Values[i] = v
+			}
+			return o, nil
 		}
 		out := make(map[string]any, len(val))
 		var ret any = out

@@ -79,3 +79,41 @@ func FuzzTagged(f *testing.F) {
 		}
 	})
 }
+
+func TestUnmarshalTaggedOrdered(t *testing.T) {
+	v, err := UnmarshalTaggedOrdered([]byte(`{"b":1,"a":{"$type":"object","null_prototype":true,"value":{"y":1,"x":2}},
+		"c":{"$type":"object","$id":1,"value":{"q":[{"$type":"ref","id":1}]}},"d":[{"n":1,"m":2}],"b2":{"$type":"bigint","value":"5"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := v.(*Object)
+	if !reflect.DeepEqual(o.Keys, []string{"b", "a", "c", "d", "b2"}) {
+		t.Fatalf("keys %v", o.Keys)
+	}
+	a, _ := o.Get("a")
+	if np := a.(*Object); !np.NullProto || !reflect.DeepEqual(np.Keys, []string{"y", "x"}) {
+		t.Fatalf("null-prototype object %#v", a)
+	}
+	c, _ := o.Get("c")
+	q, _ := c.(*Object).Get("q")
+	if q.([]any)[0] != c {
+		t.Fatal("the reference does not point at its object")
+	}
+	d, _ := o.Get("d")
+	if inner := d.([]any)[0].(*Object); !reflect.DeepEqual(inner.Keys, []string{"n", "m"}) {
+		t.Fatalf("nested keys %v", inner.Keys)
+	}
+	for _, bad := range []string{`{"a":1} x`, `{"a":`, `[1,]`} {
+		if _, err := UnmarshalTaggedOrdered([]byte(bad)); ErrorCode(err) != CodeSerialization {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	// Same values as UnmarshalTagged apart from the object type.
+	plain, _ := UnmarshalTagged([]byte(`{"b":1,"a":[true,null]}`))
+	wire1, _ := EncodeValue(plain)
+	ord, _ := UnmarshalTaggedOrdered([]byte(`{"a":[true,null],"b":1}`))
+	wire2, _ := EncodeValue(ord)
+	if wire1 != wire2 {
+		t.Fatalf("%s != %s", wire1, wire2)
+	}
+}

@@ -444,3 +444,23 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("GET: %d", resp.StatusCode)
 	}
 }
+
+// Issue 10 item 5: a client's resolution reaches the guest with its keys in
+// the order of the request, and the result keeps the guest's order.
+func TestKeyOrderThroughHTTP(t *testing.T) {
+	s := newServer(t)
+	src := `const r = await ui.ask(); return {keys: Object.keys(r).join(), r}`
+	req := map[string]any{"source": src, "client_functions": map[string][]string{"ui": {"ask"}}}
+	code, out, raw := s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1",
+		"value": json.RawMessage(`{"zeta":1,"alpha":{"y":2,"x":3},"10":4,"2":5,"$type_not":6}`)}}
+	code, _, raw = s.post(t, "ws_a", req)
+	want := `"value":{"keys":"2,10,zeta,alpha,$type_not","r":{"2":5,"10":4,"zeta":1,"alpha":{"y":2,"x":3},"$type_not":6}}`
+	if code != 200 || !strings.Contains(raw, want) {
+		t.Fatalf("%d %s\nwant %s", code, raw, want)
+	}
+}
