@@ -242,3 +242,34 @@ func TestConsoleKeptOnFailure(t *testing.T) {
 		}
 	}
 }
+
+// The wire format became jsrun-v2 (views over buffers); a continuation
+// minted as jsrun-v1 still resumes.
+func TestContinuationV1StillResumes(t *testing.T) {
+	var calls atomic.Int64
+	r := newTestRunner(t)
+	src := `const a = await tools.sum(1, 2); return [a, await tools.approve({n: a})]`
+	res := mustRun(t, r, Input{Source: src, HostFunctions: tools(&calls)})
+	st, err := r.codec.decode(res.Continuation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Serde != serdeName {
+		t.Fatalf("new tokens are %q", st.Serde)
+	}
+	st.Serde = serdeV1
+	old, _, err := r.codec.encode(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = mustRun(t, r, Input{Source: src, HostFunctions: tools(&calls), Continuation: old,
+		Resolutions: []Resolution{{InterruptionID: "interrupt-2", Value: "ok"}}})
+	if !reflect.DeepEqual(res.Value, []any{3.0, "ok"}) {
+		t.Fatalf("got %v", res.Value)
+	}
+	st.Serde = "jsrun-v0"
+	bad, _, _ := r.codec.encode(st)
+	_, err = r.Run(context.Background(), Input{Source: src, HostFunctions: tools(&calls), Continuation: bad,
+		Resolutions: []Resolution{{InterruptionID: "interrupt-2", Value: "ok"}}})
+	wantCode(t, err, CodeProtocol)
+}
