@@ -24,6 +24,8 @@ const hostFunctions = {
       return c.resume.resolution;
     },
     big: (n) => 'x'.repeat(n),
+    // hang settles only when the run is cancelled (no timing involved).
+    hang: (x) => new Promise((resolve) => getHostFunctionContext().abortSignal.addEventListener('abort', () => resolve(x))),
     ordered: () => ({ b: 1, a: 2, 10: 3, 2: 4, [-1]: 5, '01': 6 }),
     views: () => {
       const buf = new ArrayBuffer(8);

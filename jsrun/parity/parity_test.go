@@ -282,6 +282,10 @@ func hostFunctions() map[string]jsrun.Namespace {
 			n, _ := arg(args, 0).(float64)
 			return strings.Repeat("x", int(n)), nil
 		}),
+		"hang": jsrun.Async(func(ctx context.Context, args []any) (any, error) {
+			<-ctx.Done()
+			return arg(args, 0), nil
+		}),
 		"ordered": jsrun.Async(func(context.Context, []any) (any, error) {
 			return jsrun.NewObject("b", 1, "a", 2, "10", 3, "2", 4, "-1", 5, "01", 6), nil
 		}),
