@@ -851,7 +851,7 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 	code := Code(gi.Code)
 	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, Stack: mapStack(gi.Stack)}
 	switch code {
-	case CodeSerialization, CodeHostFunction:
+	case CodeSerialization, CodeHostFunction, CodeBridgeLimit:
 		// A runtime error the guest did not catch: still a typed failure.
 		e.Guest = false
 	default:

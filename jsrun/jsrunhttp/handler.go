@@ -402,7 +402,8 @@ func errorStatus(err error) (int, *Response) {
 	case jsrun.CodeInternal:
 		status = http.StatusInternalServerError
 	}
-	return status, &Response{Status: "error", Error: body}
+	// What the guest logged before the failure (issue 10 item 10).
+	return status, &Response{Status: "error", Error: body, Console: je.Console, ConsoleTruncated: je.ConsoleTruncated}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

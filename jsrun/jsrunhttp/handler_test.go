@@ -464,3 +464,14 @@ func TestKeyOrderThroughHTTP(t *testing.T) {
 		t.Fatalf("%d %s\nwant %s", code, raw, want)
 	}
 }
+
+// Issue 10 item 10: the console output before a failure is in the error
+// response.
+func TestConsoleInErrorResponse(t *testing.T) {
+	s := newServer(t)
+	code, out, raw := s.post(t, "ws_a", map[string]any{"source": `console.log('step 1'); console.error('bad'); throw new Error('boom')`})
+	e, _ := out["error"].(map[string]any)
+	if code != 422 || e == nil || e["message"] != "boom" || out["console"] != "step 1\n[stderr] bad\n" {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
