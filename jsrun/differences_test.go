@@ -214,7 +214,10 @@ func TestDetachedHostCalls(t *testing.T) {
 	} {
 		calls.Store(0)
 		_, err := r.Run(context.Background(), Input{Source: src, HostFunctions: hf})
-		wantCode(t, err, CodeDetachedRequest)
+		e := wantCode(t, err, CodeDetachedRequest)
+		if strings.HasPrefix(src, "tools.sum(1);") && !strings.HasSuffix(e.Message, "never awaited: tools.sum") {
+			t.Fatalf("%s: message %q does not name the call", src, e.Message)
+		}
 		if strings.HasPrefix(src, "tools.sum(1);") && calls.Load() > 1 {
 			t.Fatalf("%s: the unawaited call ran", src)
 		}
