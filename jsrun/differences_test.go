@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Unit tests for the differences from the Run SDK closed in issue 10
@@ -237,8 +238,10 @@ func TestConsoleKeptOnFailure(t *testing.T) {
 		`console.log('before'); console.error('oops'); throw new Error('boom')`: "before\n[stderr] oops\n",
 		`console.log('step 1'); await tools.fail()`:                             "step 1\n",
 		`console.log('deep'); function f() { return f() } f()`:                  "deep\n",
+		`console.log('looping'); while (true) {}`:                               "looping\n",
+		`console.log('waiting'); await tools.sleep(60000, 1)`:                   "waiting\n",
 	} {
-		_, err := r.Run(context.Background(), Input{Source: src, HostFunctions: tools(&calls)})
+		_, err := r.Run(context.Background(), Input{Source: src, HostFunctions: tools(&calls), Limits: Limits{Timeout: 300 * time.Millisecond}})
 		e, ok := err.(*Error)
 		if !ok || e.Console != want {
 			t.Fatalf("%s: error %v with console %q, want %q", src, err, e.Console, want)

@@ -328,16 +328,30 @@ func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
 	return res, err
 }
 
-// keepConsole puts what the guest logged before a failure into the error,
-// when the VM may still be entered (not after the deadline or an abort: the
-// output of a run that timed out is lost).
+// consoleGrace bounds the one call that reads the console after a run
+// failed, also after its deadline or an abort.
+const consoleGrace = 50 * time.Millisecond
+
+// keepConsole puts what the guest logged before a failure into the error.
+// After the deadline or an abort it still makes this one call into the VM,
+// with a short timeout of its own: the prelude's console method only
+// stringifies a string and a boolean it holds (no guest code can run: the
+// intrinsics are frozen), and a new call from Go clears the engine's pending
+// interrupt.
 func (inv *invocation) keepConsole(err error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		return
 	}
+	if err := inv.vm.SetEvalTimeout(consoleGrace); err != nil {
+		return
+	}
+	raw, cerr := inv.methods["console"].Call(inv.bridge)
+	if cerr != nil {
+		return
+	}
 	var res Result
-	inv.console(&res)
+	parseConsole(raw, &res)
 	e.Console, e.ConsoleTruncated = res.Console, res.ConsoleTruncated
 }
 
@@ -891,6 +905,10 @@ func (inv *invocation) console(res *Result) {
 	if err != nil {
 		return
 	}
+	parseConsole(raw, res)
+}
+
+func parseConsole(raw any, res *Result) {
 	s, _ := raw.(string)
 	var out []json.RawMessage
 	if json.Unmarshal([]byte(s), &out) != nil || len(out) != 2 {
