@@ -32,7 +32,9 @@ import (
 //	{"$type":"map","entries":[[key, value], ...]}
 //	{"$type":"set","values":[...]}
 //	{"$type":"arraybuffer","base64":"..."}
-//	{"$type":"typedarray","kind":"Uint8Array","base64":"..."}
+//	{"$type":"typedarray","kind":"Uint8Array","base64":"..."}  (the viewed bytes)
+//	{"$type":"typedarray","kind":"Uint16Array","base64":"...","byte_offset":2,"buffer":{"$type":"arraybuffer",...}}
+//	                                                    (a view into part of a buffer, or one sharing it)
 //	{"$type":"array","items":[...]}                     (only to carry "$id")
 //	{"$type":"array","length":5,"items":{"0":..,"3":..}} (array with holes)
 //	{"$type":"object","value":{...}}                    (an object that has a "$type" key, or carries "$id")
@@ -115,6 +117,10 @@ func (t *tagEncoder) countRefs(v any, depth int) {
 		for _, e := range x.Values {
 			t.countRefs(e, depth+1)
 		}
+	case *TypedArray:
+		if x != nil && x.Buffer != nil {
+			t.countRefs(x.Buffer, depth+1)
+		}
 	case *JSError:
 		if x != nil {
 			t.countRefs(x.Cause, depth+1)
@@ -169,15 +175,26 @@ func (t *tagEncoder) enc(v any, path string, depth int) (any, error) {
 			return nil, nil
 		}
 		return obj{"$type": "regexp", "source": x.Source, "flags": x.Flags}, nil
-	case ArrayBuffer:
-		return obj{"$type": "arraybuffer", "base64": base64.StdEncoding.EncodeToString(x)}, nil
 	case []byte:
 		return obj{"$type": "typedarray", "kind": "Uint8Array", "base64": base64.StdEncoding.EncodeToString(x)}, nil
 	case *TypedArray:
 		if x == nil {
 			return nil, nil
 		}
-		return obj{"$type": "typedarray", "kind": x.Type, "base64": base64.StdEncoding.EncodeToString(x.Data)}, nil
+		out := obj{"$type": "typedarray", "kind": x.Type, "base64": base64.StdEncoding.EncodeToString(x.Data)}
+		// The buffer goes along when the view does not cover all of it or
+		// another value shares it.
+		if x.Buffer != nil && (x.ByteOffset != 0 || len(x.Data) != len(x.Buffer) || t.sharedBuffer(x.Buffer)) {
+			if x.ByteOffset < 0 || x.ByteOffset+len(x.Data) > len(x.Buffer) {
+				return nil, serErr(path, "a TypedArray whose ByteOffset or length does not fit its Buffer")
+			}
+			b, err := t.enc(x.Buffer, path+".buffer", depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out["byte_offset"], out["buffer"] = x.ByteOffset, b
+		}
+		return out, nil
 	}
 	id, hasID := ident(v)
 	shared := hasID && t.count[id] > 1
@@ -241,8 +258,15 @@ func toFloat(v any) float64 {
 	return math.NaN()
 }
 
+func (t *tagEncoder) sharedBuffer(b ArrayBuffer) bool {
+	id, ok := ident(b)
+	return ok && t.count[id] > 1
+}
+
 func (t *tagEncoder) encCompound(v any, path string, depth int) (any, error) {
 	switch x := v.(type) {
+	case ArrayBuffer:
+		return obj{"$type": "arraybuffer", "base64": base64.StdEncoding.EncodeToString(x)}, nil
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
@@ -694,6 +718,7 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 			return nil, tagErr(path, "bad base64")
 		}
 		if typ == "arraybuffer" {
+			d.register(x, ArrayBuffer(b))
 			return ArrayBuffer(b), nil
 		}
 		kind, _ := str("kind")
@@ -701,7 +726,24 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 		if !ok || len(b)%size != 0 {
 			return nil, tagErr(path, "bad typed array kind or length")
 		}
-		return &TypedArray{Type: kind, Data: b}, nil
+		rawBuf, hasBuf := x["buffer"]
+		if !hasBuf {
+			return &TypedArray{Type: kind, Data: b}, nil
+		}
+		bv, err := d.dec(rawBuf, path+".buffer", depth+1)
+		if err != nil {
+			return nil, err
+		}
+		buf, ok := bv.(ArrayBuffer)
+		off, ok2 := x["byte_offset"].(float64)
+		if !ok || !ok2 || off < 0 || off != math.Trunc(off) || int(off)%size != 0 || off+float64(len(b)) > float64(len(buf)) {
+			return nil, tagErr(path, "bad typed array buffer or byte_offset")
+		}
+		view := buf[int(off) : int(off)+len(b) : int(off)+len(b)]
+		if !bytes.Equal(view, b) {
+			return nil, tagErr(path, "typed array bytes differ from its buffer")
+		}
+		return &TypedArray{Type: kind, Data: view, Buffer: buf, ByteOffset: int(off)}, nil
 	case "ref":
 		f, ok := x["id"].(float64)
 		if !ok {

@@ -117,3 +117,39 @@ func TestUnmarshalTaggedOrdered(t *testing.T) {
 		t.Fatalf("%s != %s", wire1, wire2)
 	}
 }
+
+// Issue 10 item 6 over tagged JSON: views into part of a buffer, or sharing
+// one, carry it (once, then by reference).
+func TestTaggedViewsShareBuffer(t *testing.T) {
+	buf := ArrayBuffer{1, 2, 3, 4, 5, 6, 7, 8}
+	v := []any{NewView("Uint16Array", buf, 2, 4), NewView("DataView", buf, 1, 3), NewView("Uint8Array", ArrayBuffer{9}, 0, 1)}
+	b, err := MarshalTagged(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"$type":"typedarray","base64":"AwQFBg==","buffer":{"$id":1,"$type":"arraybuffer","base64":"AQIDBAUGBwg="},"byte_offset":2,"kind":"Uint16Array"},` +
+		`{"$type":"typedarray","base64":"AgME","buffer":{"$type":"ref","id":1},"byte_offset":1,"kind":"DataView"},` +
+		`{"$type":"typedarray","base64":"CQ==","kind":"Uint8Array"}]`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	back, err := UnmarshalTagged(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := back.([]any)
+	a, d := views[0].(*TypedArray), views[1].(*TypedArray)
+	if &a.Buffer[0] != &d.Buffer[0] || a.ByteOffset != 2 || d.ByteOffset != 1 || !reflect.DeepEqual(d.Data, []byte{2, 3, 4}) {
+		t.Fatalf("views %+v %+v", a, d)
+	}
+	for _, bad := range []string{
+		`{"$type":"typedarray","kind":"Uint8Array","base64":"AQ==","byte_offset":9,"buffer":{"$type":"arraybuffer","base64":"AQI="}}`,
+		`{"$type":"typedarray","kind":"Uint8Array","base64":"AQ==","byte_offset":1,"buffer":{"$type":"arraybuffer","base64":"AQI="}}`,
+		`{"$type":"typedarray","kind":"Uint16Array","base64":"AQI=","byte_offset":1,"buffer":{"$type":"arraybuffer","base64":"AQIDBA=="}}`,
+		`{"$type":"typedarray","kind":"Uint8Array","base64":"AQ==","byte_offset":0,"buffer":"x"}`,
+	} {
+		if _, err := UnmarshalTagged([]byte(bad)); ErrorCode(err) != CodeSerialization {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

@@ -475,3 +475,14 @@ func TestConsoleInErrorResponse(t *testing.T) {
 		t.Fatalf("%d %s", code, raw)
 	}
 }
+
+// Issue 10 item 6 over HTTP: views over one buffer come back sharing it.
+func TestViewsOverHTTP(t *testing.T) {
+	s := newServer(t)
+	code, _, raw := s.post(t, "ws_a", map[string]any{"source": `const b = new Uint8Array([1, 2, 3, 4]).buffer; return [new Uint8Array(b, 1, 2), new DataView(b), new Uint8Array([7])]`})
+	want := `"value":[{"$type":"typedarray","base64":"AgM=","buffer":{"$id":1,"$type":"arraybuffer","base64":"AQIDBA=="},"byte_offset":1,"kind":"Uint8Array"},` +
+		`{"$type":"typedarray","base64":"AQIDBA==","buffer":{"$type":"ref","id":1},"byte_offset":0,"kind":"DataView"},{"$type":"typedarray","base64":"Bw==","kind":"Uint8Array"}]`
+	if code != 200 || !strings.Contains(raw, want) {
+		t.Fatalf("%d %s\nwant %s", code, raw, want)
+	}
+}
