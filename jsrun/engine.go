@@ -321,7 +321,44 @@ func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
 	if err := inv.setup(); err != nil {
 		return nil, err
 	}
-	return inv.loop(ctx)
+	res, err = inv.loop(ctx)
+	if err != nil {
+		inv.keepConsole(err)
+	}
+	return res, err
+}
+
+// consoleGrace bounds the one call that reads the console after a run
+// failed, also after its deadline or an abort.
+const consoleGrace = 50 * time.Millisecond
+
+// keepConsole puts what the guest logged before a failure into the error.
+// After the deadline or an abort it still makes this one call into the VM,
+// with a short timeout of its own: the prelude's console method only
+// stringifies a string and a boolean it holds (no guest code can run: the
+// intrinsics are frozen), and a new call from Go clears the engine's pending
+// interrupt.
+func (inv *invocation) keepConsole(err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		return
+	}
+	if err := inv.vm.SetEvalTimeout(consoleGrace); err != nil {
+		return
+	}
+	raw, cerr := inv.methods["console"].Call(inv.bridge)
+	if cerr != nil {
+		return
+	}
+	var res Result
+	parseConsole(raw, &res)
+	e.Console, e.ConsoleTruncated = res.Console, res.ConsoleTruncated
+}
+
+// decode decodes a wire value as this runner's host functions and results
+// see it (ordered objects or maps).
+func (inv *invocation) decode(wire string) (any, error) {
+	return decodeWireAs(wire, inv.r.cfg.OrderedObjects)
 }
 
 // enter is called before every call into the VM: it never re-enters after
@@ -378,11 +415,15 @@ type preludeConfig struct {
 	DateNowMs  int64   `json:"dateNowMs"`
 	Seed       string  `json:"seed"`
 	ConsoleMax int     `json:"consoleMax"`
+	// MaxArgumentsBytes: the guest fails a call with larger arguments
+	// itself, with an error it can catch.
+	MaxArgumentsBytes int `json:"maxArgumentsBytes"`
 }
 
 func (inv *invocation) setup() error {
 	vm := inv.vm
-	cfg := preludeConfig{Namespaces: [][]any{}, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes}
+	cfg := preludeConfig{Namespaces: [][]any{}, DateNowMs: inv.st.DateNowMs, Seed: inv.st.RandomSeed, ConsoleMax: inv.lim.ConsoleBytes,
+		MaxArgumentsBytes: inv.lim.HostArgumentsBytes}
 	nss := make([]string, 0, len(inv.in.HostFunctions))
 	for ns := range inv.in.HostFunctions {
 		nss = append(nss, ns)
@@ -583,7 +624,7 @@ func (inv *invocation) dispatch(raw [3]any) error {
 			}
 			var payload any
 			if e.Payload != "" {
-				payload, _ = decodeWire(e.Payload)
+				payload, _ = inv.decode(e.Payload)
 			}
 			return inv.startLive(c, &ResumeInfo{InterruptionID: e.InterruptionID, Payload: payload, Resolution: res.value})
 		}
@@ -617,7 +658,7 @@ func (inv *invocation) startLive(c *call, resume *ResumeInfo) error {
 	if inv.inFlight >= inv.lim.InFlightHostCalls {
 		return limitError(CodeBridgeLimit, "maxInFlightBridgeRequests", "more than %d host calls in flight", inv.lim.InFlightHostCalls)
 	}
-	args, err := decodeWire(c.args)
+	args, err := inv.decode(c.args)
 	if err != nil {
 		return err
 	}
@@ -682,7 +723,8 @@ func (inv *invocation) invoke(fn Func, cs *callState, args []any) (hr hostResult
 		return hr
 	}
 	if len(wire) > inv.lim.HostOutputBytes {
-		hr.fatal = limitError(CodeBridgeLimit, "maxHostFunctionOutputBytes", "result of %s is %d bytes, over the limit of %d", cs.info.Function, len(wire), inv.lim.HostOutputBytes)
+		// The guest gets an error it can catch; the run goes on.
+		hr.err = &ledgerError{Name: "RunError", Message: fmt.Sprintf("Host function output exceeds the %d byte size limit.", inv.lim.HostOutputBytes), Code: string(CodeBridgeLimit)}
 		return hr
 	}
 	hr.value = wire
@@ -742,12 +784,34 @@ type guestErrorInfo struct {
 	Message string `json:"message"`
 	Code    string `json:"code"`
 	Stack   string `json:"stack"`
+	Null    bool   `json:"null"`
 }
 
 func (inv *invocation) finish(outcome int) (*Result, error) {
+	if outcome == 3 {
+		name, _ := inv.call("detached")
+		return nil, &Error{Code: CodeDetachedRequest, Name: "RunError", Details: map[string]any{"name": name, "status": "idle"},
+			Message: fmt.Sprintf("the run returned with a host call it never awaited: %v", name)}
+	}
 	if outcome == 1 {
-		if inv.inFlight > 0 {
-			return nil, newError(CodeDetachedRequest, "the run returned while %d host calls were still in flight", inv.inFlight)
+		// Inline (Sync) calls answered but not yet delivered: one that
+		// interrupted is recorded (as in the Run SDK, whose interruptions
+		// arrive before the return is handled); one that has a value was
+		// pending when the guest returned.
+		pendingInline := 0
+		for _, hr := range inv.inline {
+			if hr.interrupted && hr.fatal == nil {
+				if err := inv.apply(hr); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			pendingInline++
+		}
+		inv.inline = nil
+		if n := inv.inFlight + pendingInline; n > 0 {
+			return nil, &Error{Code: CodeDetachedRequest, Name: "RunError", Details: map[string]any{"pending": n},
+				Message: fmt.Sprintf("the run returned while %d host calls were still pending", n)}
 		}
 		if inv.oldNext < inv.oldSettled {
 			return nil, newError(CodeProtocol, "replay diverged: the run finished before consuming the ledger (%d of %d answers released)", inv.oldNext, inv.oldSettled)
@@ -773,7 +837,7 @@ func (inv *invocation) finish(outcome int) (*Result, error) {
 		if len(wire) > inv.lim.ResultBytes {
 			return nil, limitError(CodeResultTooLarge, "maxResultBytes", "result is %d bytes, over the limit of %d", len(wire), inv.lim.ResultBytes)
 		}
-		v, err := decodeWire(wire)
+		v, err := inv.decode(wire)
 		if err != nil {
 			return nil, err
 		}
@@ -789,7 +853,10 @@ func (inv *invocation) finish(outcome int) (*Result, error) {
 }
 
 func (inv *invocation) guestError(gi guestErrorInfo) error {
-	if gi.Name == "InternalError" && strings.Contains(gi.Message, "out of memory") {
+	// An uncaught null: what QuickJS throws when it runs out of memory while
+	// creating its "out of memory" error (a guest's own throw null looks the
+	// same, and is reported the same way).
+	if gi.Null || (gi.Name == "InternalError" && strings.Contains(gi.Message, "out of memory")) {
 		return limitError(CodeMemoryLimit, "memoryLimitBytes", "run exceeded its memory limit of %d bytes", inv.lim.MemoryBytes)
 	}
 	if (gi.Name == "InternalError" || gi.Name == "RangeError") && strings.Contains(gi.Message, "stack overflow") {
@@ -798,7 +865,7 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 	code := Code(gi.Code)
 	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, Stack: mapStack(gi.Stack)}
 	switch code {
-	case CodeSerialization, CodeHostFunction:
+	case CodeSerialization, CodeHostFunction, CodeBridgeLimit:
 		// A runtime error the guest did not catch: still a typed failure.
 		e.Guest = false
 	default:
@@ -838,6 +905,10 @@ func (inv *invocation) console(res *Result) {
 	if err != nil {
 		return
 	}
+	parseConsole(raw, res)
+}
+
+func parseConsole(raw any, res *Result) {
 	s, _ := raw.(string)
 	var out []json.RawMessage
 	if json.Unmarshal([]byte(s), &out) != nil || len(out) != 2 {
@@ -853,13 +924,13 @@ func (inv *invocation) interrupted() (*Result, error) {
 		if !c.interrupted {
 			continue
 		}
-		args, err := decodeWire(c.args)
+		args, err := inv.decode(c.args)
 		if err != nil {
 			return nil, err
 		}
 		var payload any = Undefined{}
 		if c.payload != "" {
-			if payload, err = decodeWire(c.payload); err != nil {
+			if payload, err = inv.decode(c.payload); err != nil {
 				return nil, err
 			}
 		}

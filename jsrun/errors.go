@@ -65,7 +65,11 @@ type Error struct {
 	Guest   bool
 	// Details holds machine-readable extras, e.g. {"limit": "maxBridgeRequests"}.
 	Details map[string]any
-	cause   error
+	// Console is what the guest logged before the failure (as
+	// Result.Console), when it got that far.
+	Console          string
+	ConsoleTruncated bool
+	cause            error
 }
 
 func (e *Error) Error() string {

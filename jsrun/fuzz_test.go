@@ -59,6 +59,8 @@ func FuzzSerializer(f *testing.F) {
 		`[["D",1700000000000]]`, `[["D",null]]`, `[["R","a+","gi"]]`, `[["M",1,2],"k","v"]`, `[["S",1,0]]`,
 		`[["B","AQID"]]`, `[["T","Uint16Array","AQIDBA=="]]`, `[["E","TypeError","m",1,-1],["E","Error","c",-1,-1]]`,
 		`[["a",0]]`, `[["o","x",5]]`, `[["T","Nope","AA=="]]`, `[["A",1e300]]`, `[{"a":1}]`, `[]`, `{}`, `[["s",[1e9]]]`,
+		`[["V","Uint8Array",1,0,2],["B","AQID"]]`, `[["a",1,2],["V","Uint16Array",3,2,2],["V","DataView",3,1,3],["B","AQIDBA=="]]`,
+		`[["V","Float64Array",0,0,8]]`, `[["o","b",1,"a",2,"10",1],true,["V","Int8Array",3,0,0],["B",""]]`,
 	} {
 		f.Add(seed)
 	}
@@ -81,6 +83,23 @@ func FuzzSerializer(f *testing.F) {
 		enc2, err := encodeWire(v2, "value")
 		if err != nil || enc2 != enc1 {
 			t.Fatalf("encoding not stable:\n%s\n%s", enc1, enc2)
+		}
+		// The ordered decoding (Config.OrderedObjects) of the same text.
+		o, err := decodeWireAs(wire, true)
+		if err != nil {
+			if ErrorCode(err) != CodeSerialization {
+				t.Fatalf("non-serialization error %v", err)
+			}
+			return
+		}
+		enc3, err := encodeWire(o, "value")
+		if err != nil {
+			t.Fatalf("ordered value does not re-encode: %v", err)
+		}
+		if o2, err := decodeWireAs(enc3, true); err != nil {
+			t.Fatalf("re-encoded ordered value does not decode: %v\n%s", err, enc3)
+		} else if enc4, _ := encodeWire(o2, "value"); enc4 != enc3 {
+			t.Fatalf("ordered encoding not stable:\n%s\n%s", enc3, enc4)
 		}
 	})
 }

@@ -15,7 +15,7 @@ type hardened struct {
 	methods map[string]quickjs.Value
 }
 
-var bridgeMethods = []string{"init", "start", "poll", "settle", "finish", "console"}
+var bridgeMethods = []string{"init", "start", "poll", "settle", "finish", "console", "detached"}
 
 // newHardened creates and hardens a context within timeout.
 func newHardened(bc []byte, timeout time.Duration) (h *hardened, err error) {

@@ -49,6 +49,7 @@
   const strSlice = uncurry($String.prototype.slice), strSplit = uncurry($String.prototype.split),
     strIndexOf = uncurry($String.prototype.indexOf), strStartsWith = uncurry($String.prototype.startsWith);
   const promiseThen = uncurry($Promise.prototype.then);
+  const numberToString = uncurry(Number.prototype.toString);
   const typedCtors = {
     Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
     Float16Array: G.Float16Array, Float32Array, Float64Array, BigInt64Array, BigUint64Array,
@@ -225,9 +226,13 @@
         return n;
       } catch (e) { if (weakHas(runtimeErrors, e)) throw e; }
       try { const n = abByteLength(v); return ['B', b64encode(bytesOf(v, 0, n))]; } catch (_) { /* not an ArrayBuffer */ }
+      // Views name their ArrayBuffer node, so views over one buffer stay
+      // views over one buffer, with their offsets and lengths.
       const tag = taTag(v);
-      if (tag !== undefined) return ['T', tag, b64encode(bytesOf(taBuffer(v), taByteOffset(v), taByteLength(v)))];
-      try { const buf = dvBuffer(v); return ['T', 'DataView', b64encode(bytesOf(buf, dvByteOffset(v), dvByteLength(v)))]; } catch (_) { /* not a DataView */ }
+      if (tag !== undefined) return ['V', tag, ser(taBuffer(v), path + '.buffer'), taByteOffset(v), taByteLength(v)];
+      let dvBuf;
+      try { dvBuf = dvBuffer(v); } catch (_) { /* not a DataView */ }
+      if (dvBuf !== undefined) return ['V', 'DataView', ser(dvBuf, path + '.buffer'), dvByteOffset(v), dvByteLength(v)];
       if (isError(v)) {
         let name = v.name, message = v.message;
         name = typeof name === 'string' ? name : 'Error';
@@ -284,6 +289,12 @@
           const b = b64decode(n[2]);
           if (n[1] === 'DataView') out = new $DataView(taBuffer(b));
           else { const C = typedCtors[n[1]]; out = new C(taBuffer(b)); }
+          break;
+        }
+        case 'V': {
+          const buf = de(n[2]);
+          if (n[1] === 'DataView') out = new $DataView(buf, n[3], n[4]);
+          else { const C = typedCtors[n[1]]; out = new C(buf, n[3], n[4] / C.BYTES_PER_ELEMENT); }
           break;
         }
         default: break;
@@ -375,9 +386,27 @@
   let consoleBytes = 0;
   let consoleTruncated = false;
   let consoleMax = 0; // set by init
+  // quote renders a string inside a value as Node's util.inspect does (the
+  // Run SDK's console): single quotes unless the string holds one, then
+  // double quotes, then backticks.
+  function quote(v) {
+    const q = strIndexOf(v, "'") < 0 ? "'" : strIndexOf(v, '"') < 0 ? '"' : strIndexOf(v, '`') < 0 ? '`' : "'";
+    let out = q;
+    for (let i = 0; i < v.length; i++) {
+      const ch = v[i];
+      const c = charCodeAt(v, i);
+      if (ch === q || ch === '\\') out += '\\' + ch;
+      else if (ch === '\n') out += '\\n';
+      else if (ch === '\t') out += '\\t';
+      else if (ch === '\r') out += '\\r';
+      else if (c < 0x20 || c === 0x7f) out += '\\x' + (c < 16 ? '0' : '') + numberToString(c, 16);
+      else out += ch;
+    }
+    return out + q;
+  }
   function fmt(v, depth, seenSet) {
     switch (typeof v) {
-      case 'string': return depth === 0 ? v : JSONstringify(v);
+      case 'string': return depth === 0 ? v : quote(v);
       case 'number': return (v === 0 && 1 / v < 0) ? '-0' : $String(v);
       case 'bigint': return $String(v) + 'n';
       case 'undefined': case 'boolean': return $String(v);
@@ -421,6 +450,10 @@
     let n = 0;
     for (let i = 0; i < s.length; i++) {
       const c = charCodeAt(s, i);
+      if (c >= 0xD800 && c <= 0xDBFF && i + 1 < s.length) {
+        const d = charCodeAt(s, i + 1);
+        if (d >= 0xDC00 && d <= 0xDFFF) { n += 4; i++; continue; }
+      }
       n += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
     }
     return n;
@@ -468,6 +501,11 @@
   let outbox = [];
   let requestCount = 0;
   const pending = new $Map();
+  let maxArgumentsBytes = 0; // set by init
+  // Host calls the guest made but never awaited (their thenable was never
+  // used): returning with one fails the run as detached, as in the Run SDK.
+  let undispatched = 0;
+  let firstUndispatched = '';
   function jsrun$dispatch(name, argsWire, serErr, site) {
     if (serErr !== undefined) return $Promise.reject(serErr);
     let resolve, reject;
@@ -476,6 +514,15 @@
     mapSet(pending, idx, { resolve, reject, site });
     arrayPush(outbox, [idx, name, argsWire]);
     return p;
+  }
+  // guestStack is the stack of an error created in a host function's
+  // wrapper, without the wrapper's own frame (the first one): the guest's
+  // frames only.
+  function guestStack(site) {
+    try {
+      const stack = site.stack;
+      return typeof stack === 'string' ? strSlice(stack, strIndexOf(stack, '\n') + 1) : '';
+    } catch (_) { return ''; }
   }
   function makeHostFunction(qualified, fnName) {
     const f = {
@@ -487,9 +534,19 @@
         } catch (e) {
           serErr = weakHas(runtimeErrors, e) ? e : jsrun$runtimeError('TypeError', 'Cannot serialize the arguments of ' + qualified, 'RUN_SERIALIZATION_ERROR');
         }
+        if (serErr === undefined && argsWire.length > maxArgumentsBytes / 3 && utf8Length(argsWire) > maxArgumentsBytes) {
+          // Over the limit: an error the guest can catch, not the end of the run.
+          serErr = jsrun$runtimeError('Error', 'Host function arguments exceed the ' + maxArgumentsBytes + ' byte size limit.', 'RUN_BRIDGE_LIMIT', guestStack(site));
+        }
         let promise;
+        undispatched++;
+        if (firstUndispatched === '') firstUndispatched = qualified;
         const then = function then(onFulfilled, onRejected) {
-          if (promise === undefined) promise = jsrun$dispatch(qualified, argsWire, serErr, site);
+          if (promise === undefined) {
+            undispatched--;
+            if (undispatched === 0) firstUndispatched = '';
+            promise = jsrun$dispatch(qualified, argsWire, serErr, site);
+          }
           return promiseThen(promise, onFulfilled, onRejected);
         };
         return freeze({
@@ -634,7 +691,9 @@
     if (typeof c === 'string' && c !== '') {
       code = (strStartsWith(c, 'RUN_') && !weakHas(runtimeErrors, e)) ? 'RUN_ERROR' : c;
     }
-    return { name, message, code, stack };
+    // QuickJS throws null when it cannot even allocate its out-of-memory
+    // error; the Go side reports an uncaught null as the memory limit.
+    return { name, message, code, stack, null: e === null };
   }
   return freeze({
     // init configures a hardened context for one run: the determinism state,
@@ -646,6 +705,7 @@
       s1 = $BigInt('0x' + strSlice(run.seed, 16, 32));
       if (s0 === 0n && s1 === 0n) s1 = 1n;
       consoleMax = run.consoleMax;
+      maxArgumentsBytes = run.maxArgumentsBytes;
       for (const [ns, fns] of run.namespaces) {
         const obj = create(null);
         for (const fn of fns) defineProperty(obj, fn, { value: makeHostFunction(ns + '.' + fn, fn), enumerable: true });
@@ -661,6 +721,7 @@
     // (Just the outcome, a number, when there are no new calls: the common
     // case needs no JSON on either side.)
     poll() {
+      if (outcome === 1 && undispatched > 0) return 3; // returned with an unawaited host call
       if (outbox.length === 0) return outcome;
       const calls = outbox;
       outbox = [];
@@ -673,9 +734,7 @@
       clock = nowMs;
       if (ok) { c.resolve(deserialize(payload)); return; }
       const info = JSONparse(payload);
-      let stack = '';
-      try { stack = c.site.stack; } catch (_) { /* keep */ }
-      const e = jsrun$runtimeError(info.name, info.message, info.code, stack);
+      const e = jsrun$runtimeError(info.name, info.message, info.code, guestStack(c.site));
       c.reject(e);
     },
     // finish serializes the outcome: [1, wire] or [2, errorInfo].
@@ -690,6 +749,7 @@
       return JSONstringify([2, errorInfo(outcomeValue)]);
     },
     console() { return JSONstringify([consoleOut, consoleTruncated]); },
+    detached() { return firstUndispatched; },
     discovered() { return JSONstringify(discovered); },
   });
 })

@@ -47,6 +47,10 @@ type Config struct {
 	// runs in progress finish (up to 2 ms) before each piece of background
 	// work. 0 (the default) disables it; call Close to stop it.
 	Prewarm int
+	// OrderedObjects makes plain objects reach Go (host-function arguments,
+	// results, payloads) as *Object, keys in the guest's order, instead of
+	// map[string]any.
+	OrderedObjects bool
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	// Logger receives host-function failures whose message is hidden from

@@ -33,12 +33,26 @@ import (
 //	["M", keyRef, valueRef, ...]   Map
 //	["S", ref, ...]                Set
 //	["B", base64]                  ArrayBuffer
-//	["T", type, base64]            typed array or DataView (the viewed bytes)
+//	["T", type, base64]            typed array or DataView over a buffer of
+//	                               its own (the viewed bytes)
+//	["V", type, bufferRef, byteOffset, byteLength]
+//	                               typed array or DataView over the
+//	                               ArrayBuffer node bufferRef (views over one
+//	                               buffer share it)
 //	["E", name, message, causeRef|-1, errorsRef|-1]  Error
 //
-// It plays the part of the Run SDK's run-js-v1 (devalue) format; the ledger
-// keeps host-call arguments in this form and compares them byte for byte.
-const serdeName = "jsrun-v1"
+// Object keys are in the object's own order (JavaScript's: integer-like keys
+// ascending, then insertion order). It plays the part of the Run SDK's
+// run-js-v1 (devalue) format; the ledger keeps host-call arguments in this
+// form and compares them byte for byte.
+//
+// jsrun-v2 added "V" (the guest serializes every typed array that way);
+// continuations of jsrun-v1 still resume, except that a replayed host call
+// whose arguments held a typed array no longer matches its ledger entry.
+const serdeName = "jsrun-v2"
+
+// serdeV1 is the previous format name, still accepted in continuations.
+const serdeV1 = "jsrun-v1"
 
 // EncodeValue serializes a Go value (see the table in values.go) to the wire
 // format.
@@ -205,6 +219,11 @@ func (e *encoder) encCompound(v any, path string) (any, error) {
 		return e.encObject("o", x, path)
 	case NullProto:
 		return e.encObject("O", x, path)
+	case *Object:
+		if x == nil {
+			return nil, nil
+		}
+		return e.encOrdered(x, path)
 	case *Map:
 		if x == nil {
 			return nil, nil
@@ -250,7 +269,17 @@ func (e *encoder) encCompound(v any, path string) (any, error) {
 		if !ok || len(x.Data)%size != 0 {
 			return nil, serErr(path, "a TypedArray of unknown type or odd length")
 		}
-		return []any{"T", x.Type, base64.StdEncoding.EncodeToString(x.Data)}, nil
+		if x.Buffer == nil {
+			return []any{"T", x.Type, base64.StdEncoding.EncodeToString(x.Data)}, nil
+		}
+		if x.ByteOffset < 0 || x.ByteOffset%size != 0 || x.ByteOffset+len(x.Data) > len(x.Buffer) {
+			return nil, serErr(path, "a TypedArray whose ByteOffset or length does not fit its Buffer")
+		}
+		buf, err := e.enc(x.Buffer, path+".buffer")
+		if err != nil {
+			return nil, err
+		}
+		return []any{"V", x.Type, buf, x.ByteOffset, len(x.Data)}, nil
 	case *JSError:
 		if x == nil {
 			return nil, nil
@@ -283,7 +312,7 @@ func (e *encoder) encObject(tag string, m map[string]any, path string) (any, err
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	sortKeysJS(keys)
 	n := make([]any, 1, 1+2*len(keys))
 	n[0] = tag
 	for _, k := range keys {
@@ -294,6 +323,68 @@ func (e *encoder) encObject(tag string, m map[string]any, path string) (any, err
 		n = append(n, encodeKey(k), r)
 	}
 	return n, nil
+}
+
+func (e *encoder) encOrdered(o *Object, path string) (any, error) {
+	if len(o.Keys) != len(o.Values) {
+		return nil, serErr(path, "an Object whose Keys and Values differ in length")
+	}
+	tag := "o"
+	if o.NullProto {
+		tag = "O"
+	}
+	n := make([]any, 1, 1+2*len(o.Keys))
+	n[0] = tag
+	seen := make(map[string]struct{}, len(o.Keys))
+	for i, k := range o.Keys {
+		if _, dup := seen[k]; dup {
+			return nil, serErr(path, "an Object with the key "+strconv.Quote(k)+" twice")
+		}
+		seen[k] = struct{}{}
+		r, err := e.enc(o.Values[i], childPath(path, k))
+		if err != nil {
+			return nil, err
+		}
+		n = append(n, encodeKey(k), r)
+	}
+	return n, nil
+}
+
+// arrayIndex reports whether k is an integer-like key that JavaScript lists
+// first (a canonical array index, below 2^32-1), and its value.
+func arrayIndex(k string) (uint64, bool) {
+	if k == "" || len(k) > 10 || k[0] < '0' || k[0] > '9' || (len(k) > 1 && k[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(k, 10, 64)
+	return n, err == nil && n < math.MaxUint32
+}
+
+// sortKeysJS orders the keys of a Go map as JavaScript would list them had
+// they been added in sorted order: integer-like keys ascending, then the
+// rest sorted.
+func sortKeysJS(keys []string) {
+	sort.Strings(keys)
+	indices := 0
+	for _, k := range keys {
+		if _, ok := arrayIndex(k); ok {
+			indices++
+		}
+	}
+	if indices == 0 {
+		return // the common case: no integer-like keys
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
+		a, aIdx := arrayIndex(keys[i])
+		b, bIdx := arrayIndex(keys[j])
+		switch {
+		case aIdx && bIdx:
+			return a < b
+		case aIdx != bIdx:
+			return aIdx
+		}
+		return keys[i] < keys[j]
+	})
 }
 
 // encReflect handles other Go types: slices and string-keyed maps of any
@@ -384,6 +475,8 @@ func shiftRefs(n any, delta int) any {
 		for i := 2; i < len(out); i += 2 {
 			shift(i)
 		}
+	case "V":
+		shift(2)
 	}
 	return out
 }
@@ -493,12 +586,17 @@ func utf16ToWTF8(u []uint16) string {
 // ---- decoding
 
 type decoder struct {
-	nodes []any
-	memo  []any
-	state []uint8 // 0 unseen, 1 in progress / done
+	nodes   []any
+	memo    []any
+	state   []uint8 // 0 unseen, 1 in progress / done
+	ordered bool    // plain objects as *Object
 }
 
-func decodeWire(wire string) (any, error) {
+func decodeWire(wire string) (any, error) { return decodeWireAs(wire, false) }
+
+// decodeWireAs decodes; with ordered, plain and null-prototype objects
+// become *Object with their keys in order.
+func decodeWireAs(wire string, ordered bool) (any, error) {
 	var nodes []any
 	if err := json.Unmarshal([]byte(wire), &nodes); err != nil {
 		return nil, newError(CodeSerialization, "invalid %s value: %v", serdeName, err)
@@ -506,7 +604,7 @@ func decodeWire(wire string) (any, error) {
 	if len(nodes) == 0 {
 		return nil, newError(CodeSerialization, "invalid %s value: no root node", serdeName)
 	}
-	d := &decoder{nodes: nodes, memo: make([]any, len(nodes)), state: make([]uint8, len(nodes))}
+	d := &decoder{nodes: nodes, memo: make([]any, len(nodes)), state: make([]uint8, len(nodes)), ordered: ordered}
 	return d.de(0)
 }
 
@@ -627,7 +725,25 @@ func (d *decoder) de(i int) (any, error) {
 		if err != nil || !known || len(b)%size != 0 || len(arr) != 3 {
 			return nil, badNode(i, "bad typed array")
 		}
-		return set(&TypedArray{Type: typ, Data: b})
+		return set(&TypedArray{Type: typ, Data: b, Buffer: ArrayBuffer(b)})
+	case "V":
+		typ, _ := str(elem(arr, 1))
+		size, known := typedArrayTypes[typ]
+		off, ok1 := elem(arr, 3).(float64)
+		n, ok2 := elem(arr, 4).(float64)
+		if !known || !ok1 || !ok2 || len(arr) != 5 || off < 0 || n < 0 || off != math.Trunc(off) || n != math.Trunc(n) {
+			return nil, badNode(i, "bad view")
+		}
+		d.state[i] = 1 // a view that refers to itself decodes to nil here and fails below
+		v, err := d.child(i, arr[2])
+		if err != nil {
+			return nil, err
+		}
+		buf, ok := v.(ArrayBuffer)
+		if !ok || off+n > float64(len(buf)) || int(off)%size != 0 || int(n)%size != 0 {
+			return nil, badNode(i, "bad view")
+		}
+		return set(&TypedArray{Type: typ, Data: buf[int(off) : int(off)+int(n) : int(off)+int(n)], Buffer: buf, ByteOffset: int(off)})
 	case "a":
 		out := make([]any, len(arr)-1)
 		set(out)
@@ -661,6 +777,9 @@ func (d *decoder) de(i int) (any, error) {
 	case "o", "O":
 		if len(arr)%2 != 1 {
 			return nil, badNode(i, "bad object")
+		}
+		if d.ordered {
+			return d.deOrdered(i, tag, arr)
 		}
 		m := make(map[string]any, (len(arr)-1)/2)
 		if tag == "O" {
@@ -739,6 +858,29 @@ func (d *decoder) de(i int) (any, error) {
 		return out, nil
 	}
 	return nil, badNode(i, "unknown tag "+strconv.Quote(tag))
+}
+
+func (d *decoder) deOrdered(i int, tag string, arr []any) (any, error) {
+	o := &Object{NullProto: tag == "O", Keys: make([]string, 0, (len(arr)-1)/2), Values: make([]any, 0, (len(arr)-1)/2)}
+	d.state[i], d.memo[i] = 1, o
+	seen := make(map[string]struct{}, (len(arr)-1)/2)
+	for j := 1; j+1 < len(arr); j += 2 {
+		k, ok := str(arr[j])
+		if !ok {
+			return nil, badNode(i, "bad key")
+		}
+		if _, dup := seen[k]; dup {
+			return nil, badNode(i, "repeated key")
+		}
+		seen[k] = struct{}{}
+		v, err := d.child(i, arr[j+1])
+		if err != nil {
+			return nil, err
+		}
+		o.Keys = append(o.Keys, k)
+		o.Values = append(o.Values, v)
+	}
+	return o, nil
 }
 
 func elem(arr []any, i int) any {

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
+	"reflect"
 	"sort"
 	"strconv"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Tagged JSON is how values travel over HTTP and the CLI (docs/jsrun.md).
@@ -28,7 +32,9 @@ import (
 //	{"$type":"map","entries":[[key, value], ...]}
 //	{"$type":"set","values":[...]}
 //	{"$type":"arraybuffer","base64":"..."}
-//	{"$type":"typedarray","kind":"Uint8Array","base64":"..."}
+//	{"$type":"typedarray","kind":"Uint8Array","base64":"..."}  (the viewed bytes)
+//	{"$type":"typedarray","kind":"Uint16Array","base64":"...","byte_offset":2,"buffer":{"$type":"arraybuffer",...}}
+//	                                                    (a view into part of a buffer, or one sharing it)
 //	{"$type":"array","items":[...]}                     (only to carry "$id")
 //	{"$type":"array","length":5,"items":{"0":..,"3":..}} (array with holes)
 //	{"$type":"object","value":{...}}                    (an object that has a "$type" key, or carries "$id")
@@ -90,6 +96,12 @@ func (t *tagEncoder) countRefs(v any, depth int) {
 		for _, e := range x {
 			t.countRefs(e, depth+1)
 		}
+	case *Object:
+		if x != nil {
+			for _, e := range x.Values {
+				t.countRefs(e, depth+1)
+			}
+		}
 	case *SparseArray:
 		for _, e := range x.Elements {
 			t.countRefs(e, depth+1)
@@ -104,6 +116,10 @@ func (t *tagEncoder) countRefs(v any, depth int) {
 	case *Set:
 		for _, e := range x.Values {
 			t.countRefs(e, depth+1)
+		}
+	case *TypedArray:
+		if x != nil && x.Buffer != nil {
+			t.countRefs(x.Buffer, depth+1)
 		}
 	case *JSError:
 		if x != nil {
@@ -159,15 +175,26 @@ func (t *tagEncoder) enc(v any, path string, depth int) (any, error) {
 			return nil, nil
 		}
 		return obj{"$type": "regexp", "source": x.Source, "flags": x.Flags}, nil
-	case ArrayBuffer:
-		return obj{"$type": "arraybuffer", "base64": base64.StdEncoding.EncodeToString(x)}, nil
 	case []byte:
 		return obj{"$type": "typedarray", "kind": "Uint8Array", "base64": base64.StdEncoding.EncodeToString(x)}, nil
 	case *TypedArray:
 		if x == nil {
 			return nil, nil
 		}
-		return obj{"$type": "typedarray", "kind": x.Type, "base64": base64.StdEncoding.EncodeToString(x.Data)}, nil
+		out := obj{"$type": "typedarray", "kind": x.Type, "base64": base64.StdEncoding.EncodeToString(x.Data)}
+		// The buffer goes along when the view does not cover all of it or
+		// another value shares it.
+		if x.Buffer != nil && (x.ByteOffset != 0 || len(x.Data) != len(x.Buffer) || t.sharedBuffer(x.Buffer)) {
+			if x.ByteOffset < 0 || x.ByteOffset+len(x.Data) > len(x.Buffer) {
+				return nil, serErr(path, "a TypedArray whose ByteOffset or length does not fit its Buffer")
+			}
+			b, err := t.enc(x.Buffer, path+".buffer", depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out["byte_offset"], out["buffer"] = x.ByteOffset, b
+		}
+		return out, nil
 	}
 	id, hasID := ident(v)
 	shared := hasID && t.count[id] > 1
@@ -231,8 +258,15 @@ func toFloat(v any) float64 {
 	return math.NaN()
 }
 
+func (t *tagEncoder) sharedBuffer(b ArrayBuffer) bool {
+	id, ok := ident(b)
+	return ok && t.count[id] > 1
+}
+
 func (t *tagEncoder) encCompound(v any, path string, depth int) (any, error) {
 	switch x := v.(type) {
+	case ArrayBuffer:
+		return obj{"$type": "arraybuffer", "base64": base64.StdEncoding.EncodeToString(x)}, nil
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
@@ -258,6 +292,30 @@ func (t *tagEncoder) encCompound(v any, path string, depth int) (any, error) {
 			return nil, err
 		}
 		return obj{"$type": "object", "null_prototype": true, "value": m}, nil
+	case *Object:
+		if x == nil {
+			return nil, nil
+		}
+		if len(x.Keys) != len(x.Values) {
+			return nil, serErr(path, "an Object whose Keys and Values differ in length")
+		}
+		o := orderedObj{keys: make([]string, len(x.Keys)), vals: make([]any, len(x.Keys))}
+		clash := false
+		for i, k := range x.Keys {
+			r, err := t.enc(x.Values[i], childPath(path, k), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			o.keys[i], o.vals[i] = encodeKey(k), r
+			clash = clash || k == "$type"
+		}
+		if x.NullProto {
+			return obj{"$type": "object", "null_prototype": true, "value": o}, nil
+		}
+		if clash {
+			return obj{"$type": "object", "value": o}, nil
+		}
+		return o, nil
 	case *SparseArray:
 		if x == nil {
 			return nil, nil
@@ -341,6 +399,35 @@ func (t *tagEncoder) encCompound(v any, path string, depth int) (any, error) {
 	return t.enc(plain, path, depth+1)
 }
 
+// orderedObj is a JSON object written with its keys in order (an *Object).
+type orderedObj struct {
+	keys []string
+	vals []any
+}
+
+func (o orderedObj) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	buf.WriteByte('{')
+	for i, k := range o.keys {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := enc.Encode(k); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		buf.WriteByte(':')
+		if err := enc.Encode(o.vals[i]); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
 func (t *tagEncoder) encMap(m map[string]any, path string, depth int) (obj, error) {
 	out := make(obj, len(m))
 	keys := make([]string, 0, len(m))
@@ -372,6 +459,81 @@ func UnmarshalTagged(data []byte) (any, error) {
 	return DecodeTaggedValue(raw)
 }
 
+// UnmarshalTaggedOrdered is UnmarshalTagged with objects as *Object, their
+// keys in the order of the JSON text (the HTTP handler's resolutions, so a
+// client's object reaches the guest in its order).
+func UnmarshalTaggedOrdered(data []byte) (any, error) {
+	p := &orderedParser{dec: json.NewDecoder(bytes.NewReader(data)), order: map[unsafe.Pointer][]string{}}
+	raw, err := p.value(0)
+	if err != nil {
+		return nil, newError(CodeSerialization, "invalid JSON value: %v", err)
+	}
+	if _, err := p.dec.Token(); err != io.EOF {
+		return nil, newError(CodeSerialization, "invalid JSON value: trailing data")
+	}
+	d := &tagDecoder{defs: map[int]obj{}, built: map[int]any{}, order: p.order}
+	if err := d.collect(raw, 0); err != nil {
+		return nil, err
+	}
+	return d.dec(raw, "value", 0)
+}
+
+// orderedParser parses JSON as encoding/json does into an any, and records
+// the key order of every object it makes.
+type orderedParser struct {
+	dec   *json.Decoder
+	order map[unsafe.Pointer][]string
+}
+
+func (p *orderedParser) value(depth int) (any, error) {
+	if depth > maxTaggedDepth {
+		return nil, errors.New("nested too deeply")
+	}
+	tok, err := p.dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil
+	}
+	switch d {
+	case '[':
+		arr := []any{}
+		for p.dec.More() {
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		_, err := p.dec.Token()
+		return arr, err
+	case '{':
+		m := obj{}
+		var keys []string
+		for p.dec.More() {
+			kt, err := p.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := kt.(string)
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := m[k]; !dup {
+				keys = append(keys, k)
+			}
+			m[k] = v // the last one wins, as in encoding/json
+		}
+		p.order[reflect.ValueOf(m).UnsafePointer()] = keys
+		_, err := p.dec.Token()
+		return m, err
+	}
+	return nil, fmt.Errorf("unexpected %v", d)
+}
+
 // DecodeTaggedValue decodes an already-parsed tagged JSON value (as produced
 // by encoding/json into an any).
 func DecodeTaggedValue(raw any) (any, error) {
@@ -385,6 +547,18 @@ func DecodeTaggedValue(raw any) (any, error) {
 type tagDecoder struct {
 	defs  map[int]obj
 	built map[int]any
+	// order, from UnmarshalTaggedOrdered: the key order of each parsed
+	// object; plain objects then decode to *Object.
+	order map[unsafe.Pointer][]string
+}
+
+// ordered returns the keys of x in order when the decoder keeps order.
+func (d *tagDecoder) ordered(x obj) ([]string, bool) {
+	if d.order == nil {
+		return nil, false
+	}
+	keys, ok := d.order[reflect.ValueOf(x).UnsafePointer()]
+	return keys, ok
 }
 
 func tagErr(path, why string) error {
@@ -447,6 +621,17 @@ func (d *tagDecoder) dec(raw any, path string, depth int) (any, error) {
 		return out, nil
 	case obj:
 		typ, tagged := x["$type"]
+		if keys, ok := d.ordered(x); ok && !tagged {
+			o := &Object{Keys: keys, Values: make([]any, len(keys))}
+			for i, k := range keys {
+				v, err := d.dec(x[k], childPath(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				o.Values[i] = v
+			}
+			return o, nil
+		}
 		if !tagged {
 			out := make(map[string]any, len(x))
 			for k, e := range x {
@@ -533,6 +718,7 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 			return nil, tagErr(path, "bad base64")
 		}
 		if typ == "arraybuffer" {
+			d.register(x, ArrayBuffer(b))
 			return ArrayBuffer(b), nil
 		}
 		kind, _ := str("kind")
@@ -540,7 +726,24 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 		if !ok || len(b)%size != 0 {
 			return nil, tagErr(path, "bad typed array kind or length")
 		}
-		return &TypedArray{Type: kind, Data: b}, nil
+		rawBuf, hasBuf := x["buffer"]
+		if !hasBuf {
+			return &TypedArray{Type: kind, Data: b}, nil
+		}
+		bv, err := d.dec(rawBuf, path+".buffer", depth+1)
+		if err != nil {
+			return nil, err
+		}
+		buf, ok := bv.(ArrayBuffer)
+		off, ok2 := x["byte_offset"].(float64)
+		if !ok || !ok2 || off < 0 || off != math.Trunc(off) || int(off)%size != 0 || off+float64(len(b)) > float64(len(buf)) {
+			return nil, tagErr(path, "bad typed array buffer or byte_offset")
+		}
+		view := buf[int(off) : int(off)+len(b) : int(off)+len(b)]
+		if !bytes.Equal(view, b) {
+			return nil, tagErr(path, "typed array bytes differ from its buffer")
+		}
+		return &TypedArray{Type: kind, Data: view, Buffer: buf, ByteOffset: int(off)}, nil
 	case "ref":
 		f, ok := x["id"].(float64)
 		if !ok {
@@ -607,6 +810,19 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 		val, ok := x["value"].(obj)
 		if !ok {
 			return nil, tagErr(path, "bad object")
+		}
+		if keys, ok := d.ordered(val); ok {
+			np, _ := x["null_prototype"].(bool)
+			o := &Object{Keys: keys, Values: make([]any, len(keys)), NullProto: np}
+			d.register(x, o)
+			for i, k := range keys {
+				v, err := d.dec(val[k], childPath(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				o.Values[i] = v
+			}
+			return o, nil
 		}
 		out := make(map[string]any, len(val))
 		var ret any = out

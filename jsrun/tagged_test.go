@@ -79,3 +79,77 @@ func FuzzTagged(f *testing.F) {
 		}
 	})
 }
+
+func TestUnmarshalTaggedOrdered(t *testing.T) {
+	v, err := UnmarshalTaggedOrdered([]byte(`{"b":1,"a":{"$type":"object","null_prototype":true,"value":{"y":1,"x":2}},
+		"c":{"$type":"object","$id":1,"value":{"q":[{"$type":"ref","id":1}]}},"d":[{"n":1,"m":2}],"b2":{"$type":"bigint","value":"5"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := v.(*Object)
+	if !reflect.DeepEqual(o.Keys, []string{"b", "a", "c", "d", "b2"}) {
+		t.Fatalf("keys %v", o.Keys)
+	}
+	a, _ := o.Get("a")
+	if np := a.(*Object); !np.NullProto || !reflect.DeepEqual(np.Keys, []string{"y", "x"}) {
+		t.Fatalf("null-prototype object %#v", a)
+	}
+	c, _ := o.Get("c")
+	q, _ := c.(*Object).Get("q")
+	if q.([]any)[0] != c {
+		t.Fatal("the reference does not point at its object")
+	}
+	d, _ := o.Get("d")
+	if inner := d.([]any)[0].(*Object); !reflect.DeepEqual(inner.Keys, []string{"n", "m"}) {
+		t.Fatalf("nested keys %v", inner.Keys)
+	}
+	for _, bad := range []string{`{"a":1} x`, `{"a":`, `[1,]`} {
+		if _, err := UnmarshalTaggedOrdered([]byte(bad)); ErrorCode(err) != CodeSerialization {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	// Same values as UnmarshalTagged apart from the object type.
+	plain, _ := UnmarshalTagged([]byte(`{"b":1,"a":[true,null]}`))
+	wire1, _ := EncodeValue(plain)
+	ord, _ := UnmarshalTaggedOrdered([]byte(`{"a":[true,null],"b":1}`))
+	wire2, _ := EncodeValue(ord)
+	if wire1 != wire2 {
+		t.Fatalf("%s != %s", wire1, wire2)
+	}
+}
+
+// Issue 10 item 6 over tagged JSON: views into part of a buffer, or sharing
+// one, carry it (once, then by reference).
+func TestTaggedViewsShareBuffer(t *testing.T) {
+	buf := ArrayBuffer{1, 2, 3, 4, 5, 6, 7, 8}
+	v := []any{NewView("Uint16Array", buf, 2, 4), NewView("DataView", buf, 1, 3), NewView("Uint8Array", ArrayBuffer{9}, 0, 1)}
+	b, err := MarshalTagged(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"$type":"typedarray","base64":"AwQFBg==","buffer":{"$id":1,"$type":"arraybuffer","base64":"AQIDBAUGBwg="},"byte_offset":2,"kind":"Uint16Array"},` +
+		`{"$type":"typedarray","base64":"AgME","buffer":{"$type":"ref","id":1},"byte_offset":1,"kind":"DataView"},` +
+		`{"$type":"typedarray","base64":"CQ==","kind":"Uint8Array"}]`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	back, err := UnmarshalTagged(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := back.([]any)
+	a, d := views[0].(*TypedArray), views[1].(*TypedArray)
+	if &a.Buffer[0] != &d.Buffer[0] || a.ByteOffset != 2 || d.ByteOffset != 1 || !reflect.DeepEqual(d.Data, []byte{2, 3, 4}) {
+		t.Fatalf("views %+v %+v", a, d)
+	}
+	for _, bad := range []string{
+		`{"$type":"typedarray","kind":"Uint8Array","base64":"AQ==","byte_offset":9,"buffer":{"$type":"arraybuffer","base64":"AQI="}}`,
+		`{"$type":"typedarray","kind":"Uint8Array","base64":"AQ==","byte_offset":1,"buffer":{"$type":"arraybuffer","base64":"AQI="}}`,
+		`{"$type":"typedarray","kind":"Uint16Array","base64":"AQI=","byte_offset":1,"buffer":{"$type":"arraybuffer","base64":"AQIDBA=="}}`,
+		`{"$type":"typedarray","kind":"Uint8Array","base64":"AQ==","byte_offset":0,"buffer":"x"}`,
+	} {
+		if _, err := UnmarshalTagged([]byte(bad)); ErrorCode(err) != CodeSerialization {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

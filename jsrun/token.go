@@ -309,7 +309,7 @@ func (c *codec) open(tok string) (*envelope, error) {
 		return nil, protocolError("bad nonce")
 	}
 	st := &env.State
-	if st.Version != stateVersion || st.Runtime != stateRuntime || st.Serde != serdeName {
+	if st.Version != stateVersion || st.Runtime != stateRuntime || (st.Serde != serdeName && st.Serde != serdeV1) {
 		return nil, protocolError("unsupported state version")
 	}
 	if err := validateState(st); err != nil {

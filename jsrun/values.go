@@ -21,8 +21,9 @@ import (
 //	RegExp                     *RegExp
 //	Array (dense)              []any
 //	Array (with holes)         *SparseArray
-//	plain object               map[string]any
-//	Object.create(null)        NullProto
+//	plain object               map[string]any, or *Object (keys in order)
+//	                             with Config.OrderedObjects
+//	Object.create(null)        NullProto, or *Object with NullProto set
 //	Map / Set                  *Map / *Set (insertion order kept)
 //	ArrayBuffer                ArrayBuffer
 //	typed array, DataView      *TypedArray ([]byte encodes as a Uint8Array)
@@ -71,10 +72,54 @@ type ArrayBuffer []byte
 
 // TypedArray is a typed array or DataView: Type is the constructor name
 // ("Uint8Array", "Float64Array", "DataView", ...) and Data the viewed bytes in
-// little-endian order.
+// little-endian order. Buffer, when set, is the whole ArrayBuffer the view
+// looks into, from ByteOffset (Data is then Buffer[ByteOffset:][:len(Data)]):
+// views over one buffer share it, in the guest and in Go. Decoded values
+// always have it; without it a view gets a buffer of its own.
 type TypedArray struct {
-	Type string
-	Data []byte
+	Type       string
+	Data       []byte
+	Buffer     ArrayBuffer
+	ByteOffset int
+}
+
+// NewView returns a view of type typ over byteLength bytes of buf from
+// byteOffset.
+func NewView(typ string, buf ArrayBuffer, byteOffset, byteLength int) *TypedArray {
+	return &TypedArray{Type: typ, Data: buf[byteOffset : byteOffset+byteLength], Buffer: buf, ByteOffset: byteOffset}
+}
+
+// Object is a plain JavaScript object (or, with NullProto, one with a null
+// prototype) whose keys keep their order: Keys[i] maps to Values[i]. Values
+// decode to it when Config.OrderedObjects is set; it always encodes in its
+// own order (a JavaScript object still lists integer-like keys first, in
+// ascending order, as JavaScript does). A map[string]any encodes with its
+// integer-like keys first in ascending order, then the others sorted.
+type Object struct {
+	Keys      []string
+	Values    []any
+	NullProto bool
+}
+
+// NewObject builds an Object from alternating keys and values.
+func NewObject(kv ...any) *Object {
+	o := &Object{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := kv[i].(string)
+		o.Keys = append(o.Keys, k)
+		o.Values = append(o.Values, kv[i+1])
+	}
+	return o
+}
+
+// Get returns the value of key k.
+func (o *Object) Get(k string) (any, bool) {
+	for i, x := range o.Keys {
+		if x == k {
+			return o.Values[i], true
+		}
+	}
+	return nil, false
 }
 
 // JSError is a JavaScript Error value (not a thrown failure of the run): name,

@@ -131,7 +131,7 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	// never touch it.
 	store := &lazyStore{path: continuationStorePath(*dataDir)}
 	defer store.Close()
-	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: store, Audience: evalAudience})
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: store, Audience: evalAudience, OrderedObjects: true})
 	if err != nil {
 		return err
 	}

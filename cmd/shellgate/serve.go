@@ -133,7 +133,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
-	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: st.Continuations(), Audience: evalAudience, Logger: log})
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: secret, Store: st.Continuations(), Audience: evalAudience, Logger: log, OrderedObjects: true})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}

@@ -111,7 +111,7 @@ func TestEval(t *testing.T) {
 			return {out: r.stdout, code: r.exit_code, t}`
 		for i, ref := range []string{"box", box.ID} {
 			v := e.completed(e.keyA, map[string]any{"source": src, "sandbox": map[string]any{"container_id": ref}})
-			if v != `{"code":0,"out":"from-exec\n","t":"from-exec\n"}` {
+			if v != `{"out":"from-exec\n","code":0,"t":"from-exec\n"}` { // the guest's key order
 				t.Fatalf("run %d by %s: %s", i+1, ref, v)
 			}
 		}

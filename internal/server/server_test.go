@@ -76,7 +76,7 @@ func newServerOn(t testing.TB, mgr *sandbox.Manager, data string, mut ...func(*C
 	t.Cleanup(func() { st.Close() })
 	logs := &syncBuffer{}
 	b := StoreBackend{St: st}
-	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("k", 32)), Store: st.Continuations(), Audience: "shellgate-eval"})
+	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("k", 32)), Store: st.Continuations(), Audience: "shellgate-eval", OrderedObjects: true})
 	if err != nil {
 		t.Fatal(err)
 	}

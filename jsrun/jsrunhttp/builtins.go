@@ -150,14 +150,19 @@ func (b *builtins) exec(ctx context.Context, args []any) (any, error) {
 	}
 	timeout, maxOut := defaultTimeoutMs, defaultMaxOutput
 	if len(args) > 1 {
-		opts, ok := args[1].(map[string]any)
-		if !ok {
+		var get func(string) any
+		switch opts := args[1].(type) {
+		case map[string]any:
+			get = func(k string) any { return opts[k] }
+		case *jsrun.Object: // a runner with OrderedObjects
+			get = func(k string) any { v, _ := opts.Get(k); return v }
+		default:
 			return nil, argError("sandbox.exec: options must be an object")
 		}
-		if v, ok := opts["timeout_ms"].(float64); ok && v > 0 {
+		if v, ok := get("timeout_ms").(float64); ok && v > 0 {
 			timeout = int(min(v, maxTimeoutMs))
 		}
-		if v, ok := opts["max_output_length"].(float64); ok && v > 0 {
+		if v, ok := get("max_output_length").(float64); ok && v > 0 {
 			maxOut = int(min(v, maxMaxOutput))
 		}
 	}
@@ -167,10 +172,10 @@ func (b *builtins) exec(ctx context.Context, args []any) (any, error) {
 	}
 	out := make([]any, len(results))
 	for i, r := range results {
-		out[i] = map[string]any{
-			"command": cmds[min(i, len(cmds)-1)], "stdout": r.Stdout, "stderr": r.Stderr,
-			"exit_code": r.ExitCode, "timed_out": r.TimedOut, "truncated": r.Truncated,
-		}
+		out[i] = jsrun.NewObject(
+			"command", cmds[min(i, len(cmds)-1)], "stdout", r.Stdout, "stderr", r.Stderr,
+			"exit_code", r.ExitCode, "timed_out", r.TimedOut, "truncated", r.Truncated,
+		)
 	}
 	return out, nil
 }

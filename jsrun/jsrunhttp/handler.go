@@ -327,7 +327,7 @@ func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsr
 		if res.Error != nil {
 			v = &rejection{err: res.Error}
 		} else if len(res.Value) > 0 {
-			d, err := jsrun.UnmarshalTagged(res.Value)
+			d, err := jsrun.UnmarshalTaggedOrdered(res.Value) // the client's key order reaches the guest
 			if err != nil {
 				return in, &badRequest{fmt.Sprintf("resolution %s: %v", res.InterruptionID, err)}
 			}
@@ -402,7 +402,8 @@ func errorStatus(err error) (int, *Response) {
 	case jsrun.CodeInternal:
 		status = http.StatusInternalServerError
 	}
-	return status, &Response{Status: "error", Error: body}
+	// What the guest logged before the failure (issue 10 item 10).
+	return status, &Response{Status: "error", Error: body, Console: je.Console, ConsoleTruncated: je.ConsoleTruncated}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -69,7 +69,7 @@ type testServer struct {
 
 func newServer(t *testing.T, mod ...func(*jsrun.Config)) *testServer {
 	t.Helper()
-	cfg := jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Store: jsrun.NewMemoryStore(), Audience: "shellgate-eval"}
+	cfg := jsrun.Config{Secret: []byte(strings.Repeat("s", 32)), Store: jsrun.NewMemoryStore(), Audience: "shellgate-eval", OrderedObjects: true}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -119,7 +119,8 @@ func TestCompletedWithTaggedValue(t *testing.T) {
 	if code != 200 || out["status"] != "completed" {
 		t.Fatalf("%d %s", code, raw)
 	}
-	want := `"value":{"big":{"$type":"bigint","value":"10"},"d":{"$type":"date","value":"1970-01-01T00:00:00.000Z"},"m":{"$type":"map","entries":[["k",{"$type":"number","value":"NaN"}]]},"n":1,"u":{"$type":"undefined"}}`
+	// Keys in the guest's order (issue 10 item 5).
+	want := `"value":{"n":1,"u":{"$type":"undefined"},"big":{"$type":"bigint","value":"10"},"d":{"$type":"date","value":"1970-01-01T00:00:00.000Z"},"m":{"$type":"map","entries":[["k",{"$type":"number","value":"NaN"}]]}}`
 	if !strings.Contains(raw, want) || out["console"] != "hi\n" {
 		t.Fatalf("got %s", raw)
 	}
@@ -360,8 +361,8 @@ func TestRequestLimitsCappedAtServer(t *testing.T) {
 		{"source", `return 1 // ` + strings.Repeat("x", 1000), "RUN_SOURCE_TOO_LARGE", "limit of 1000", false},
 		{"host calls", `for (let i = 0; i < 4; i++) await sandbox.exec('echo ' + i); return 1`, "RUN_BRIDGE_LIMIT", "more than 3 host calls", true},
 		{"in flight", `return await Promise.all([sandbox.exec('echo 1'), sandbox.exec('echo 2'), sandbox.exec('echo 3')])`, "RUN_BRIDGE_LIMIT", "more than 2 host calls in flight", true},
-		{"arguments", `return await sandbox.writeFile('f', 'x'.repeat(2000))`, "RUN_BRIDGE_LIMIT", "limit of 1000", true},
-		{"host output", `return (await sandbox.readFile('big.txt')).length`, "RUN_BRIDGE_LIMIT", "limit of 1000", true},
+		{"arguments", `return await sandbox.writeFile('f', 'x'.repeat(2000))`, "RUN_BRIDGE_LIMIT", "the 1000 byte size limit", true},
+		{"host output", `return (await sandbox.readFile('big.txt')).length`, "RUN_BRIDGE_LIMIT", "the 1000 byte size limit", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -441,5 +442,47 @@ func TestErrors(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+}
+
+// Issue 10 item 5: a client's resolution reaches the guest with its keys in
+// the order of the request, and the result keeps the guest's order.
+func TestKeyOrderThroughHTTP(t *testing.T) {
+	s := newServer(t)
+	src := `const r = await ui.ask(); return {keys: Object.keys(r).join(), r}`
+	req := map[string]any{"source": src, "client_functions": map[string][]string{"ui": {"ask"}}}
+	code, out, raw := s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1",
+		"value": json.RawMessage(`{"zeta":1,"alpha":{"y":2,"x":3},"10":4,"2":5,"$type_not":6}`)}}
+	code, _, raw = s.post(t, "ws_a", req)
+	want := `"value":{"keys":"2,10,zeta,alpha,$type_not","r":{"2":5,"10":4,"zeta":1,"alpha":{"y":2,"x":3},"$type_not":6}}`
+	if code != 200 || !strings.Contains(raw, want) {
+		t.Fatalf("%d %s\nwant %s", code, raw, want)
+	}
+}
+
+// Issue 10 item 10: the console output before a failure is in the error
+// response.
+func TestConsoleInErrorResponse(t *testing.T) {
+	s := newServer(t)
+	code, out, raw := s.post(t, "ws_a", map[string]any{"source": `console.log('step 1'); console.error('bad'); throw new Error('boom')`})
+	e, _ := out["error"].(map[string]any)
+	if code != 422 || e == nil || e["message"] != "boom" || out["console"] != "step 1\n[stderr] bad\n" {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
+
+// Issue 10 item 6 over HTTP: views over one buffer come back sharing it.
+func TestViewsOverHTTP(t *testing.T) {
+	s := newServer(t)
+	code, _, raw := s.post(t, "ws_a", map[string]any{"source": `const b = new Uint8Array([1, 2, 3, 4]).buffer; return [new Uint8Array(b, 1, 2), new DataView(b), new Uint8Array([7])]`})
+	want := `"value":[{"$type":"typedarray","base64":"AgM=","buffer":{"$id":1,"$type":"arraybuffer","base64":"AQIDBA=="},"byte_offset":1,"kind":"Uint8Array"},` +
+		`{"$type":"typedarray","base64":"AQIDBA==","buffer":{"$type":"ref","id":1},"byte_offset":0,"kind":"DataView"},{"$type":"typedarray","base64":"Bw==","kind":"Uint8Array"}]`
+	if code != 200 || !strings.Contains(raw, want) {
+		t.Fatalf("%d %s\nwant %s", code, raw, want)
 	}
 }
