@@ -3,7 +3,8 @@
 # host: the OCI runtimes (crun and runc from Debian, gVisor's runsc built
 # from the Go module proxy at the pinned version), debootstrap and busybox
 # for the images, e2fsprogs for the homes, curl and jq for the demo,
-# python3 for the egress benchmark's host-side client.
+# python3 for the egress benchmark's host-side client, iptables for the
+# egress firewall's fallback (tested beside nftables).
 # Idempotent: a second run only checks.
 set -euo pipefail
 
@@ -14,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 procps ca-certificates curl jq python3)
+pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3)
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi
