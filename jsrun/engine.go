@@ -412,7 +412,7 @@ func (inv *invocation) setup() error {
 			if line == 1 {
 				col -= len(sourcePrefix)
 			}
-			return &Error{Code: CodeGuestError, Name: "SyntaxError", Message: qe.Message, Guest: true,
+			return &Error{Code: CodeUserSourceError, Name: "SyntaxError", Message: qe.Message, Guest: true,
 				Stack: fmt.Sprintf("    at <source>:%d:%d\n", line, col), cause: err}
 		}
 		return inv.vmError(err)
@@ -738,10 +738,11 @@ func (inv *invocation) settle(c *call, le *ledgerEntry) error {
 }
 
 type guestErrorInfo struct {
-	Name    string `json:"name"`
-	Message string `json:"message"`
-	Code    string `json:"code"`
-	Stack   string `json:"stack"`
+	Name      string `json:"name"`
+	Message   string `json:"message"`
+	Code      string `json:"code"`
+	GuestCode string `json:"guestCode"`
+	Stack     string `json:"stack"`
 }
 
 func (inv *invocation) finish(outcome int) (*Result, error) {
@@ -796,7 +797,7 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 		return limitError(CodeStackOverflow, "maxStackSizeBytes", "run exceeded its stack limit")
 	}
 	code := Code(gi.Code)
-	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, Stack: mapStack(gi.Stack)}
+	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, GuestCode: gi.GuestCode, Stack: mapStack(gi.Stack)}
 	switch code {
 	case CodeSerialization, CodeHostFunction:
 		// A runtime error the guest did not catch: still a typed failure.

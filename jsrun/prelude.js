@@ -448,7 +448,7 @@
 
   // ---- no dynamic code: every Function constructor throws, eval is gone
   function jsrun$noDynamicCode() {
-    throw jsrun$runtimeError('EvalError', 'Dynamic code evaluation is not allowed', 'RUN_ERROR');
+    throw jsrun$runtimeError('EvalError', 'Dynamic code evaluation is not allowed', 'RUN_USER_SOURCE_ERROR');
   }
   const fnCtors = [
     Function,
@@ -621,7 +621,7 @@
   let outcome = 0; // 0 running, 1 returned, 2 threw
   let outcomeValue;
   function errorInfo(e) {
-    let name = 'Error', message = '', code = 'RUN_ERROR', stack = '';
+    let name = 'Error', message = '', code = 'RUN_USER_SOURCE_ERROR', guestCode = '', stack = '';
     if (isError(e)) {
       try { name = $String(e.name); } catch (_) { /* keep */ }
       try { message = $String(e.message); } catch (_) { /* keep */ }
@@ -631,10 +631,13 @@
     }
     let c;
     try { c = (e !== null && (typeof e === 'object' || typeof e === 'function')) ? e.code : undefined; } catch (_) { c = undefined; }
+    // A runtime-made error keeps its code; the guest's own code is reported
+    // under its own name, never as the run's code.
     if (typeof c === 'string' && c !== '') {
-      code = (strStartsWith(c, 'RUN_') && !weakHas(runtimeErrors, e)) ? 'RUN_ERROR' : c;
+      if (weakHas(runtimeErrors, e)) code = c;
+      else guestCode = c;
     }
-    return { name, message, code, stack };
+    return { name, message, code, guestCode, stack };
   }
   return freeze({
     // init configures a hardened context for one run: the determinism state,

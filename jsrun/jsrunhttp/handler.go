@@ -153,11 +153,14 @@ type Interruption struct {
 // extras, e.g. {"limit": "timeoutMs"} or, for RUN_CONTINUATION_USED,
 // {"first_used_at": "2026-12-01T03:00:05.000Z"}.
 type ErrorBody struct {
-	Code    string         `json:"code"`
-	Name    string         `json:"name,omitempty"`
-	Message string         `json:"message"`
-	Stack   string         `json:"stack,omitempty"`
-	Details map[string]any `json:"details,omitempty"`
+	Code    string `json:"code"`
+	Name    string `json:"name,omitempty"`
+	Message string `json:"message"`
+	Stack   string `json:"stack,omitempty"`
+	// GuestCode is the code the guest gave an error it threw and did not
+	// catch (Code is then RUN_USER_SOURCE_ERROR).
+	GuestCode string         `json:"guest_code,omitempty"`
+	Details   map[string]any `json:"details,omitempty"`
 }
 
 // Error codes of the HTTP layer (the rest are jsrun's RUN_* codes).
@@ -387,7 +390,7 @@ func errorStatus(err error) (int, *Response) {
 	}
 	body := &ErrorBody{Code: string(je.Code), Message: je.Message, Details: je.Details}
 	if je.Guest {
-		body.Name, body.Stack = je.Name, je.Stack
+		body.Name, body.Stack, body.GuestCode = je.Name, je.Stack, je.GuestCode
 	}
 	status := http.StatusUnprocessableEntity // the code ran and failed
 	switch je.Code {

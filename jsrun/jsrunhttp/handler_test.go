@@ -408,7 +408,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"01 bad JSON", `{`, 400, CodeBadRequest},
 		{"02 unknown field", `{"source":"1","nope":1}`, 400, CodeBadRequest},
-		{"03 guest error", `{"source":"throw new TypeError('bad')"}`, 422, "RUN_ERROR"},
+		{"03 guest error", `{"source":"throw new TypeError('bad')"}`, 422, "RUN_USER_SOURCE_ERROR"},
 		{"04 timeout", `{"source":"while(true){}","limits":{"timeout_ms":100}}`, 422, "RUN_TIMEOUT"},
 		{"05 tampered continuation", `{"source":"1","continuation":"abc.def","resolutions":[{"interruption_id":"interrupt-1","value":1}]}`, 400, "RUN_PROTOCOL_ERROR"},
 		{"06 reserved namespace", `{"source":"1","client_functions":{"Math":["x"]}}`, 400, "RUN_INVALID_INPUT"},
