@@ -34,6 +34,10 @@ type Config struct {
 	// choose NewMemoryStore (claims die with the process) or a durable
 	// store from jsrun/jsrunsql explicitly.
 	Store ContinuationStore
+	// Codec turns signed continuations into the tokens callers hold and
+	// back (see ContinuationCodec): e.g. NewEncryptedCodec, or a store that
+	// hands out references. nil: the token is the signed continuation.
+	Codec ContinuationCodec
 	// Limits are the operator's limits (zero fields: DefaultLimits). A run's
 	// Input.Limits can lower them, never raise them.
 	Limits Limits
@@ -293,7 +297,11 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 		if r.cfg.Store == nil {
 			return nil, newError(CodeInvalidInput, "resuming needs a continuation secret and a Config.Store")
 		}
-		env, err := codec.open(in.Continuation)
+		signed, err := r.decodeToken(ctx, in.Continuation, lim.ContinuationBytes)
+		if err != nil {
+			return nil, err
+		}
+		env, err := codec.open(signed)
 		if err == nil && env.State.ScopeHash != scope {
 			err = protocolError("bound to another source, host functions, audience or context")
 		}
@@ -340,11 +348,15 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if res.Status == StatusInterrupted {
 		next := *st
 		next.Ledger = inv.newLedger
-		tok, exp, err := codec.encode(&next)
+		sc, err := codec.seal(&next)
 		if err != nil {
 			return nil, err
 		}
-		res.Continuation, res.ContinuationExpiresAt = tok, exp
+		tok, err := r.encodeToken(ctx, sc)
+		if err != nil {
+			return nil, err
+		}
+		res.Continuation, res.ContinuationExpiresAt = tok, sc.ExpiresAt
 	}
 	return res, nil
 }

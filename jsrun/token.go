@@ -214,8 +214,14 @@ func canonicalJSON(v any) ([]byte, error) {
 }
 
 func (c *codec) encode(st *contState) (string, time.Time, error) {
+	sc, err := c.seal(st)
+	return sc.Signed, sc.ExpiresAt, err
+}
+
+// seal signs st into a new continuation.
+func (c *codec) seal(st *contState) (SealedContinuation, error) {
 	if len(c.secret) < minSecretBytes {
-		return "", time.Time{}, newError(CodeInvalidInput, "a continuation secret of at least %d bytes is needed to interrupt a run", minSecretBytes)
+		return SealedContinuation{}, newError(CodeInvalidInput, "a continuation secret of at least %d bytes is needed to interrupt a run", minSecretBytes)
 	}
 	now := c.now()
 	nonce := make([]byte, 16)
@@ -227,14 +233,14 @@ func (c *codec) encode(st *contState) (string, time.Time, error) {
 	}
 	body, err := canonicalJSON(env)
 	if err != nil {
-		return "", time.Time{}, newError(CodeInternal, "encoding continuation: %v", err)
+		return SealedContinuation{}, newError(CodeInternal, "encoding continuation: %v", err)
 	}
 	b := b64(body)
 	tok := b + "." + b64(c.mac(c.secret, b))
 	if len(tok) > c.maxTokens {
-		return "", time.Time{}, limitError(CodeContinuationTooLarge, "maxContinuationBytes", "continuation is %d bytes, over the limit of %d", len(tok), c.maxTokens)
+		return SealedContinuation{}, limitError(CodeContinuationTooLarge, "maxContinuationBytes", "continuation is %d bytes, over the limit of %d", len(tok), c.maxTokens)
 	}
-	return tok, time.UnixMilli(env.ExpiresAtMs), nil
+	return SealedContinuation{Signed: tok, ID: env.Nonce, ExpiresAt: time.UnixMilli(env.ExpiresAtMs)}, nil
 }
 
 func protocolError(format string, args ...any) *Error {
