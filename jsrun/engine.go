@@ -239,6 +239,11 @@ type invocation struct {
 	results   chan hostResult
 	inline    []hostResult
 	hostCtx   context.Context
+	// syncCalls counts synchronous host calls (live and replayed);
+	// syncFatal is the failure a synchronous call ended the run with (see
+	// syncbridge.go).
+	syncCalls int
+	syncFatal error
 }
 
 type call struct {
@@ -327,6 +332,9 @@ func (inv *invocation) run(ctx context.Context) (res *Result, err error) {
 // enter is called before every call into the VM: it never re-enters after
 // the deadline or an abort, and re-arms the engine's own timeout.
 func (inv *invocation) enter() error {
+	if inv.syncFatal != nil {
+		return inv.syncFatal
+	}
 	if inv.aborted.Load() {
 		return newError(CodeAborted, "run aborted by the caller")
 	}
@@ -343,6 +351,9 @@ func (inv *invocation) timeoutError() *Error {
 
 // vmError classifies an error out of the engine.
 func (inv *invocation) vmError(err error) error {
+	if inv.syncFatal != nil {
+		return inv.syncFatal
+	}
 	if inv.aborted.Load() {
 		return newError(CodeAborted, "run aborted by the caller")
 	}
@@ -378,6 +389,8 @@ type preludeConfig struct {
 	DateNowMs  int64   `json:"dateNowMs"`
 	Seed       string  `json:"seed"`
 	ConsoleMax int     `json:"consoleMax"`
+	// Sync: some host functions are synchronous (see syncbridge.go).
+	Sync bool `json:"sync,omitempty"`
 }
 
 func (inv *invocation) setup() error {
@@ -394,7 +407,10 @@ func (inv *invocation) setup() error {
 			fns = append(fns, f)
 		}
 		sort.Strings(fns)
-		cfg.Namespaces = append(cfg.Namespaces, []any{ns, fns})
+		cfg.Namespaces = append(cfg.Namespaces, inv.namespaceConfig(ns, fns))
+	}
+	if err := inv.registerSync(&cfg); err != nil {
+		return err
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 	if _, err := inv.call("init", string(cfgJSON)); err != nil {
@@ -566,7 +582,7 @@ func (inv *invocation) dispatch(raw [3]any) error {
 	inv.newLedger = append(inv.newLedger, ledgerEntry{Name: name, Args: args, SettledOrder: -1})
 	if index <= len(inv.st.Ledger) {
 		e := &inv.st.Ledger[index-1]
-		if e.Name != name || e.Args != args {
+		if e.Name != name || e.Args != args || e.Sync {
 			return newError(CodeProtocol, "replay diverged at host call %d: the ledger has %s with other arguments or another function (%s)", index, e.Name, name)
 		}
 		c.old = e
@@ -624,7 +640,7 @@ func (inv *invocation) startLive(c *call, resume *ResumeInfo) error {
 	argv, _ := args.([]any)
 	cs := &callState{
 		info: CallInfo{LogicalRunID: inv.st.LogicalRunID, InvocationID: inv.id, RequestIndex: c.index,
-			Function: c.name, Resume: resume},
+			RequestID: fmt.Sprintf("%s:bridge-%d", inv.id, c.index-inv.syncCalls), Function: c.name, Resume: resume},
 		maxPayload: inv.lim.HostOutputBytes,
 	}
 	c.live = true

@@ -503,6 +503,38 @@
     }[fnName];
     return freeze(f);
   }
+  // A synchronous host function calls the Go side directly (hostSync, the
+  // one Go function registered for such a run; init takes it off the global
+  // object before the guest runs) and returns its answer: '1' + wire value,
+  // '0' + error JSON, or '' when the run is over (the Go side has already
+  // interrupted the VM). Host calls awaited before it are handed over first,
+  // so that request indices stay in call order.
+  let hostSync;
+  function makeSyncHostFunction(qualified, fnName) {
+    const f = {
+      [fnName](...args) {
+        let argsWire;
+        try {
+          argsWire = serializeArgs(args);
+        } catch (e) {
+          throw weakHas(runtimeErrors, e) ? e : jsrun$runtimeError('TypeError', 'Cannot serialize the arguments of ' + qualified, 'RUN_SERIALIZATION_ERROR');
+        }
+        ++requestCount;
+        let calls = '';
+        if (outbox.length !== 0) { calls = JSONstringify(outbox); outbox = []; }
+        const r = hostSync(calls, qualified, argsWire);
+        const kind = strSlice(r, 0, 1);
+        if (kind === '1') return deserialize(strSlice(r, 1));
+        const info = kind === '0' ? JSONparse(strSlice(r, 1)) : { name: 'Error', message: 'run stopped', code: 'RUN_INTERNAL_ERROR' };
+        // The stack starts at the guest's call: this function's own frame
+        // is the runtime's.
+        let stack = '';
+        try { stack = new $Error().stack; stack = strSlice(stack, strIndexOf(stack, '\n') + 1); } catch (_) { /* keep */ }
+        throw jsrun$runtimeError(info.name, info.message, info.code, stack);
+      },
+    }[fnName];
+    return freeze(f);
+  }
   // The namespaces themselves are defined by init, after hardening, so that a
   // context can be hardened before its run is known.
 
@@ -649,9 +681,17 @@
       s1 = $BigInt('0x' + strSlice(run.seed, 16, 32));
       if (s0 === 0n && s1 === 0n) s1 = 1n;
       consoleMax = run.consoleMax;
-      for (const [ns, fns] of run.namespaces) {
+      if (run.sync === true) {
+        hostSync = G.jsrun$sync;
+        delete G.jsrun$sync;
+      }
+      for (const [ns, fns, synchronous] of run.namespaces) {
         const obj = create(null);
-        for (const fn of fns) defineProperty(obj, fn, { value: makeHostFunction(ns + '.' + fn, fn), enumerable: true });
+        for (let i = 0; i < fns.length; i++) {
+          const fn = fns[i];
+          const make = synchronous !== undefined && synchronous[i] === true ? makeSyncHostFunction : makeHostFunction;
+          defineProperty(obj, fn, { value: make(ns + '.' + fn, fn), enumerable: true });
+        }
         defineProperty(G, ns, { value: freeze(obj), enumerable: false, writable: false, configurable: false });
       }
     },

@@ -252,7 +252,12 @@ func bindingNames(hf map[string]Namespace) ([]string, error) {
 			if h.Fn == nil {
 				return nil, newError(CodeInvalidInput, "host function %s.%s is nil", ns, fn)
 			}
-			names = append(names, ns+"."+fn)
+			if h.Synchronous {
+				// A function that changes kind must not resume a token.
+				names = append(names, ns+"."+fn+" (synchronous)")
+			} else {
+				names = append(names, ns+"."+fn)
+			}
 		}
 	}
 	sort.Strings(names)

@@ -75,6 +75,9 @@ type ledgerEntry struct {
 	Error          *ledgerError `json:"error"`
 	InterruptionID string       `json:"interruptionId"`
 	Payload        string       `json:"payload"`
+	// Sync marks a synchronous host function's call (never interrupted;
+	// its settlement order is when it returned to the guest).
+	Sync bool `json:"sync,omitempty"`
 }
 
 type ledgerError struct {
@@ -350,7 +353,7 @@ func validateState(st *contState) error {
 				return protocolError("ledger entry %d is inconsistent", i+1)
 			}
 		case statusInterrupted:
-			if e.SettledOrder != -1 || e.Error != nil || e.Value != "" || e.InterruptionID != interruptionID(i+1) {
+			if e.Sync || e.SettledOrder != -1 || e.Error != nil || e.Value != "" || e.InterruptionID != interruptionID(i+1) {
 				return protocolError("ledger entry %d is inconsistent", i+1)
 			}
 		default:
