@@ -218,6 +218,7 @@ type invocation struct {
 	st          *contState
 	resolutions map[string]*resolved
 	id          string
+	ts          *tsProgram // set for TypeScript sources
 
 	vm       *quickjs.VM
 	methods  map[string]quickjs.Value
@@ -420,16 +421,18 @@ func (inv *invocation) setup() error {
 	if err := inv.enter(); err != nil {
 		return err
 	}
-	main, err := vm.EvalValue(sourcePrefix+inv.in.Source+sourceSuffix, quickjs.EvalGlobal)
+	main, err := vm.EvalValue(inv.program(), quickjs.EvalGlobal)
 	if err != nil {
 		var qe *quickjs.Error
 		if errors.As(err, &qe) && (qe.Name == "SyntaxError" || qe.Name == "") && !inv.timedOut.Load() {
 			line, col := qe.LineNumber, qe.ColumnNumber
+			if inv.ts != nil {
+				line, col, _ = inv.ts.position(line, col)
+			}
 			if line == 1 {
 				col -= len(sourcePrefix)
 			}
-			return &Error{Code: CodeUserSourceError, Name: "SyntaxError", Message: qe.Message, Guest: true,
-				Stack: fmt.Sprintf("    at <source>:%d:%d\n", line, col), cause: err}
+			return syntaxError(qe.Message, line, col, err)
 		}
 		return inv.vmError(err)
 	}
@@ -813,7 +816,7 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 		return limitError(CodeStackOverflow, "maxStackSizeBytes", "run exceeded its stack limit")
 	}
 	code := Code(gi.Code)
-	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, GuestCode: gi.GuestCode, Stack: mapStack(gi.Stack)}
+	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, GuestCode: gi.GuestCode, Stack: mapStack(inv.ts.remapStack(gi.Stack))}
 	switch code {
 	case CodeSerialization, CodeHostFunction:
 		// A runtime error the guest did not catch: still a typed failure.

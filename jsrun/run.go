@@ -62,6 +62,10 @@ type Config struct {
 type Input struct {
 	// Source is the body of an async function: top-level await and return.
 	Source string
+	// Language is the language of Source: JavaScript ("" or
+	// LanguageJavaScript) or LanguageTypeScript (types stripped, error
+	// positions in the TypeScript).
+	Language Language
 	// HostFunctions lists the host functions by namespace: the guest calls
 	// HostFunctions["tools"]["sum"] as tools.sum(...).
 	HostFunctions map[string]Namespace
@@ -276,9 +280,18 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if len(in.Source) > lim.SourceBytes {
 		return nil, limitError(CodeSourceTooLarge, "maxSourceBytes", "source is %d bytes, over the limit of %d", len(in.Source), lim.SourceBytes)
 	}
+	if !in.Language.valid() {
+		return nil, newError(CodeInvalidInput, "unknown language %q (javascript or typescript)", in.Language)
+	}
 	names, err := bindingNames(in.HostFunctions)
 	if err != nil {
 		return nil, err
+	}
+	var ts *tsProgram
+	if in.Language == LanguageTypeScript {
+		if ts, err = typeScriptProgram(in.Source); err != nil {
+			return nil, err
+		}
 	}
 	ctxWire, err := encodeWire(in.Context, "context")
 	if err != nil {
@@ -291,7 +304,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 		}
 		defer r.active.Add(-1)
 	}
-	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Source)
+	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Language, in.Source)
 	codec := *r.codec
 	codec.maxTokens = lim.ContinuationBytes
 
@@ -335,7 +348,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 
 	inv := &invocation{
-		r: r, in: in, lim: lim, st: st, resolutions: resolutions,
+		r: r, in: in, lim: lim, st: st, resolutions: resolutions, ts: ts,
 		id: fmt.Sprintf("run-%d", r.invocations.Add(1)),
 	}
 	res, err := inv.run(ctx)

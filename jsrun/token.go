@@ -371,16 +371,20 @@ func validateState(st *contState) error {
 func interruptionID(requestIndex int) string { return fmt.Sprintf("interrupt-%d", requestIndex) }
 
 // scopeHash binds a continuation to everything a resume must repeat.
-func scopeHash(audience string, names []string, contextWire, source string) string {
+func scopeHash(audience string, names []string, contextWire string, lang Language, source string) string {
 	sorted := append([]string(nil), names...)
 	sort.Strings(sorted)
 	srcSum := sha256.Sum256([]byte(source))
+	if lang == LanguageJavaScript {
+		lang = "" // the same scope as before languages existed
+	}
 	b, _ := canonicalJSON(struct {
 		Audience string   `json:"audience"`
 		Names    []string `json:"bindingManifest"`
 		Context  string   `json:"continuationContext"`
 		Source   string   `json:"sourceSha256"`
-	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:])})
+		Language Language `json:"language,omitempty"`
+	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:]), lang})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
