@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/evanw/esbuild/pkg/api"
@@ -38,6 +39,7 @@ type tsProgram struct {
 	bytesHeld int
 	once      sync.Once
 	sm        *sourcemap.Consumer // parsed on first use: only errors need it
+	lines     []string            // of js, split on first use
 }
 
 // The transforms of recent sources are kept (up to tsCacheBytes of source,
@@ -131,18 +133,38 @@ func syntaxError(msg string, line, col int, cause error) *Error {
 }
 
 // position maps a 1-based line and column of the generated JavaScript to
-// the wrapped TypeScript (still 1-based; the column is where the token
-// there begins).
+// the wrapped TypeScript (still 1-based).
 func (p *tsProgram) position(line, col int) (int, int, bool) {
-	p.once.Do(func() { p.sm, _ = sourcemap.Parse("", p.rawMap) })
+	p.once.Do(func() {
+		p.sm, _ = sourcemap.Parse("", p.rawMap)
+		p.lines = strings.Split(p.js, "\n")
+	})
 	if p.sm == nil {
 		return line, col, false
 	}
-	_, _, l, c, ok := p.sm.Source(line, max(col-1, 0))
+	gc := max(col-1, 0)
+	_, _, l, c, ok := p.sm.Source(line, gc)
 	if !ok {
 		return line, col, false
 	}
-	return l, c + 1, true
+	// The map has a point where each token begins; the engine's column can
+	// be past it (at the "(" of a call, say). Keep that offset: the probe
+	// walks back to where the point's span starts, not into the line's
+	// indentation (before the first point, the map answers with the
+	// previous line's last one).
+	indent := 0
+	if line >= 1 && line <= len(p.lines) {
+		text := p.lines[line-1]
+		indent = len(text) - len(strings.TrimLeft(text, " "))
+	}
+	d := 0
+	for gc-d-1 >= indent && d < 256 {
+		if _, _, l2, c2, ok2 := p.sm.Source(line, gc-d-1); !ok2 || l2 != l || c2 != c {
+			break
+		}
+		d++
+	}
+	return l, c + d + 1, true
 }
 
 // remapStack rewrites the engine's frames (<eval>:line:col) from the

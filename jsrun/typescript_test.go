@@ -67,11 +67,16 @@ withdraw(acct, 10);`
 	if !strings.Contains(e.Stack, "at withdraw (<source>:9:") || !strings.Contains(e.Stack, "at <main> (<source>:15:") {
 		t.Fatalf("stack does not point into the TypeScript: %q", e.Stack)
 	}
-	// The column too: line 9 is "    throw new RangeError(...)", and the
-	// frame points at a token of that statement, as in JavaScript.
-	col := frameColumn(t, e.Stack, "at withdraw (<source>:9:")
-	if col < 5 || col > 15 {
-		t.Fatalf("column %d is outside the throw statement: %q", col, e.Stack)
+	// The columns too: the same lines without types fail at the same
+	// columns in JavaScript.
+	jsSrc := strings.NewReplacer("interface Account {\n  id: string;\n  balance: number;\n}", "\n\n\n",
+		"a: Account, amount: number): Account", "a, amount)", "const acct: Account", "const acct").Replace(src)
+	_, jsErr := r.Run(context.Background(), Input{Source: jsSrc})
+	js := wantCode(t, jsErr, CodeUserSourceError)
+	for _, frame := range []string{"at withdraw (<source>:9:", "at <main> (<source>:15:"} {
+		if tc, jc := frameColumn(t, e.Stack, frame), frameColumn(t, js.Stack, frame); tc != jc {
+			t.Fatalf("%s: column %d in TypeScript, %d in JavaScript\n%s\n%s", frame, tc, jc, e.Stack, js.Stack)
+		}
 	}
 
 	cases := []struct {
