@@ -66,6 +66,11 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 	if p != nil {
 		return p, nil
 	}
+	if d, line := tsNestingDepth(source); d > maxTSNesting {
+		e := limitError(CodeSourceTooLarge, "typeScriptNesting", "TypeScript source nests too deeply to strip its types: about %d levels at line %d, over the limit of %d (split the expression or statement)", d, line, maxTSNesting)
+		e.Details["line"] = line
+		return nil, e
+	}
 	p, err := transformTypeScript(source)
 	if err != nil {
 		return nil, err

@@ -190,3 +190,39 @@ func TestTypeScriptTransformCache(t *testing.T) {
 		t.Fatalf("cache holds %d bytes (%d counted), %d entries, %d in order", held, sum, n, ordered)
 	}
 }
+
+// TestTypeScriptNestingGuard: esbuild has no depth limit, and a deep
+// source overflows the goroutine stack (a fatal error that kills the
+// process) or costs minutes; such sources are refused before it runs.
+func TestTypeScriptNestingGuard(t *testing.T) {
+	r := newTestRunner(t)
+	hostile := map[string]string{
+		"parens":        "return " + strings.Repeat("(", 120000) + "1" + strings.Repeat(")", 120000),
+		"unary":         "return " + strings.Repeat("- ", 120000) + "1",
+		"arrows":        "return " + strings.Repeat("x=>", 4000) + "1",
+		"ifs":           strings.Repeat("if(a)", 16000) + "x;",
+		"else if":       "if(a){}" + strings.Repeat("else if(a){}", 20000),
+		"blocks":        strings.Repeat("{", 100000) + strings.Repeat("}", 100000),
+		"members":       "return a" + strings.Repeat(".b", 100000),
+		"calls":         "return a" + strings.Repeat("()", 100000),
+		"ternaries":     "return " + strings.Repeat("a?a:", 50000) + "1",
+		"templates":     "return " + strings.Repeat("`${", 50000) + "1" + strings.Repeat("}`", 50000),
+		"regex gadgets": strings.Repeat("(()=>{ if(a)/)))/; ", 5000),
+	}
+	for name, src := range hostile {
+		t.Run(name, func(t *testing.T) {
+			_, err := r.Run(context.Background(), Input{Source: src, Language: LanguageTypeScript})
+			if e := wantCode(t, err, CodeSourceTooLarge); e.Details["limit"] != "typeScriptNesting" {
+				t.Fatalf("details %v", e.Details)
+			}
+		})
+	}
+	// Ordinary code, also long, is well under the limit.
+	ordinary := strings.Repeat("if (a.b) { x(1, 2) } else if (c) { y() } else { z = 1.5 * w + (v - 2) / u }\n", 500) +
+		"const total: number = 1" + strings.Repeat(" + 1", 5000) + ";\n" +
+		"const s = '((((' + \"[[[[\" + `x${'(((('}y` + /[((((]/.source;\nreturn total"
+	res, err := r.Run(context.Background(), Input{Source: "const a = {b: 0}, c = 0; let z = 0, w = 1, v = 2, u = 1; function x(...a: number[]) {} function y() {}\n" + ordinary, Language: LanguageTypeScript})
+	if err != nil || res.Value != 5001.0 {
+		t.Fatalf("ordinary code: %v %v", res, err)
+	}
+}
