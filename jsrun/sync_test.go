@@ -272,3 +272,25 @@ func TestSynchronousBridgeIsHidden(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// TestSynchronousOnPrewarmedContexts: the bridge is registered per run, also
+// on a context hardened before the run was known.
+func TestSynchronousOnPrewarmedContexts(t *testing.T) {
+	r := newTestRunner(t, func(c *Config) { c.Prewarm = 2 })
+	defer r.Close()
+	var calls atomic.Int64
+	hf := syncTools(&calls)
+	for i := range 6 {
+		if i > 0 {
+			time.Sleep(20 * time.Millisecond) // let the pool refill
+		}
+		res := mustRun(t, r, Input{Source: `return [fs.read('/x').index, typeof jsrun$sync]`, HostFunctions: hf})
+		if v := res.Value.([]any); v[0] != 1.0 || v[1] != "undefined" {
+			t.Fatalf("run %d: %v", i, v)
+		}
+		// A run without synchronous functions on the next context.
+		if res := mustRun(t, r, Input{Source: `return typeof jsrun$sync`}); res.Value != "undefined" {
+			t.Fatalf("run %d: %v", i, res.Value)
+		}
+	}
+}
