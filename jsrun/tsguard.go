@@ -1,5 +1,7 @@
 package jsrun
 
+import "strings"
+
 // esbuild's parser, visitor and printer recurse once per level of nesting
 // and have no depth limit: 250,000 nested "(" overflow the 1 GB goroutine
 // stack, which kills the whole process (not a recoverable panic), and some
@@ -10,7 +12,8 @@ package jsrun
 //
 // The estimate is a light scan (strings, comments, template literals and
 // regular expressions skipped; regex versus division decided from the token
-// before, as JavaScript lexers do) that over-counts: every bracket level,
+// before, as JavaScript's grammar does, and both readings counted where the
+// scan cannot know) that over-counts: every bracket level,
 // plus, per level since its last "," or ";", every token that can nest
 // without a bracket (prefix and right-associative operators, arrows, member
 // and call chains, control keywords). Plain binary operators, which esbuild
@@ -59,7 +62,11 @@ func tsNestingDepth(src string) (depth, atLine int) {
 	// control header or a keyword after which a regex may follow.
 	prev := byte('o')
 	lastWord := ""
-	var afterBrace bool
+	var afterBrace, afterDot bool
+	wordBefore := ""
+	// monotone: from here on nothing is taken as closing or resetting a
+	// level, and nothing is skipped as a string or comment (see below).
+	monotone := false
 	reset := func() {
 		top := &stack[len(stack)-1]
 		total -= top.count
@@ -99,11 +106,37 @@ func tsNestingDepth(src string) (depth, atLine int) {
 	}
 	depth = 1
 	n := len(src)
+	lineStart := 0
 	for i := 0; i < n; i++ {
 		c := src[i]
+		if monotone {
+			// Every bracket opens and every operator nests: an upper
+			// bound whatever esbuild reads here.
+			switch {
+			case c == '\n':
+				line++
+			case c == '(' || c == '[' || c == '{':
+				push(c, false)
+			case isOperatorByte(c) || c == '.' || c == '/':
+				bump(1)
+			}
+			if depth > maxTSNesting {
+				return depth, atLine
+			}
+			continue
+		}
+		// A legacy HTML comment ("<!--", or "-->" first on a line) is a
+		// line comment to some parsers and code to others: be monotone.
+		if (c == '<' && strings.HasPrefix(src[i:], "<!--")) ||
+			(c == '-' && strings.HasPrefix(src[i:], "-->") && strings.TrimSpace(src[lineStart:i]) == "") {
+			monotone = true
+			i--
+			continue
+		}
 		switch {
 		case c == '\n':
 			line++
+			lineStart = i + 1
 			continue
 		case c == ' ' || c == '\t' || c == '\r':
 			continue
@@ -159,6 +192,40 @@ func tsNestingDepth(src string) (depth, atLine int) {
 			}
 			prev = 'v'
 			continue
+		case c == '/' && afterBrace && i+1 < n && src[i+1] != '/' && src[i+1] != '*':
+			// After "}" a "/" starts a regular expression if the "}" ended
+			// a block, and divides if it ended an expression (an object, a
+			// function): the scan cannot tell. Count the body both ways:
+			// its openings and operators count, its closings and resets do
+			// not. A body that would change how the rest reads (a quote, a
+			// backtick, a comment) makes the rest monotone.
+			end := regexEnd(src, i)
+			if end < 0 { // no regex can end on this line: division
+				afterBrace = false
+				prev = 'o'
+				continue
+			}
+			body := src[i+1 : end]
+			if strings.ContainsAny(body, "'\"`") || strings.Contains(body, "/*") || strings.Contains(body, "<!--") {
+				monotone = true
+				i--
+				continue
+			}
+			for k := 0; k < len(body); k++ {
+				switch b := body[k]; {
+				case b == '(' || b == '[' || b == '{':
+					push(b, false)
+				case isOperatorByte(b) || b == '.':
+					bump(1)
+				}
+			}
+			i = end
+			for i+1 < n && isIdentByte(src[i+1]) {
+				i++
+			}
+			afterBrace = false
+			prev = 'v'
+			continue
 		case c == '/' && prev != 'v':
 			// A regular expression: skip its body and flags.
 			i++
@@ -190,7 +257,11 @@ func tsNestingDepth(src string) (depth, atLine int) {
 			}
 			word := src[i:j]
 			i = j - 1
-			lastWord = word
+			if afterDot { // a property name, not a keyword: a.if(x)
+				word = "." + word
+			}
+			afterDot = false
+			wordBefore, lastWord = lastWord, word
 			top := &stack[len(stack)-1]
 			if word == "else" && afterBrace {
 				top.elses++
@@ -223,7 +294,8 @@ func tsNestingDepth(src string) (depth, atLine int) {
 		}
 		switch c {
 		case '(', '[', '{':
-			control := c == '(' && (lastWord == "if" || lastWord == "while" || lastWord == "for" || lastWord == "with") && prev == 'v'
+			control := c == '(' && (lastWord == "if" || lastWord == "while" || lastWord == "for" || lastWord == "with" ||
+				(lastWord == "await" && wordBefore == "for"))
 			push(c, control)
 			prev = 'o'
 		case ')', ']', '}':
@@ -243,6 +315,9 @@ func tsNestingDepth(src string) (depth, atLine int) {
 			}
 			bump(1)
 			prev = 'o'
+			lastWord, wordBefore = "", ""
+			afterDot = true
+			continue
 		default:
 			// An operator: the whole run of operator characters.
 			j := i
@@ -277,9 +352,31 @@ func tsNestingDepth(src string) (depth, atLine int) {
 			}
 			prev = 'o'
 		}
-		lastWord = ""
+		lastWord, wordBefore = "", ""
+		afterDot = false
 	}
 	return depth, atLine
+}
+
+// regexEnd returns the index of the "/" that ends a regular expression
+// starting at src[i], or -1 when none ends on that line.
+func regexEnd(src string, i int) int {
+	inClass := false
+	for i++; i < len(src) && src[i] != '\n'; i++ {
+		switch src[i] {
+		case '\\':
+			i++
+		case '[':
+			inClass = true
+		case ']':
+			inClass = false
+		case '/':
+			if !inClass {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 func isIdentByte(c byte) bool {

@@ -208,6 +208,13 @@ func TestTypeScriptNestingGuard(t *testing.T) {
 		"ternaries":     "return " + strings.Repeat("a?a:", 50000) + "1",
 		"templates":     "return " + strings.Repeat("`${", 50000) + "1" + strings.Repeat("}`", 50000),
 		"regex gadgets": strings.Repeat("(()=>{ if(a)/)))/; ", 5000),
+		// After "}" a "/" may start a regular expression (a block ended) or
+		// divide (an object ended): closings in it must not count.
+		"brace regex gadgets":  strings.Repeat("(()=>{ {} /)));/; ", 5000),
+		"brace quote gadgets":  strings.Repeat("(()=>{ {} /`/; ", 2000) + strings.Repeat(")", 2000),
+		"for await gadgets":    strings.Repeat("(async()=>{ for await (const x of y) /)))/; ", 3000),
+		"html comment gadgets": strings.Repeat("(()=>{ <!-- )))\n", 5000),
+		"property if gadgets":  strings.Repeat("(a.if(x) / (", 3000) + "1",
 	}
 	for name, src := range hostile {
 		t.Run(name, func(t *testing.T) {
