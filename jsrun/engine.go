@@ -218,6 +218,7 @@ type invocation struct {
 	st          *contState
 	resolutions map[string]*resolved
 	id          string
+	ts          *tsProgram // set for TypeScript sources
 
 	vm       *quickjs.VM
 	methods  map[string]quickjs.Value
@@ -239,6 +240,11 @@ type invocation struct {
 	results   chan hostResult
 	inline    []hostResult
 	hostCtx   context.Context
+	// syncCalls counts synchronous host calls (live and replayed);
+	// syncFatal is the failure a synchronous call ended the run with (see
+	// syncbridge.go).
+	syncCalls int
+	syncFatal error
 }
 
 type call struct {
@@ -364,6 +370,9 @@ func (inv *invocation) decode(wire string) (any, error) {
 // enter is called before every call into the VM: it never re-enters after
 // the deadline or an abort, and re-arms the engine's own timeout.
 func (inv *invocation) enter() error {
+	if inv.syncFatal != nil {
+		return inv.syncFatal
+	}
 	if inv.aborted.Load() {
 		return newError(CodeAborted, "run aborted by the caller")
 	}
@@ -380,6 +389,9 @@ func (inv *invocation) timeoutError() *Error {
 
 // vmError classifies an error out of the engine.
 func (inv *invocation) vmError(err error) error {
+	if inv.syncFatal != nil {
+		return inv.syncFatal
+	}
 	if inv.aborted.Load() {
 		return newError(CodeAborted, "run aborted by the caller")
 	}
@@ -418,6 +430,8 @@ type preludeConfig struct {
 	// MaxArgumentsBytes: the guest fails a call with larger arguments
 	// itself, with an error it can catch.
 	MaxArgumentsBytes int `json:"maxArgumentsBytes"`
+	// Sync: some host functions are synchronous (see syncbridge.go).
+	Sync bool `json:"sync,omitempty"`
 }
 
 func (inv *invocation) setup() error {
@@ -435,7 +449,10 @@ func (inv *invocation) setup() error {
 			fns = append(fns, f)
 		}
 		sort.Strings(fns)
-		cfg.Namespaces = append(cfg.Namespaces, []any{ns, fns})
+		cfg.Namespaces = append(cfg.Namespaces, inv.namespaceConfig(ns, fns))
+	}
+	if err := inv.registerSync(&cfg); err != nil {
+		return err
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 	if _, err := inv.call("init", string(cfgJSON)); err != nil {
@@ -445,16 +462,18 @@ func (inv *invocation) setup() error {
 	if err := inv.enter(); err != nil {
 		return err
 	}
-	main, err := vm.EvalValue(sourcePrefix+inv.in.Source+sourceSuffix, quickjs.EvalGlobal)
+	main, err := vm.EvalValue(inv.program(), quickjs.EvalGlobal)
 	if err != nil {
 		var qe *quickjs.Error
 		if errors.As(err, &qe) && (qe.Name == "SyntaxError" || qe.Name == "") && !inv.timedOut.Load() {
 			line, col := qe.LineNumber, qe.ColumnNumber
+			if inv.ts != nil {
+				line, col, _ = inv.ts.position(line, col)
+			}
 			if line == 1 {
 				col -= len(sourcePrefix)
 			}
-			return &Error{Code: CodeGuestError, Name: "SyntaxError", Message: qe.Message, Guest: true,
-				Stack: fmt.Sprintf("    at <source>:%d:%d\n", line, col), cause: err}
+			return syntaxError(qe.Message, line, col, err)
 		}
 		return inv.vmError(err)
 	}
@@ -607,7 +626,7 @@ func (inv *invocation) dispatch(raw [3]any) error {
 	inv.newLedger = append(inv.newLedger, ledgerEntry{Name: name, Args: args, SettledOrder: -1})
 	if index <= len(inv.st.Ledger) {
 		e := &inv.st.Ledger[index-1]
-		if e.Name != name || e.Args != args {
+		if e.Name != name || e.Args != args || e.Sync {
 			return newError(CodeProtocol, "replay diverged at host call %d: the ledger has %s with other arguments or another function (%s)", index, e.Name, name)
 		}
 		c.old = e
@@ -665,7 +684,7 @@ func (inv *invocation) startLive(c *call, resume *ResumeInfo) error {
 	argv, _ := args.([]any)
 	cs := &callState{
 		info: CallInfo{LogicalRunID: inv.st.LogicalRunID, InvocationID: inv.id, RequestIndex: c.index,
-			Function: c.name, Resume: resume},
+			RequestID: fmt.Sprintf("%s:bridge-%d", inv.id, c.index-inv.syncCalls), Function: c.name, Resume: resume},
 		maxPayload: inv.lim.HostOutputBytes,
 	}
 	c.live = true
@@ -780,11 +799,12 @@ func (inv *invocation) settle(c *call, le *ledgerEntry) error {
 }
 
 type guestErrorInfo struct {
-	Name    string `json:"name"`
-	Message string `json:"message"`
-	Code    string `json:"code"`
-	Stack   string `json:"stack"`
-	Null    bool   `json:"null"`
+	Name      string `json:"name"`
+	Message   string `json:"message"`
+	Code      string `json:"code"`
+	GuestCode string `json:"guestCode"`
+	Stack     string `json:"stack"`
+	Null      bool   `json:"null"`
 }
 
 func (inv *invocation) finish(outcome int) (*Result, error) {
@@ -863,7 +883,7 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 		return limitError(CodeStackOverflow, "maxStackSizeBytes", "run exceeded its stack limit")
 	}
 	code := Code(gi.Code)
-	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, Stack: mapStack(gi.Stack)}
+	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, GuestCode: gi.GuestCode, Stack: mapStack(inv.ts.remapStack(gi.Stack))}
 	switch code {
 	case CodeSerialization, CodeHostFunction, CodeBridgeLimit:
 		// A runtime error the guest did not catch: still a typed failure.

@@ -11,8 +11,14 @@ type Code string
 
 // Error codes. They follow the Run SDK's RUN_* names where one exists.
 const (
-	// CodeGuestError is an uncaught guest error that carries no code of its own.
-	CodeGuestError Code = "RUN_ERROR"
+	// CodeUserSourceError is an uncaught error of the guest's own code: a
+	// value it threw, a syntax error, a dynamic-code attempt. A string code
+	// the guest gave its error is kept in Error.GuestCode, never in Code.
+	CodeUserSourceError Code = "RUN_USER_SOURCE_ERROR"
+	// CodeGuestError is the old name of CodeUserSourceError.
+	//
+	// Deprecated: use CodeUserSourceError.
+	CodeGuestError = CodeUserSourceError
 	// CodeTimeout: the wall-clock limit passed, or the guest awaits something
 	// that can never settle (no host call in flight and nothing queued).
 	CodeTimeout Code = "RUN_TIMEOUT"
@@ -63,6 +69,11 @@ type Error struct {
 	Message string
 	Stack   string
 	Guest   bool
+	// GuestCode is the string `code` property of an uncaught error the
+	// guest made itself (Code is then RUN_USER_SOURCE_ERROR), exactly as the
+	// guest set it: it names the guest's own condition and is never taken
+	// for a runtime code, even when it looks like one ("RUN_TIMEOUT").
+	GuestCode string
 	// Details holds machine-readable extras, e.g. {"limit": "maxBridgeRequests"}.
 	Details map[string]any
 	// Console is what the guest logged before the failure (as

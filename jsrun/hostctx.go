@@ -17,19 +17,38 @@ import (
 // run ends (completed, interrupted, timed out or failed).
 type Func func(ctx context.Context, args []any) (any, error)
 
-// HostFunc is one host function as listed to a run. Sync functions run on
-// the run's loop goroutine, without a goroutine hop: use it only for cheap
-// functions that never block. Either way the guest sees a Promise.
+// HostFunc is one host function as listed to a run.
+//
+// By default the guest's call returns a Promise (a lazy thenable) and fn
+// runs on its own goroutine. Sync (see the Sync constructor) runs fn inline
+// on the run's loop goroutine, without a goroutine hop: use it only for
+// cheap functions that never block; the guest still sees a Promise.
+//
+// Synchronous makes the guest's call return fn's value directly, not a
+// Promise (the Run SDK's syncHostFunctions): the guest waits while fn runs,
+// and fn may block as long as it likes (up to the run's deadline; its ctx
+// is cancelled on timeout or when the caller cancels). A synchronous
+// function cannot interrupt: Interrupt fails the run with
+// RUN_PROTOCOL_ERROR. Its calls count against Limits.HostCalls like any
+// other, are recorded in the continuation's ledger and are answered from it
+// on a resume; its errors are thrown at the call site. Synchronous wins
+// over Sync.
 type HostFunc struct {
-	Fn   Func
-	Sync bool
+	Fn          Func
+	Sync        bool
+	Synchronous bool
 }
 
 // Async lists fn as a host function that runs on its own goroutine.
 func Async(fn Func) HostFunc { return HostFunc{Fn: fn} }
 
-// Sync lists fn as a host function that runs inline on the loop goroutine.
+// Sync lists fn as a host function that runs inline on the loop goroutine
+// (the guest still gets a Promise; see Synchronous for a direct value).
 func Sync(fn Func) HostFunc { return HostFunc{Fn: fn, Sync: true} }
+
+// Synchronous lists fn as a host function whose guest call returns its
+// value directly instead of a Promise (see HostFunc).
+func Synchronous(fn Func) HostFunc { return HostFunc{Fn: fn, Synchronous: true} }
 
 // Namespace is a group of host functions: the guest calls them as ns.fn(...).
 type Namespace map[string]HostFunc
@@ -43,6 +62,12 @@ type CallInfo struct {
 	// RequestIndex is the 1-based index of this call in the run's sequence
 	// of host calls; it is stable across replays.
 	RequestIndex int
+	// RequestID names this call within the invocation, as the Run SDK does:
+	// InvocationID + ":bridge-N" for the N-th call returning a Promise,
+	// ":sync-N" for the N-th synchronous call (replayed calls counted).
+	RequestID string
+	// Synchronous reports a synchronous host function's call.
+	Synchronous bool
 	// Function is the qualified name, "ns.fn".
 	Function string
 	// Resume is set when this call was interrupted in an earlier invocation
@@ -98,6 +123,13 @@ func Interrupt(ctx context.Context, payload any) error {
 	cs, ok := ctx.Value(callKey{}).(*callState)
 	if !ok {
 		return errors.New("jsrun: Interrupt called outside a host function")
+	}
+	if cs.info.Synchronous {
+		err := newError(CodeProtocol, "synchronous host function %s cannot interrupt a run", cs.info.Function)
+		cs.mu.Lock()
+		cs.err = err
+		cs.mu.Unlock()
+		return err
 	}
 	wire, err := encodeWire(payload, "payload")
 	cs.mu.Lock()

@@ -481,7 +481,7 @@
 
   // ---- no dynamic code: every Function constructor throws, eval is gone
   function jsrun$noDynamicCode() {
-    throw jsrun$runtimeError('EvalError', 'Dynamic code evaluation is not allowed', 'RUN_ERROR');
+    throw jsrun$runtimeError('EvalError', 'Dynamic code evaluation is not allowed', 'RUN_USER_SOURCE_ERROR');
   }
   const fnCtors = [
     Function,
@@ -556,6 +556,38 @@
             return then((v) => { onFinally(); return v; }, (e) => { onFinally(); throw e; });
           },
         });
+      },
+    }[fnName];
+    return freeze(f);
+  }
+  // A synchronous host function calls the Go side directly (hostSync, the
+  // one Go function registered for such a run; init takes it off the global
+  // object before the guest runs) and returns its answer: '1' + wire value,
+  // '0' + error JSON, or '' when the run is over (the Go side has already
+  // interrupted the VM). Host calls awaited before it are handed over first,
+  // so that request indices stay in call order.
+  let hostSync;
+  function makeSyncHostFunction(qualified, fnName) {
+    const f = {
+      [fnName](...args) {
+        let argsWire;
+        try {
+          argsWire = serializeArgs(args);
+        } catch (e) {
+          throw weakHas(runtimeErrors, e) ? e : jsrun$runtimeError('TypeError', 'Cannot serialize the arguments of ' + qualified, 'RUN_SERIALIZATION_ERROR');
+        }
+        ++requestCount;
+        let calls = '';
+        if (outbox.length !== 0) { calls = JSONstringify(outbox); outbox = []; }
+        const r = hostSync(calls, qualified, argsWire);
+        const kind = strSlice(r, 0, 1);
+        if (kind === '1') return deserialize(strSlice(r, 1));
+        const info = kind === '0' ? JSONparse(strSlice(r, 1)) : { name: 'Error', message: 'run stopped', code: 'RUN_INTERNAL_ERROR' };
+        // The stack starts at the guest's call: this function's own frame
+        // is the runtime's.
+        let stack = '';
+        try { stack = new $Error().stack; stack = strSlice(stack, strIndexOf(stack, '\n') + 1); } catch (_) { /* keep */ }
+        throw jsrun$runtimeError(info.name, info.message, info.code, stack);
       },
     }[fnName];
     return freeze(f);
@@ -678,7 +710,7 @@
   let outcome = 0; // 0 running, 1 returned, 2 threw
   let outcomeValue;
   function errorInfo(e) {
-    let name = 'Error', message = '', code = 'RUN_ERROR', stack = '';
+    let name = 'Error', message = '', code = 'RUN_USER_SOURCE_ERROR', guestCode = '', stack = '';
     if (isError(e)) {
       try { name = $String(e.name); } catch (_) { /* keep */ }
       try { message = $String(e.message); } catch (_) { /* keep */ }
@@ -688,12 +720,15 @@
     }
     let c;
     try { c = (e !== null && (typeof e === 'object' || typeof e === 'function')) ? e.code : undefined; } catch (_) { c = undefined; }
+    // A runtime-made error keeps its code; the guest's own code is reported
+    // under its own name, never as the run's code.
     if (typeof c === 'string' && c !== '') {
-      code = (strStartsWith(c, 'RUN_') && !weakHas(runtimeErrors, e)) ? 'RUN_ERROR' : c;
+      if (weakHas(runtimeErrors, e)) code = c;
+      else guestCode = c;
     }
     // QuickJS throws null when it cannot even allocate its out-of-memory
     // error; the Go side reports an uncaught null as the memory limit.
-    return { name, message, code, stack, null: e === null };
+    return { name, message, code, guestCode, stack, null: e === null };
   }
   return freeze({
     // init configures a hardened context for one run: the determinism state,
@@ -706,9 +741,17 @@
       if (s0 === 0n && s1 === 0n) s1 = 1n;
       consoleMax = run.consoleMax;
       maxArgumentsBytes = run.maxArgumentsBytes;
-      for (const [ns, fns] of run.namespaces) {
+      if (run.sync === true) {
+        hostSync = G.jsrun$sync;
+        delete G.jsrun$sync;
+      }
+      for (const [ns, fns, synchronous] of run.namespaces) {
         const obj = create(null);
-        for (const fn of fns) defineProperty(obj, fn, { value: makeHostFunction(ns + '.' + fn, fn), enumerable: true });
+        for (let i = 0; i < fns.length; i++) {
+          const fn = fns[i];
+          const make = synchronous !== undefined && synchronous[i] === true ? makeSyncHostFunction : makeHostFunction;
+          defineProperty(obj, fn, { value: make(ns + '.' + fn, fn), enumerable: true });
+        }
         defineProperty(G, ns, { value: freeze(obj), enumerable: false, writable: false, configurable: false });
       }
     },

@@ -34,6 +34,10 @@ type Config struct {
 	// choose NewMemoryStore (claims die with the process) or a durable
 	// store from jsrun/jsrunsql explicitly.
 	Store ContinuationStore
+	// Codec turns signed continuations into the tokens callers hold and
+	// back (see ContinuationCodec): e.g. NewEncryptedCodec, or a store that
+	// hands out references. nil: the token is the signed continuation.
+	Codec ContinuationCodec
 	// Limits are the operator's limits (zero fields: DefaultLimits). A run's
 	// Input.Limits can lower them, never raise them.
 	Limits Limits
@@ -62,6 +66,10 @@ type Config struct {
 type Input struct {
 	// Source is the body of an async function: top-level await and return.
 	Source string
+	// Language is the language of Source: JavaScript ("" or
+	// LanguageJavaScript) or LanguageTypeScript (types stripped, error
+	// positions in the TypeScript).
+	Language Language
 	// HostFunctions lists the host functions by namespace: the guest calls
 	// HostFunctions["tools"]["sum"] as tools.sum(...).
 	HostFunctions map[string]Namespace
@@ -252,7 +260,12 @@ func bindingNames(hf map[string]Namespace) ([]string, error) {
 			if h.Fn == nil {
 				return nil, newError(CodeInvalidInput, "host function %s.%s is nil", ns, fn)
 			}
-			names = append(names, ns+"."+fn)
+			if h.Synchronous {
+				// A function that changes kind must not resume a token.
+				names = append(names, ns+"."+fn+" (synchronous)")
+			} else {
+				names = append(names, ns+"."+fn)
+			}
 		}
 	}
 	sort.Strings(names)
@@ -271,9 +284,18 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if len(in.Source) > lim.SourceBytes {
 		return nil, limitError(CodeSourceTooLarge, "maxSourceBytes", "source is %d bytes, over the limit of %d", len(in.Source), lim.SourceBytes)
 	}
+	if !in.Language.valid() {
+		return nil, newError(CodeInvalidInput, "unknown language %q (javascript or typescript)", in.Language)
+	}
 	names, err := bindingNames(in.HostFunctions)
 	if err != nil {
 		return nil, err
+	}
+	var ts *tsProgram
+	if in.Language == LanguageTypeScript {
+		if ts, err = typeScriptProgram(in.Source); err != nil {
+			return nil, err
+		}
 	}
 	ctxWire, err := encodeWire(in.Context, "context")
 	if err != nil {
@@ -286,7 +308,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 		}
 		defer r.active.Add(-1)
 	}
-	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Source)
+	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Language, in.Source)
 	codec := *r.codec
 	codec.maxTokens = lim.ContinuationBytes
 
@@ -297,7 +319,11 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 		if r.cfg.Store == nil {
 			return nil, newError(CodeInvalidInput, "resuming needs a continuation secret and a Config.Store")
 		}
-		env, err := codec.open(in.Continuation)
+		signed, err := r.decodeToken(ctx, in.Continuation, lim.ContinuationBytes)
+		if err != nil {
+			return nil, err
+		}
+		env, err := codec.open(signed)
 		if err == nil && env.State.ScopeHash != scope {
 			err = protocolError("bound to another source, host functions, audience or context")
 		}
@@ -326,7 +352,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 
 	inv := &invocation{
-		r: r, in: in, lim: lim, st: st, resolutions: resolutions,
+		r: r, in: in, lim: lim, st: st, resolutions: resolutions, ts: ts,
 		id: fmt.Sprintf("run-%d", r.invocations.Add(1)),
 	}
 	res, err := inv.run(ctx)
@@ -344,11 +370,15 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if res.Status == StatusInterrupted {
 		next := *st
 		next.Ledger = inv.newLedger
-		tok, exp, err := codec.encode(&next)
+		sc, err := codec.seal(&next)
 		if err != nil {
 			return nil, err
 		}
-		res.Continuation, res.ContinuationExpiresAt = tok, exp
+		tok, err := r.encodeToken(ctx, sc)
+		if err != nil {
+			return nil, err
+		}
+		res.Continuation, res.ContinuationExpiresAt = tok, sc.ExpiresAt
 	}
 	return res, nil
 }

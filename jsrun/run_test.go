@@ -199,15 +199,17 @@ func TestGuestErrors(t *testing.T) {
 		errName   string
 		msg       string
 		stack     string
+		guestCode string
 	}{
-		{"01 TypeError with mapped stack", "function f() { null.x }\nf()", CodeGuestError, "TypeError", "cannot read property 'x' of null", "at f (<source>:1:20)\n    at <main> (<source>:2:2)\n"},
-		{"02 own code kept", "const e = new Error('nope'); e.code = 'E_MINE'; throw e", "E_MINE", "Error", "nope", ""},
-		{"03 forged runtime code stripped", "const e = new Error('x'); e.code = 'RUN_TIMEOUT'; throw e", CodeGuestError, "Error", "x", ""},
-		{"04 forged code on a plain object", "throw {code: 'RUN_HOST_FUNCTION_ERROR', message: 'x'}", CodeGuestError, "Error", "", ""},
-		{"05 thrown string", "throw 'plain'", CodeGuestError, "Error", "plain", ""},
-		{"06 syntax error", "return (", CodeGuestError, "SyntaxError", "", ""},
-		{"07 custom name", "class MyErr extends Error { constructor(m) { super(m); this.name = 'MyErr' } }\nthrow new MyErr('m')", CodeGuestError, "MyErr", "m", ""},
-		{"08 runtime error cannot be relabelled", "try { Function('x') } catch (e) { try { e.code = 'RUN_TIMEOUT' } catch (_) {} ; throw e }", CodeGuestError, "EvalError", "Dynamic code evaluation is not allowed", ""},
+		{"01 TypeError with mapped stack", "function f() { null.x }\nf()", CodeUserSourceError, "TypeError", "cannot read property 'x' of null", "at f (<source>:1:20)\n    at <main> (<source>:2:2)\n", ""},
+		{"02 own code kept under its own name", "const e = new Error('nope'); e.code = 'E_MINE'; throw e", CodeUserSourceError, "Error", "nope", "", "E_MINE"},
+		{"03 runtime-looking code is the guest's, not the run's", "const e = new Error('x'); e.code = 'RUN_TIMEOUT'; throw e", CodeUserSourceError, "Error", "x", "", "RUN_TIMEOUT"},
+		{"04 code on a plain object", "throw {code: 'RUN_HOST_FUNCTION_ERROR', message: 'x'}", CodeUserSourceError, "Error", "", "", "RUN_HOST_FUNCTION_ERROR"},
+		{"05 thrown string", "throw 'plain'", CodeUserSourceError, "Error", "plain", "", ""},
+		{"06 syntax error", "return (", CodeUserSourceError, "SyntaxError", "", "", ""},
+		{"07 custom name", "class MyErr extends Error { constructor(m) { super(m); this.name = 'MyErr' } }\nthrow new MyErr('m')", CodeUserSourceError, "MyErr", "m", "", ""},
+		{"08 runtime error cannot be relabelled", "try { Function('x') } catch (e) { try { e.code = 'RUN_TIMEOUT' } catch (_) {} ; throw e }", CodeUserSourceError, "EvalError", "Dynamic code evaluation is not allowed", "", ""},
+		{"09 non-string code ignored", "const e = new Error('n'); e.code = 42; throw e", CodeUserSourceError, "Error", "n", "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -219,6 +221,9 @@ func TestGuestErrors(t *testing.T) {
 			if e.Name != c.errName || (c.msg != "" && e.Message != c.msg) {
 				t.Fatalf("got %s: %q", e.Name, e.Message)
 			}
+			if e.GuestCode != c.guestCode {
+				t.Fatalf("guest code %q, want %q", e.GuestCode, c.guestCode)
+			}
 			if c.stack != "" && !strings.Contains(e.Stack, c.stack) {
 				t.Fatalf("stack %q does not contain %q", e.Stack, c.stack)
 			}
@@ -226,6 +231,24 @@ func TestGuestErrors(t *testing.T) {
 				t.Fatalf("stack shows runtime frames: %q", e.Stack)
 			}
 		})
+	}
+}
+
+// TestHostErrorCodesStayTrusted: an error a host function made keeps its
+// code when the guest rethrows it, and is not a user-source error; a guest
+// error that copies that code is.
+func TestHostErrorCodesStayTrusted(t *testing.T) {
+	r := newTestRunner(t)
+	hf := map[string]Namespace{"h": {"deny": Async(func(context.Context, []any) (any, error) {
+		return nil, NewUserError("DENIED", "no")
+	})}}
+	_, err := r.Run(context.Background(), Input{Source: "try { await h.deny() } catch (e) { throw e }", HostFunctions: hf})
+	if e := wantCode(t, err, "DENIED"); e.GuestCode != "" {
+		t.Fatalf("guest code %q on a host error", e.GuestCode)
+	}
+	_, err = r.Run(context.Background(), Input{Source: "try { await h.deny() } catch (e) { const f = new Error(e.message); f.code = e.code; throw f }", HostFunctions: hf})
+	if e := wantCode(t, err, CodeUserSourceError); e.GuestCode != "DENIED" {
+		t.Fatalf("guest code %q, want DENIED", e.GuestCode)
 	}
 }
 

@@ -204,7 +204,7 @@ func TestSecurityEveryIntrinsicFrozen(t *testing.T) {
 func TestSecurityCleanRealmAfterFailure(t *testing.T) {
 	r := newTestRunner(t)
 	_, err := r.Run(context.Background(), Input{Source: `globalThis.leak = 'secret'; throw new Error('x')`})
-	wantCode(t, err, CodeGuestError)
+	wantCode(t, err, CodeUserSourceError)
 	res := mustRun(t, r, Input{Source: `return typeof globalThis.leak`})
 	if res.Value != "undefined" {
 		t.Fatal("state leaked between runs")

@@ -136,7 +136,7 @@ func TestFailedResumeWithoutEffectGivesTokenBack(t *testing.T) {
 	// A resume whose approved call ran and then failed keeps its claim.
 	res = mustRun(t, r, Input{Source: src, HostFunctions: hf})
 	_, err = r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, "fail")})
-	wantCode(t, err, CodeGuestError)
+	wantCode(t, err, CodeUserSourceError)
 	_, err = r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, true)})
 	wantCode(t, err, CodeContinuationUsed)
 	if done.Load() != 1 {

@@ -75,6 +75,9 @@ type ledgerEntry struct {
 	Error          *ledgerError `json:"error"`
 	InterruptionID string       `json:"interruptionId"`
 	Payload        string       `json:"payload"`
+	// Sync marks a synchronous host function's call (never interrupted;
+	// its settlement order is when it returned to the guest).
+	Sync bool `json:"sync,omitempty"`
 }
 
 type ledgerError struct {
@@ -214,8 +217,14 @@ func canonicalJSON(v any) ([]byte, error) {
 }
 
 func (c *codec) encode(st *contState) (string, time.Time, error) {
+	sc, err := c.seal(st)
+	return sc.Signed, sc.ExpiresAt, err
+}
+
+// seal signs st into a new continuation.
+func (c *codec) seal(st *contState) (SealedContinuation, error) {
 	if len(c.secret) < minSecretBytes {
-		return "", time.Time{}, newError(CodeInvalidInput, "a continuation secret of at least %d bytes is needed to interrupt a run", minSecretBytes)
+		return SealedContinuation{}, newError(CodeInvalidInput, "a continuation secret of at least %d bytes is needed to interrupt a run", minSecretBytes)
 	}
 	now := c.now()
 	nonce := make([]byte, 16)
@@ -227,14 +236,14 @@ func (c *codec) encode(st *contState) (string, time.Time, error) {
 	}
 	body, err := canonicalJSON(env)
 	if err != nil {
-		return "", time.Time{}, newError(CodeInternal, "encoding continuation: %v", err)
+		return SealedContinuation{}, newError(CodeInternal, "encoding continuation: %v", err)
 	}
 	b := b64(body)
 	tok := b + "." + b64(c.mac(c.secret, b))
 	if len(tok) > c.maxTokens {
-		return "", time.Time{}, limitError(CodeContinuationTooLarge, "maxContinuationBytes", "continuation is %d bytes, over the limit of %d", len(tok), c.maxTokens)
+		return SealedContinuation{}, limitError(CodeContinuationTooLarge, "maxContinuationBytes", "continuation is %d bytes, over the limit of %d", len(tok), c.maxTokens)
 	}
-	return tok, time.UnixMilli(env.ExpiresAtMs), nil
+	return SealedContinuation{Signed: tok, ID: env.Nonce, ExpiresAt: time.UnixMilli(env.ExpiresAtMs)}, nil
 }
 
 func protocolError(format string, args ...any) *Error {
@@ -344,7 +353,7 @@ func validateState(st *contState) error {
 				return protocolError("ledger entry %d is inconsistent", i+1)
 			}
 		case statusInterrupted:
-			if e.SettledOrder != -1 || e.Error != nil || e.Value != "" || e.InterruptionID != interruptionID(i+1) {
+			if e.Sync || e.SettledOrder != -1 || e.Error != nil || e.Value != "" || e.InterruptionID != interruptionID(i+1) {
 				return protocolError("ledger entry %d is inconsistent", i+1)
 			}
 		default:
@@ -362,16 +371,20 @@ func validateState(st *contState) error {
 func interruptionID(requestIndex int) string { return fmt.Sprintf("interrupt-%d", requestIndex) }
 
 // scopeHash binds a continuation to everything a resume must repeat.
-func scopeHash(audience string, names []string, contextWire, source string) string {
+func scopeHash(audience string, names []string, contextWire string, lang Language, source string) string {
 	sorted := append([]string(nil), names...)
 	sort.Strings(sorted)
 	srcSum := sha256.Sum256([]byte(source))
+	if lang == LanguageJavaScript {
+		lang = "" // the same scope as before languages existed
+	}
 	b, _ := canonicalJSON(struct {
 		Audience string   `json:"audience"`
 		Names    []string `json:"bindingManifest"`
 		Context  string   `json:"continuationContext"`
 		Source   string   `json:"sourceSha256"`
-	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:])})
+		Language Language `json:"language,omitempty"`
+	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:]), lang})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -39,10 +39,12 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runEval(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: shellgate eval FILE.js [--client-functions NS.fn,NS.fn2] [--continuation TOKEN] [--resolve ID=JSON]... [--sandbox NAME] [--context JSON]
+		fmt.Fprintln(fs.Output(), `usage: shellgate eval FILE.js|FILE.ts [--language typescript] [--client-functions NS.fn,NS.fn2] [--continuation TOKEN] [--resolve ID=JSON]... [--sandbox NAME] [--context JSON]
 
 Runs FILE.js ("-" reads stdin) as the body of an async function and prints
-the POST /api/v1/eval response JSON. A call to a client function interrupts
+the POST /api/v1/eval response JSON. FILE.ts (also .mts, .cts) is
+TypeScript: its types are stripped first (--language overrides the
+extension, e.g. for stdin). A call to a client function interrupts
 the run; resume with --continuation and one --resolve per answered id.
 Values are tagged JSON (docs/jsrun.md). The signing secret is
 $SHELLGATE_CONTINUATION_SECRET (>= 32 bytes) or DATA/keys/continuation.key.
@@ -60,6 +62,7 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	rtName := fs.String("runtime", "", "with --sandbox: OCI runtime (default: the strongest that works here)")
 	imageName := fs.String("image", "default", "with --sandbox: root filesystem image")
 	contextJSON := fs.String("context", "", "tagged-JSON value bound into the continuation")
+	language := fs.String("language", "", "javascript or typescript (default: by the file's extension)")
 	// Accept flags before or after FILE.js.
 	var file string
 	rest := args
@@ -93,7 +96,10 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 		return err
 	}
 
-	req := &jsrunhttp.Request{Source: string(src), Continuation: *continuation}
+	req := &jsrunhttp.Request{Source: string(src), Language: *language, Continuation: *continuation}
+	if req.Language == "" {
+		req.Language = languageOf(file)
+	}
 	if *clientFns != "" {
 		req.ClientFunctions = map[string][]string{}
 		for _, q := range strings.Split(*clientFns, ",") {
@@ -170,6 +176,16 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 }
 
 func readAllStdin() ([]byte, error) { return io.ReadAll(os.Stdin) }
+
+// languageOf names the language of a source file by its extension
+// ("" for JavaScript, the default).
+func languageOf(file string) string {
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".ts", ".mts", ".cts":
+		return string(jsrun.LanguageTypeScript)
+	}
+	return ""
+}
 
 // continuationStorePath is the SQLite database of used continuations.
 func continuationStorePath(dataDir string) string {

@@ -61,6 +61,16 @@ func (h *handler) builtins(ctx context.Context, r *http.Request, sr *SandboxRequ
 		}
 		approve[n] = true
 	}
+	synchronous := map[string]bool{}
+	for _, n := range sr.Synchronous {
+		switch {
+		case !enabled[n]:
+			return nil, nil, &badRequest{fmt.Sprintf("synchronous names %q, which is not enabled", n)}
+		case approve[n]:
+			return nil, nil, &badRequest{fmt.Sprintf("%q cannot be both synchronous and require approval: approval interrupts the run", n)}
+		}
+		synchronous[n] = true
+	}
 	sb, err := h.cfg.Sandboxes(ctx, r, sr.ContainerID)
 	if err != nil {
 		if errors.Is(err, ErrSandboxNotFound) {
@@ -71,7 +81,11 @@ func (h *handler) builtins(ctx context.Context, r *http.Request, sr *SandboxRequ
 	b := &builtins{sb: sb, approve: approve}
 	ns := jsrun.Namespace{}
 	for n := range enabled {
-		ns[n] = jsrun.Async(b.wrap(n))
+		if synchronous[n] {
+			ns[n] = jsrun.Synchronous(b.wrap(n))
+		} else {
+			ns[n] = jsrun.Async(b.wrap(n))
+		}
 	}
 	return ns, sortedKeys(approve), nil
 }

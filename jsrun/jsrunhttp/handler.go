@@ -85,7 +85,10 @@ type Config struct {
 
 // Request is the body of POST /api/v1/eval.
 type Request struct {
-	Source          string              `json:"source"`
+	Source string `json:"source"`
+	// Language is "javascript" (default) or "typescript" (types stripped,
+	// error positions in the TypeScript).
+	Language        string              `json:"language,omitempty"`
 	ClientFunctions map[string][]string `json:"client_functions,omitempty"`
 	Sandbox         *SandboxRequest     `json:"sandbox,omitempty"`
 	Limits          *Limits             `json:"limits,omitempty"`
@@ -104,6 +107,10 @@ type SandboxRequest struct {
 	// RequireApproval lists built-ins that first interrupt for the client's
 	// approval: resolve with true to let the call go ahead.
 	RequireApproval []string `json:"require_approval,omitempty"`
+	// Synchronous lists built-ins whose calls return their result directly
+	// instead of a Promise (const text = sandbox.readFile('a.txt')). They
+	// cannot require approval, which needs an interruption.
+	Synchronous []string `json:"synchronous,omitempty"`
 }
 
 // Limits a request may lower. A value above the server's limit gets the
@@ -153,11 +160,14 @@ type Interruption struct {
 // extras, e.g. {"limit": "timeoutMs"} or, for RUN_CONTINUATION_USED,
 // {"first_used_at": "2026-12-01T03:00:05.000Z"}.
 type ErrorBody struct {
-	Code    string         `json:"code"`
-	Name    string         `json:"name,omitempty"`
-	Message string         `json:"message"`
-	Stack   string         `json:"stack,omitempty"`
-	Details map[string]any `json:"details,omitempty"`
+	Code    string `json:"code"`
+	Name    string `json:"name,omitempty"`
+	Message string `json:"message"`
+	Stack   string `json:"stack,omitempty"`
+	// GuestCode is the code the guest gave an error it threw and did not
+	// catch (Code is then RUN_USER_SOURCE_ERROR).
+	GuestCode string         `json:"guest_code,omitempty"`
+	Details   map[string]any `json:"details,omitempty"`
 }
 
 // Error codes of the HTTP layer (the rest are jsrun's RUN_* codes).
@@ -268,7 +278,7 @@ type badRequest struct{ msg string }
 func (e *badRequest) Error() string { return e.msg }
 
 func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsrun.Input, error) {
-	in := jsrun.Input{Source: req.Source, Continuation: req.Continuation, HostFunctions: map[string]jsrun.Namespace{}}
+	in := jsrun.Input{Source: req.Source, Language: jsrun.Language(req.Language), Continuation: req.Continuation, HostFunctions: map[string]jsrun.Namespace{}}
 	for ns, fns := range req.ClientFunctions {
 		if ns == builtinNamespace && req.Sandbox != nil {
 			return in, &badRequest{fmt.Sprintf("namespace %q is reserved for the sandbox built-ins", ns)}
@@ -387,7 +397,7 @@ func errorStatus(err error) (int, *Response) {
 	}
 	body := &ErrorBody{Code: string(je.Code), Message: je.Message, Details: je.Details}
 	if je.Guest {
-		body.Name, body.Stack = je.Name, je.Stack
+		body.Name, body.Stack, body.GuestCode = je.Name, je.Stack, je.GuestCode
 	}
 	status := http.StatusUnprocessableEntity // the code ran and failed
 	switch je.Code {

@@ -409,7 +409,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"01 bad JSON", `{`, 400, CodeBadRequest},
 		{"02 unknown field", `{"source":"1","nope":1}`, 400, CodeBadRequest},
-		{"03 guest error", `{"source":"throw new TypeError('bad')"}`, 422, "RUN_ERROR"},
+		{"03 guest error", `{"source":"throw new TypeError('bad')"}`, 422, "RUN_USER_SOURCE_ERROR"},
 		{"04 timeout", `{"source":"while(true){}","limits":{"timeout_ms":100}}`, 422, "RUN_TIMEOUT"},
 		{"05 tampered continuation", `{"source":"1","continuation":"abc.def","resolutions":[{"interruption_id":"interrupt-1","value":1}]}`, 400, "RUN_PROTOCOL_ERROR"},
 		{"06 reserved namespace", `{"source":"1","client_functions":{"Math":["x"]}}`, 400, "RUN_INVALID_INPUT"},
@@ -484,5 +484,67 @@ func TestViewsOverHTTP(t *testing.T) {
 		`{"$type":"typedarray","base64":"AQIDBA==","buffer":{"$type":"ref","id":1},"byte_offset":0,"kind":"DataView"},{"$type":"typedarray","base64":"Bw==","kind":"Uint8Array"}]`
 	if code != 200 || !strings.Contains(raw, want) {
 		t.Fatalf("%d %s\nwant %s", code, raw, want)
+	}
+}
+
+func TestTypeScriptRequest(t *testing.T) {
+	s := newServer(t)
+	code, out, raw := s.post(t, "ws_a", map[string]any{"language": "typescript",
+		"source": "interface R { n: number }\nconst r: R = { n: 2 };\nreturn r.n * 21 as number;"})
+	if code != 200 || out["value"] != 42.0 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// A TypeScript syntax error: 422 with the position in the TypeScript.
+	code, out, raw = s.post(t, "ws_a", map[string]any{"language": "typescript", "source": "const a = 1;\nconst b: number = ;"})
+	e, _ := out["error"].(map[string]any)
+	d, _ := e["details"].(map[string]any)
+	if code != 422 || e["code"] != "RUN_USER_SOURCE_ERROR" || e["name"] != "SyntaxError" || d["line"] != 2.0 || d["column"] != 19.0 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// A runtime error's stack points into the TypeScript.
+	code, out, raw = s.post(t, "ws_a", map[string]any{"language": "typescript",
+		"source": "type T = string;\n\nconst t: T = 'x';\nthrow new Error(t);"})
+	e, _ = out["error"].(map[string]any)
+	if code != 422 || !strings.Contains(fmt.Sprint(e["stack"]), "<source>:4:") {
+		t.Fatalf("%d %s", code, raw)
+	}
+	code, out, raw = s.post(t, "ws_a", map[string]any{"language": "rust", "source": "1"})
+	if code != 400 || out["error"].(map[string]any)["code"] != "RUN_INVALID_INPUT" {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
+
+func TestGuestCode(t *testing.T) {
+	s := newServer(t)
+	code, out, raw := s.post(t, "ws_a", map[string]any{"source": "const e = new Error('no'); e.code = 'E_DENIED'; throw e"})
+	e, _ := out["error"].(map[string]any)
+	if code != 422 || e["code"] != "RUN_USER_SOURCE_ERROR" || e["guest_code"] != "E_DENIED" {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
+
+func TestSynchronousBuiltins(t *testing.T) {
+	s := newServer(t)
+	code, out, raw := s.post(t, "ws_a", map[string]any{
+		"source": `sandbox.writeFile('out.txt', 'hello');
+const text = sandbox.readFile('out.txt');
+let missing;
+try { sandbox.readFile('nope.txt') } catch (e) { missing = e.code }
+const [r] = await sandbox.exec('echo hi');
+return {text, missing, kind: typeof text, out: r.stdout}`,
+		"sandbox": map[string]any{"container_id": "ctr_1", "synchronous": []string{"readFile", "writeFile"}},
+	})
+	v, _ := out["value"].(map[string]any)
+	if code != 200 || v["text"] != "hello" || v["missing"] != "ENOENT" || v["kind"] != "string" || v["out"] != "hi\n" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	for _, bad := range []map[string]any{
+		{"container_id": "ctr_1", "functions": []string{"exec"}, "synchronous": []string{"readFile"}},
+		{"container_id": "ctr_1", "require_approval": []string{"exec"}, "synchronous": []string{"exec"}},
+	} {
+		code, out, raw = s.post(t, "ws_a", map[string]any{"source": "1", "sandbox": bad})
+		if code != 400 || out["error"].(map[string]any)["code"] != CodeBadRequest {
+			t.Fatalf("%v: %d %s", bad, code, raw)
+		}
 	}
 }

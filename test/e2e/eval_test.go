@@ -101,3 +101,35 @@ return r.stdout.trim();
 		t.Fatalf("runs.txt after three resumes: exit %d %q %s", code, out, stderr)
 	}
 }
+
+// TestEvalTypeScriptFile: `shellgate eval FILE.ts` strips the types (by the
+// extension; --language for stdin), and errors point into the TypeScript.
+func TestEvalTypeScriptFile(t *testing.T) {
+	run := cli(t)
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "plan.ts")
+	os.WriteFile(ok, []byte("interface Plan { steps: string[] }\nconst plan: Plan = { steps: ['a', 'b'] };\nreturn plan.steps.length as number;\n"), 0o644)
+	if out, stderr, code := run("eval", ok); code != 0 || strings.TrimSpace(out) != `{"status":"completed","value":2}` {
+		t.Fatalf("exit %d: %s %s", code, out, stderr)
+	}
+	bad := filepath.Join(dir, "bad.ts")
+	os.WriteFile(bad, []byte("type T = number;\n\nconst n: T = 1;\nthrow new Error('n is ' + n);\n"), 0o644)
+	out, stderr, code := run("eval", bad)
+	var e struct {
+		Error struct {
+			Code, Stack string
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &e); err != nil || code != 1 || e.Error.Code != "RUN_USER_SOURCE_ERROR" || !strings.Contains(e.Error.Stack, "(<source>:4:") {
+		t.Fatalf("exit %d %v: %s %s", code, err, out, stderr)
+	}
+	// The same TypeScript named .js is JavaScript: a syntax error.
+	js := filepath.Join(dir, "plan.js")
+	os.WriteFile(js, []byte("const n: number = 1; return n"), 0o644)
+	if out, _, code := run("eval", js); code != 1 || !strings.Contains(out, `"SyntaxError"`) {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if out, _, code := run("eval", js, "--language", "typescript"); code != 0 || strings.TrimSpace(out) != `{"status":"completed","value":1}` {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}

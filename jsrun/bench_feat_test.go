@@ -1,0 +1,137 @@
+package jsrun
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Benchmarks of the Run SDK 2.1 features, each beside what a user would do
+// without it (see BENCHMARKS.md, "jsrun: TypeScript, synchronous host
+// functions, continuation codecs").
+
+// benchTS is a typical agent program with types; benchJS is the same
+// program with the types removed by hand.
+const benchTS = `interface Row { id: number; amount: number; tag?: string }
+type Summary = { count: number; total: number; tags: string[] };
+function summarize(rows: Row[]): Summary {
+  const tags = new Set<string>();
+  let total = 0;
+  for (const r of rows) { total += r.amount; if (r.tag) tags.add(r.tag); }
+  return { count: rows.length, total, tags: [...tags].sort() };
+}
+const rows: Row[] = Array.from({ length: 20 }, (_, i): Row => ({ id: i, amount: i * 2, tag: i % 3 ? 'a' : 'b' }));
+return summarize(rows) satisfies Summary;`
+
+const benchJS = `function summarize(rows) {
+  const tags = new Set();
+  let total = 0;
+  for (const r of rows) { total += r.amount; if (r.tag) tags.add(r.tag); }
+  return { count: rows.length, total, tags: [...tags].sort() };
+}
+const rows = Array.from({ length: 20 }, (_, i) => ({ id: i, amount: i * 2, tag: i % 3 ? 'a' : 'b' }));
+return summarize(rows);`
+
+func benchLanguage(b *testing.B, src string, lang Language, fresh bool) {
+	r := benchRunner(b)
+	ctx := context.Background()
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := src
+		if fresh { // a program never seen before: no cached transform
+			s += "\n// run " + strconv.Itoa(i) + " " + strconv.FormatInt(time.Now().UnixNano(), 36)
+		}
+		t := time.Now()
+		res, err := r.Run(ctx, Input{Source: s, Language: lang})
+		d = append(d, time.Since(t))
+		if err != nil || res.Status != StatusCompleted {
+			b.Fatal(res, err)
+		}
+	}
+	b.StopTimer()
+	percentiles(b, d)
+}
+
+// BenchmarkLanguage runs the same program as JavaScript and as TypeScript:
+// "typescript-new" strips the types of a program it has not seen (each
+// iteration differs by a comment, as does the JavaScript's), and
+// "typescript-again" runs one it has (a resume, a program run again), whose
+// transform comes from the cache.
+func BenchmarkLanguage(b *testing.B) {
+	b.Run("javascript", func(b *testing.B) { benchLanguage(b, benchJS, LanguageJavaScript, true) })
+	b.Run("typescript-new", func(b *testing.B) { benchLanguage(b, benchTS, LanguageTypeScript, true) })
+	b.Run("typescript-again", func(b *testing.B) { benchLanguage(b, benchTS, LanguageTypeScript, false) })
+}
+
+// BenchmarkTypeScriptTransform is the transform alone.
+func BenchmarkTypeScriptTransform(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if _, err := transformTypeScript(benchTS); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var benchSyncHost = map[string]Namespace{"host": {
+	"echo": Async(func(_ context.Context, args []any) (any, error) { return args[0], nil }),
+	"echoSync": Synchronous(func(_ context.Context, args []any) (any, error) {
+		return args[0], nil
+	}),
+}}
+
+// BenchmarkHostCalls10 makes ten host calls per run: awaited (a Promise
+// each, the only way without synchronous functions) and synchronous.
+func BenchmarkHostCalls10(b *testing.B) {
+	for _, c := range []struct{ name, src string }{
+		{"awaited", "let s = 0; for (let i = 0; i < 10; i++) s += await host.echo(i); return s"},
+		{"synchronous", "let s = 0; for (let i = 0; i < 10; i++) s += host.echoSync(i); return s"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := benchRunner(b)
+			ctx := context.Background()
+			d := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				res, err := r.Run(ctx, Input{Source: c.src, HostFunctions: benchSyncHost})
+				d = append(d, time.Since(t))
+				if err != nil || res.Value != 45.0 {
+					b.Fatal(res, err)
+				}
+			}
+			b.StopTimer()
+			percentiles(b, d)
+		})
+	}
+}
+
+// BenchmarkInterruptResumeCodec is BenchmarkInterruptResume with the
+// default (signed) token and with NewEncryptedCodec.
+func BenchmarkInterruptResumeCodec(b *testing.B) {
+	enc, err := NewEncryptedCodec(make([]byte, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		codec ContinuationCodec
+	}{{"signed", nil}, {"encrypted", enc}} {
+		b.Run(c.name, func(b *testing.B) {
+			r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore(), Codec: c.codec})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			interruptResume(b, r, ctx)
+			d := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d = append(d, interruptResume(b, r, ctx))
+			}
+			b.StopTimer()
+			percentiles(b, d)
+		})
+	}
+}

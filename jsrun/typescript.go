@@ -1,0 +1,196 @@
+package jsrun
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/evanw/esbuild/pkg/api"
+	"github.com/go-sourcemap/sourcemap"
+)
+
+// Language is the language of Input.Source.
+type Language string
+
+// Languages.
+const (
+	// LanguageJavaScript (or "") runs the source as it is.
+	LanguageJavaScript Language = "javascript"
+	// LanguageTypeScript strips the types first (esbuild's transform: no
+	// type checking, no bundling, no file access) and maps the positions
+	// of errors back to the TypeScript source.
+	LanguageTypeScript Language = "typescript"
+)
+
+func (l Language) valid() bool {
+	return l == "" || l == LanguageJavaScript || l == LanguageTypeScript
+}
+
+// tsProgram is a TypeScript source made runnable: js is the whole wrapped
+// function (what the JavaScript path evaluates as sourcePrefix + source +
+// sourceSuffix), and positions in js map back to that wrapped TypeScript
+// through the source map.
+type tsProgram struct {
+	js     string
+	rawMap []byte
+	// bytesHeld is what the cache counts for it.
+	bytesHeld int
+	once      sync.Once
+	sm        *sourcemap.Consumer // parsed on first use: only errors need it
+	lines     []string            // of js, split on first use
+}
+
+// The transforms of recent sources are kept (up to tsCacheBytes of source,
+// output and map), so a resume, which runs the same source again, and a
+// program run many times strip their types once.
+const tsCacheBytes = 8 << 20
+
+var tsCache = struct {
+	sync.Mutex
+	m     map[[32]byte]*tsProgram
+	order [][32]byte
+	bytes int
+}{m: map[[32]byte]*tsProgram{}}
+
+func (p *tsProgram) size(source string) int { return len(source) + len(p.js) + len(p.rawMap) }
+
+// typeScriptProgram returns the transform of source, from the cache when
+// it can.
+func typeScriptProgram(source string) (*tsProgram, error) {
+	key := sha256.Sum256([]byte(source))
+	tsCache.Lock()
+	p := tsCache.m[key]
+	tsCache.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	if d, line := tsNestingDepth(source); d > maxTSNesting {
+		e := limitError(CodeSourceTooLarge, "typeScriptNesting", "TypeScript source nests too deeply to strip its types: about %d levels at line %d, over the limit of %d (split the expression or statement)", d, line, maxTSNesting)
+		e.Details["line"] = line
+		return nil, e
+	}
+	p, err := transformTypeScript(source)
+	if err != nil {
+		return nil, err
+	}
+	n := p.size(source)
+	if n > tsCacheBytes/4 {
+		return p, nil
+	}
+	tsCache.Lock()
+	defer tsCache.Unlock()
+	if tsCache.m[key] != nil {
+		return p, nil
+	}
+	for tsCache.bytes+n > tsCacheBytes && len(tsCache.order) > 0 {
+		old := tsCache.order[0]
+		tsCache.order = tsCache.order[1:]
+		tsCache.bytes -= tsCache.m[old].bytesHeld
+		delete(tsCache.m, old)
+	}
+	p.bytesHeld = n
+	tsCache.m[key] = p
+	tsCache.order = append(tsCache.order, key)
+	tsCache.bytes += n
+	return p, nil
+}
+
+// transformTypeScript strips the types of a function-body source. The
+// source is transformed inside the same wrapper the JavaScript path uses, so
+// top-level await and return parse as they do there, and the output is the
+// wrapped function. A TypeScript syntax error is a RUN_USER_SOURCE_ERROR
+// SyntaxError with the line and column in the original source.
+func transformTypeScript(source string) (*tsProgram, error) {
+	res := api.Transform(sourcePrefix+source+sourceSuffix, api.TransformOptions{
+		Loader:         api.LoaderTS,
+		Target:         api.ESNext,
+		Charset:        api.CharsetUTF8,
+		Sourcemap:      api.SourceMapExternal,
+		SourcesContent: api.SourcesContentExclude,
+		Sourcefile:     "source.ts",
+		LogLevel:       api.LogLevelSilent,
+	})
+	if len(res.Errors) > 0 {
+		m := res.Errors[0]
+		line, col := 0, 0
+		if m.Location != nil {
+			line, col = m.Location.Line, m.Location.Column+1
+			if line == 1 {
+				col -= len(sourcePrefix)
+			}
+		}
+		return nil, syntaxError(m.Text, line, col, nil)
+	}
+	return &tsProgram{js: string(res.Code), rawMap: res.Map}, nil
+}
+
+// syntaxError is the error of a source that does not parse; line and
+// column (1-based) are in the source as given.
+func syntaxError(msg string, line, col int, cause error) *Error {
+	e := &Error{Code: CodeUserSourceError, Name: "SyntaxError", Message: msg, Guest: true, cause: cause}
+	if line > 0 {
+		e.Stack = fmt.Sprintf("    at <source>:%d:%d\n", line, col)
+		e.Details = map[string]any{"line": line, "column": col}
+	}
+	return e
+}
+
+// position maps a 1-based line and column of the generated JavaScript to
+// the wrapped TypeScript (still 1-based).
+func (p *tsProgram) position(line, col int) (int, int, bool) {
+	p.once.Do(func() {
+		p.sm, _ = sourcemap.Parse("", p.rawMap)
+		p.lines = strings.Split(p.js, "\n")
+	})
+	if p.sm == nil {
+		return line, col, false
+	}
+	gc := max(col-1, 0)
+	_, _, l, c, ok := p.sm.Source(line, gc)
+	if !ok {
+		return line, col, false
+	}
+	// The map has a point where each token begins; the engine's column can
+	// be past it (at the "(" of a call, say). Keep that offset: the probe
+	// walks back to where the point's span starts, not into the line's
+	// indentation (before the first point, the map answers with the
+	// previous line's last one).
+	indent := 0
+	if line >= 1 && line <= len(p.lines) {
+		text := p.lines[line-1]
+		indent = len(text) - len(strings.TrimLeft(text, " "))
+	}
+	d := 0
+	for gc-d-1 >= indent && d < 256 {
+		if _, _, l2, c2, ok2 := p.sm.Source(line, gc-d-1); !ok2 || l2 != l || c2 != c {
+			break
+		}
+		d++
+	}
+	return l, c + d + 1, true
+}
+
+// remapStack rewrites the engine's frames (<eval>:line:col) from the
+// generated JavaScript to the TypeScript, for mapStack to finish.
+func (p *tsProgram) remapStack(stack string) string {
+	if p == nil {
+		return stack
+	}
+	return frameRe.ReplaceAllStringFunc(stack, func(m string) string {
+		sub := frameRe.FindStringSubmatch(m)
+		ln, _ := strconv.Atoi(sub[1])
+		col, _ := strconv.Atoi(sub[2])
+		l, c, _ := p.position(ln, col)
+		return "(<eval>:" + strconv.Itoa(l) + ":" + strconv.Itoa(c) + ")"
+	})
+}
+
+// program returns the wrapped function source to evaluate.
+func (inv *invocation) program() string {
+	if inv.ts != nil {
+		return inv.ts.js
+	}
+	return sourcePrefix + inv.in.Source + sourceSuffix
+}
