@@ -1,0 +1,235 @@
+package guard
+
+import (
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// view is text normalised for matching, with the way back to the
+// original: byte i of text came from original bytes [from[i], to[i]).
+//
+// Normalising, rune by rune, in one linear pass:
+//   - invisible characters are dropped (zero-width spaces and joiners,
+//     the BOM, soft hyphens, bidi controls, variation selectors: every
+//     rune of Unicode's Cf category and the variation selectors); Unicode
+//     tag characters (U+E0020–U+E007E, "ASCII smuggling") become the
+//     ASCII they encode;
+//   - compatibility decomposition (NFKD, the K of NFKC: fullwidth letters,
+//     ligatures, mathematical alphanumerics, circled letters) with the
+//     combining marks dropped, so "ｉｇｎｏｒｅ" and "ïgnörë" read "ignore";
+//   - confusables that survive NFKD are folded to the Latin letter they
+//     imitate (Cyrillic and Greek lookalikes, dotless i, ...), and digits
+//     and symbols written for letters inside a word (1gn0re, @, $);
+//   - lower case;
+//   - a run of white space becomes one "\n" if it holds a line break, else
+//     one " ".
+type view struct {
+	text     []byte
+	from, to []int32
+	// folded counts runes changed by folding (confusables, leetspeak,
+	// compatibility forms); hidden counts invisible runes dropped or
+	// decoded. Spans use them to say how a match was obfuscated.
+	foldedAt, hiddenAt []int32 // original offsets, ascending
+}
+
+func (v *view) reset() {
+	v.text, v.from, v.to = v.text[:0], v.from[:0], v.to[:0]
+	v.foldedAt, v.hiddenAt = v.foldedAt[:0], v.hiddenAt[:0]
+}
+
+func (v *view) emit(b byte, from, to int) {
+	v.text = append(v.text, b)
+	v.from = append(v.from, int32(from))
+	v.to = append(v.to, int32(to))
+}
+
+func (v *view) emitRune(r rune, from, to int) {
+	if r < utf8.RuneSelf {
+		v.emit(byte(r), from, to)
+		return
+	}
+	var buf [utf8.UTFMax]byte
+	n := utf8.EncodeRune(buf[:], r)
+	for i := 0; i < n; i++ {
+		v.emit(buf[i], from, to)
+	}
+}
+
+// confusables maps lookalikes that NFKD leaves alone to the ASCII letter
+// they imitate (after lower-casing).
+var confusables = map[rune]byte{
+	// Cyrillic
+	'а': 'a', 'в': 'b', 'е': 'e', 'ё': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c',
+	'т': 't', 'у': 'y', 'х': 'x', 'і': 'i', 'ї': 'i', 'ј': 'j', 'ѕ': 's', 'ԁ': 'd', 'һ': 'h', 'ӏ': 'l',
+	'ԛ': 'q', 'ԝ': 'w', 'ү': 'y', 'ɡ': 'g', 'ո': 'n', 'ս': 'u', 'օ': 'o',
+	// Greek
+	'α': 'a', 'β': 'b', 'ε': 'e', 'η': 'n', 'ι': 'i', 'κ': 'k', 'μ': 'u', 'ν': 'v', 'ο': 'o', 'ρ': 'p',
+	'τ': 't', 'υ': 'u', 'χ': 'x', 'ω': 'w', 'ϲ': 'c', 'ϳ': 'j', 'ζ': 'z',
+	// Latin lookalikes
+	'ı': 'i', 'ȷ': 'j', 'ł': 'l', 'ø': 'o', 'đ': 'd', 'ħ': 'h', 'ŀ': 'l', 'ɑ': 'a', 'ɩ': 'i', 'ʏ': 'y',
+	'ꞵ': 'b', 'ᴀ': 'a', 'ʙ': 'b', 'ᴄ': 'c', 'ᴅ': 'd', 'ᴇ': 'e', 'ɢ': 'g', 'ʜ': 'h', 'ɪ': 'i', 'ᴊ': 'j',
+	'ᴋ': 'k', 'ʟ': 'l', 'ᴍ': 'm', 'ɴ': 'n', 'ᴏ': 'o', 'ᴘ': 'p', 'ʀ': 'r', 'ꜱ': 's', 'ᴛ': 't', 'ᴜ': 'u',
+	'ᴠ': 'v', 'ᴡ': 'w', 'ᴢ': 'z',
+}
+
+// leet maps digits and symbols used for letters; applied only next to a
+// letter, so numbers stay numbers.
+var leet = [128]byte{'0': 'o', '1': 'i', '3': 'e', '4': 'a', '5': 's', '7': 't', '@': 'a', '$': 's'}
+
+func isLetter(b byte) bool { return b >= 'a' && b <= 'z' }
+
+// invisible reports runes that render as nothing.
+func invisible(r rune) bool {
+	switch {
+	case r == 0xAD, r == 0x34F, r == 0x180E, r == 0x200B, r == 0x200C, r == 0x200D, r == 0x2060, r == 0xFEFF:
+		return true
+	case r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0100 && r <= 0xE01EF: // variation selectors
+		return true
+	case r >= 0xE0000 && r <= 0xE007F: // tags (decoded by the caller when printable)
+		return true
+	}
+	return r > 0x7F && unicode.Is(unicode.Cf, r)
+}
+
+// normalize fills v from s.
+func normalize(v *view, s string) {
+	v.reset()
+	v.emit('\n', 0, 0) // so that "\n" in a pattern also means the start
+	inTags := false    // the last rune was a tag character
+	space := -1        // pending white space: 0 a space, 1 a line break; -1 none
+	spaceFrom, spaceTo := 0, 0
+	flushSpace := func() {
+		if space >= 0 {
+			b := byte(' ')
+			if space == 1 {
+				b = '\n'
+			}
+			v.emit(b, spaceFrom, spaceTo)
+			space = -1
+		}
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			// ASCII fast path.
+			switch {
+			case c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v':
+				if space < 0 {
+					space, spaceFrom = 0, i
+				}
+				spaceTo = i + 1
+			case c == '\n':
+				if space < 0 {
+					spaceFrom = i
+				}
+				space, spaceTo = 1, i+1
+			default:
+				flushSpace()
+				inTags = false
+				if c >= 'A' && c <= 'Z' {
+					c += 'a' - 'A'
+				} else if l := leet[c]; l != 0 && leetAt(v.text, s, i) {
+					c = l
+					v.foldedAt = append(v.foldedAt, int32(i))
+				}
+				v.emit(c, i, i+1)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		from, to := i, i+n
+		i += n
+		if r < 0xE0020 || r > 0xE007E {
+			inTags = false
+		}
+		if r >= 0xE0020 && r <= 0xE007E {
+			// A tag character spells ASCII invisibly: read it.
+			flushSpace()
+			if !inTags {
+				// Smuggled text starts a word of its own.
+				v.emit(' ', from, from)
+				inTags = true
+			}
+			v.hiddenAt = append(v.hiddenAt, int32(from))
+			c := byte(r - 0xE0000)
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			v.emit(c, from, to)
+			continue
+		}
+		if invisible(r) || r == utf8.RuneError && n == 1 {
+			v.hiddenAt = append(v.hiddenAt, int32(from))
+			continue
+		}
+		if unicode.IsSpace(r) {
+			if space < 0 {
+				space, spaceFrom = 0, from
+			}
+			if r == 0x2028 || r == 0x2029 || r == 0x85 {
+				space = 1
+			}
+			spaceTo = to
+			continue
+		}
+		flushSpace()
+		folded := false
+		emitOne := func(r rune) {
+			if unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) {
+				folded = true
+				return
+			}
+			if r < utf8.RuneSelf {
+				c := lowerASCII(byte(r))
+				if unicode.IsSpace(r) {
+					c = ' '
+				}
+				v.emit(c, from, to)
+				return
+			}
+			r = unicode.ToLower(r)
+			if c, ok := confusables[r]; ok {
+				folded = true
+				v.emit(c, from, to)
+				return
+			}
+			v.emitRune(r, from, to)
+		}
+		p := norm.NFKD.PropertiesString(s[from:to])
+		if d := p.Decomposition(); len(d) > 0 {
+			folded = true
+			for len(d) > 0 {
+				dr, dn := utf8.DecodeRune(d)
+				d = d[dn:]
+				emitOne(dr)
+			}
+		} else {
+			emitOne(r)
+		}
+		if folded {
+			v.foldedAt = append(v.foldedAt, int32(from))
+		}
+	}
+	flushSpace()
+}
+
+// leetAt reports whether the digit or symbol s[i] stands for a letter:
+// a digit next to a letter, a symbol between two letters.
+func leetAt(out []byte, s string, i int) bool {
+	prev := len(out) > 0 && isLetter(out[len(out)-1])
+	next := i+1 < len(s) && isLetter(lowerASCII(s[i+1]))
+	if s[i] == '@' || s[i] == '$' {
+		return prev && next
+	}
+	return prev || next
+}
+
+func lowerASCII(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
