@@ -111,3 +111,50 @@ func TestGuardLinear(t *testing.T) {
 		t.Fatalf("work per byte %.1f at 100 KB (%.1f at 10 KB): not linear", r100, r10)
 	}
 }
+
+func TestGuardPolicy(t *testing.T) {
+	flagAll := Guardrail{Name: "watch", Type: TypePromptInjection, Action: ActionFlag}
+	redactRoles := Guardrail{Name: "roles", Type: TypePromptInjection, Action: ActionRedact, Techniques: []string{RoleReassignment}}
+	blockOverride := Guardrail{Name: "stop", Type: TypePromptInjection, Action: ActionBlock, Techniques: []string{InstructionOverride}}
+	override := Detection{Technique: InstructionOverride}
+	role := Detection{Technique: RoleReassignment}
+	turn := Detection{Technique: FakeTurn}
+	cases := []struct {
+		name   string
+		gs     []Guardrail
+		d      Detection
+		action string
+	}{
+		{"01 flag alone", []Guardrail{flagAll}, turn, ActionFlag},
+		{"02 redact alone", []Guardrail{redactRoles}, role, ActionRedact},
+		{"03 block alone", []Guardrail{blockOverride}, override, ActionBlock},
+		{"04 a technique no guardrail takes", []Guardrail{redactRoles, blockOverride}, turn, ""},
+		{"05 flag and redact: redact", []Guardrail{flagAll, redactRoles}, role, ActionRedact},
+		{"06 all three: block", []Guardrail{flagAll, redactRoles, blockOverride}, override, ActionBlock},
+		{"07 order does not matter", []Guardrail{blockOverride, redactRoles, flagAll}, override, ActionBlock},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if a, _ := Judge(c.gs, c.d); a != c.action {
+				t.Fatalf("action %q, want %q", a, c.action)
+			}
+		})
+	}
+	if Strictest(ActionRedact, ActionFlag) != ActionRedact || Strictest("", ActionFlag) != ActionFlag || Strictest(ActionBlock, ActionRedact) != ActionBlock {
+		t.Fatal("strictest")
+	}
+	for _, bad := range [][]Guardrail{
+		{{Name: "", Type: TypePromptInjection, Action: ActionFlag}},
+		{{Name: "a", Type: "pii", Action: ActionFlag}},
+		{{Name: "a", Type: TypePromptInjection, Action: "warn"}},
+		{{Name: "a", Type: TypePromptInjection, Action: ActionFlag, Techniques: []string{"nope"}}},
+		{flagAll, flagAll},
+	} {
+		if err := Validate(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if err := Validate([]Guardrail{flagAll, redactRoles, blockOverride}); err != nil {
+		t.Fatal(err)
+	}
+}

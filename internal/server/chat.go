@@ -81,7 +81,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal)
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Principal) {
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Principal) {
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -142,9 +142,18 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Princ
 		chatError(w, http.StatusInternalServerError, "", "", "internal error")
 		return
 	}
+	if err := s.screenChat(r.Context(), w, p, body); err != nil {
+		chatError(w, http.StatusForbidden, "", "prompt_injection_blocked", "%s", err.Error())
+		return
+	}
 	fwd, ok := m.Upstream.(chatForwarder)
 	if m.API != gateway.APIChat || !ok {
-		// Another API upstream: translated through its adapter.
+		// Another API upstream: translated through its adapter, with the
+		// guardrails' redactions.
+		if raw, err = json.Marshal(body); err != nil {
+			chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
+			return
+		}
 		chat.Serve(r.Context(), w, raw, model, m)
 		return
 	}
