@@ -23,8 +23,11 @@
 package guard
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -70,13 +73,38 @@ type rule struct {
 	compact       *regexp.Regexp // on text whose spaced-out letters were joined
 	full          bool           // no anchors: runs on the whole text
 	lead          int
+	leadBytes     string // see leadBytes
+	span          int    // how far past the anchor a match may end
 }
 
 var (
-	rules      []rule
-	anchorMask = map[string]uint64{}
-	maxAnchor  int
+	rules []rule
+	// words are the anchors and needs, with the rules that have them.
+	words = map[string]masks{}
+	// lengths[first][last] has bit n set when some word of n letters
+	// begins and ends with those letters: most words of a text skip the
+	// map lookup.
+	lengths [26][26]uint32
+	needy   uint64 // rules with needs
+	maxWord int    // the longest anchor or need
 )
+
+type masks struct{ anchors, needs uint64 }
+
+func addWord(w string, anchor bool, ri int) {
+	m := words[w]
+	if anchor {
+		m.anchors |= 1 << ri
+	} else {
+		m.needs |= 1 << ri
+	}
+	words[w] = m
+	if len(w) > 31 {
+		panic("guard: a word longer than 31 letters: " + w)
+	}
+	lengths[w[0]-'a'][w[len(w)-1]-'a'] |= 1 << len(w)
+	maxWord = max(maxWord, len(w))
+}
 
 const (
 	gap        = `(?:[^a-z0-9]{1,4})`
@@ -92,15 +120,20 @@ func init() {
 		pat := strings.ReplaceAll(d.pattern, "~", gap)
 		rules = append(rules, rule{
 			id: d.id, technique: d.technique,
-			re:       regexp.MustCompile(pat),
-			anchored: regexp.MustCompile(fmt.Sprintf(`^(?s:.{0,%d}?)(%s)`, d.lead, pat)),
-			compact:  regexp.MustCompile(compactPat),
-			full:     len(d.anchors) == 0,
-			lead:     d.lead,
+			re:        regexp.MustCompile(pat),
+			anchored:  regexp.MustCompile(fmt.Sprintf(`^(?s:.{0,%d}?)(%s)`, d.lead, pat)),
+			compact:   regexp.MustCompile(compactPat),
+			full:      len(d.anchors) == 0,
+			lead:      d.lead,
+			leadBytes: leadBytes[d.id],
+			span:      cmp.Or(spans[d.id], maxMatch),
 		})
 		for _, a := range d.anchors {
-			anchorMask[a] |= 1 << i
-			maxAnchor = max(maxAnchor, len(a))
+			addWord(a, true, i)
+		}
+		for _, n := range needs[d.id] {
+			addWord(n, false, i)
+			needy |= 1 << i
 		}
 	}
 }
@@ -122,9 +155,17 @@ func Techniques() []string {
 // scanner holds one scan's buffers; pooled.
 type scanner struct {
 	v, cv view
+	words []word
+	runs  spacedRuns
 	// examined counts the bytes the rules' regexps were run over (tests
 	// check it is linear in the input).
 	examined int
+}
+
+// word is a word of the text that is an anchor or a need of some rules.
+type word struct {
+	pos            int
+	anchors, needs uint64
 }
 
 var pool = sync.Pool{New: func() any { return &scanner{} }}
@@ -164,8 +205,9 @@ func ScanAll(texts []string) [][]Detection {
 // maxDepth bounds base64 inside base64.
 const maxDepth = 2
 
-// maxMatch bounds how far past its anchor word a match may end.
-const maxMatch = 768
+// maxMatch bounds how far past its anchor word a match may end (spans
+// sets more for a few rules).
+const maxMatch = 200
 
 // window is how far around a spaced-out run the rules look.
 const window = 256
@@ -186,7 +228,10 @@ func (sc *scanner) scan(s string, depth int) []Detection {
 			}
 		}
 	}
-	// Each anchor word runs the rules that want it, anchored there.
+	// The words of the text that are anchors or needs of some rule.
+	sc.words = sc.words[:0]
+	runs := &sc.runs
+	runs.reset()
 	for i := 0; i < len(t); {
 		if !isLetter(t[i]) {
 			i++
@@ -196,19 +241,45 @@ func (sc *scanner) scan(s string, depth int) []Detection {
 		for j < len(t) && isLetter(t[j]) {
 			j++
 		}
-		if j-i <= maxAnchor {
-			for m := anchorMask[string(t[i:j])]; m != 0; m &= m - 1 {
-				r := &rules[bitIndex(m)]
-				lo, hi := max(0, i-r.lead), min(len(t), i+maxMatch)
-				sc.examined += hi - lo
-				if loc := r.anchored.FindSubmatchIndex(t[lo:hi]); loc != nil {
-					out = sc.add(out, v, s, r, lo+loc[2], lo+loc[3], "")
-				}
+		runs.word(t, i, j)
+		if n := j - i; n <= maxWord && lengths[t[i]-'a'][t[j-1]-'a']&(1<<n) != 0 {
+			if m, ok := words[string(t[i:j])]; ok { // no allocation: a lookup by converted []byte
+				sc.words = append(sc.words, word{pos: i, anchors: m.anchors, needs: m.needs})
 			}
 		}
 		i = j
 	}
-	out = sc.spaced(out, v, s)
+	// Back to front, so that next[r] is the nearest need of rule r at or
+	// after the word: each anchor runs the rules it wants, anchored there,
+	// when their needs are near enough.
+	var next [64]int
+	for r := range next {
+		next[r] = math.MaxInt
+	}
+	for k := len(sc.words) - 1; k >= 0; k-- {
+		w := sc.words[k]
+		for m := w.needs; m != 0; m &= m - 1 {
+			next[bitIndex(m)] = w.pos
+		}
+		for m := w.anchors; m != 0; m &= m - 1 {
+			ri := bitIndex(m)
+			r := &rules[ri]
+			i := w.pos
+			if needy&(1<<ri) != 0 && next[ri]-i >= r.span {
+				continue
+			}
+			lo, hi := max(0, i-r.lead), min(len(t), i+r.span)
+			if r.leadBytes != "" && !bytes.ContainsAny(t[lo:i], r.leadBytes) {
+				continue
+			}
+			sc.examined += hi - lo
+			if loc := r.anchored.FindSubmatchIndex(t[lo:hi]); loc != nil {
+				out = sc.add(out, v, s, r, lo+loc[2], lo+loc[3], "")
+			}
+		}
+	}
+	runs.end()
+	out = sc.spaced(out, v, s, runs.runs)
 	if depth < maxDepth {
 		out = sc.base64(out, s, depth)
 	}
@@ -238,7 +309,7 @@ func (sc *scanner) add(out []Detection, v *view, s string, r *rule, ms, me int, 
 	if me <= ms {
 		return out
 	}
-	start, end := int(v.from[ms]), int(v.to[me-1])
+	start, end := int(v.from[ms]), v.end(s, me-1)
 	if end <= start {
 		return out
 	}
@@ -275,47 +346,46 @@ func excerpt(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
+// spacedRuns finds runs of single letters with short gaps between them,
+// fed the text's words in order.
+type spacedRuns struct {
+	runs                  [][2]int // in the normalised text
+	count, runStart, last int
+}
+
+func (r *spacedRuns) reset() {
+	r.runs, r.count, r.runStart, r.last = r.runs[:0], 0, -1, -1
+}
+
+func (r *spacedRuns) word(t []byte, i, j int) {
+	single := j-i == 1
+	switch {
+	case single && r.count > 0 && i-r.last <= 4 && !containsNL(t[r.last:i]):
+		r.count++
+	case single:
+		r.end()
+		r.count, r.runStart = 1, i
+	default:
+		r.end()
+		r.count = 0
+	}
+	r.last = j
+}
+
+func (r *spacedRuns) end() {
+	if r.count >= minSpaced {
+		r.runs = append(r.runs, [2]int{r.runStart, r.last})
+	}
+}
+
 // minSpaced is how many single letters in a row, with gaps between them,
 // make a spaced-out run ("i g n o r e").
 const minSpaced = 6
 
 // spaced finds runs of letters spelled out one by one and matches the
 // rules again on the text with those runs joined.
-func (sc *scanner) spaced(out []Detection, v *view, s string) []Detection {
+func (sc *scanner) spaced(out []Detection, v *view, s string, runs [][2]int) []Detection {
 	t := v.text
-	var runs [][2]int // in t
-	count, runStart, last := 0, -1, -1
-	for i := 0; i < len(t); {
-		if !isLetter(t[i]) {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(t) && isLetter(t[j]) {
-			j++
-		}
-		single := j-i == 1
-		gapOK := last >= 0 && i-last <= 4 && !containsNL(t[last:i])
-		switch {
-		case single && count > 0 && gapOK:
-			count++
-		case single:
-			if count >= minSpaced {
-				runs = append(runs, [2]int{runStart, last})
-			}
-			count, runStart = 1, i
-		default:
-			if count >= minSpaced {
-				runs = append(runs, [2]int{runStart, last})
-			}
-			count = 0
-		}
-		last = j
-		i = j
-	}
-	if count >= minSpaced {
-		runs = append(runs, [2]int{runStart, last})
-	}
 	if len(runs) == 0 {
 		return out
 	}
@@ -330,14 +400,14 @@ func (sc *scanner) spaced(out []Detection, v *view, s string) []Detection {
 		if ri < len(runs) && i >= runs[ri][0] && !isLetter(t[i]) {
 			continue
 		}
-		cv.emit(t[i], int(v.from[i]), int(v.to[i]))
+		cv.emit(t[i], int(v.from[i]), 0)
 	}
 	cv.foldedAt, cv.hiddenAt = v.foldedAt, v.hiddenAt
 	// Windows around the runs, in the joined view's offsets.
 	var wins [][2]int
 	for _, run := range runs {
 		lo := slices.IndexFunc(cv.from, func(o int32) bool { return o >= v.from[run[0]] })
-		hi := slices.IndexFunc(cv.from, func(o int32) bool { return o >= v.to[run[1]-1] })
+		hi := slices.IndexFunc(cv.from, func(o int32) bool { return o > v.from[run[1]-1] })
 		if lo < 0 {
 			continue
 		}
@@ -375,20 +445,24 @@ func containsNL(b []byte) bool {
 // minBase64 is the shortest run decoded: 24 characters, 18 bytes.
 const minBase64 = 24
 
-func isB64(c byte) bool {
-	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_'
-}
+var b64Chars = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_") {
+		t[c] = true
+	}
+	return t
+}()
+
 
 // base64 decodes every run of base64 characters long enough to hide a
 // phrase, and scans what decodes to text.
 func (sc *scanner) base64(out []Detection, s string, depth int) []Detection {
 	for i := 0; i < len(s); {
-		if !isB64(s[i]) {
+		if !b64Chars[s[i]] {
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(s) && isB64(s[j]) {
+		for j < len(s) && b64Chars[s[j]] {
 			j++
 		}
 		end := j

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"slices"
 	"unicode"
 	"unicode/utf8"
 
@@ -8,7 +9,9 @@ import (
 )
 
 // view is text normalised for matching, with the way back to the
-// original: byte i of text came from original bytes [from[i], to[i]).
+// original: byte i of text came from the original rune at from[i] (the
+// white space and word breaks normalising adds come from no rune at all:
+// spans are trimmed of them).
 //
 // Normalising, rune by rune, in one linear pass:
 //   - invisible characters are dropped (zero-width spaces and joiners,
@@ -26,8 +29,8 @@ import (
 //   - a run of white space becomes one "\n" if it holds a line break, else
 //     one " ".
 type view struct {
-	text     []byte
-	from, to []int32
+	text []byte
+	from []int32
 	// folded counts runes changed by folding (confusables, leetspeak,
 	// compatibility forms); hidden counts invisible runes dropped or
 	// decoded. Spans use them to say how a match was obfuscated.
@@ -35,14 +38,23 @@ type view struct {
 }
 
 func (v *view) reset() {
-	v.text, v.from, v.to = v.text[:0], v.from[:0], v.to[:0]
+	v.text, v.from = v.text[:0], v.from[:0]
 	v.foldedAt, v.hiddenAt = v.foldedAt[:0], v.hiddenAt[:0]
 }
 
-func (v *view) emit(b byte, from, to int) {
+func (v *view) emit(b byte, from, _ int) {
 	v.text = append(v.text, b)
 	v.from = append(v.from, int32(from))
-	v.to = append(v.to, int32(to))
+}
+
+// end is the original offset where the rune behind text[i] ends.
+func (v *view) end(orig string, i int) int {
+	f := int(v.from[i])
+	if f >= len(orig) {
+		return len(orig)
+	}
+	_, n := utf8.DecodeRuneInString(orig[f:])
+	return f + n
 }
 
 func (v *view) emitRune(r rune, from, to int) {
@@ -73,6 +85,18 @@ var confusables = map[rune]byte{
 	'ᴋ': 'k', 'ʟ': 'l', 'ᴍ': 'm', 'ɴ': 'n', 'ᴏ': 'o', 'ᴘ': 'p', 'ʀ': 'r', 'ꜱ': 's', 'ᴛ': 't', 'ᴜ': 'u',
 	'ᴠ': 'v', 'ᴡ': 'w', 'ᴢ': 'z',
 }
+
+// plain maps the ASCII bytes that normalise to themselves lower-cased
+// (letters, punctuation) to that; 0 for the others (white space, controls,
+// leetspeak candidates).
+var plain = func() (t [128]byte) {
+	for c := byte('!'); c <= '~'; c++ {
+		if leet[c] == 0 {
+			t[c] = lowerASCII(c)
+		}
+	}
+	return t
+}()
 
 // leet maps digits and symbols used for letters; applied only next to a
 // letter, so numbers stay numbers.
@@ -110,10 +134,27 @@ func normalize(v *view, s string) {
 			space = -1
 		}
 	}
+	v.text = slices.Grow(v.text, len(s)+1)
+	v.from = slices.Grow(v.from, len(s)+1)
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			// ASCII fast path.
+			// ASCII fast path: most bytes are plain (a letter, a
+			// punctuation mark) and only lower-cased.
+			if o := plain[c]; o != 0 && space < 0 {
+				v.text = append(v.text, o)
+				v.from = append(v.from, int32(i))
+				inTags = false
+				i++
+				continue
+			}
+			if c == ' ' && space < 0 && i+1 < len(s) && s[i+1] < utf8.RuneSelf && plain[s[i+1]] != 0 {
+				// One space between words.
+				v.text = append(v.text, ' ')
+				v.from = append(v.from, int32(i))
+				i++
+				continue
+			}
 			switch {
 			case c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v':
 				if space < 0 {

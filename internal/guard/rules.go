@@ -116,3 +116,43 @@ var ruleDefs = []struct {
 		[]string{"decode", "decipher", "decrypt", "deobfuscate"},
 		`\b(?:decode|decipher|decrypt|deobfuscate)~(?:[a-z0-9]+~){0,5}?(?:and|then)~(?:follow|obey|carry~out|do~what~it~says|act~on|comply~with)\b`, 0},
 }
+
+// needs are words one of which every match of a rule holds after its
+// anchor word, within maxMatch bytes: a rule whose anchor word has none of
+// them ahead is not run there (the common case in ordinary text: "ignore
+// the first row" has no "instructions" after it). A word missing from a
+// list only costs recall; the regexp decides every match.
+var needs = map[string][]string{
+	"override.ignore_previous":      {"instruction", "instructions", "prompt", "prompts", "rules", "directive", "directives", "guidelines", "guidance", "command", "commands", "constraints", "programming", "restrictions", "safeguards", "guardrails", "policies", "policy", "messages", "orders"},
+	"override.ignore_your":          {"instruction", "instructions", "prompt", "prompts", "rules", "directive", "directives", "guidelines", "programming", "restrictions", "safeguards", "guardrails", "policies", "policy", "training", "filter", "filters", "constraints", "limitations", "ethics", "principles", "values"},
+	"override.forget_everything":    {"told", "said", "instructed", "given", "written", "stated", "taught", "learned", "learnt", "above", "this"},
+	"override.new_instructions":     {"instruction", "instructions", "directive", "directives", "prompt", "orders", "commands"},
+	"override.do_not_follow":        {"instruction", "instructions", "prompt", "prompts", "rules", "directive", "directives", "guidelines", "programming"},
+	"override.real_task":            {"task", "instruction", "instructions", "purpose", "objective", "goal", "mission", "directive"},
+	"role.you_are_now":              {"dan", "stan", "dude", "evil", "unrestricted", "unfiltered", "uncensored", "jailbroken", "unbound", "unlimited", "rogue", "amoral", "unethical", "lawless", "liberated", "developer", "god", "jailbreak", "not", "no"},
+	"role.no_restrictions":          {"restrictions", "limits", "limitations", "rules", "filters", "guidelines", "boundaries", "censorship", "morals", "ethics", "restraints", "constraints", "confines", "shackles", "policies"},
+	"role.act_unrestricted":         {"unrestricted", "unfiltered", "uncensored", "jailbroken", "amoral", "unethical", "evil", "rogue", "lawless", "unbound", "unhinged", "restrictions", "limits", "filters", "rules", "ethics", "morals", "guidelines", "censorship"},
+	"role.jailbreak_mode":           {"mode", "anything"},
+	"role.authority_claim":          {"developer", "developers", "creator", "creators", "programmer", "programmers", "owner", "owners", "master", "maker", "makers", "administrator", "admin", "operator", "openai", "anthropic", "system"},
+	"delimiter.end_marker":          {"input", "prompt", "instructions", "message", "query", "content"},
+	"extract.system_prompt":         {"prompt", "instructions", "message", "guidelines", "configuration", "directives", "words", "text", "everything"},
+	"obfuscation.decode_and_follow": {"follow", "obey", "carry", "says", "act", "comply"},
+}
+
+// leadBytes are bytes one of which a rule with a lead has in the lead
+// bytes before its anchor word (the delimiter or bracket it starts with).
+var leadBytes = map[string]string{
+	"turn.llama_tags":               "[<",
+	"turn.role_tag":                 "<",
+	"turn.role_line":                "\n",
+	"delimiter.end_marker":          "[(<#=*-",
+	"delimiter.fence_role":          "`~\"'",
+	"delimiter.close_then_override": "\"'`-=#*>]}",
+}
+
+// spans are rules whose matches run longer than maxMatch past the anchor.
+var spans = map[string]int{
+	"turn.role_tag":      640,
+	"turn.role_line":     480,
+	"markup.hidden_text": 480,
+}
