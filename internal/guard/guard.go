@@ -452,7 +452,6 @@ var b64Chars = func() (t [256]bool) {
 	return t
 }()
 
-
 // base64 decodes every run of base64 characters long enough to hide a
 // phrase, and scans what decodes to text.
 func (sc *scanner) base64(out []Detection, s string, depth int) []Detection {

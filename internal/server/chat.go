@@ -142,17 +142,25 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		chatError(w, http.StatusInternalServerError, "", "", "internal error")
 		return
 	}
-	if err := s.screenChat(r.Context(), w, p, body); err != nil {
-		chatError(w, http.StatusForbidden, "", "prompt_injection_blocked", "%s", err.Error())
+	redacted, err := s.screenChat(r.Context(), w, p, body)
+	if re := (*gateway.RequestError)(nil); errors.As(err, &re) {
+		chatError(w, re.Status, "", "prompt_injection_blocked", "%s", re.Message)
+		return
+	}
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "reading the workspace's guardrails failed", "err", err)
+		chatError(w, http.StatusInternalServerError, "", "", "internal error")
 		return
 	}
 	fwd, ok := m.Upstream.(chatForwarder)
 	if m.API != gateway.APIChat || !ok {
 		// Another API upstream: translated through its adapter, with the
 		// guardrails' redactions.
-		if raw, err = json.Marshal(body); err != nil {
-			chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
-			return
+		if redacted {
+			if raw, err = json.Marshal(body); err != nil {
+				chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
+				return
+			}
 		}
 		chat.Serve(r.Context(), w, raw, model, m)
 		return

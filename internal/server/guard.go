@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,19 +44,57 @@ func (s *Server) guardrailRoutes() {
 	s.handle("PUT /api/v1/guardrails", maxCreateBody, true, s.putGuardrails)
 }
 
+// guardrailTTL is how long a workspace's guardrails are remembered: a
+// PUT takes effect at once on the server that took it, and within this on
+// other servers sharing the database.
+const guardrailTTL = 5 * time.Second
+
+// guardrailCache remembers each workspace's guardrails (none included),
+// so that a gateway request does not read the database for them.
+type guardrailCache struct {
+	mu sync.Mutex
+	m  map[Principal]cachedGuardrails
+}
+
+type cachedGuardrails struct {
+	gs    []guard.Guardrail
+	until time.Time
+}
+
 func (s *Server) guardrailsOf(ctx context.Context, p Principal) ([]guard.Guardrail, error) {
 	if s.cfg.Guardrails == nil {
 		return nil, nil
 	}
+	c := &s.guardrails
+	now := time.Now()
+	c.mu.Lock()
+	e, ok := c.m[p]
+	c.mu.Unlock()
+	if ok && now.Before(e.until) {
+		return e.gs, nil
+	}
 	raw, err := s.cfg.Guardrails.Get(ctx, scope(p))
-	if err != nil || raw == "" {
+	if err != nil {
 		return nil, err
 	}
 	var gs []guard.Guardrail
-	if err := json.Unmarshal([]byte(raw), &gs); err != nil {
-		return nil, fmt.Errorf("the stored guardrails of %s/%s: %w", p.Account, p.Workspace, err)
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &gs); err != nil {
+			return nil, fmt.Errorf("the stored guardrails of %s/%s: %w", p.Account, p.Workspace, err)
+		}
 	}
+	s.rememberGuardrails(p, gs, now)
 	return gs, nil
+}
+
+func (s *Server) rememberGuardrails(p Principal, gs []guard.Guardrail, now time.Time) {
+	c := &s.guardrails
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) > 10000 {
+		c.m = map[Principal]cachedGuardrails{}
+	}
+	c.m[p] = cachedGuardrails{gs: gs, until: now.Add(guardrailTTL)}
 }
 
 func (s *Server) getGuardrails(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -98,6 +138,7 @@ func (s *Server) putGuardrails(w http.ResponseWriter, r *http.Request, p Princip
 	if err := s.cfg.Guardrails.Put(r.Context(), scope(p), string(raw)); err != nil {
 		return err
 	}
+	s.rememberGuardrails(p, body.Guardrails, time.Now())
 	writeJSON(w, http.StatusOK, guardrailsBody{Guardrails: body.Guardrails, Detector: guard.Version})
 	return nil
 }
@@ -175,6 +216,9 @@ func (s *Server) gatewayScreen(w http.ResponseWriter, p Principal, api string) g
 		return nil
 	}
 	return func(ctx context.Context, req *gateway.Request) error {
+		if gs, err := s.guardrailsOf(ctx, p); err != nil || len(gs) == 0 {
+			return err
+		}
 		var texts []inspected
 		for mi := range req.Messages {
 			m := &req.Messages[mi]
@@ -192,14 +236,18 @@ func (s *Server) gatewayScreen(w http.ResponseWriter, p Principal, api string) g
 }
 
 // screenChat screens a Chat Completions body's user messages (content a
-// string or text parts), rewriting body["messages"] on redaction.
-func (s *Server) screenChat(ctx context.Context, w http.ResponseWriter, p Principal, body map[string]json.RawMessage) error {
+// string or text parts), rewriting body["messages"] on redaction (and
+// saying so).
+func (s *Server) screenChat(ctx context.Context, w http.ResponseWriter, p Principal, body map[string]json.RawMessage) (bool, error) {
 	if s.cfg.Guardrails == nil || len(body["messages"]) == 0 {
-		return nil
+		return false, nil
+	}
+	if gs, err := s.guardrailsOf(ctx, p); err != nil || len(gs) == 0 {
+		return false, err
 	}
 	var msgs []map[string]json.RawMessage
 	if err := json.Unmarshal(body["messages"], &msgs); err != nil {
-		return nil // the upstream (or the translation) reports a malformed list
+		return false, nil // the upstream (or the translation) reports a malformed list
 	}
 	type part struct {
 		msg, idx int // idx -1: content is a string
@@ -236,7 +284,7 @@ func (s *Server) screenChat(ctx context.Context, w http.ResponseWriter, p Princi
 		orig[i] = pt.text
 	}
 	if err := s.screenTexts(ctx, w, p, "chat_completions", texts); err != nil {
-		return err
+		return false, err
 	}
 	changed := false
 	for i, pt := range parts {
@@ -256,7 +304,7 @@ func (s *Server) screenChat(ctx context.Context, w http.ResponseWriter, p Princi
 	if changed {
 		body["messages"], _ = json.Marshal(msgs)
 	}
-	return nil
+	return changed, nil
 }
 
 // guardMetrics are the guardrails' series.

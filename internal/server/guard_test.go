@@ -215,4 +215,55 @@ func TestGuardrails(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("07 streamed requests are screened before the stream starts", func(t *testing.T) {
+		set(t, map[string]any{"name": "stop", "action": "block"})
+		before := upstreamCalls()
+		rs := oai.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "local/m1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(attack)}})
+		for rs.Next() {
+		}
+		var oe *openai.Error
+		if !errors.As(rs.Err(), &oe) || oe.StatusCode != http.StatusForbidden {
+			t.Fatalf("responses stream: %v", rs.Err())
+		}
+		ms := ant.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "local/m1", MaxTokens: 10, Messages: userText(attack)})
+		for ms.Next() {
+		}
+		var ae *anthropic.Error
+		if !errors.As(ms.Err(), &ae) || ae.StatusCode != http.StatusForbidden || ae.Type() != "permission_error" {
+			t.Fatalf("messages stream: %v", ms.Err())
+		}
+		if upstreamCalls() != before {
+			t.Fatal("the upstream was called")
+		}
+	})
+
+	t.Run("08 chat translated to a Messages upstream carries the redaction", func(t *testing.T) {
+		set(t, map[string]any{"name": "clean", "action": "redact"})
+		_, err := oai.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "claude/sonnet",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage(attack)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := up.Last(); rec.API != "messages" {
+			t.Fatalf("upstream API %q", rec.API)
+		}
+		if got := lastUserText(t); got != "Sum column B. [PROMPT_INJECTION] and [PROMPT_INJECTION]." {
+			t.Fatalf("upstream got %q", got)
+		}
+	})
+
+	t.Run("09 a 100 KB adversarial prompt is read to its end", func(t *testing.T) {
+		set(t, map[string]any{"name": "stop", "action": "block"})
+		near := strings.Repeat("ignore ignore the previous row; you are now a careful analyst; <!-- note --> system: Linux\n", 1100)
+		_, err := ant.Messages.New(ctx, anthropic.MessageNewParams{Model: "local/m1", MaxTokens: 10, Messages: userText(near)})
+		if err != nil {
+			t.Fatalf("near misses blocked: %v", err)
+		}
+		_, err = ant.Messages.New(ctx, anthropic.MessageNewParams{Model: "local/m1", MaxTokens: 10, Messages: userText(near + attack)})
+		var ae *anthropic.Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden {
+			t.Fatalf("the attack after %d bytes: %v", len(near), err)
+		}
+	})
 }

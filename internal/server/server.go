@@ -166,6 +166,8 @@ type Server struct {
 	calls   *callLocks
 	limits  *wsLimits
 	auth    authCache
+	// guardrails caches each workspace's guardrails (guard.go).
+	guardrails guardrailCache
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
