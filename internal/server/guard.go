@@ -200,6 +200,9 @@ func (s *Server) screenTexts(ctx context.Context, w http.ResponseWriter, p Princ
 	}
 	s.metrics.guardRequests.WithLabelValues(action).Inc()
 	w.Header().Set("Shellgate-Request-Id", id)
+	// The text stays out of the server log: it is in the detections.
+	s.log.InfoContext(ctx, "guardrail", "request", id, "api", api, "action", action, "detections", len(recs),
+		"account", p.Account, "workspace", p.Workspace)
 	if err := s.cfg.Guardrails.Record(context.WithoutCancel(ctx), scope(p), recs); err != nil {
 		s.log.ErrorContext(ctx, "recording guardrail detections failed", "request", id, "err", err)
 	}

@@ -167,6 +167,9 @@ func TestGuardrails(t *testing.T) {
 			!strings.Contains(string(b), `shellgate_guardrail_requests_total{action="block"} 3`) {
 			t.Fatalf("metrics lack the guardrail series")
 		}
+		if logs := e.logs.String(); !strings.Contains(logs, `"msg":"guardrail"`) || strings.Contains(logs, "Ignore all previous") {
+			t.Fatalf("the server log should name the request and leave its text out")
+		}
 	})
 
 	t.Run("05 strictest wins: flag + redact redacts, + block blocks", func(t *testing.T) {
