@@ -400,7 +400,7 @@ func (sc *scanner) spaced(out []Detection, v *view, s string, runs [][2]int) []D
 		if ri < len(runs) && i >= runs[ri][0] && !isLetter(t[i]) {
 			continue
 		}
-		cv.emit(t[i], int(v.from[i]), 0)
+		cv.emit(t[i], int(v.from[i]))
 	}
 	cv.foldedAt, cv.hiddenAt = v.foldedAt, v.hiddenAt
 	// Windows around the runs, in the joined view's offsets.

@@ -31,10 +31,11 @@ import (
 type view struct {
 	text []byte
 	from []int32
-	// folded counts runes changed by folding (confusables, leetspeak,
-	// compatibility forms); hidden counts invisible runes dropped or
-	// decoded. Spans use them to say how a match was obfuscated.
-	foldedAt, hiddenAt []int32 // original offsets, ascending
+	// foldedAt are the original offsets of runes changed by folding
+	// (confusables, leetspeak, compatibility forms, marks), hiddenAt of
+	// invisible runes dropped or decoded, both ascending: a detection
+	// uses them to say how its match was hidden (Detection.Via).
+	foldedAt, hiddenAt []int32
 }
 
 func (v *view) reset() {
@@ -42,7 +43,7 @@ func (v *view) reset() {
 	v.foldedAt, v.hiddenAt = v.foldedAt[:0], v.hiddenAt[:0]
 }
 
-func (v *view) emit(b byte, from, _ int) {
+func (v *view) emit(b byte, from int) {
 	v.text = append(v.text, b)
 	v.from = append(v.from, int32(from))
 }
@@ -57,15 +58,15 @@ func (v *view) end(orig string, i int) int {
 	return f + n
 }
 
-func (v *view) emitRune(r rune, from, to int) {
+func (v *view) emitRune(r rune, from int) {
 	if r < utf8.RuneSelf {
-		v.emit(byte(r), from, to)
+		v.emit(byte(r), from)
 		return
 	}
 	var buf [utf8.UTFMax]byte
 	n := utf8.EncodeRune(buf[:], r)
 	for i := 0; i < n; i++ {
-		v.emit(buf[i], from, to)
+		v.emit(buf[i], from)
 	}
 }
 
@@ -120,17 +121,17 @@ func invisible(r rune) bool {
 // normalize fills v from s.
 func normalize(v *view, s string) {
 	v.reset()
-	v.emit('\n', 0, 0) // so that "\n" in a pattern also means the start
-	inTags := false    // the last rune was a tag character
-	space := -1        // pending white space: 0 a space, 1 a line break; -1 none
-	spaceFrom, spaceTo := 0, 0
+	v.emit('\n', 0) // so that "\n" in a pattern also means the start
+	inTags := false // the last rune was a tag character
+	space := -1     // pending white space: 0 a space, 1 a line break; -1 none
+	spaceFrom := 0
 	flushSpace := func() {
 		if space >= 0 {
 			b := byte(' ')
 			if space == 1 {
 				b = '\n'
 			}
-			v.emit(b, spaceFrom, spaceTo)
+			v.emit(b, spaceFrom)
 			space = -1
 		}
 	}
@@ -160,12 +161,11 @@ func normalize(v *view, s string) {
 				if space < 0 {
 					space, spaceFrom = 0, i
 				}
-				spaceTo = i + 1
 			case c == '\n':
 				if space < 0 {
 					spaceFrom = i
 				}
-				space, spaceTo = 1, i+1
+				space = 1
 			default:
 				flushSpace()
 				inTags = false
@@ -175,13 +175,13 @@ func normalize(v *view, s string) {
 					c = l
 					v.foldedAt = append(v.foldedAt, int32(i))
 				}
-				v.emit(c, i, i+1)
+				v.emit(c, i)
 			}
 			i++
 			continue
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
-		from, to := i, i+n
+		from := i
 		i += n
 		if r < 0xE0020 || r > 0xE007E {
 			inTags = false
@@ -191,7 +191,7 @@ func normalize(v *view, s string) {
 			flushSpace()
 			if !inTags {
 				// Smuggled text starts a word of its own.
-				v.emit(' ', from, from)
+				v.emit(' ', from)
 				inTags = true
 			}
 			v.hiddenAt = append(v.hiddenAt, int32(from))
@@ -199,7 +199,7 @@ func normalize(v *view, s string) {
 			if c >= 'A' && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			v.emit(c, from, to)
+			v.emit(c, from)
 			continue
 		}
 		if invisible(r) || r == utf8.RuneError && n == 1 {
@@ -213,7 +213,6 @@ func normalize(v *view, s string) {
 			if r == 0x2028 || r == 0x2029 || r == 0x85 {
 				space = 1
 			}
-			spaceTo = to
 			continue
 		}
 		flushSpace()
@@ -228,18 +227,18 @@ func normalize(v *view, s string) {
 				if unicode.IsSpace(r) {
 					c = ' '
 				}
-				v.emit(c, from, to)
+				v.emit(c, from)
 				return
 			}
 			r = unicode.ToLower(r)
 			if c, ok := confusables[r]; ok {
 				folded = true
-				v.emit(c, from, to)
+				v.emit(c, from)
 				return
 			}
-			v.emitRune(r, from, to)
+			v.emitRune(r, from)
 		}
-		p := norm.NFKD.PropertiesString(s[from:to])
+		p := norm.NFKD.PropertiesString(s[from:i])
 		if d := p.Decomposition(); len(d) > 0 {
 			folded = true
 			for len(d) > 0 {
