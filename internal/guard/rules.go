@@ -21,8 +21,7 @@ const (
 // over the normalised text (normalize.go): lower case, one space for a
 // run of spaces, "\n" for a run holding a line break, and a "\n" before
 // the text so that "\n" also means "at the start". "~" stands for the gap
-// between two words: 1 to 4 characters that are not letters or digits
-// (on text whose spaced-out letters were joined, 0 to 4).
+// between two words: 1 to 4 characters that are not letters or digits.
 //
 // anchors are words (runs of a–z in the normalised text), one of which
 // begins every match, or is at most lead bytes into it: the rule's regexp

@@ -143,6 +143,11 @@ func (s *Server) putGuardrails(w http.ResponseWriter, r *http.Request, p Princip
 	return nil
 }
 
+// maxRecorded caps the detections stored for one request: a prompt made
+// of thousands of attack phrases is acted on whole, but stores only the
+// first ones (the log line and the block message give the total).
+const maxRecorded = 100
+
 // inspected is one text of a request the guardrails read, and where it is.
 type inspected struct {
 	loc  string
@@ -171,6 +176,7 @@ func (s *Server) screenTexts(ctx context.Context, w http.ResponseWriter, p Princ
 	found := guard.ScanAll(strs)
 	id := store.NewID("req")
 	var recs []store.Detection
+	total := 0
 	action := ""
 	for i, ds := range found {
 		var redact []guard.Detection
@@ -187,6 +193,10 @@ func (s *Server) screenTexts(ctx context.Context, w http.ResponseWriter, p Princ
 			if d.Decoded != "" {
 				excerpt += " (decoded: " + d.Decoded + ")"
 			}
+			total++
+			if len(recs) == maxRecorded {
+				continue // counted, redacted, not stored
+			}
 			recs = append(recs, store.Detection{RequestID: id, API: api, Action: a, Guardrail: name, Rule: d.Rule,
 				Technique: d.Technique, Via: d.Via, Location: texts[i].loc, Start: d.Start, End: d.End, Excerpt: excerpt, Detector: guard.Version})
 			s.metrics.guardDetections.WithLabelValues(d.Technique, a).Inc()
@@ -201,13 +211,13 @@ func (s *Server) screenTexts(ctx context.Context, w http.ResponseWriter, p Princ
 	s.metrics.guardRequests.WithLabelValues(action).Inc()
 	w.Header().Set("Shellgate-Request-Id", id)
 	// The text stays out of the server log: it is in the detections.
-	s.log.InfoContext(ctx, "guardrail", "request", id, "api", api, "action", action, "detections", len(recs),
+	s.log.InfoContext(ctx, "guardrail", "request", id, "api", api, "action", action, "detections", total,
 		"account", p.Account, "workspace", p.Workspace)
 	if err := s.cfg.Guardrails.Record(context.WithoutCancel(ctx), scope(p), recs); err != nil {
 		s.log.ErrorContext(ctx, "recording guardrail detections failed", "request", id, "err", err)
 	}
 	if action == guard.ActionBlock {
-		return errBlocked(id, len(recs))
+		return errBlocked(id, total)
 	}
 	return nil
 }
