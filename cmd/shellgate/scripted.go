@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("scripted-upstream", "a scripted model speaking Chat Completions, Responses and Messages, for demos and tests: scripted-upstream [--addr 127.0.0.1:9999] [--script FILE]", runScripted)
+	register("scripted-upstream", "a scripted model speaking Chat Completions, Responses, Messages and the Gemini API, for demos and tests: scripted-upstream [--addr 127.0.0.1:9999] [--script FILE]", runScripted)
 }
 
 // runScripted serves the scripted upstream model (package
@@ -26,7 +26,7 @@ func runScripted(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:9999", "HOST:PORT to listen on")
 	scriptPath := fs.String("script", "", "script file (YAML or JSON; see package internal/gateway/scripted); default: the built-in demo model")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate scripted-upstream [flags]\n\nServes POST /v1/chat/completions, /v1/responses and /v1/messages, answering from a script\ninstead of a model. Point a provider of `shellgate serve --config` at http://ADDR/v1.")
+		fmt.Fprintln(fs.Output(), "usage: shellgate scripted-upstream [flags]\n\nServes POST /v1/chat/completions, /v1/responses, /v1/messages and\n/v1beta/models/MODEL:generateContent, answering from a script instead of a model.\nPoint a provider of `shellgate serve --config` at http://ADDR/v1 (gemini: http://ADDR/v1beta).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

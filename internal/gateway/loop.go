@@ -124,6 +124,7 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 		max = DefaultMaxToolCalls
 	}
 	req := run.Request
+	req.Encoded = &Encoded{}
 	for _, name := range slices.Sorted(maps.Keys(run.ServerTools)) {
 		req.Tools = append(req.Tools, run.ServerTools[name].Function())
 	}

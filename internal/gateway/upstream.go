@@ -70,6 +70,7 @@ const (
 	APIChat      = "chat_completions"
 	APIResponses = "responses"
 	APIMessages  = "messages"
+	APIGemini    = "gemini"
 )
 
 // Models resolves "provider/model" names. internal/gateway/upstream

@@ -66,7 +66,8 @@ func (c *authCache) put(sum [sha256.Size]byte, p Principal, until time.Time) {
 }
 
 // authenticate resolves the request's API key: `Authorization: Bearer KEY`
-// or `x-api-key: KEY` (when both are sent they must agree). Any failure is
+// or `x-api-key: KEY` (when both are sent they must agree), else
+// `x-goog-api-key: KEY`, or on the Gemini paths `?key=KEY`. Any failure is
 // 401 in the route's envelope, with no hint of which part was wrong beyond
 // "missing" versus "invalid".
 func (s *Server) authenticate(r *http.Request) (Principal, error) {
@@ -103,6 +104,14 @@ func requestKey(r *http.Request) (string, error) {
 		bearer = strings.TrimSpace(tok)
 	}
 	apiKey := strings.TrimSpace(r.Header.Get("x-api-key"))
+	if apiKey == "" {
+		// Google's conventions, for the Gemini dialect: the header, or the
+		// key query parameter on its paths only.
+		apiKey = strings.TrimSpace(r.Header.Get("x-goog-api-key"))
+		if apiKey == "" && geminiPath(r.URL.Path) {
+			apiKey = strings.TrimSpace(r.URL.Query().Get("key"))
+		}
+	}
 	switch {
 	case bearer != "" && apiKey != "" && bearer != apiKey:
 		return "", errorf(http.StatusUnauthorized, "Authorization and x-api-key carry different keys")
@@ -111,5 +120,9 @@ func requestKey(r *http.Request) (string, error) {
 	case apiKey != "":
 		return apiKey, nil
 	}
-	return "", errorf(http.StatusUnauthorized, "missing API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`")
+	return "", errorf(http.StatusUnauthorized, "missing API key: send `Authorization: Bearer KEY`, `x-api-key: KEY` or `x-goog-api-key: KEY`")
+}
+
+func geminiPath(p string) bool {
+	return strings.HasPrefix(p, "/v1beta/") || strings.HasPrefix(p, "/api/v1beta/")
 }

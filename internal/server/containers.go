@@ -566,6 +566,7 @@ func (s *Server) deleteContainer(w http.ResponseWriter, r *http.Request, p Princ
 	s.deleted[c.ID] = true
 	delete(s.cold, c.ID)
 	s.stateMu.Unlock()
+	s.dropped.Add(1)
 	ctx := context.WithoutCancel(r.Context())
 	err = s.cfg.Containers.Delete(ctx, p, c.ID)
 	if errors.Is(err, ErrNotFound) {

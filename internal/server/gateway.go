@@ -42,6 +42,7 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 		return nil, gateway.BadRequest("container_reference", "%v", err)
 	}
 	s, p := g.s, g.p
+	epoch := s.dropped.Load()
 	create := func(name string) (Container, error) {
 		sp, err := g.spec(name, opts)
 		if err != nil {
@@ -108,7 +109,11 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 				Message: fmt.Sprintf("container %q was created with another network_policy; a container's network is fixed when it is created: use a new container (another session) for this policy", c.ID)}
 		}
 	}
-	return &gatewayBox{s: s, p: p, c: c}, nil
+	// The record just read serves the request's first steps (see refresh);
+	// this is the request's use of the container.
+	now := s.now()
+	s.touch(ctx, p, c, now)
+	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch}, nil
 }
 
 func hasStatus(err error, status int) bool {
@@ -166,6 +171,8 @@ type gatewayBox struct {
 
 	mu     sync.Mutex
 	c      Container
+	read   time.Time      // when c was read from the store (s.now())
+	epoch  uint64         // s.dropped before that read
 	first  time.Time      // the request's first command
 	start  metering.Start // what the first command found
 	closed bool
@@ -203,6 +210,29 @@ func (b *gatewayBox) hold(ctx context.Context, f func(Container) error) error {
 		return errGatewayGone
 	}
 	defer s.endActive(b.c.ID)
+	if err := b.refresh(ctx); err != nil {
+		return err
+	}
+	return f(b.c)
+}
+
+// recordTTL is how long a request trusts the container record it read
+// while this process deleted and expired nothing: steps follow each
+// other within milliseconds, and re-reading the record before each
+// (≈ 0.2 ms of SQLite) was most of the server's cost of a step. A delete
+// or expiry by this process is seen at the next step; one by another
+// process sharing the database within recordTTL.
+const recordTTL = time.Second
+
+// refresh re-reads the container's record (noticing a delete or an
+// expiry, recording the use) unless it was read less than recordTTL ago
+// and this process has dropped no record since.
+func (b *gatewayBox) refresh(ctx context.Context) error {
+	s, now := b.s, b.s.now()
+	epoch := s.dropped.Load()
+	if !b.read.IsZero() && epoch == b.epoch && now.Sub(b.read) < recordTTL && now.Sub(b.read) >= 0 {
+		return nil
+	}
 	c, err := s.lookup(ctx, b.p, b.c.ID)
 	switch {
 	case hasStatus(err, http.StatusNotFound):
@@ -212,8 +242,8 @@ func (b *gatewayBox) hold(ctx context.Context, f func(Container) error) error {
 	case err != nil:
 		return err
 	}
-	b.c = c
-	return f(c)
+	b.c, b.read, b.epoch = c, now, epoch
+	return nil
 }
 
 var errGatewayGone = &gateway.RequestError{Status: http.StatusNotFound, Message: "the container was deleted"}

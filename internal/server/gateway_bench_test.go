@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	rtmetrics "runtime/metrics"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,14 +28,16 @@ import (
 // server's key check, container record lookups, call lock, metering and
 // the changed-files listing after each call).
 
-// stepScript is n shell steps of `true`, then an answer.
+// stepScript is n shell steps of `true` (on Gemini's code tool, of the
+// Python code "pass", which runs as `python3 -c 'pass'`), then an answer.
 func stepScript(n int) *scripted.Script {
 	args, _ := json.Marshal(map[string]any{"commands": []string{"true"}})
 	bashArgs, _ := json.Marshal(map[string]any{"command": "true"})
 	s := &scripted.Script{}
 	for range n {
-		s.Turns = append(s.Turns, scripted.Turn{ToolCalls: []scripted.ToolCall{{Name: "shell|bash_code_execution", Arguments: args,
-			ArgumentsFor: map[string]json.RawMessage{"bash_code_execution": bashArgs}}}, Usage: scripted.Usage{InputTokens: 100, OutputTokens: 10}})
+		s.Turns = append(s.Turns, scripted.Turn{ToolCalls: []scripted.ToolCall{{Name: "shell|bash_code_execution|code_execution", Arguments: args,
+			ArgumentsFor: map[string]json.RawMessage{"bash_code_execution": bashArgs, "code_execution": json.RawMessage(`{"code":"pass"}`)}}},
+			Usage: scripted.Usage{InputTokens: 100, OutputTokens: 10}})
 	}
 	s.Turns = append(s.Turns, scripted.Turn{Text: "Done: {{last_tool_stdout}}", Usage: scripted.Usage{InputTokens: 120, OutputTokens: 5}})
 	return s
@@ -43,6 +47,11 @@ func stepScript(n int) *scripted.Script {
 // the model behind the upstream flavour of the same name, on container id
 // (empty: a new container; session: a named session instead).
 func gatewayBody(api, container, session string, stream bool) (path string, body []byte, hdr http.Header) {
+	return gatewayBodyFor(api, api, container, session, stream)
+}
+
+// gatewayBodyFor is gatewayBody to the provider named provider.
+func gatewayBodyFor(api, provider, container, session string, stream bool) (path string, body []byte, hdr http.Header) {
 	hdr = http.Header{"Content-Type": {"application/json"}}
 	var m map[string]any
 	switch api {
@@ -51,14 +60,14 @@ func gatewayBody(api, container, session string, stream bool) (path string, body
 		if container != "" {
 			env = map[string]any{"type": "container_reference", "container_id": container}
 		}
-		m = map[string]any{"model": "responses/m", "input": "Run it.", "stream": stream,
+		m = map[string]any{"model": provider + "/m", "input": "Run it.", "stream": stream,
 			"tools": []any{map[string]any{"type": "shell", "environment": env}}}
 		if session != "" {
 			m["session_id"] = session
 		}
 		path = "/v1/responses"
 	case "messages":
-		m = map[string]any{"model": "messages/m", "max_tokens": 1000, "stream": stream,
+		m = map[string]any{"model": provider + "/m", "max_tokens": 1000, "stream": stream,
 			"messages": []any{map[string]any{"role": "user", "content": "Run it."}},
 			"tools":    []any{map[string]any{"type": "code_execution_20250825", "name": "code_execution"}}}
 		if container != "" {
@@ -66,6 +75,18 @@ func gatewayBody(api, container, session string, stream bool) (path string, body
 		}
 		path = "/v1/messages"
 		hdr.Set("anthropic-version", "2023-06-01")
+	case "gemini":
+		// Gemini has no container field: a session names it (the
+		// container's name), else each request gets a new one.
+		m = map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": "Run it."}}}},
+			"tools": []any{map[string]any{"codeExecution": map[string]any{}}}}
+		path = "/v1beta/models/" + provider + "/m:generateContent"
+		if stream {
+			path = "/v1beta/models/" + provider + "/m:streamGenerateContent?alt=sse"
+		}
+		if session != "" {
+			hdr.Set("x-session-id", session)
+		}
 	}
 	body, _ = json.Marshal(m)
 	return path, body, hdr
@@ -112,69 +133,146 @@ func replays(model *scripted.Server) []replay {
 	return out
 }
 
-const gatewaySteps = 5
+// gatewaySteps are the two request sizes of BenchmarkGatewayStep: the
+// overhead of a step is the slope between them.
+var gatewaySteps = [2]int{1, 6}
 
-// BenchmarkGatewayStep: one iteration is one gateway request of
-// gatewaySteps steps and, interleaved, the library + direct-upstream
-// equivalent; it reports both medians, the overhead per step in µs and
-// the ratio of the whole requests.
+// stepCost is one gateway request and its direct equivalent: wall and
+// CPU time, heap objects allocated.
+type stepCost struct {
+	wall, cpu [2][]time.Duration // gateway, direct
+	allocs    [2]uint64
+}
+
+// BenchmarkGatewayStep: one iteration is, for each of gatewaySteps, one
+// gateway request of that many steps and, interleaved, the library +
+// direct-upstream equivalent. It reports the gateway's own overhead
+// (gateway − direct) per step — the slope between the two sizes, so it
+// leaves out what a request costs once (the client's HTTP exchange, the
+// key check, opening the container, the ledger write) — and that per
+// request cost (the overhead of the 1-step request less one step), in
+// wall time, in CPU time of this process (server, scripted model and
+// clients; not the sandbox's processes: less distorted than wall time
+// when other processes share the CPUs) and in heap allocations (a count,
+// independent of the load).
 func BenchmarkGatewayStep(b *testing.B) {
-	model := scripted.NewServer(stepScript(gatewaySteps))
-	b.Cleanup(model.Close)
-	e := newEnv(b, "crun", "busybox", func(c *Config) { c.Models = upstream.EveryAPI(model.URL, 30*time.Second) })
+	var ps []upstream.Provider
+	var models [2]*scripted.Server
+	for i, n := range gatewaySteps {
+		models[i] = scripted.NewServer(stepScript(n))
+		b.Cleanup(models[i].Close)
+		for _, api := range []string{"responses", "messages", "gemini"} {
+			base := models[i].URL + "/v1"
+			if api == "gemini" {
+				base = models[i].URL + "/v1beta"
+			}
+			ps = append(ps, upstream.Provider{Name: fmt.Sprintf("%s%d", api, n), API: api,
+				Endpoint: upstream.Endpoint{BaseURL: base, APIKey: "sk-scripted", Timeout: 30 * time.Second}})
+		}
+	}
+	e := newEnv(b, "crun", "busybox", func(c *Config) { c.Models = upstream.NewProviders(ps...) })
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	b.Cleanup(client.CloseIdleConnections)
-	for _, api := range []string{"responses", "messages"} {
+	for _, api := range []string{"responses", "messages", "gemini"} {
 		b.Run(api, func(b *testing.B) {
 			c := e.create(e.keyA, "bench-"+api)
 			e.exec(e.keyA, c.ID, "true") // starts it
-			plan, err := tool.ShellArgs{Commands: []string{"true"}}.Plan()
+			command := "true"
+			if api == "gemini" {
+				command = "python3 -c 'pass'" // what its code tool runs (not found in busybox: the same on both sides)
+			}
+			plan, err := tool.ShellArgs{Commands: []string{command}}.Plan()
 			if err != nil {
 				b.Fatal(err)
 			}
-			path, body, hdr := gatewayBody(api, c.ID, "", false)
-			hdr.Set("Authorization", "Bearer "+e.keyA)
-			viaGateway := func() {
-				if err := post(client, e.url+path, body, hdr); err != nil {
-					b.Fatal(err)
+			var runs [2]func(*stepCost)
+			for i, n := range gatewaySteps {
+				model := models[i]
+				container, session := c.ID, ""
+				if api == "gemini" {
+					container, session = "", c.Name
 				}
-			}
-			model.Reset()
-			viaGateway()
-			rs := replays(model)
-			if len(rs) != gatewaySteps+1 {
-				b.Fatalf("the gateway made %d upstream calls, want %d", len(rs), gatewaySteps+1)
-			}
-			direct := func() {
-				for i, r := range rs {
-					if err := post(client, model.URL+r.path, r.body, r.hdr); err != nil {
+				path, body, hdr := gatewayBodyFor(api, fmt.Sprintf("%s%d", api, n), container, session, false)
+				hdr.Set("Authorization", "Bearer "+e.keyA)
+				viaGateway := func() {
+					if err := post(client, e.url+path, body, hdr); err != nil {
 						b.Fatal(err)
 					}
-					if i < gatewaySteps {
-						out, err := tool.RunShell(b.Context(), e.mgr, c.ID, plan)
-						if err != nil || len(out) != 1 || out[0].Outcome.ExitCode == nil || *out[0].Outcome.ExitCode != 0 {
-							b.Fatalf("library: %v %+v", err, out)
+				}
+				model.Reset()
+				viaGateway()
+				rs := replays(model)
+				if len(rs) != n+1 {
+					b.Fatalf("the gateway made %d upstream calls, want %d", len(rs), n+1)
+				}
+				direct := func() {
+					for i, r := range rs {
+						if err := post(client, model.URL+r.path, r.body, r.hdr); err != nil {
+							b.Fatal(err)
+						}
+						if i < n {
+							out, err := tool.RunShell(b.Context(), e.mgr, c.ID, plan)
+							if err != nil || len(out) != 1 || out[0].Outcome.ExitCode == nil || (*out[0].Outcome.ExitCode != 0 && command == "true") {
+								b.Fatalf("library: %v %+v", err, out)
+							}
 						}
 					}
 				}
-			}
-			direct()
-			var g, d []time.Duration
-			for b.Loop() {
-				model.Reset()
-				t0 := time.Now()
-				viaGateway()
-				t1 := time.Now()
 				direct()
-				g, d = append(g, t1.Sub(t0)), append(d, time.Since(t1))
+				runs[i] = func(sc *stepCost) {
+					model.Reset()
+					for k, f := range []func(){viaGateway, direct} {
+						a0, c0, t0 := allocs(), cpuTime(), time.Now()
+						f()
+						sc.wall[k] = append(sc.wall[k], time.Since(t0))
+						sc.cpu[k] = append(sc.cpu[k], cpuTime()-c0)
+						sc.allocs[k] += allocs() - a0
+					}
+				}
 			}
-			mg, md := medianMs(g), medianMs(d)
-			b.ReportMetric(mg, "gateway-ms")
-			b.ReportMetric(md, "direct-ms")
-			b.ReportMetric((mg-md)*1000/gatewaySteps, "overhead-µs/step")
-			b.ReportMetric(mg/md, "ratio")
+			var cost [2]stepCost
+			for b.Loop() {
+				for i := range gatewaySteps {
+					runs[i](&cost[i])
+				}
+			}
+			// over is the gateway's overhead of a request of size i in µs
+			// (medians) or objects (means).
+			over := func(i int, cpu bool) float64 {
+				d := cost[i].wall
+				if cpu {
+					d = cost[i].cpu
+				}
+				return (medianMs(d[0]) - medianMs(d[1])) * 1000
+			}
+			objs := func(i int) float64 { return (float64(cost[i].allocs[0]) - float64(cost[i].allocs[1])) / float64(b.N) }
+			steps := float64(gatewaySteps[1] - gatewaySteps[0])
+			perStep, cpuPerStep, objsPerStep := (over(1, false)-over(0, false))/steps, (over(1, true)-over(0, true))/steps, (objs(1)-objs(0))/steps
+			b.ReportMetric(medianMs(cost[1].wall[0]), "gateway-ms")
+			b.ReportMetric(medianMs(cost[1].wall[1]), "direct-ms")
+			b.ReportMetric(medianMs(cost[1].wall[0])/medianMs(cost[1].wall[1]), "ratio")
+			b.ReportMetric(perStep, "overhead-µs/step")
+			b.ReportMetric(over(0, false)-perStep, "overhead-µs/request")
+			b.ReportMetric(cpuPerStep, "cpu-µs/step")
+			b.ReportMetric(over(0, true)-cpuPerStep, "cpu-µs/request")
+			b.ReportMetric(objsPerStep, "allocs/step")
+			b.ReportMetric(objs(0)-objsPerStep, "allocs/request")
 		})
 	}
+}
+
+// allocs is how many heap objects this process has allocated.
+func allocs() uint64 {
+	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func medianMs(d []time.Duration) float64 {

@@ -40,7 +40,7 @@ func TestGatewayEveryUpstream(t *testing.T) {
 	t.Cleanup(model.Close)
 	e := newEnv(t, "crun", "default", func(c *Config) { c.Models = upstream.EveryAPI(model.URL, 30*time.Second) })
 	g := &gwEnv{env: e}
-	flavours := []string{"chat_completions", "responses", "messages"}
+	flavours := []string{"chat_completions", "responses", "messages", "gemini"}
 
 	for _, fl := range flavours {
 		t.Run("responses client, "+fl+" upstream", func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestGatewayEveryUpstream(t *testing.T) {
 			t.Errorf("%s: the second call does not carry the tool result: %s", req.API, req.Raw)
 		}
 	}
-	if len(seen) != 3 {
+	if len(seen) != len(flavours) {
 		t.Fatalf("upstream APIs called: %v", seen)
 	}
 }

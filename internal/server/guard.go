@@ -17,7 +17,7 @@ import (
 
 // Guardrails (SPEC §6): each workspace sets its prompt-injection
 // guardrails with GET/PUT /api/v1/guardrails; every gateway request
-// (Responses, Messages, Chat Completions) of the workspace is screened
+// (Responses, Messages, Gemini, Chat Completions) of the workspace is screened
 // before its container is opened and its model called.
 //
 // What is inspected: the text of every user message of the incoming

@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/store"
@@ -238,6 +239,24 @@ func TestGuardrails(t *testing.T) {
 		}
 		if upstreamCalls() != before {
 			t.Fatal("the upstream was called")
+		}
+	})
+
+	t.Run("07b the Gemini dialect: 403 PERMISSION_DENIED, and redaction", func(t *testing.T) {
+		set(t, map[string]any{"name": "stop", "action": "block"})
+		gc := geminiClient(t, e, e.keyA)
+		before := upstreamCalls()
+		_, err := gc.Models.GenerateContent(ctx, "local/m1", genai.Text(attack), nil)
+		var ge genai.APIError
+		if !errors.As(err, &ge) || ge.Code != http.StatusForbidden || ge.Status != "PERMISSION_DENIED" || upstreamCalls() != before {
+			t.Fatalf("gemini: %v", err)
+		}
+		set(t, map[string]any{"name": "clean", "action": "redact"})
+		if _, err := gc.Models.GenerateContent(ctx, "local/m1", genai.Text(attack), nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := lastUserText(t); got != "Sum column B. [PROMPT_INJECTION] and [PROMPT_INJECTION]." {
+			t.Fatalf("upstream got %q", got)
 		}
 	})
 

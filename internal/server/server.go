@@ -47,6 +47,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -185,6 +186,10 @@ type Server struct {
 	// deleted: a delete is under way, or finished while a call ran; the
 	// call runs no further command and destroys the sandbox when it ends.
 	deleted map[string]bool
+	// dropped counts the container records this process deleted or
+	// expired: a gateway request re-reads its container's record before a
+	// step only when it moved (or a second passed), see gatewayBox.hold.
+	dropped atomic.Uint64
 
 	// Exec calls in flight, for a graceful shutdown. stopMu orders
 	// beginCall against BeginShutdown, so no call starts after WaitCalls
@@ -258,6 +263,7 @@ func New(cfg Config) (*Server, error) {
 	s.handleOpenAI("DELETE /v1/containers/{id}", maxEmptyBody, s.deleteContainer)
 	s.mountResponses()
 	s.mountMessages()
+	s.mountGemini()
 	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.chatCompletions)
 	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.chatCompletions)
 	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)

@@ -80,6 +80,7 @@ func (s *Server) expire(ctx context.Context, c Container, now time.Time) (bool, 
 	if cur.Expired || cur.LastUse().Add(s.allowance(cur)).After(now) {
 		return false, nil
 	}
+	s.dropped.Add(1)
 	ok, err = s.cfg.Containers.Expire(ctx, cur.ID, cur.LastActiveAt)
 	if err != nil || !ok {
 		return false, err

@@ -1,7 +1,9 @@
 // Package scripted is a scripted upstream model: a real HTTP server that
-// speaks the three upstream wire protocols Shellgate's gateway calls —
+// speaks the four upstream wire protocols Shellgate's gateway calls —
 // OpenAI Chat Completions (POST /v1/chat/completions), OpenAI Responses
-// (POST /v1/responses) and Anthropic Messages (POST /v1/messages) —
+// (POST /v1/responses), Anthropic Messages (POST /v1/messages) and the
+// Gemini API (POST /v1beta/models/MODEL:generateContent, and
+// :streamGenerateContent?alt=sse) —
 // streamed (each API's own SSE grammar) and not, and answers with turns
 // from a script instead of a model.
 //

@@ -10,15 +10,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 )
 
-// The three APIs, as Request.API names them.
+// The four APIs, as Request.API names them.
 const (
 	APIChat      = "chat_completions"
 	APIResponses = "responses"
 	APIMessages  = "messages"
+	APIGemini    = "gemini"
 )
 
 // maxBody caps a request body (the real APIs take tens of MiB with images).
@@ -74,6 +76,7 @@ func New(script *Script) *Model {
 		m.mux.HandleFunc("POST "+prefix+"/responses", m.serve(APIResponses))
 		m.mux.HandleFunc("POST "+prefix+"/messages", m.serve(APIMessages))
 	}
+	m.mux.HandleFunc("POST /v1beta/models/{rest...}", m.serve(APIGemini))
 	return m
 }
 
@@ -137,7 +140,7 @@ func badRequest(format string, a ...any) *apiError {
 	return &apiError{status: 400, typ: "invalid_request_error", msg: fmt.Sprintf(format, a...)}
 }
 
-// serve is the common path of the three APIs: read, validate, record,
+// serve is the common path of the four APIs: read, validate, record,
 // pick the turn, wait as scripted, answer.
 func (m *Model) serve(api string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -169,6 +172,8 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		conv, err = parseResponses(raw)
 	case APIMessages:
 		conv, err = parseMessages(raw)
+	case APIGemini:
+		conv, err = parseGemini(raw, r.PathValue("rest"))
 	}
 	if err != nil {
 		ae, ok := err.(*apiError)
@@ -247,6 +252,8 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 			v = responseObject(a, "completed")
 		case APIMessages:
 			v = messageObject(a)
+		case APIGemini:
+			v = geminiObject(a)
 		}
 		writeJSON(w, 200, v)
 		return 200
@@ -259,6 +266,8 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		streamResponses(s, a)
 	case APIMessages:
 		streamMessages(s, a)
+	case APIGemini:
+		streamGemini(s, a)
 	}
 	if s.gone {
 		rec.markGone()
@@ -311,6 +320,9 @@ func streamError(s *sse, api, model string, e *Error) {
 			typ = anthropicErrorType(e.Status)
 		}
 		s.event("error", map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": e.Message}})
+	case APIGemini:
+		s.event("", geminiChunk(&answer{turn: &Turn{}, model: model}, []any{map[string]any{"text": ""}}, false, newID("")))
+		s.event("", map[string]any{"error": map[string]any{"code": e.Status, "message": e.Message, "status": geminiStatus(e.Status)}})
 	}
 }
 
@@ -368,10 +380,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError answers e in the API's envelope: OpenAI's
-// {"error":{message,type,param,code}} or Anthropic's
-// {"type":"error","error":{type,message}}.
+// {"error":{message,type,param,code}}, Anthropic's
+// {"type":"error","error":{type,message}} or Google's
+// {"error":{code,message,status}}.
 func writeError(w http.ResponseWriter, api string, e *apiError) int {
 	typ := e.typ
+	if api == APIGemini {
+		if typ == "" || strings.Contains(typ, "_error") {
+			typ = geminiStatus(e.status)
+		}
+		writeJSON(w, e.status, map[string]any{"error": map[string]any{"code": e.status, "message": e.msg, "status": typ}})
+		return e.status
+	}
 	if api == APIMessages {
 		if typ == "" {
 			typ = anthropicErrorType(e.status)

@@ -103,7 +103,7 @@ func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
 			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
 		}
 	}
-	for _, t := range req.Tools {
+	for _, t := range toolsToEncode(req, gateway.APIChat) {
 		s, err := schema(t.Parameters)
 		if err != nil {
 			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
@@ -162,28 +162,28 @@ func chatStop(finish string, hasCalls bool) gateway.StopReason {
 	return gateway.StopEnd
 }
 
-func chatUsage(u openai.CompletionUsage) gateway.Usage {
-	return gateway.Usage{
-		InputTokens:     u.PromptTokens,
-		OutputTokens:    u.CompletionTokens,
-		CacheReadTokens: u.PromptTokensDetails.CachedTokens,
-		ReasoningTokens: u.CompletionTokensDetails.ReasoningTokens,
-	}
-}
-
-// Turn implements gateway.Upstream.
-func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+// chatBody is the request body of req.
+func chatBody(req *gateway.Request, stream bool) ([]byte, error) {
 	p, err := ChatParams(req)
 	if err != nil {
 		return nil, err
 	}
-	if onDelta != nil {
+	if stream {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := json.Marshal(p)
+	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+	}
+	return body, nil
+}
+
+// Turn implements gateway.Upstream.
+func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	body, err := chatBody(req, onDelta != nil)
+	if err != nil {
+		return nil, err
 	}
 	call, err := c.post(ctx, "/chat/completions", body, c.headers())
 	if err != nil {
@@ -195,7 +195,7 @@ func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gate
 		if err != nil {
 			return nil, err
 		}
-		var cc openai.ChatCompletion
+		var cc chatAnswer
 		if err := json.Unmarshal(b, &cc); err != nil {
 			return nil, badAnswer(err)
 		}
@@ -205,12 +205,12 @@ func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gate
 }
 
 // chatTurn is a non-streamed answer as a Turn.
-func chatTurn(cc *openai.ChatCompletion) (*gateway.Turn, error) {
+func chatTurn(cc *chatAnswer) (*gateway.Turn, error) {
 	if len(cc.Choices) == 0 {
 		return nil, badAnswer(errNoChoices)
 	}
 	ch := cc.Choices[0]
-	t := &gateway.Turn{ID: cc.ID, Model: cc.Model, Usage: chatUsage(cc.Usage)}
+	t := &gateway.Turn{ID: cc.ID, Model: cc.Model, Usage: cc.Usage.usage()}
 	refusal := ch.Message.Refusal != ""
 	switch {
 	case refusal:
@@ -258,15 +258,15 @@ func chatStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*
 		if ue := streamError(ev.data); ue != nil {
 			return nil, ue
 		}
-		var ch openai.ChatCompletionChunk
+		var ch chatChunk
 		if err := json.Unmarshal(ev.data, &ch); err != nil {
 			return nil, badAnswer(err)
 		}
 		if t.ID == "" {
 			t.ID, t.Model = ch.ID, ch.Model
 		}
-		if ch.JSON.Usage.Valid() && ch.Usage.JSON.PromptTokens.Valid() {
-			t.Usage = chatUsage(ch.Usage)
+		if ch.Usage != nil && ch.Usage.PromptTokens != nil {
+			t.Usage = ch.Usage.usage()
 		}
 		if len(ch.Choices) == 0 {
 			continue

@@ -195,8 +195,9 @@ func (c *call) readAll(ctx context.Context) ([]byte, error) {
 }
 
 // errorFromBody is an upstream error answer as an *UpstreamError: the
-// message and type from OpenAI's {"error":{"message","type"}} or
-// Anthropic's {"type":"error","error":{"type","message"}} envelope, else
+// message and type from OpenAI's {"error":{"message","type"}},
+// Anthropic's {"type":"error","error":{"type","message"}} or Gemini's
+// {"error":{"code","message","status"}} envelope, else
 // the body's text.
 func errorFromBody(status int, body []byte) *gateway.UpstreamError {
 	ue := &gateway.UpstreamError{Status: status}
@@ -207,6 +208,7 @@ func errorFromBody(status int, body []byte) *gateway.UpstreamError {
 		Message string          `json:"message"`
 		Type    string          `json:"type"`
 		Code    json.RawMessage `json:"code"`
+		Status  string          `json:"status"` // Gemini's
 	}
 	if json.Unmarshal(body, &env) == nil && len(env.Error) > 0 {
 		if json.Unmarshal(env.Error, &detail) == nil {
@@ -215,6 +217,8 @@ func errorFromBody(status int, body []byte) *gateway.UpstreamError {
 				var code string
 				if json.Unmarshal(detail.Code, &code) == nil {
 					ue.Type = code
+				} else {
+					ue.Type = detail.Status
 				}
 			}
 		} else {

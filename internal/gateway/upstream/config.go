@@ -22,7 +22,7 @@ import (
 //
 //	providers:
 //	  openai:
-//	    api: responses                  # chat_completions, responses or messages
+//	    api: responses                  # chat_completions, responses, messages or gemini
 //	    base_url: https://api.openai.com/v1
 //	    api_key_env: OPENAI_API_KEY     # the variable holding the key; optional (local servers)
 //	    models: [gpt-5, gpt-5-mini]     # optional: what GET /v1/models lists
@@ -108,11 +108,11 @@ func ParseConfig(b []byte, getenv func(string) string) (*Providers, error) {
 		}
 		up := newAdapter(pc.API, e)
 		switch pc.API {
-		case gateway.APIChat, gateway.APIResponses, gateway.APIMessages:
+		case gateway.APIChat, gateway.APIResponses, gateway.APIMessages, gateway.APIGemini:
 		case "":
-			return nil, fmt.Errorf("%s.api: required (chat_completions, responses or messages)", at)
+			return nil, fmt.Errorf("%s.api: required (chat_completions, responses, messages or gemini)", at)
 		default:
-			return nil, fmt.Errorf("%s.api: %q is not chat_completions, responses or messages", at, pc.API)
+			return nil, fmt.Errorf("%s.api: %q is not chat_completions, responses, messages or gemini", at, pc.API)
 		}
 		for i, m := range pc.Models {
 			if m == "" || strings.ContainsAny(m, " \t\n") {
@@ -157,6 +157,8 @@ func newAdapter(api string, e Endpoint) gateway.Upstream {
 		return NewResponses(e)
 	case gateway.APIMessages:
 		return NewMessages(e)
+	case gateway.APIGemini:
+		return NewGemini(e)
 	}
 	return nil
 }
@@ -233,15 +235,20 @@ func (ps *Providers) Endpoint(name string) (Endpoint, string, bool) {
 	return p.endpoint, p.api, true
 }
 
-// EveryAPI returns providers named after the three API flavours —
-// "chat_completions", "responses" and "messages" — all at one server that
-// speaks them all (the scripted upstream, internal/gateway/scripted), so a
-// test can run one request on each flavour: model "messages/m1" is m1
-// over the Messages API. base is the server's root URL (no /v1).
+// EveryAPI returns providers named after the four API flavours —
+// "chat_completions", "responses", "messages" and "gemini" — all at one
+// server that speaks them all (the scripted upstream,
+// internal/gateway/scripted), so a test can run one request on each
+// flavour: model "messages/m1" is m1 over the Messages API. base is the
+// server's root URL (no /v1).
 func EveryAPI(base string, timeout time.Duration) *Providers {
 	var ps []Provider
-	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages} {
-		ps = append(ps, Provider{Name: api, API: api, Endpoint: Endpoint{BaseURL: strings.TrimRight(base, "/") + "/v1", APIKey: "sk-scripted", Timeout: timeout}})
+	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages, gateway.APIGemini} {
+		version := "/v1"
+		if api == gateway.APIGemini {
+			version = "/v1beta"
+		}
+		ps = append(ps, Provider{Name: api, API: api, Endpoint: Endpoint{BaseURL: strings.TrimRight(base, "/") + version, APIKey: "sk-scripted", Timeout: timeout}})
 	}
 	return NewProviders(ps...)
 }

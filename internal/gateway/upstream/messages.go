@@ -166,7 +166,7 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 			p.Messages = append(p.Messages, anthropic.NewAssistantMessage(t.blocks...))
 		}
 	}
-	for _, t := range req.Tools {
+	for _, t := range toolsToEncode(req, gateway.APIMessages) {
 		s, err := schema(t.Parameters)
 		if err != nil {
 			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
@@ -254,13 +254,13 @@ func messagesStop(r string) gateway.StopReason {
 	}
 }
 
-// Turn implements gateway.Upstream.
-func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+// messagesBody is the request body of req.
+func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	p, err := MessagesParams(req)
 	if err != nil {
 		return nil, err
 	}
-	if onDelta != nil {
+	if stream {
 		extra := p.ExtraFields()
 		if extra == nil {
 			extra = map[string]any{}
@@ -268,9 +268,18 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 		extra["stream"] = true
 		p.SetExtraFields(extra)
 	}
-	body, err := json.Marshal(p)
+	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+	}
+	return body, nil
+}
+
+// Turn implements gateway.Upstream.
+func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	body, err := messagesBody(req, onDelta != nil)
+	if err != nil {
+		return nil, err
 	}
 	call, err := c.post(ctx, "/v1/messages", body, c.headers())
 	if err != nil {
@@ -282,11 +291,11 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 		if err != nil {
 			return nil, err
 		}
-		var m anthropic.Message
+		var m messagesAnswer
 		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, badAnswer(err)
 		}
-		t := &gateway.Turn{ID: m.ID, Model: string(m.Model), Stop: messagesStop(string(m.StopReason)),
+		t := &gateway.Turn{ID: m.ID, Model: m.Model, Stop: messagesStop(m.StopReason),
 			Usage: gateway.Usage{
 				InputTokens:      m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens,
 				OutputTokens:     m.Usage.OutputTokens,
@@ -357,14 +366,14 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 			json.Unmarshal(ev.data, &e)
 			return nil, &gateway.UpstreamError{Status: anthropicStatus(e.Error.Type), Type: e.Error.Type, Message: e.Error.Message}
 		}
-		var e anthropic.MessageStreamEventUnion
+		var e messagesEvent
 		if err := json.Unmarshal(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {
 		case "message_start":
 			u := e.Message.Usage
-			t.ID, t.Model = e.Message.ID, string(e.Message.Model)
+			t.ID, t.Model = e.Message.ID, e.Message.Model
 			t.Usage = gateway.Usage{
 				InputTokens:      u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens,
 				OutputTokens:     u.OutputTokens,
@@ -414,12 +423,13 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 				onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: e.Delta.PartialJSON})
 			}
 		case "message_delta":
-			stop = string(e.Delta.StopReason)
-			u := e.Usage
-			if e.JSON.Usage.Valid() {
-				// message_delta's output_tokens is the final count
-				t.Usage.OutputTokens = u.OutputTokens
+			stop = e.Delta.StopReason
+			if e.Usage == nil {
+				break
 			}
+			u := e.Usage
+			// message_delta's output_tokens is the final count
+			t.Usage.OutputTokens = u.OutputTokens
 			if u.InputTokens > 0 || u.CacheReadInputTokens > 0 || u.CacheCreationInputTokens > 0 {
 				t.Usage.InputTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
 				t.Usage.CacheReadTokens, t.Usage.CacheWriteTokens = u.CacheReadInputTokens, u.CacheCreationInputTokens

@@ -106,7 +106,7 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 		}
 	}
 	p.Input.OfInputItemList = items
-	for _, t := range req.Tools {
+	for _, t := range toolsToEncode(req, gateway.APIResponses) {
 		s, err := schema(t.Parameters)
 		if err != nil {
 			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
@@ -145,31 +145,31 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 	return p, nil
 }
 
-func responsesUsage(u responses.ResponseUsage) gateway.Usage {
-	return gateway.Usage{
-		InputTokens:     u.InputTokens,
-		OutputTokens:    u.OutputTokens,
-		CacheReadTokens: u.InputTokensDetails.CachedTokens,
-		ReasoningTokens: u.OutputTokensDetails.ReasoningTokens,
-	}
-}
-
 // responsesTurn is a finished response as a Turn.
-func responsesTurn(r *responses.Response) (*gateway.Turn, error) {
+func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 	if r.Status == "failed" {
 		msg := r.Error.Message
 		if msg == "" {
 			msg = "the upstream response failed"
 		}
-		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Type: string(r.Error.Code), Message: msg}
+		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Type: r.Error.Code, Message: msg}
 	}
-	t := &gateway.Turn{ID: r.ID, Model: string(r.Model), Usage: responsesUsage(r.Usage)}
+	t := &gateway.Turn{ID: r.ID, Model: r.Model, Usage: gateway.Usage{
+		InputTokens:     r.Usage.InputTokens,
+		OutputTokens:    r.Usage.OutputTokens,
+		CacheReadTokens: r.Usage.InputTokensDetails.CachedTokens,
+		ReasoningTokens: r.Usage.OutputTokensDetails.ReasoningTokens,
+	}}
 	refusal, calls := false, false
 	for _, it := range r.Output {
 		switch it.Type {
 		case "message":
+			var content []responsesContent
+			if err := json.Unmarshal(it.Content, &content); len(it.Content) > 0 && err != nil {
+				return nil, badAnswer(err)
+			}
 			var text strings.Builder
-			for _, c := range it.Content {
+			for _, c := range content {
 				switch c.Type {
 				case "output_text":
 					text.WriteString(c.Text)
@@ -184,7 +184,7 @@ func responsesTurn(r *responses.Response) (*gateway.Turn, error) {
 		case "function_call":
 			calls = true
 			t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{
-				ID: it.CallID, Name: it.Name, Arguments: it.Arguments.OfString}})
+				ID: it.CallID, Name: it.Name, Arguments: rawString(it.Arguments)}})
 		}
 	}
 	switch {
@@ -202,18 +202,27 @@ func responsesTurn(r *responses.Response) (*gateway.Turn, error) {
 	return t, nil
 }
 
-// Turn implements gateway.Upstream.
-func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+// responsesBody is the request body of req.
+func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	p, err := ResponsesParams(req)
 	if err != nil {
 		return nil, err
 	}
-	if onDelta != nil {
+	if stream {
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := json.Marshal(p)
+	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+	}
+	return body, nil
+}
+
+// Turn implements gateway.Upstream.
+func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	body, err := responsesBody(req, onDelta != nil)
+	if err != nil {
+		return nil, err
 	}
 	call, err := c.post(ctx, "/responses", body, c.headers())
 	if err != nil {
@@ -225,7 +234,7 @@ func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func
 		if err != nil {
 			return nil, err
 		}
-		var r responses.Response
+		var r responsesAnswer
 		if err := json.Unmarshal(b, &r); err != nil {
 			return nil, badAnswer(err)
 		}
@@ -254,13 +263,14 @@ func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta
 		if string(ev.data) == "[DONE]" {
 			return nil, truncated("response.completed")
 		}
-		var e responses.ResponseStreamEventUnion
+		var e responsesEvent
 		if err := json.Unmarshal(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {
 		case "response.output_text.delta", "response.refusal.delta":
-			if e.Delta == "" {
+			delta := rawString(e.Delta)
+			if delta == "" {
 				continue
 			}
 			i, ok := partOf[e.ItemID]
@@ -269,20 +279,20 @@ func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta
 				n++
 				partOf[e.ItemID] = i
 			}
-			onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.Delta})
+			onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: delta})
 		case "response.output_item.added":
 			if e.Item.Type == "function_call" {
 				i := n
 				n++
 				partOf[e.Item.ID] = i
 				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: e.Item.CallID, Name: e.Item.Name}})
-				if a := e.Item.Arguments.OfString; a != "" {
+				if a := rawString(e.Item.Arguments); a != "" {
 					onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: a})
 				}
 			}
 		case "response.function_call_arguments.delta":
-			if i, ok := partOf[e.ItemID]; ok && e.Delta != "" {
-				onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: e.Delta})
+			if i, ok := partOf[e.ItemID]; ok && rawString(e.Delta) != "" {
+				onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: rawString(e.Delta)})
 			}
 		case "response.completed", "response.incomplete", "response.failed":
 			return responsesTurn(&e.Response)

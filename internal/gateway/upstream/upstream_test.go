@@ -21,10 +21,14 @@ import (
 // do), streamed and not: every translation rule one way (the recorded
 // request body) and back (the Turn).
 
-var apis = []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages}
+var apis = []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages, gateway.APIGemini}
 
 func adapter(api, base string, timeout time.Duration) gateway.Upstream {
-	return newAdapter(api, Endpoint{BaseURL: base + "/v1", APIKey: "sk-test", Timeout: timeout})
+	version := "/v1"
+	if api == gateway.APIGemini {
+		version = "/v1beta"
+	}
+	return newAdapter(api, Endpoint{BaseURL: base + version, APIKey: "sk-test", Timeout: timeout})
 }
 
 // collect runs a turn, streamed when stream is set, and checks that the
@@ -331,6 +335,34 @@ func TestRequestTranslation(t *testing.T) {
 			{[]any{"stop_sequences", 0}, "END"},
 			{[]any{"metadata", "user_id"}, "user-7"},
 		},
+		gateway.APIGemini: {
+			{[]any{"systemInstruction", "parts", 0, "text"}, "You are terse."},
+			{[]any{"contents", 0, "role"}, "user"},
+			{[]any{"contents", 0, "parts", 0, "text"}, "What is in this picture and my CSV?"},
+			{[]any{"contents", 0, "parts", 1, "inlineData", "mimeType"}, "image/png"},
+			{[]any{"contents", 0, "parts", 1, "inlineData", "data"}, "iVBORw0KGgo="},
+			{[]any{"contents", 0, "parts", 2, "fileData", "fileUri"}, "https://example.com/cat.jpg"},
+			{[]any{"contents", 1, "role"}, "model"},
+			{[]any{"contents", 1, "parts", 0, "text"}, "Looking."},
+			{[]any{"contents", 1, "parts", 1, "functionCall", "id"}, "call_a"},
+			{[]any{"contents", 1, "parts", 1, "functionCall", "args", "commands", 0}, "head data.csv"},
+			{[]any{"contents", 1, "parts", 2, "functionCall", "name"}, "lookup"},
+			// the results and the next user text merge into one user content
+			{[]any{"contents", 2, "role"}, "user"},
+			{[]any{"contents", 2, "parts", 0, "functionResponse", "name"}, "shell"},
+			{[]any{"contents", 2, "parts", 0, "functionResponse", "id"}, "call_a"},
+			{[]any{"contents", 2, "parts", 1, "functionResponse", "response", "error"}, "not found"},
+			{[]any{"contents", 2, "parts", 2, "text"}, "And the sum?"},
+			{[]any{"contents", 3}, nil},
+			{[]any{"tools", 0, "functionDeclarations", 0, "name"}, "shell"},
+			{[]any{"tools", 0, "functionDeclarations", 0, "description"}, "Run commands"},
+			{[]any{"tools", 0, "functionDeclarations", 0, "parametersJsonSchema", "additionalProperties"}, false},
+			{[]any{"toolConfig", "functionCallingConfig", "mode"}, "ANY"},
+			{[]any{"toolConfig", "functionCallingConfig", "allowedFunctionNames", 0}, "lookup"},
+			{[]any{"generationConfig", "maxOutputTokens"}, 321.0},
+			{[]any{"generationConfig", "temperature"}, 0.25},
+			{[]any{"generationConfig", "stopSequences", 0}, "END"},
+		},
 	}
 	for _, api := range apis {
 		for _, stream := range []bool{false, true} {
@@ -351,7 +383,7 @@ func TestRequestTranslation(t *testing.T) {
 						t.Errorf("%v = %#v, want %#v", c.path, got, c.want)
 					}
 				}
-				if stream && get(rec.Body, "stream") != true {
+				if stream && api != gateway.APIGemini && get(rec.Body, "stream") != true {
 					t.Error("stream not set")
 				}
 				switch api {
@@ -362,6 +394,13 @@ func TestRequestTranslation(t *testing.T) {
 				case gateway.APIMessages:
 					if rec.Header.Get("x-api-key") != "sk-test" || rec.Header.Get("anthropic-version") != AnthropicVersion {
 						t.Errorf("headers %v", rec.Header)
+					}
+				case gateway.APIGemini:
+					if rec.Header.Get("x-goog-api-key") != "sk-test" || rec.Header.Get("Authorization") != "" {
+						t.Errorf("headers %v", rec.Header)
+					}
+					if want := map[bool]string{false: "/v1beta/models/m1:generateContent", true: "/v1beta/models/m1:streamGenerateContent"}[stream]; rec.Path != want {
+						t.Errorf("path %q, want %q", rec.Path, want)
 					}
 				}
 			})
@@ -378,6 +417,14 @@ func TestToolChoice(t *testing.T) {
 		gateway.APIResponses: {gateway.ChoiceAuto: nil, gateway.ChoiceNone: "none", gateway.ChoiceRequired: "required"},
 		gateway.APIMessages: {gateway.ChoiceAuto: nil, gateway.ChoiceNone: map[string]any{"type": "none"},
 			gateway.ChoiceRequired: map[string]any{"type": "any"}},
+		gateway.APIGemini: {gateway.ChoiceAuto: nil, gateway.ChoiceNone: map[string]any{"functionCallingConfig": map[string]any{"mode": "NONE"}},
+			gateway.ChoiceRequired: map[string]any{"functionCallingConfig": map[string]any{"mode": "ANY"}}},
+	}
+	choiceKey := func(api string) string {
+		if api == gateway.APIGemini {
+			return "toolConfig"
+		}
+		return "tool_choice"
 	}
 	for _, api := range apis {
 		for _, mode := range []string{gateway.ChoiceAuto, gateway.ChoiceNone, gateway.ChoiceRequired} {
@@ -386,7 +433,7 @@ func TestToolChoice(t *testing.T) {
 			if _, err := adapter(api, srv.URL, 0).Turn(context.Background(), req, nil); err != nil {
 				t.Fatalf("%s %s: %v", api, mode, err)
 			}
-			if got := get(srv.Last().Body, "tool_choice"); !reflect.DeepEqual(got, want[api][mode]) {
+			if got := get(srv.Last().Body, choiceKey(api)); !reflect.DeepEqual(got, want[api][mode]) {
 				t.Errorf("%s %s: tool_choice %#v, want %#v", api, mode, got, want[api][mode])
 			}
 		}
@@ -395,7 +442,7 @@ func TestToolChoice(t *testing.T) {
 		if _, err := adapter(api, srv.URL, 0).Turn(context.Background(), req, nil); err != nil {
 			t.Fatalf("%s no tools: %v", api, err)
 		}
-		if got := get(srv.Last().Body, "tool_choice"); got != nil {
+		if got := get(srv.Last().Body, choiceKey(api)); got != nil {
 			t.Errorf("%s: tool_choice %v without tools", api, got)
 		}
 	}
@@ -449,11 +496,15 @@ func TestUpstreamErrors(t *testing.T) {
 					t.Errorf("%s %s stream=%v: %v, want an UpstreamError", api, c.model, stream, err)
 					continue
 				}
-				status := c.status
+				status, typ := c.status, c.typ
 				if c.model == "midstream" && stream && api == gateway.APIResponses {
 					status = http.StatusBadGateway // a Responses error event carries no status
 				}
-				if ue.Status != status || (c.typ != "" && ue.Type != c.typ) || !strings.Contains(ue.Message, c.msg) {
+				if api == gateway.APIGemini && typ != "" {
+					// Google's envelope has a status word, not a type
+					typ = map[string]string{"rate_limit_error": "RESOURCE_EXHAUSTED", "overloaded_error": "INTERNAL"}[typ]
+				}
+				if ue.Status != status || (typ != "" && ue.Type != typ) || !strings.Contains(ue.Message, c.msg) {
 					t.Errorf("%s %s stream=%v: %+v", api, c.model, stream, ue)
 				}
 			}
@@ -565,6 +616,7 @@ func TestToolResultImages(t *testing.T) {
 		gateway.APIChat:      {"messages", 3, "content", 1, "image_url", "url"},
 		gateway.APIResponses: {"input", 2, "output", 1, "image_url"},
 		gateway.APIMessages:  {"messages", 2, "content", 0, "content", 1, "source", "data"},
+		gateway.APIGemini:    {"contents", 2, "parts", 1, "inlineData", "data"},
 	}
 	for _, api := range apis {
 		req := &gateway.Request{Model: "m", Messages: []gateway.Message{userText("plot it"),

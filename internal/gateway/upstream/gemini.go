@@ -1,0 +1,370 @@
+package upstream
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"google.golang.org/genai"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// Gemini is a Gemini API upstream (POST {base}/models/{model}:generateContent,
+// or :streamGenerateContent?alt=sse), the key in x-goog-api-key.
+//
+// Translation, with the genai SDK's types: the system prompt is
+// systemInstruction; user text and images (inlineData; fileData for a URL)
+// are a user content, assistant text and tool calls (functionCall with its
+// id) a model content, tool results a user content of functionResponse
+// parts named after their call ({"output": text}, or {"error": text} for an
+// error result; images follow as inlineData parts). Gemini answers calls
+// without ids on some models: the adapter then makes one (call_N). Function
+// tools are functionDeclarations with parametersJsonSchema (the whole JSON
+// Schema, not Gemini's OpenAPI subset); tool choice maps to
+// toolConfig.functionCallingConfig (AUTO, ANY, NONE, ANY with one allowed
+// name). finishReason MAX_TOKENS maps to max_tokens, SAFETY and the other
+// blocking reasons to refusal, a turn with calls to tool_use, else end.
+type Gemini struct {
+	Endpoint
+}
+
+// NewGemini returns the adapter for e.
+func NewGemini(e Endpoint) *Gemini { return &Gemini{Endpoint: e} }
+
+func (c *Gemini) headers() http.Header {
+	h := http.Header{}
+	if c.APIKey != "" {
+		h.Set("x-goog-api-key", c.APIKey)
+	}
+	return h
+}
+
+// geminiRequest is the body of generateContent.
+type geminiRequest struct {
+	Contents          []*genai.Content        `json:"contents,omitempty"`
+	SystemInstruction *genai.Content          `json:"systemInstruction,omitempty"`
+	Tools             []*genai.Tool           `json:"tools,omitempty"`
+	ToolConfig        *genai.ToolConfig       `json:"toolConfig,omitempty"`
+	GenerationConfig  *genai.GenerationConfig `json:"generationConfig,omitempty"`
+}
+
+// geminiBlob is an inline image, nil when img is by URL.
+func geminiPart(img *gateway.Image) (*genai.Part, error) {
+	if img.Data == "" {
+		mt := img.MediaType
+		if mt == "" {
+			mt = "image/*"
+		}
+		if strings.HasPrefix(img.URL, "data:") {
+			// data:image/png;base64,....
+			meta, data, ok := strings.Cut(strings.TrimPrefix(img.URL, "data:"), ",")
+			if ok && strings.HasSuffix(meta, ";base64") {
+				return geminiInline(strings.TrimSuffix(meta, ";base64"), data)
+			}
+		}
+		return &genai.Part{FileData: &genai.FileData{FileURI: img.URL, MIMEType: mt}}, nil
+	}
+	return geminiInline(img.MediaType, img.Data)
+}
+
+func geminiInline(mediaType, b64 string) (*genai.Part, error) {
+	data, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, gateway.BadRequest("image", "image data is not base64: %v", err)
+	}
+	return &genai.Part{InlineData: &genai.Blob{MIMEType: mediaType, Data: data}}, nil
+}
+
+// GeminiParams translates req into a generateContent body.
+func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
+	p := &geminiRequest{}
+	if req.System != "" {
+		p.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: req.System}}}
+	}
+	names := map[string]string{} // call id → function name
+	for _, m := range req.Messages {
+		c := &genai.Content{Role: genai.RoleUser}
+		switch m.Role {
+		case gateway.RoleUser:
+			var images []*genai.Part
+			for _, part := range m.Parts {
+				switch part.Kind {
+				case gateway.PartToolResult:
+					r := part.Result
+					resp := map[string]any{"output": r.Content}
+					if r.IsError {
+						resp = map[string]any{"error": r.Content}
+					}
+					c.Parts = append(c.Parts, &genai.Part{FunctionResponse: &genai.FunctionResponse{ID: r.CallID, Name: names[r.CallID], Response: resp}})
+					for i := range r.Images {
+						ip, err := geminiPart(&r.Images[i])
+						if err != nil {
+							return nil, err
+						}
+						images = append(images, ip)
+					}
+				case gateway.PartText:
+					if part.Text != "" {
+						c.Parts = append(c.Parts, &genai.Part{Text: part.Text})
+					}
+				case gateway.PartImage:
+					ip, err := geminiPart(part.Image)
+					if err != nil {
+						return nil, err
+					}
+					c.Parts = append(c.Parts, ip)
+				}
+			}
+			c.Parts = append(c.Parts, images...)
+		case gateway.RoleAssistant:
+			c.Role = genai.RoleModel
+			for _, part := range m.Parts {
+				switch part.Kind {
+				case gateway.PartText:
+					if part.Text != "" {
+						c.Parts = append(c.Parts, &genai.Part{Text: part.Text})
+					}
+				case gateway.PartToolCall:
+					names[part.Call.ID] = part.Call.Name
+					var args map[string]any
+					if json.Unmarshal([]byte(part.Call.Arguments), &args) != nil {
+						// Gemini's calls carry an object: arguments that
+						// were not one go back as the text the model wrote.
+						args = map[string]any{"_raw_arguments": part.Call.Arguments}
+					}
+					c.Parts = append(c.Parts, &genai.Part{FunctionCall: &genai.FunctionCall{ID: part.Call.ID, Name: part.Call.Name, Args: args}})
+				}
+			}
+		default:
+			return nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
+		}
+		if len(c.Parts) == 0 {
+			continue
+		}
+		if n := len(p.Contents); n > 0 && p.Contents[n-1].Role == c.Role {
+			p.Contents[n-1].Parts = append(p.Contents[n-1].Parts, c.Parts...)
+			continue
+		}
+		p.Contents = append(p.Contents, c)
+	}
+	if len(req.Tools) > 0 {
+		t := &genai.Tool{}
+		for _, tool := range toolsToEncode(req, gateway.APIGemini) {
+			s, err := schema(tool.Parameters)
+			if err != nil {
+				return nil, gateway.BadRequest("tools", "tool %s: %v", tool.Name, err)
+			}
+			t.FunctionDeclarations = append(t.FunctionDeclarations, &genai.FunctionDeclaration{Name: tool.Name, Description: tool.Description, ParametersJsonSchema: s})
+		}
+		if len(t.FunctionDeclarations) > 0 {
+			p.Tools = []*genai.Tool{t}
+		}
+		var fc *genai.FunctionCallingConfig
+		switch req.ToolChoice.Mode {
+		case gateway.ChoiceNone:
+			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeNone}
+		case gateway.ChoiceRequired:
+			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny}
+		case gateway.ChoiceTool:
+			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{req.ToolChoice.Name}}
+		}
+		if fc != nil {
+			p.ToolConfig = &genai.ToolConfig{FunctionCallingConfig: fc}
+		}
+	}
+	g := &genai.GenerationConfig{StopSequences: req.Stop}
+	if req.MaxTokens > 0 {
+		g.MaxOutputTokens = int32(min(req.MaxTokens, 1<<31-1))
+	}
+	if req.Temperature != nil {
+		t := float32(*req.Temperature)
+		g.Temperature = &t
+	}
+	if req.TopP != nil {
+		t := float32(*req.TopP)
+		g.TopP = &t
+	}
+	if g.MaxOutputTokens > 0 || g.Temperature != nil || g.TopP != nil || len(g.StopSequences) > 0 {
+		p.GenerationConfig = g
+	}
+	return p, nil
+}
+
+// geminiBody is the request body of req (streaming is in the URL, not
+// the body).
+func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
+	p, err := GeminiParams(req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools)
+	if err != nil {
+		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+	}
+	return body, nil
+}
+
+// geminiTurn is the text and calls of answers (one, or a stream's chunks
+// in order) as a Turn; onDelta, when set, gets each piece as it is read.
+type geminiTurn struct {
+	t        gateway.Turn
+	text     int // index of the open text part, -1 when none
+	calls    int
+	finish   genai.FinishReason
+	onDelta  func(gateway.Delta)
+	texts    []*strings.Builder
+	gotFirst bool
+}
+
+func newGeminiTurn(onDelta func(gateway.Delta)) *geminiTurn {
+	return &geminiTurn{text: -1, onDelta: onDelta}
+}
+
+func (g *geminiTurn) add(r *genai.GenerateContentResponse) error {
+	if !g.gotFirst {
+		g.gotFirst = true
+		g.t.ID, g.t.Model = r.ResponseID, r.ModelVersion
+	}
+	if u := r.UsageMetadata; u != nil {
+		g.t.Usage = gateway.Usage{
+			InputTokens:     int64(u.PromptTokenCount),
+			OutputTokens:    int64(u.CandidatesTokenCount + u.ThoughtsTokenCount),
+			CacheReadTokens: int64(u.CachedContentTokenCount),
+			ReasoningTokens: int64(u.ThoughtsTokenCount),
+		}
+	}
+	if len(r.Candidates) == 0 {
+		if pf := r.PromptFeedback; pf != nil && pf.BlockReason != "" {
+			g.finish = genai.FinishReasonSafety
+		}
+		return nil
+	}
+	c := r.Candidates[0]
+	if c.FinishReason != "" {
+		g.finish = c.FinishReason
+	}
+	if c.Content == nil {
+		return nil
+	}
+	for _, p := range c.Content.Parts {
+		switch {
+		case p.Thought:
+			// Thought summaries are not the answer.
+		case p.FunctionCall != nil:
+			g.text = -1
+			fc := p.FunctionCall
+			id := fc.ID
+			if id == "" {
+				id = fmt.Sprintf("call_%d", g.calls)
+			}
+			g.calls++
+			args, err := json.Marshal(fc.Args)
+			if err != nil || fc.Args == nil {
+				args = []byte("{}")
+			}
+			call := &gateway.ToolCall{ID: id, Name: fc.Name, Arguments: string(args)}
+			i := len(g.t.Parts)
+			g.t.Parts = append(g.t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: call})
+			g.texts = append(g.texts, nil)
+			if g.onDelta != nil {
+				g.onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: id, Name: fc.Name}})
+				g.onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: call.Arguments})
+			}
+		case p.Text != "":
+			if g.text < 0 {
+				g.text = len(g.t.Parts)
+				g.t.Parts = append(g.t.Parts, gateway.Part{Kind: gateway.PartText})
+				g.texts = append(g.texts, &strings.Builder{})
+			}
+			g.texts[g.text].WriteString(p.Text)
+			if g.onDelta != nil {
+				g.onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: g.text, Text: p.Text})
+			}
+		}
+	}
+	return nil
+}
+
+func (g *geminiTurn) done() *gateway.Turn {
+	for i := range g.t.Parts {
+		if g.t.Parts[i].Kind == gateway.PartText {
+			g.t.Parts[i].Text = g.texts[i].String()
+		}
+	}
+	switch g.finish {
+	case genai.FinishReasonMaxTokens:
+		g.t.Stop = gateway.StopMaxTokens
+	case "", genai.FinishReasonStop, genai.FinishReasonUnspecified:
+		g.t.Stop = gateway.StopEnd
+		if g.calls > 0 {
+			g.t.Stop = gateway.StopToolUse
+		}
+	default: // SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, ...
+		g.t.Stop = gateway.StopRefusal
+		if g.calls > 0 && g.finish == genai.FinishReasonMalformedFunctionCall {
+			g.t.Stop = gateway.StopToolUse
+		}
+	}
+	return &g.t
+}
+
+// Turn implements gateway.Upstream.
+func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	body, err := geminiBody(req, onDelta != nil)
+	if err != nil {
+		return nil, err
+	}
+	path := "/models/" + url.PathEscape(req.Model) + ":generateContent"
+	if onDelta != nil {
+		path = "/models/" + url.PathEscape(req.Model) + ":streamGenerateContent?alt=sse"
+	}
+	call, err := c.post(ctx, path, body, c.headers())
+	if err != nil {
+		return nil, err
+	}
+	defer call.close()
+	g := newGeminiTurn(onDelta)
+	if onDelta == nil {
+		b, err := call.readAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var r genai.GenerateContentResponse
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, badAnswer(err)
+		}
+		if err := g.add(&r); err != nil {
+			return nil, err
+		}
+		return g.done(), nil
+	}
+	sr := newSSEReader(call)
+	for {
+		ev, err := sr.next(ctx)
+		if err == io.EOF {
+			if !g.gotFirst {
+				return nil, truncated("a chunk")
+			}
+			return g.done(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ue := streamError(ev.data); ue != nil {
+			return nil, ue
+		}
+		var r genai.GenerateContentResponse
+		if err := json.Unmarshal(ev.data, &r); err != nil {
+			return nil, badAnswer(err)
+		}
+		if err := g.add(&r); err != nil {
+			return nil, err
+		}
+	}
+}
