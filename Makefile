@@ -49,6 +49,8 @@ bench: setup images
 	$(GO) run ./bench/sandbox
 	cd bench/jsrun && npm ci
 	$(GO) run ./bench/jsrun
+	cd bench/guard && npm ci
+	$(GO) run ./bench/guard
 
 clean:
 	rm -rf $(BIN)

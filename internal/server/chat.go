@@ -81,7 +81,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal)
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Principal) {
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Principal) {
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -142,9 +142,26 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, _ Princ
 		chatError(w, http.StatusInternalServerError, "", "", "internal error")
 		return
 	}
+	redacted, err := s.screenChat(r.Context(), w, p, body)
+	if re := (*gateway.RequestError)(nil); errors.As(err, &re) {
+		chatError(w, re.Status, "", "prompt_injection_blocked", "%s", re.Message)
+		return
+	}
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "reading the workspace's guardrails failed", "err", err)
+		chatError(w, http.StatusInternalServerError, "", "", "internal error")
+		return
+	}
 	fwd, ok := m.Upstream.(chatForwarder)
 	if m.API != gateway.APIChat || !ok {
-		// Another API upstream: translated through its adapter.
+		// Another API upstream: translated through its adapter, with the
+		// guardrails' redactions.
+		if redacted {
+			if raw, err = json.Marshal(body); err != nil {
+				chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
+				return
+			}
+		}
 		chat.Serve(r.Context(), w, raw, model, m)
 		return
 	}

@@ -17,7 +17,8 @@ func (s *Server) mountGemini() {
 	})
 	for _, pattern := range []string{"POST /v1beta/models/{rest...}", "POST /api/v1beta/models/{rest...}"} {
 		s.handleWith(ew, pattern, gemini.MaxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
-			gemini.Serve(w, r, r.PathValue("rest"), gemini.Options{Models: s.cfg.Models, Sandboxes: s.sandboxesFor(p), Log: s.log})
+			gemini.Serve(w, r, r.PathValue("rest"), gemini.Options{Models: s.cfg.Models, Sandboxes: s.sandboxesFor(p), Log: s.log,
+				Screen: s.gatewayScreen(w, p, "gemini")})
 			return nil
 		})
 	}

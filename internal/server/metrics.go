@@ -15,6 +15,8 @@ type metrics struct {
 	commands *prometheus.HistogramVec
 	inflight prometheus.Gauge
 	expired  prometheus.Counter
+
+	guardDetections, guardRequests *prometheus.CounterVec
 }
 
 func newMetrics(mgr *sandbox.Manager) *metrics {
@@ -38,7 +40,8 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 			Help: "Containers whose files the retention sweep deleted.",
 		}),
 	}
-	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired,
+	m.guardDetections, m.guardRequests = guardMetrics()
+	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired, m.guardDetections, m.guardRequests,
 		sandboxCollector{mgr},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shellgate_pool_ready",

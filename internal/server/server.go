@@ -16,6 +16,8 @@
 //	DELETE /api/v1/containers/{id}          delete (cancels what runs)
 //	POST   /api/v1/containers/{id}/exec     run commands (JSON, or SSE with "stream": true)
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
+//	GET    /api/v1/guardrails               the workspace's prompt-injection guardrails (guard.go)
+//	PUT    /api/v1/guardrails               replace them
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
 //	…      /api/v1/containers/{id}/files…   container files, OpenRouter's shape (cfiles.go), and promote
 //	…      /v1/containers/{id}/files…       the same in OpenAI's shape
@@ -103,6 +105,10 @@ type Config struct {
 	// Now is the server's clock for last use and expiry; default
 	// time.Now. Tests move it forward and call Sweep.
 	Now func() time.Time
+	// Guardrails, if set, keeps each workspace's guardrails and their
+	// detections (GET/PUT /api/v1/guardrails; gateway requests screened).
+	// Without it those routes answer 404 and nothing is screened.
+	Guardrails store.Guardrails
 	// WorkspaceFiles, if set, serves file_ids on create.
 	WorkspaceFiles WorkspaceFiles
 
@@ -161,6 +167,8 @@ type Server struct {
 	calls   *callLocks
 	limits  *wsLimits
 	auth    authCache
+	// guardrails caches each workspace's guardrails (guard.go).
+	guardrails guardrailCache
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
@@ -242,6 +250,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
 	s.handle("GET /api/v1/usage", maxEmptyBody, true, s.usage)
+	s.guardrailRoutes()
 	if cfg.EvalRunner != nil {
 		s.evalHandler = s.newEvalHandler()
 	}

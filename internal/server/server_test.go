@@ -86,7 +86,7 @@ func newServerOn(t testing.TB, mgr *sandbox.Manager, data string, mut ...func(*C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { blobs.Close() })
-	cfg := Config{Sandboxes: mgr, Keys: b, Containers: b, Ledger: b, EvalRunner: runner,
+	cfg := Config{Sandboxes: mgr, Keys: b, Containers: b, Ledger: b, EvalRunner: runner, Guardrails: st.Guardrails(),
 		Files: st.Files(), Blobs: blobs, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	for _, f := range mut {
 		f(&cfg)

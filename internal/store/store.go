@@ -63,7 +63,40 @@ type Store interface {
 	Containers() Containers
 	Files() Files
 	Usage() Usage
+	Guardrails() Guardrails
 	Close() error
+}
+
+// Guardrails are each workspace's guardrail settings, kept as the JSON
+// document the server validated (package guard reads it), and the
+// detections recorded with requests.
+type Guardrails interface {
+	// Get returns the scope's settings; "" when it has none.
+	Get(ctx context.Context, scope Scope) (string, error)
+	// Put replaces the scope's settings.
+	Put(ctx context.Context, scope Scope, config string) error
+	// Record stores one request's detections.
+	Record(ctx context.Context, scope Scope, ds []Detection) error
+	// Detections returns a request's detections in the order recorded.
+	Detections(ctx context.Context, scope Scope, requestID string) ([]Detection, error)
+}
+
+// Detection is one prompt-injection match in a request, with what the
+// workspace's guardrails did about it.
+type Detection struct {
+	RequestID string
+	At        time.Time
+	API       string // "responses", "messages", "chat_completions"
+	Action    string // flag, redact or block: the strictest guardrail that applies
+	Guardrail string // that guardrail's name
+	Rule      string
+	Technique string
+	Via       string
+	Location  string // where in the request: "input[2].content[0]", "messages[0].content"
+	Start     int    // byte offsets in that text
+	End       int
+	Excerpt   string
+	Detector  string // guard.Version
 }
 
 // Keys are the API keys. A key is shown once, at Create; only a hash of its

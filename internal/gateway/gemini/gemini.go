@@ -41,6 +41,9 @@ type Options struct {
 	Models    gateway.Models
 	Sandboxes gateway.Sandboxes // the caller's
 	Log       *slog.Logger
+	// Screen, if set, inspects each request before its container is
+	// opened and its model called (the workspace's guardrails).
+	Screen gateway.Screen
 }
 
 // request is a generateContent body.
@@ -196,6 +199,12 @@ func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 		return
 	}
 	run.Model, run.Request.Model, run.Sandboxes = m, m.Name, o.Sandboxes
+	if o.Screen != nil {
+		if err := o.Screen(r.Context(), run.Request); err != nil {
+			fail(err)
+			return
+		}
+	}
 	rd := &renderer{model: model, id: newID()}
 	ctx := r.Context()
 	if !stream {

@@ -21,6 +21,9 @@ type Options struct {
 	Models    gateway.Models
 	Sandboxes gateway.Sandboxes // the caller's
 	Log       *slog.Logger
+	// Screen, if set, inspects each request before its container is
+	// opened and its model called (the workspace's guardrails).
+	Screen gateway.Screen
 }
 
 // Serve answers one Messages request: the key is already checked, the
@@ -51,6 +54,12 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 	}
 	p.run.Model = m
 	p.run.Request.Model = m.Name
+	if o.Screen != nil {
+		if err := o.Screen(ctx, p.run.Request); err != nil {
+			fail(err)
+			return
+		}
+	}
 	p.run.Sandboxes = o.Sandboxes
 	if err := p.resolveUploads(ctx, o.Sandboxes); err != nil {
 		fail(err)

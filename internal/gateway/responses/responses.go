@@ -52,6 +52,9 @@ type Frontend struct {
 	// Models resolves "provider/model"; nil answers every request with 503.
 	Models gateway.Models
 	Log    *slog.Logger
+	// Screen, if set, inspects each request before its container is
+	// opened and its model called (the workspace's guardrails).
+	Screen gateway.Screen
 }
 
 // Serve answers one POST /v1/responses of an authenticated caller whose
@@ -78,6 +81,12 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		return
 	}
 	p.req.Model = model.Name
+	if f.Screen != nil {
+		if err := f.Screen(ctx, p.req); err != nil {
+			f.writeErr(ctx, w, err)
+			return
+		}
+	}
 	for _, u := range p.uploads {
 		if _, err := sbx.StatFile(ctx, u.FileID); err != nil {
 			f.writeErr(ctx, w, err)

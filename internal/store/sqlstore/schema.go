@@ -72,4 +72,34 @@ var migrations = [][]string{
 		expires_at_ms BIGINT NOT NULL
 	)`,
 		`CREATE INDEX continuation_claims_by_expiry ON continuation_claims (expires_at_ms)`},
+	// 3: each workspace's guardrails (a JSON list, guard.Guardrail) and
+	// the prompt-injection detections recorded with requests, by request
+	// id (what request logs will show).
+	{`CREATE TABLE guardrails (
+		account       TEXT NOT NULL,
+		workspace     TEXT NOT NULL,
+		config        TEXT NOT NULL,
+		updated_at_ms BIGINT NOT NULL,
+		PRIMARY KEY (account, workspace)
+	)`,
+		`CREATE TABLE guard_detections (
+		account    TEXT NOT NULL,
+		workspace  TEXT NOT NULL,
+		request_id TEXT NOT NULL,
+		seq        BIGINT NOT NULL,
+		at_ms      BIGINT NOT NULL,
+		api        TEXT NOT NULL,
+		action     TEXT NOT NULL,
+		guardrail  TEXT NOT NULL,
+		rule       TEXT NOT NULL,
+		technique  TEXT NOT NULL,
+		via        TEXT NOT NULL,
+		location   TEXT NOT NULL,
+		start_byte BIGINT NOT NULL,
+		end_byte   BIGINT NOT NULL,
+		excerpt    TEXT NOT NULL,
+		detector   TEXT NOT NULL,
+		PRIMARY KEY (account, workspace, request_id, seq)
+	)`,
+		`CREATE INDEX guard_detections_by_time ON guard_detections (account, workspace, at_ms)`},
 }

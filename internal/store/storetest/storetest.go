@@ -38,6 +38,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Containers", func(t *testing.T) { Containers(t, f) })
 	t.Run("Files", func(t *testing.T) { Files(t, f) })
 	t.Run("Usage", func(t *testing.T) { Usage(t, f) })
+	t.Run("Guardrails", func(t *testing.T) { Guardrails(t, f) })
 }
 
 // The scopes of the suites: B shares A's account, C shares A's workspace
