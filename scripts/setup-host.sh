@@ -2,7 +2,9 @@
 # Installs what Shellgate's sandboxes and tests need on a fresh Debian 12
 # host: the OCI runtimes (crun and runc from Debian, gVisor's runsc built
 # from the Go module proxy at the pinned version), debootstrap and busybox
-# for the images, e2fsprogs for the homes, curl and jq for the demo.
+# for the images, e2fsprogs for the homes, curl and jq for the demo,
+# postgresql for the tests of the PostgreSQL store (internal/store/pgtest
+# runs its own throwaway cluster; the packaged service is not needed).
 # Idempotent: a second run only checks.
 set -euo pipefail
 
@@ -13,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 procps ca-certificates curl jq)
+pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 procps ca-certificates curl jq postgresql)
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi
