@@ -90,7 +90,13 @@ func Shared(t testing.TB) *Server {
 // when t ends, and returns its DSN.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	s := Shared(t)
+	return Shared(t).NewDatabase(t)
+}
+
+// NewDatabase creates an empty database on s for t, dropped when t ends,
+// and returns its DSN.
+func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
 	var b [8]byte
 	rand.Read(b[:])
 	name := "t_" + hex.EncodeToString(b[:])
@@ -139,7 +145,7 @@ func version(postgresBin string) int {
 // shutdown) and removes the cluster's directory.
 const supervisor = `
 "$PGBIN/postgres" -D "$PGDIR/data" -p "$PGPORT" -k "$PGDIR" -c listen_addresses=127.0.0.1 \
-	-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+	-c max_connections=200 $PGFLAGS \
 	>"$PGDIR/log" 2>&1 &
 pid=$!
 read -r _ || true
@@ -148,10 +154,22 @@ wait "$pid"
 rm -rf "$PGDIR"
 `
 
+// Options change how Start runs the server.
+type Options struct {
+	// Durable keeps PostgreSQL's default durability (fsync, synchronous
+	// commit, full page writes), for benchmarks that compare it with a
+	// store that syncs every commit. Tests run without: faster, and a
+	// throwaway cluster needs no crash safety.
+	Durable bool
+}
+
 // Start initializes a cluster in a new temporary directory and starts a
 // server on it, waiting until it accepts connections. Stop it with Stop,
 // or let the process exit.
-func Start(bin string) (*Server, error) {
+func Start(bin string) (*Server, error) { return StartWith(bin, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(bin string, o Options) (*Server, error) {
 	cred, err := credential()
 	if err != nil {
 		return nil, err
@@ -191,19 +209,23 @@ func Start(bin string) (*Server, error) {
 		return fail(err)
 	}
 	// On failure the supervisor has removed the directory.
-	if err := s.start(bin, cred); err != nil {
+	flags := "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	if o.Durable {
+		flags = ""
+	}
+	if err := s.start(bin, cred, flags); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) start(bin string, cred *syscall.Credential) error {
+func (s *Server) start(bin string, cred *syscall.Credential, flags string) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command("/bin/sh", "-c", supervisor)
-	cmd.Env = append(os.Environ(), "PGBIN="+bin, "PGDIR="+s.Dir, "PGPORT="+strconv.Itoa(s.Port))
+	cmd.Env = append(os.Environ(), "PGBIN="+bin, "PGDIR="+s.Dir, "PGPORT="+strconv.Itoa(s.Port), "PGFLAGS="+flags)
 	cmd.Stdin = r // a file, not a reader: no copying goroutine
 	cmd.Dir = s.Dir
 	// Its own process group, so a Ctrl-C of the tests reaches it only
