@@ -5,6 +5,8 @@
 # for the images, e2fsprogs for the homes, curl and jq for the demo,
 # python3 for the egress benchmark's host-side client, iptables for the
 # egress firewall's fallback (tested beside nftables).
+# postgresql for the tests of the PostgreSQL store (internal/store/pgtest
+# runs its own throwaway cluster; the packaged service is not needed).
 # Idempotent: a second run only checks.
 set -euo pipefail
 
@@ -15,7 +17,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3)
+pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3 postgresql)
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi

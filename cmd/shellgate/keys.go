@@ -10,16 +10,15 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
-	"github.com/shellgate/shellgate/internal/store/sqlstore"
 )
 
 func init() {
 	register("keys", "API keys: keys create --account A --workspace W | list | revoke ID", runKeys)
 }
 
-const keysUsage = `usage: shellgate keys create --account A --workspace W [--data-dir DIR]
-       shellgate keys list [--data-dir DIR]
-       shellgate keys revoke ID [--data-dir DIR]
+const keysUsage = `usage: shellgate keys create --account A --workspace W [--data-dir DIR | --database postgres://...]
+       shellgate keys list [--data-dir DIR | --database postgres://...]
+       shellgate keys revoke ID [--data-dir DIR | --database postgres://...]
 
 create prints a new key once, as the last line of its output; only a hash
 of it is kept. list shows every key without secrets. revoke makes a key
@@ -33,6 +32,7 @@ func runKeys(ctx context.Context, args []string) error {
 	verb, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+verb, flag.ContinueOnError)
 	dataDir := dataDirFlag(fs)
+	database := databaseFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), keysUsage)
 		fs.PrintDefaults()
@@ -78,7 +78,7 @@ func runKeys(ctx context.Context, args []string) error {
 		}
 	}
 
-	st, err := sqlstore.OpenSQLite(ctx, *dataDir)
+	st, _, err := openStore(ctx, *database, *dataDir)
 	if err != nil {
 		return err
 	}

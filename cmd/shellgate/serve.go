@@ -16,7 +16,6 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/server"
 	"github.com/shellgate/shellgate/internal/store"
-	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/egress"
@@ -24,7 +23,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--config PROVIDERS.yaml]", runServe)
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--config PROVIDERS.yaml]", runServe)
 }
 
 // DefaultAddr is where `shellgate serve` listens without --addr: loopback
@@ -35,6 +34,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", defaultAddr, "HOST:PORT to listen on")
 	dataDir := dataDirFlag(fs)
+	database := databaseFlag(fs)
 	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
 	img := fs.String("image", "default", "root filesystem image of new containers")
 	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
@@ -111,7 +111,7 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	st, err := sqlstore.OpenSQLite(ctx, *dataDir)
+	st, stDesc, err := openStore(ctx, *database, *dataDir)
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
-	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "runtime", mgr.Runtime(), "image", *img)
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "runtime", mgr.Runtime(), "image", *img)
 	return srv.Run(ctx, ln, *grace)
 }
 

@@ -1,8 +1,8 @@
 // Package store holds the server's state behind small interfaces: API keys,
 // per-sandbox container records, workspace file metadata (with the bytes
 // in a Blobs store), and the usage ledger. Implementations live apart:
-// internal/store/sqlstore (SQLite under the data directory today; the same
-// portable SQL on PostgreSQL for the scale-out), and LocalBlobs in this
+// internal/store/sqlstore (SQLite under the data directory by default; the
+// same portable SQL on PostgreSQL for replicas), and LocalBlobs in this
 // package for file bytes. Each interface has a conformance suite in
 // internal/store/storetest that every implementation runs.
 //

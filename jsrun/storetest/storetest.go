@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of jsrun.ContinuationStore: run
-// it against every implementation (the in-memory store, SQLite, and the
-// PostgreSQL store of the scale-out).
+// it against every implementation (the in-memory store, and the server's
+// store on SQLite and on PostgreSQL).
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) jsrun.ContinuationStore { return jsrun.NewMemoryStore() })

@@ -13,16 +13,20 @@ import (
 )
 
 // The continuation store on the server's database passes jsrun's
-// conformance suite.
+// conformance suite, on both databases.
 func TestContinuationStoreConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) jsrun.ContinuationStore {
-		s, err := OpenSQLite(t.Context(), t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s.Continuations()
-	})
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) jsrun.ContinuationStore {
+				s, err := b.factory(t)()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s.(*DB).Continuations()
+			})
+		})
+	}
 }
 
 // A claim survives closing the database, and two handles on one data

@@ -1,9 +1,10 @@
 // Package sqlstore implements store.Store on database/sql with SQL that
 // SQLite and PostgreSQL share (see schema.go). OpenSQLite opens the
-// embedded default, DATA/shellgate.db (modernc.org/sqlite, no cgo); the
-// scale-out adds a PostgreSQL opener that runs the same statements.
+// embedded default, DATA/shellgate.db (modernc.org/sqlite, no cgo);
+// OpenPostgres opens a PostgreSQL database (jackc/pgx/v5) that several
+// gateway replicas share, and runs the same statements.
 //
-//	st, err := sqlstore.OpenSQLite(ctx, dataDir)
+//	st, err := sqlstore.OpenSQLite(ctx, dataDir) // or OpenPostgres(ctx, "postgres://...")
 //	defer st.Close()
 //	key, token, err := st.Keys().Create(ctx, store.Scope{Account: "acme", Workspace: "prod"})
 //
@@ -40,11 +41,16 @@ type DB struct {
 var _ store.Store = (*DB)(nil)
 
 // dialect is what differs between databases: how they report a busy
-// database and a uniqueness violation.
+// database and a uniqueness violation, and how the migration keeps other
+// processes out.
 type dialect struct {
 	name     string
 	isBusy   func(error) bool
 	isUnique func(error) bool
+	// migrateLock, when set, is the first statement of the migration's
+	// transaction: it waits for any other process's migration to commit.
+	// SQLite needs none: its transactions take the write lock up front.
+	migrateLock string
 }
 
 // busyFor bounds how long a statement is retried while the database is busy.
@@ -77,7 +83,8 @@ func (s *DB) SchemaVersion(ctx context.Context) (int, error) {
 
 // migrate applies the pending steps of migrations in one transaction, so
 // that of several processes opening a new database at once one migrates
-// and the others find it done.
+// and the others find it done (on PostgreSQL under an advisory lock, since
+// two concurrent CREATE TABLE IF NOT EXISTS can both fail there).
 func (s *DB) migrate(ctx context.Context) error {
 	err := s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -85,6 +92,11 @@ func (s *DB) migrate(ctx context.Context) error {
 			return err
 		}
 		defer tx.Rollback()
+		if d := s.dialect.migrateLock; d != "" {
+			if _, err := tx.ExecContext(ctx, d); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version       BIGINT PRIMARY KEY,
 			applied_at_ms BIGINT NOT NULL

@@ -16,8 +16,10 @@ func sqliteFactory(t *testing.T) storetest.Opener {
 	return func() (store.Store, error) { return OpenSQLite(t.Context(), dir) }
 }
 
+// One conformance suite, both implementations.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, sqliteFactory)
+	t.Run("sqlite", func(t *testing.T) { storetest.Run(t, sqliteFactory) })
+	t.Run("postgres", func(t *testing.T) { storetest.Run(t, postgresFactory) })
 }
 
 // The database is private, in WAL mode, at the current schema version.

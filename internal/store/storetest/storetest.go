@@ -1,6 +1,6 @@
 // Package storetest holds the conformance suites of the store interfaces,
 // one per interface, run by every implementation (SQLite today,
-// PostgreSQL with the scale-out):
+// PostgreSQL):
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) storetest.Opener {
@@ -13,7 +13,8 @@
 // tenancy (another scope's rows answer exactly like missing ones),
 // pagination edges, validation, restart (close and reopen keeps
 // everything) and concurrent writers on two independent handles to the
-// same data, as two processes would have.
+// same data, as two processes or two gateway replicas would have
+// (Replicas: racing for the same rows).
 package storetest
 
 import (
@@ -39,6 +40,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Files", func(t *testing.T) { Files(t, f) })
 	t.Run("Usage", func(t *testing.T) { Usage(t, f) })
 	t.Run("Guardrails", func(t *testing.T) { Guardrails(t, f) })
+	t.Run("Replicas", func(t *testing.T) { Replicas(t, f) })
 }
 
 // The scopes of the suites: B shares A's account, C shares A's workspace
