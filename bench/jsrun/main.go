@@ -1,6 +1,7 @@
-// Command jsrun-bench runs jsrun and quickjs-emscripten (the engine the Run
-// SDK embeds, on Node) side by side on the same cases and prints a table of
-// medians, p99 and ratios.
+// Command jsrun-bench runs jsrun, quickjs-emscripten (the engine the Run
+// SDK embeds, on Node) and the Run SDK itself (the npm package `run`) side by
+// side on the same cases and prints a table of medians, p99 and the ratios
+// jsrun ÷ emscripten and jsrun ÷ run.
 //
 //	(cd bench/jsrun && npm ci) && go run ./bench/jsrun -n 300
 package main
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,35 +30,53 @@ import (
 
 type stat struct {
 	p50, p99 float64 // µs
+	wallMs   float64 // concurrency case
+	rssMiB   float64 // concurrency case: peak RSS of the process
 	extra    string
 }
 
 func main() {
 	n := flag.Int("n", 300, "iterations per case")
-	concurrent := flag.Int("concurrent", 1000, "runs alive at once in the concurrency case")
-	dir := flag.String("dir", "bench/jsrun", "directory of bench.mjs (with node_modules)")
+	concurrent := flag.Int("concurrent", 1000, "runs alive at once in the concurrency case (jsrun and emscripten)")
+	runConcurrent := flag.Int("run-concurrent", 200, "runs alive at once in the concurrency case against the Run SDK (each holds a worker thread); 0 skips it")
+	dir := flag.String("dir", "bench/jsrun", "directory of bench.mjs and run.mjs (with node_modules)")
 	flag.Parse()
 
-	goStats := runGo(*n, *concurrent)
-	nodeStats, nodeErr := runNode(*dir, *n, *concurrent)
+	goStats := runGo(*n, *concurrent, *runConcurrent)
+	nodeStats, nodeErr := runNode(*dir, "bench.mjs", *n, *concurrent)
+	runStats, runErr := runNode(*dir, "run.mjs", *n, *runConcurrent)
 
-	fmt.Printf("jsrun (Go %s, modernc.org/quickjs) vs quickjs-emscripten 0.32 (Node %s); %d iterations per case, %d CPUs\n\n",
-		runtime.Version(), nodeVersion(), *n, runtime.NumCPU())
-	fmt.Println("| case | jsrun p50 | jsrun p99 | emscripten p50 | emscripten p99 | p50 ratio (jsrun/emscripten) |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Printf("jsrun (Go %s, modernc.org/quickjs) vs quickjs-emscripten 0.32 and the Run SDK (npm run %s) on Node %s; %d iterations per case, %d CPUs\n\n",
+		runtime.Version(), runVersion(*dir), nodeVersion(), *n, runtime.NumCPU())
+	fmt.Println("| case | jsrun p50 | jsrun p99 | emscripten p50 | emscripten p99 | run p50 | run p99 | p50 jsrun ÷ emscripten | p50 jsrun ÷ run |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range []string{"bare", "fresh", "roundtrip", "ten", "interrupt_resume", "fresh_prewarmed", "interrupt_resume_prewarmed"} {
-		g, ns := goStats[c], nodeStats[strings.TrimSuffix(c, "_prewarmed")]
-		ratio := "—"
-		if ns.p50 > 0 {
-			ratio = fmt.Sprintf("%.2f", g.p50/ns.p50)
-		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", label(c), ms(g.p50), ms(g.p99), ms(ns.p50), ms(ns.p99), ratio)
+		g, ns, rs := goStats[c], nodeStats[strings.TrimSuffix(c, "_prewarmed")], runStats[strings.TrimSuffix(c, "_prewarmed")]
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(c), ms(g.p50), ms(g.p99), ms(ns.p50), ms(ns.p99), ms(rs.p50), ms(rs.p99), ratio(g.p50, ns.p50), ratio(g.p50, rs.p50))
 	}
-	fmt.Printf("| %d concurrent runs | %s | | %s | | |\n", *concurrent, goStats["concurrent"].extra, nodeStats["concurrent"].extra)
-	if nodeErr != nil {
-		fmt.Fprintf(os.Stderr, "\nnode side failed: %v\n", nodeErr)
+	fmt.Printf("| %d concurrent runs | %s | | %s | | — | | %s wall, %s RSS | |\n", *concurrent, goStats["concurrent"].extra, nodeStats["concurrent"].extra,
+		ratio(goStats["concurrent"].wallMs, nodeStats["concurrent"].wallMs), ratio(goStats["concurrent"].rssMiB, nodeStats["concurrent"].rssMiB))
+	if *runConcurrent > 0 {
+		g, rs := goStats["run_concurrent"], runStats["concurrent"]
+		fmt.Printf("| %d concurrent runs | %s | | — | | %s | | | %s wall, %s RSS |\n", *runConcurrent, g.extra, rs.extra, ratio(g.wallMs, rs.wallMs), ratio(g.rssMiB, rs.rssMiB))
+	}
+	failed := false
+	for side, err := range map[string]error{"emscripten (bench.mjs)": nodeErr, "run (run.mjs)": runErr} {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "\n%s side failed: %v\n", side, err)
+			failed = true
+		}
+	}
+	if failed {
 		os.Exit(1)
 	}
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.3f", a/b)
 }
 
 func label(c string) string {
@@ -66,8 +86,8 @@ func label(c string) string {
 		"roundtrip":                  "one host round trip",
 		"ten":                        "ten sequential round trips",
 		"interrupt_resume":           "interrupt + resume (signed token, replay)",
-		"fresh_prewarmed":            "fresh run, jsrun Prewarm=4, one run per 5 ms (emscripten: closed loop)",
-		"interrupt_resume_prewarmed": "interrupt + resume, jsrun Prewarm=4, one per 5 ms (emscripten: closed loop)",
+		"fresh_prewarmed":            "fresh run, jsrun Prewarm=4, one run per 5 ms (emscripten, run: closed loop)",
+		"interrupt_resume_prewarmed": "interrupt + resume, jsrun Prewarm=4, one per 5 ms (emscripten, run: closed loop)",
 	}[c]
 }
 
@@ -100,7 +120,7 @@ var host = map[string]jsrun.Namespace{"host": {
 	}),
 }}
 
-func runGo(n, concurrent int) map[string]stat {
+func runGo(n, concurrent, runConcurrent int) map[string]stat {
 	r, err := jsrun.NewRunner(jsrun.Config{Secret: bytes.Repeat([]byte("k"), 32), Store: jsrun.NewMemoryStore()})
 	if err != nil {
 		panic(err)
@@ -169,6 +189,10 @@ func runGo(n, concurrent int) map[string]stat {
 		}
 		out[name+"_prewarmed"] = percentiles(d)
 	}
+	// The smaller count first: each case's peak RSS is a fresh high-water mark.
+	if runConcurrent > 0 {
+		out["run_concurrent"] = goConcurrent(r, runConcurrent)
+	}
 	out["concurrent"] = goConcurrent(r, concurrent)
 	return out
 }
@@ -183,6 +207,8 @@ func goConcurrent(r *jsrun.Runner, n int) stat {
 		return args[0], nil
 	})}}
 	var wg sync.WaitGroup
+	debug.FreeOSMemory()
+	resetPeakRSS()
 	t := time.Now()
 	for j := 0; j < n; j++ {
 		wg.Add(1)
@@ -198,7 +224,16 @@ func goConcurrent(r *jsrun.Runner, n int) stat {
 	rss := peakRSSMiB()
 	close(gate)
 	wg.Wait()
-	return stat{extra: fmt.Sprintf("all correct, %d ms wall, peak RSS %.0f MiB", time.Since(t).Milliseconds(), rss)}
+	wall := time.Since(t)
+	return stat{wallMs: float64(wall.Milliseconds()), rssMiB: rss, extra: fmt.Sprintf("all correct, %d ms wall, peak RSS %.0f MiB", wall.Milliseconds(), rss)}
+}
+
+// resetPeakRSS starts a new high-water mark for VmHWM (Linux clear_refs 5),
+// so a case's peak does not include an earlier, larger one.
+func resetPeakRSS() {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "cannot reset peak RSS (%v): it includes earlier cases\n", err)
+	}
 }
 
 func peakRSSMiB() float64 {
@@ -215,13 +250,13 @@ func peakRSSMiB() float64 {
 	return 0
 }
 
-func runNode(dir string, n, concurrent int) (map[string]stat, error) {
+func runNode(dir, script string, n, concurrent int) (map[string]stat, error) {
 	out := map[string]stat{}
-	cmd := exec.Command("node", filepath.Join(dir, "bench.mjs"), "--n", strconv.Itoa(n), "--concurrent", strconv.Itoa(concurrent))
+	cmd := exec.Command("node", filepath.Join(dir, script), "--n", strconv.Itoa(n), "--concurrent", strconv.Itoa(concurrent))
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("node %s/bench.mjs (run npm ci there first): %w", dir, err)
+		return out, fmt.Errorf("node %s/%s (run npm ci there first): %w", dir, script, err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
@@ -237,11 +272,21 @@ func runNode(dir string, n, concurrent int) (map[string]stat, error) {
 		}
 		s := stat{p50: line.P50, p99: line.P99}
 		if line.Case == "concurrent" {
-			s.extra = fmt.Sprintf("all correct, %.0f ms wall, RSS %.0f MiB", line.WallMs, line.RSS)
+			s.wallMs, s.rssMiB = line.WallMs, line.RSS
+			s.extra = fmt.Sprintf("all correct, %.0f ms wall, peak RSS %.0f MiB", line.WallMs, line.RSS)
 		}
 		out[line.Case] = s
 	}
 	return out, nil
+}
+
+func runVersion(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "node_modules", "run", "package.json"))
+	var pkg struct{ Version string }
+	if err != nil || json.Unmarshal(b, &pkg) != nil {
+		return "?"
+	}
+	return pkg.Version
 }
 
 func nodeVersion() string {
