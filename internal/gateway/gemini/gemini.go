@@ -67,8 +67,9 @@ func bad(format string, a ...any) error {
 	return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, a...)}
 }
 
-// statusWord is the google.rpc status name of an HTTP status.
-func statusWord(status int) string {
+// StatusWord is the google.rpc status name of an HTTP status, as Google's
+// error envelope carries it.
+func StatusWord(status int) string {
 	switch status {
 	case 400:
 		return "INVALID_ARGUMENT"
@@ -101,7 +102,7 @@ func statusWord(status int) string {
 
 // WriteError writes {"error":{"code","message","status"}}.
 func WriteError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]any{"code": status, "message": msg, "status": statusWord(status)}})
+	writeJSON(w, status, map[string]any{"error": map[string]any{"code": status, "message": msg, "status": StatusWord(status)}})
 }
 
 func classify(err error) (int, string) {
@@ -230,7 +231,7 @@ func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 			return
 		}
 		status, msg := classify(err)
-		st.send(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": statusWord(status)}})
+		st.send(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": StatusWord(status)}})
 		return
 	}
 	st.finish(res)

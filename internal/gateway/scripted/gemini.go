@@ -4,7 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/shellgate/shellgate/internal/gateway/gemini"
 )
+
+// geminiStatus is the status word of an HTTP status in Google's envelope.
+var geminiStatus = gemini.StatusWord
 
 // Gemini API (POST /v1beta/models/{model}:generateContent and
 // :streamGenerateContent?alt=sse, SSE data lines of whole
@@ -219,27 +224,5 @@ func streamGemini(s *sse, a *answer) {
 			calls = []any{}
 		}
 		s.event("", geminiChunk(a, calls, true, id))
-	}
-}
-
-// geminiStatus is the status word of an HTTP status in Google's envelope.
-func geminiStatus(status int) string {
-	switch status {
-	case 400:
-		return "INVALID_ARGUMENT"
-	case 401:
-		return "UNAUTHENTICATED"
-	case 403:
-		return "PERMISSION_DENIED"
-	case 404:
-		return "NOT_FOUND"
-	case 429:
-		return "RESOURCE_EXHAUSTED"
-	case 503:
-		return "UNAVAILABLE"
-	case 504:
-		return "DEADLINE_EXCEEDED"
-	default:
-		return "INTERNAL"
 	}
 }
