@@ -242,10 +242,9 @@ func parse(req *request, r *http.Request) (*gateway.Run, error) {
 	if len(req.Contents) == 0 {
 		return nil, bad("* GenerateContentRequest.contents: contents is not specified")
 	}
-	run := &gateway.Run{Request: &gateway.Request{}, Budget: gateway.FinalAnswer,
-		Select: identity.Request{HeaderSessionID: strings.TrimSpace(r.Header.Get("x-session-id"))}}
 	g := &gateway.Request{}
-	run.Request = g
+	run := &gateway.Run{Request: g, Budget: gateway.FinalAnswer,
+		Select: identity.Request{HeaderSessionID: strings.TrimSpace(r.Header.Get("x-session-id"))}}
 	if si := req.SystemInstruction; si != nil {
 		var sys []string
 		for _, p := range si.Parts {
