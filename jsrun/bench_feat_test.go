@@ -68,7 +68,7 @@ func BenchmarkLanguage(b *testing.B) {
 // BenchmarkTypeScriptTransform is the transform alone.
 func BenchmarkTypeScriptTransform(b *testing.B) {
 	for i := 0; i < b.N; i++ {
-		if _, err := transformTypeScript(benchTS); err != nil {
+		if _, err := transformTypeScript(benchTS, false); err != nil {
 			b.Fatal(err)
 		}
 	}

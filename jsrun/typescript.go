@@ -3,7 +3,6 @@ package jsrun
 import (
 	"crypto/sha256"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -59,7 +58,20 @@ func (p *tsProgram) size(source string) int { return len(source) + len(p.js) + l
 // typeScriptProgram returns the transform of source, from the cache when
 // it can.
 func typeScriptProgram(source string) (*tsProgram, error) {
+	return cachedTypeScript(source, false)
+}
+
+// typeScriptModule returns the transform of a module's source (no function
+// wrapper: imports and exports stay as they are).
+func typeScriptModule(source string) (*tsProgram, error) {
+	return cachedTypeScript(source, true)
+}
+
+func cachedTypeScript(source string, module bool) (*tsProgram, error) {
 	key := sha256.Sum256([]byte(source))
+	if module {
+		key[0] ^= 0xff // a module and a function body of one text differ
+	}
 	tsCache.Lock()
 	p := tsCache.m[key]
 	tsCache.Unlock()
@@ -71,7 +83,7 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 		e.Details["line"] = line
 		return nil, e
 	}
-	p, err := transformTypeScript(source)
+	p, err := transformTypeScript(source, module)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +114,12 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 // top-level await and return parse as they do there, and the output is the
 // wrapped function. A TypeScript syntax error is a RUN_USER_SOURCE_ERROR
 // SyntaxError with the line and column in the original source.
-func transformTypeScript(source string) (*tsProgram, error) {
-	res := api.Transform(sourcePrefix+source+sourceSuffix, api.TransformOptions{
+func transformTypeScript(source string, module bool) (*tsProgram, error) {
+	prefix, suffix := sourcePrefix, sourceSuffix
+	if module {
+		prefix, suffix = "", ""
+	}
+	res := api.Transform(prefix+source+suffix, api.TransformOptions{
 		Loader:         api.LoaderTS,
 		Target:         api.ESNext,
 		Charset:        api.CharsetUTF8,
@@ -118,7 +134,7 @@ func transformTypeScript(source string) (*tsProgram, error) {
 		if m.Location != nil {
 			line, col = m.Location.Line, m.Location.Column+1
 			if line == 1 {
-				col -= len(sourcePrefix)
+				col -= len(prefix)
 			}
 		}
 		return nil, syntaxError(m.Text, line, col, nil)
@@ -172,23 +188,11 @@ func (p *tsProgram) position(line, col int) (int, int, bool) {
 	return l, c + d + 1, true
 }
 
-// remapStack rewrites the engine's frames (<eval>:line:col) from the
-// generated JavaScript to the TypeScript, for mapStack to finish.
-func (p *tsProgram) remapStack(stack string) string {
-	if p == nil {
-		return stack
-	}
-	return frameRe.ReplaceAllStringFunc(stack, func(m string) string {
-		sub := frameRe.FindStringSubmatch(m)
-		ln, _ := strconv.Atoi(sub[1])
-		col, _ := strconv.Atoi(sub[2])
-		l, c, _ := p.position(ln, col)
-		return "(<eval>:" + strconv.Itoa(l) + ":" + strconv.Itoa(c) + ")"
-	})
-}
-
 // program returns the wrapped function source to evaluate.
 func (inv *invocation) program() string {
+	if inv.mods.module {
+		return moduleProgram
+	}
 	if inv.ts != nil {
 		return inv.ts.js
 	}
