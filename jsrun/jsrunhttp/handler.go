@@ -94,7 +94,10 @@ type Request struct {
 	SourceType string `json:"source_type,omitempty"`
 	// Modules are the modules the source may import, by name (see
 	// jsrun.ModuleMap): "./x.js" from the source resolves to "x.js".
-	Modules         map[string]string   `json:"modules,omitempty"`
+	Modules map[string]string `json:"modules,omitempty"`
+	// Loader serves the modules instead of Modules (not on the wire: the
+	// CLI sets it to the source file's directory).
+	Loader          jsrun.ModuleLoader  `json:"-"`
 	ClientFunctions map[string][]string `json:"client_functions,omitempty"`
 	Sandbox         *SandboxRequest     `json:"sandbox,omitempty"`
 	Limits          *Limits             `json:"limits,omitempty"`
@@ -288,7 +291,12 @@ func (e *badRequest) Error() string { return e.msg }
 func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsrun.Input, error) {
 	in := jsrun.Input{Source: req.Source, Language: jsrun.Language(req.Language), Continuation: req.Continuation, HostFunctions: map[string]jsrun.Namespace{},
 		SourceType: jsrun.SourceType(req.SourceType)}
-	if req.Modules != nil {
+	if req.Loader != nil {
+		if req.Modules != nil {
+			return in, &badRequest{"modules and a module loader both given"}
+		}
+		in.ModuleLoader = req.Loader
+	} else if req.Modules != nil {
 		m, err := jsrun.NewModuleMap(req.Modules)
 		if err != nil {
 			return in, &badRequest{"modules: " + err.Error()}
