@@ -135,3 +135,51 @@ func BenchmarkInterruptResumeCodec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkModules runs ten chained modules (mI imports m(I-1)) as a module
+// run with a host loader, beside the same code written as one function
+// body (what a user does without modules), and the same import done
+// dynamically from a function body.
+func BenchmarkModules(b *testing.B) {
+	mods := map[string]string{}
+	inline := ""
+	for i := range 10 {
+		n := strconv.Itoa(i)
+		if i == 0 {
+			mods["m0.js"] = "export const v = 0; export const sum = v;"
+			inline += "const v0 = 0; const sum0 = v0;\n"
+			continue
+		}
+		mods["m"+n+".js"] = "import {sum as prev} from './m" + strconv.Itoa(i-1) + ".js'; export const v = " + n + "; export const sum = prev + v;"
+		inline += "const v" + n + " = " + n + "; const sum" + n + " = sum" + strconv.Itoa(i-1) + " + v" + n + ";\n"
+	}
+	loader, err := NewModuleMap(mods)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		in   Input
+	}{
+		{"inline-function-body", Input{Source: inline + "if (sum9 + v0 !== 45) throw new Error('bad sum')"}},
+		{"module-10-imports", Input{ModuleLoader: loader, Source: "import {sum} from './m9.js'; import {v} from './m0.js'; if (sum + v !== 45) throw new Error('bad sum');"}},
+		{"dynamic-import-10", Input{ModuleLoader: loader, SourceType: SourceFunctionBody, Source: "const {sum} = await import('./m9.js'); return sum"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := benchRunner(b)
+			ctx := context.Background()
+			d := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				res, err := r.Run(ctx, c.in)
+				d = append(d, time.Since(t))
+				if err != nil || res.Status != StatusCompleted {
+					b.Fatal(res, err)
+				}
+			}
+			b.StopTimer()
+			percentiles(b, d)
+		})
+	}
+}
