@@ -209,6 +209,9 @@ func (inv *invocation) normalizeModule(_ *quickjs.VM, base, specifier string) (s
 	if name, ok := inv.mods.resolved[key]; ok {
 		return name, nil
 	}
+	if len(specifier) > maxSpecifierBytes {
+		return "", &moduleFailure{fmt.Sprintf("module specifier of %d bytes, over the limit of %d", len(specifier), maxSpecifierBytes)}
+	}
 	if inv.in.ModuleLoader == nil {
 		return "", &moduleFailure{fmt.Sprintf("no module loader: cannot import %q", specifier)}
 	}
@@ -250,6 +253,10 @@ func (inv *invocation) normalizeModule(_ *quickjs.VM, base, specifier string) (s
 	return op.Name, nil
 }
 
+// maxSpecifierBytes bounds a specifier (and a normalized name) handed to
+// the host.
+const maxSpecifierBytes = 4096
+
 // badModuleName says what is wrong with a name Normalize returned.
 func badModuleName(name string) string {
 	switch {
@@ -261,7 +268,7 @@ func badModuleName(name string) string {
 		return "a name with NUL"
 	case !utf8.ValidString(name):
 		return "a name that is not UTF-8"
-	case len(name) > 4096:
+	case len(name) > maxSpecifierBytes:
 		return "a name over 4096 bytes"
 	}
 	return ""

@@ -387,3 +387,25 @@ func TestModuleContinuationBindsSources(t *testing.T) {
 		t.Fatalf("got %+v", res2)
 	}
 }
+
+func TestModuleTypeScriptEntry(t *testing.T) {
+	r := newTestRunner(t)
+	mods := moduleMap(t, testModules)
+	src := "import {twice} from './t.ts';\ninterface P { n: number }\nconst p: P = {n: twice(2)};\nconsole.log(p.n);\nif (p.n === 4) throw new Error('four');"
+	_, err := r.Run(context.Background(), Input{ModuleLoader: mods, Language: LanguageTypeScript, Source: src})
+	e := wantCode(t, err, CodeUserSourceError)
+	if e.Message != "four" || e.Console != "4\n" || !strings.Contains(e.Stack, "(<source>:5:") {
+		t.Fatalf("%q %q %q", e.Message, e.Console, e.Stack)
+	}
+	_, err = r.Run(context.Background(), Input{ModuleLoader: mods, Language: LanguageTypeScript, Source: "import {s} from './t.ts';\nconst x: = 1"})
+	e = wantCode(t, err, CodeUserSourceError)
+	if e.Name != "SyntaxError" || e.Details["line"] != 2 {
+		t.Fatalf("%s %q %v", e.Name, e.Message, e.Details)
+	}
+	// A huge specifier never reaches the host.
+	res := mustRun(t, r, Input{ModuleLoader: failingLoader{}, SourceType: SourceFunctionBody,
+		Source: "try { await import('x'.repeat(1e6)) } catch (e) { return e.message }"})
+	if !strings.Contains(fmt.Sprint(res.Value), "over the limit of 4096") {
+		t.Fatalf("got %v", res.Value)
+	}
+}
