@@ -128,6 +128,14 @@ type moduleOp struct {
 	Failed string `json:"failed,omitempty"`
 }
 
+// describe names a recorded request in an error message.
+func (op *moduleOp) describe() string {
+	if op.Kind == opNormalize {
+		return fmt.Sprintf("the resolution of %q from %q", op.Specifier, op.Importer)
+	}
+	return fmt.Sprintf("the load of %q", op.Name)
+}
+
 const (
 	opNormalize = "normalize"
 	opLoad      = "load"
@@ -222,7 +230,7 @@ func (inv *invocation) normalizeModule(_ *quickjs.VM, base, specifier string) (s
 	op := moduleOp{Kind: opNormalize, Specifier: specifier, Importer: importer}
 	if old != nil {
 		if old.Kind != opNormalize || old.Specifier != specifier || old.Importer != importer {
-			return "", inv.moduleFatal(newError(CodeProtocol, "replay diverged at module request %d: the continuation has %s %q, the run asks to resolve %q from %q", len(inv.mods.ops)+1, old.Kind, old.Specifier+old.Name, specifier, importer))
+			return "", inv.moduleFatal(newError(CodeProtocol, "replay diverged at module request %d: the continuation has %s, the run asks to resolve %q from %q", len(inv.mods.ops)+1, old.describe(), specifier, importer))
 		}
 		op = *old
 	} else {
@@ -291,7 +299,7 @@ func (inv *invocation) loadModule(_ *quickjs.VM, name string) (string, error) {
 	}
 	index := len(inv.mods.ops) + 1
 	if old != nil && (old.Kind != opLoad || old.Name != name) {
-		return "", inv.moduleFatal(newError(CodeProtocol, "replay diverged at module request %d: the continuation has %s %q, the run loads %q", index, old.Kind, old.Specifier+old.Name, name))
+		return "", inv.moduleFatal(newError(CodeProtocol, "replay diverged at module request %d: the continuation has %s, the run loads %q", index, old.describe(), name))
 	}
 	op := moduleOp{Kind: opLoad, Name: name}
 	if old != nil && old.Failed != "" {
