@@ -334,11 +334,12 @@ func TestDirModules(t *testing.T) {
 
 // switchLoader serves a map that a test can change between rounds.
 type switchLoader struct {
-	mods  atomic.Pointer[map[string]string]
-	loads atomic.Int64
+	mods             atomic.Pointer[map[string]string]
+	loads, normalize atomic.Int64
 }
 
 func (s *switchLoader) Normalize(_ context.Context, spec, imp string) (string, error) {
+	s.normalize.Add(1)
 	name, _, err := resolveSpecifier(spec, imp)
 	return name, err
 }
@@ -379,12 +380,17 @@ func TestModuleContinuationBindsSources(t *testing.T) {
 	_, err = r.Run(context.Background(), Input{SourceType: SourceModule, HostFunctions: hf, Source: src, Continuation: res.Continuation,
 		Resolutions: []Resolution{{InterruptionID: "interrupt-1", Value: true}}})
 	wantCode(t, err, CodeProtocol)
-	// The original code resumes.
+	// The original code resumes: Normalize is answered from the
+	// continuation, Load is called again and checked.
 	sl.mods.Store(&v1)
+	n0, l0 := sl.normalize.Load(), sl.loads.Load()
 	res2 := mustRun(t, r, Input{ModuleLoader: sl, HostFunctions: hf, Source: src, Continuation: res.Continuation,
 		Resolutions: []Resolution{{InterruptionID: "interrupt-1", Value: true}}})
 	if res2.Status != StatusCompleted || res2.Console != "approved true\n" {
 		t.Fatalf("got %+v", res2)
+	}
+	if sl.normalize.Load() != n0 || sl.loads.Load() != l0+1 {
+		t.Fatalf("resume: %d normalize, %d load calls; want 0 and 1", sl.normalize.Load()-n0, sl.loads.Load()-l0)
 	}
 }
 
