@@ -293,7 +293,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 	var ts *tsProgram
 	if in.Language == LanguageTypeScript {
-		if ts, err = typeScriptProgram(in.Source); err != nil {
+		if ts, err = typeScriptProgram(ctx, in.Source, lim.Timeout); err != nil {
 			return nil, err
 		}
 	}

@@ -1,13 +1,15 @@
 package jsrun
 
 import (
+	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/evanw/esbuild/pkg/api"
 	"github.com/go-sourcemap/sourcemap"
 )
 
@@ -58,7 +60,7 @@ func (p *tsProgram) size(source string) int { return len(source) + len(p.js) + l
 
 // typeScriptProgram returns the transform of source, from the cache when
 // it can.
-func typeScriptProgram(source string) (*tsProgram, error) {
+func typeScriptProgram(ctx context.Context, source string, timeout time.Duration) (*tsProgram, error) {
 	key := sha256.Sum256([]byte(source))
 	tsCache.Lock()
 	p := tsCache.m[key]
@@ -71,7 +73,7 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 		e.Details["line"] = line
 		return nil, e
 	}
-	p, err := transformTypeScript(source)
+	p, err := transformTypeScript(ctx, source, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -102,28 +104,29 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 // top-level await and return parse as they do there, and the output is the
 // wrapped function. A TypeScript syntax error is a RUN_USER_SOURCE_ERROR
 // SyntaxError with the line and column in the original source.
-func transformTypeScript(source string) (*tsProgram, error) {
-	res := api.Transform(sourcePrefix+source+sourceSuffix, api.TransformOptions{
-		Loader:         api.LoaderTS,
-		Target:         api.ESNext,
-		Charset:        api.CharsetUTF8,
-		Sourcemap:      api.SourceMapExternal,
-		SourcesContent: api.SourcesContentExclude,
-		Sourcefile:     "source.ts",
-		LogLevel:       api.LogLevelSilent,
-	})
-	if len(res.Errors) > 0 {
-		m := res.Errors[0]
+func transformTypeScript(ctx context.Context, source string, timeout time.Duration) (*tsProgram, error) {
+	rep, err := tsw.transform(ctx, sourcePrefix+source+sourceSuffix, timeout)
+	switch {
+	case errors.Is(err, errTSTimeout):
+		return nil, limitError(CodeTimeout, "typeScriptTransform", "%v (over %v)", err, min(timeout, tsMaxTransform))
+	case errors.Is(err, errTSWorkerCrashed):
+		// esbuild's recursion outgrew the worker's stack or memory: the
+		// source nests deeper than the scan estimated.
+		return nil, limitError(CodeSourceTooLarge, "typeScriptNesting", "TypeScript source is too deeply nested or too large to strip its types (%v)", err)
+	case err != nil:
+		return nil, err
+	}
+	if m := rep.Err; m != nil {
 		line, col := 0, 0
-		if m.Location != nil {
-			line, col = m.Location.Line, m.Location.Column+1
+		if m.Line > 0 {
+			line, col = m.Line, m.Col+1
 			if line == 1 {
 				col -= len(sourcePrefix)
 			}
 		}
 		return nil, syntaxError(m.Text, line, col, nil)
 	}
-	return &tsProgram{js: string(res.Code), rawMap: res.Map}, nil
+	return &tsProgram{js: rep.Code, rawMap: rep.Map}, nil
 }
 
 // syntaxError is the error of a source that does not parse; line and
