@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"modernc.org/quickjs"
@@ -342,7 +343,7 @@ func (inv *invocation) loadModule(_ *quickjs.VM, name string) (string, error) {
 	}
 	inv.mods.ops = append(inv.mods.ops, op)
 	if m.Language == LanguageTypeScript {
-		p, err := typeScriptModule(m.Source)
+		p, err := typeScriptModule(inv.hostCtx, m.Source, time.Until(inv.deadline))
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Code == CodeUserSourceError {

@@ -304,9 +304,9 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	var ts *tsProgram
 	if in.Language == LanguageTypeScript {
 		if module {
-			ts, err = typeScriptModule(in.Source)
+			ts, err = typeScriptModule(ctx, in.Source, lim.Timeout)
 		} else {
-			ts, err = typeScriptProgram(in.Source)
+			ts, err = typeScriptProgram(ctx, in.Source, lim.Timeout)
 		}
 		if err != nil {
 			return nil, err
