@@ -562,10 +562,15 @@ func (a *Archive) fetchOne(ctx context.Context, name string, m *Manifest, c Chun
 }
 
 // Delete removes every object of name (ErrNotArchived when there are
-// none).
-func (a *Archive) Delete(ctx context.Context, name string) error {
+// none) and the sidecar of the image at path (if path is not "").
+func (a *Archive) Delete(ctx context.Context, name, path string) error {
 	if !nameRE.MatchString(name) {
 		return fmt.Errorf("delete archive: bad name %q", name)
+	}
+	if path != "" {
+		if err := RemoveSidecar(path); err != nil {
+			return err
+		}
 	}
 	keys, err := a.obj.List(ctx, name+"/")
 	if err != nil {

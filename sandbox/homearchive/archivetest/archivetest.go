@@ -177,14 +177,14 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 		must(t, a.Archive(t.Context(), "box6", img))
 		// Another home's objects are not touched.
 		must(t, a.Archive(t.Context(), "box6b", img))
-		must(t, a.Delete(t.Context(), "box6"))
+		must(t, a.Delete(t.Context(), "box6", img))
 		if keys, _ := obj.List(t.Context(), "box6/"); len(keys) != 0 {
 			t.Fatalf("left after delete: %v", keys)
 		}
 		if err := a.Restore(t.Context(), "box6", filepath.Join(t.TempDir(), "x.img")); !errors.Is(err, homearchive.ErrNotArchived) {
 			t.Fatalf("restore after delete: %v", err)
 		}
-		if err := a.Delete(t.Context(), "box6"); !errors.Is(err, homearchive.ErrNotArchived) {
+		if err := a.Delete(t.Context(), "box6", img); !errors.Is(err, homearchive.ErrNotArchived) {
 			t.Fatalf("second delete: %v", err)
 		}
 		other := filepath.Join(t.TempDir(), "box6b.img")
