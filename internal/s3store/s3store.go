@@ -144,7 +144,7 @@ func (s *Store) String() string {
 func (s *Store) Client() *s3.Client { return s.client }
 
 // Bucket is the store's bucket; Key is a key under its prefix.
-func (s *Store) Bucket() string       { return s.cfg.Bucket }
+func (s *Store) Bucket() string      { return s.cfg.Bucket }
 func (s *Store) Key(k string) string { return s.cfg.Prefix + k }
 
 // Close drops idle connections.

@@ -121,7 +121,7 @@ var (
 	idRE   = regexp.MustCompile(`^[0-9a-f]{32}$`)
 )
 
-func manifestKey(name string) string    { return name + "/manifest.json" }
+func manifestKey(name string) string   { return name + "/manifest.json" }
 func chunkKey(name, sum string) string { return name + "/chunks/" + sum }
 
 // validate checks an untrusted manifest for name.
