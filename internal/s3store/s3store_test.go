@@ -9,6 +9,8 @@ import (
 	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/storetest"
+	"github.com/shellgate/shellgate/sandbox/homearchive"
+	"github.com/shellgate/shellgate/sandbox/homearchive/archivetest"
 )
 
 func open(t *testing.T, cfg s3store.Config) *s3store.Store {
@@ -97,4 +99,13 @@ func TestParseURL(t *testing.T) {
 	if _, err := s3store.ParseURL("s3://bkt"); err == nil || !strings.Contains(err.Error(), "AWS_SECRET_ACCESS_KEY") {
 		t.Fatalf("missing credentials: %v", err)
 	}
+}
+
+// The home archive's conformance suite, in a bucket.
+func TestArchiveConformance(t *testing.T) {
+	archivetest.Run(t, func(t *testing.T) homearchive.Objects {
+		cfg := s3test.NewBucket(t)
+		cfg.Prefix = "p/"
+		return open(t, cfg).Objects("homes")
+	})
 }
