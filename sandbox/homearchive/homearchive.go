@@ -446,6 +446,26 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 	} else {
 		need = m.Chunks
 	}
+	if isNew {
+		// A new image is written in place: it is renamed to path only
+		// once every chunk has verified.
+		if err := f.Truncate(m.ImageBytes); err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		if err := a.fetch(ctx, name, m, need, f, func(_ int, c Chunk) int64 { return c.Index * ChunkBytes }); err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		if err := os.Rename(f.Name(), path); err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		if err := writeSidecar(path, m); err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		return nil
+	}
 	// Fetch and verify into a staging file first: a bad chunk leaves the
 	// image as it was.
 	stage, err := os.CreateTemp(filepath.Dir(path), ".restore-stage-*")
@@ -454,7 +474,7 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 	}
 	os.Remove(stage.Name())
 	defer stage.Close()
-	if err := a.fetch(ctx, name, m, need, stage); err != nil {
+	if err := a.fetch(ctx, name, m, need, stage, func(i int, _ Chunk) int64 { return int64(i) * ChunkBytes }); err != nil {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
 	// Apply.
@@ -487,11 +507,6 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
-	if isNew {
-		if err := os.Rename(f.Name(), path); err != nil {
-			return fmt.Errorf("restore %s: %w", name, err)
-		}
-	}
 	if err := writeSidecar(path, m); err != nil {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
@@ -500,9 +515,9 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 
 func chunkLen(m *Manifest, idx int64) int64 { return min(ChunkBytes, m.ImageBytes-idx*ChunkBytes) }
 
-// fetch downloads need's chunks into stage (chunk i at i*ChunkBytes),
+// fetch downloads need's chunks into dst (need[i] at at(i, need[i])),
 // verifying each one's length and hash.
-func (a *Archive) fetch(ctx context.Context, name string, m *Manifest, need []Chunk, stage *os.File) error {
+func (a *Archive) fetch(ctx context.Context, name string, m *Manifest, need []Chunk, dst *os.File, at func(int, Chunk) int64) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	work := make(chan int)
@@ -512,7 +527,7 @@ func (a *Archive) fetch(ctx context.Context, name string, m *Manifest, need []Ch
 			buf := make([]byte, ChunkBytes+1)
 			for i := range work {
 				c := need[i]
-				if err := a.fetchOne(ctx, name, m, c, buf, stage, int64(i)*ChunkBytes); err != nil {
+				if err := a.fetchOne(ctx, name, m, c, buf, dst, at(i, c)); err != nil {
 					cancel(err)
 				}
 			}
