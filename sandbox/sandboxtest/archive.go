@@ -140,7 +140,22 @@ func ArchiveSuite(t *testing.T, rt string, open func(t *testing.T) homearchive.O
 		}
 		check(mA, "woken on A once the archive was repaired")
 	})
-	t.Run("05 destroy removes the archive", func(t *testing.T) {
+	t.Run("05 a file written into a sleeping sandbox reaches the other node", func(t *testing.T) {
+		if err := mA.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		// B's copy is stale: the file call restores it, writes, archives.
+		if err := mB.WriteFile(ctx, box, "posted.txt", strings.NewReader("written while asleep\n")); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := mB.Status(box); err != nil || st != sandbox.Sleeping {
+			t.Fatalf("status on B: %v %v", st, err)
+		}
+		if o := Run(t, mA, box, "cat posted.txt && sha256sum big note d/seq"); o.Stdout != "written while asleep\n"+sums {
+			t.Fatalf("on A: %q %q", o.Stdout, o.Stderr)
+		}
+	})
+	t.Run("06 destroy removes the archive", func(t *testing.T) {
 		if err := mA.Destroy(ctx, box); err != nil {
 			t.Fatal(err)
 		}
