@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -12,7 +13,13 @@ import (
 	"github.com/shellgate/shellgate/sandbox/homearchive"
 )
 
-const storageEnv = "SHELLGATE_STORAGE"
+const (
+	storageEnv = "SHELLGATE_STORAGE"
+	// archiveKeyEnv, if set (32 bytes or more, the same on every
+	// replica), signs the home archive's manifests: a node then mounts
+	// only homes that a holder of the key archived.
+	archiveKeyEnv = "SHELLGATE_ARCHIVE_KEY"
+)
 
 func storageFlag(fs *flag.FlagSet) *string {
 	return fs.String("storage", "", "where file bytes live: empty for DATA/files, or s3://BUCKET/PREFIX?endpoint=URL&region=R for S3-compatible storage shared by replicas, which also archives sleeping containers' homes (credentials: env AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; env "+storageEnv+")")
@@ -54,5 +61,13 @@ func openStorage(ctx context.Context, spec, dataDir string) (*storage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &storage{blobs: s.Blobs(), archive: homearchive.New(s.Objects("homes")), desc: s.String(), close: s.Close}, nil
+	ar := homearchive.New(s.Objects("homes"))
+	if k := os.Getenv(archiveKeyEnv); k != "" {
+		if len(k) < 32 {
+			s.Close()
+			return nil, fmt.Errorf("%s must be at least 32 bytes (got %d)", archiveKeyEnv, len(k))
+		}
+		ar.Key = []byte(k)
+	}
+	return &storage{blobs: s.Blobs(), archive: ar, desc: s.String(), close: s.Close}, nil
 }

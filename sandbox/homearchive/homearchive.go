@@ -22,13 +22,17 @@
 //
 // Manifests are untrusted input (the bucket may be shared or tampered
 // with): their size, chunk size, indexes and hashes are checked, and keys
-// are only ever built from validated hashes and sandbox names.
+// are only ever built from validated hashes and sandbox names. With a Key,
+// manifests carry an HMAC-SHA256 and one without a valid one is refused:
+// since chunks are named by their hashes, whoever can write the bucket but
+// lacks the key cannot make a node mount an image of their making.
 package homearchive
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -84,6 +88,9 @@ type Archive struct {
 	MaxImageBytes int64
 	// Parallel transfers (default 4).
 	Parallel int
+	// Key, if set, signs manifests, and Restore refuses a manifest
+	// without a valid signature.
+	Key []byte
 
 	chunksPut, bytesPut, chunksGot, bytesGot, heads atomic.Int64
 }
@@ -107,6 +114,22 @@ type Manifest struct {
 	ImageBytes int64   `json:"image_bytes"`
 	ChunkBytes int64   `json:"chunk_bytes"`
 	Chunks     []Chunk `json:"chunks"`
+	// MAC is the hex HMAC-SHA256, under Archive.Key, of the manifest's
+	// JSON with MAC empty (omitted).
+	MAC string `json:"mac,omitempty"`
+}
+
+// mac is m's signature under key.
+func mac(key []byte, m *Manifest) (string, error) {
+	c := *m
+	c.MAC = ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", err
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Chunk is one non-zero chunk: its index in the image and its SHA-256.
@@ -185,6 +208,15 @@ func (a *Archive) remote(ctx context.Context, name string) (*Manifest, error) {
 	}
 	if err := a.validate(&m, name); err != nil {
 		return nil, err
+	}
+	if a.Key != nil {
+		want, err := mac(a.Key, &m)
+		if err != nil {
+			return nil, err
+		}
+		if !hmac.Equal([]byte(want), []byte(m.MAC)) {
+			return nil, fmt.Errorf("%w: manifest of %s: missing or bad signature (written without this archive key?)", ErrCorrupt, name)
+		}
 	}
 	return &m, nil
 }
@@ -302,6 +334,11 @@ func (a *Archive) Archive(ctx context.Context, name, path string) error {
 		return fmt.Errorf("archive %s: %w", name, err)
 	}
 	sortChunks(m.Chunks)
+	if a.Key != nil {
+		if m.MAC, err = mac(a.Key, m); err != nil {
+			return err
+		}
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err

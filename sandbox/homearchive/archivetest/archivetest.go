@@ -170,6 +170,34 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 			}
 		}
 	})
+	t.Run("with a key, a forged or unsigned manifest is refused", func(t *testing.T) {
+		obj := open(t)
+		a := homearchive.New(obj)
+		a.Key = []byte(strings.Repeat("k", 32))
+		img := newImage(t, t.TempDir())
+		must(t, a.Archive(t.Context(), "box7", img))
+		other := filepath.Join(t.TempDir(), "box7.img")
+		must(t, a.Restore(t.Context(), "box7", other))
+		sameFile(t, img, other)
+		// Someone with write access to the bucket but not the key: an
+		// archive of their own image (unsigned), then one signed with
+		// another key.
+		forged := newImage(t, t.TempDir())
+		writeAt(t, forged, 0, []byte("evil superblock"))
+		for _, key := range [][]byte{nil, []byte(strings.Repeat("x", 32))} {
+			f := homearchive.New(obj)
+			f.Key = key
+			must(t, f.Archive(t.Context(), "box7", forged))
+			fresh := filepath.Join(t.TempDir(), "box7.img")
+			err := a.Restore(t.Context(), "box7", fresh)
+			if !errors.Is(err, homearchive.ErrCorrupt) || !strings.Contains(err.Error(), "signature") {
+				t.Fatalf("forged manifest (key %q): %v", key, err)
+			}
+			if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+				t.Fatal("a forged manifest left an image")
+			}
+		}
+	})
 	t.Run("delete, then nothing to restore", func(t *testing.T) {
 		obj := open(t)
 		a := homearchive.New(obj)
