@@ -103,13 +103,57 @@ func BenchmarkWake(b *testing.B) {
 				}
 			})
 		}
+		// Sleep and wake on one node: the image was archived here and not
+		// touched since.
 		b.Run(fmt.Sprintf("home=%dMiB/restore-same-node-unchanged", mb), func(b *testing.B) {
 			b.SetBytes(size)
-			dst := filepath.Join(dir, "restored.img")
 			for b.Loop() {
-				if err := ar.Restore(b.Context(), name, dst); err != nil {
+				b.StopTimer()
+				if err := ar.Archive(b.Context(), name, src); err != nil {
 					b.Fatal(err)
 				}
+				b.StartTimer()
+				if err := ar.Restore(b.Context(), name, src); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// A node whose copy is the previous version, untouched since it
+		// slept there: the manifests tell what changed, the image is not
+		// read.
+		b.Run(fmt.Sprintf("home=%dMiB/restore-older-version-4MiB-changed", mb), func(b *testing.B) {
+			b.SetBytes(size)
+			old := filepath.Join(dir, "old.img")
+			copyImage(b, src, old)
+			homearchive.RemoveSidecar(old)
+			if err := ar.Restore(b.Context(), name, old); err != nil {
+				b.Fatal(err)
+			}
+			if err := ar.Archive(b.Context(), name, old); err != nil { // as its sleep would
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				i++
+				scribbleSeed(b, src, 4<<20, byte(i))
+				if err := ar.Archive(b.Context(), name, src); err != nil {
+					b.Fatal(err)
+				}
+				before := ar.Stats()
+				b.StartTimer()
+				if err := ar.Restore(b.Context(), name, old); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if got := ar.Stats().BytesGot - before.BytesGot; got != 4<<20 {
+					b.Fatalf("fetched %d bytes for 4 MiB changed", got)
+				}
+				// As the node's next sleep would, unchanged: no upload.
+				if err := ar.Archive(b.Context(), name, old); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
 		})
 		os.RemoveAll(dir)
@@ -145,13 +189,15 @@ func copyImage(b *testing.B, from, to string) {
 }
 
 // scribble overwrites n bytes (whole chunks) at the image's start.
-func scribble(b *testing.B, p string, n int64) {
+func scribble(b *testing.B, p string, n int64) { scribbleSeed(b, p, n, 0) }
+
+func scribbleSeed(b *testing.B, p string, n int64, seed byte) {
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	r := rand.NewChaCha8([32]byte{byte(n), 9})
+	r := rand.NewChaCha8([32]byte{byte(n >> 20), 9, seed})
 	if _, err := io.CopyN(f, r, n); err != nil {
 		b.Fatal(err)
 	}

@@ -18,7 +18,9 @@
 // in place, zeroing chunks the manifest does not list. A sidecar file
 // beside the image (IMAGE.archive) records the manifest the image matches
 // and the image's size and mtime then, so a wake on the node that put the
-// sandbox to sleep transfers nothing but the manifest.
+// sandbox to sleep transfers nothing but the manifest, and a wake on a node
+// whose untouched copy is an older version compares manifests instead of
+// reading the image.
 //
 // Manifests are untrusted input (the bucket may be shared or tampered
 // with): their size, chunk size, indexes and hashes are checked, and keys
@@ -245,12 +247,22 @@ func (a *Archive) readSidecar(image, name string) (m *Manifest, unchanged bool) 
 	return s.Manifest, err == nil && st.Size() == s.Size && st.ModTime().UnixNano() == s.MtimeNS
 }
 
-func writeSidecar(image string, m *Manifest) error {
+// writeSidecar records that image matches m. handedOut says the image is
+// about to be used (Restore: it is mounted next): its chunks are m's now,
+// but not for long, and file times are too coarse (a jiffy) to tell a
+// write right after from none, so the record says "m, until modified" with
+// a size no file has, and the next Archive or Restore reads the image.
+// Archive records the image as it stays (asleep).
+func writeSidecar(image string, m *Manifest, handedOut bool) error {
 	st, err := os.Stat(image)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(sidecar{Manifest: m, Size: st.Size(), MtimeNS: st.ModTime().UnixNano()})
+	sc := sidecar{Manifest: m, Size: st.Size(), MtimeNS: st.ModTime().UnixNano()}
+	if handedOut {
+		sc.Size = -1
+	}
+	b, err := json.Marshal(sc)
 	if err != nil {
 		return err
 	}
@@ -346,7 +358,7 @@ func (a *Archive) Archive(ctx context.Context, name, path string) error {
 	if err := a.obj.Put(ctx, manifestKey(name), bytes.NewReader(b), int64(len(b))); err != nil {
 		return fmt.Errorf("archive %s: manifest: %w", name, err)
 	}
-	if err := writeSidecar(path, m); err != nil {
+	if err := writeSidecar(path, m, false); err != nil {
 		return fmt.Errorf("archive %s: %w", name, err)
 	}
 	// Chunks of the version replaced that this one does not use.
@@ -427,8 +439,10 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
-	if prev, unchanged := a.readSidecar(path, name); prev != nil && prev.ID == m.ID && unchanged {
-		return nil
+	prev, unchanged := a.readSidecar(path, name)
+	if prev != nil && prev.ID == m.ID && unchanged {
+		// Asleep here since it was archived: hand it out as it is.
+		return writeSidecar(path, m, true)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	isNew := errors.Is(err, fs.ErrNotExist)
@@ -458,16 +472,24 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 	if !isNew {
 		localSize := st.Size()
 		have := map[int64]string{}
-		var mu sync.Mutex
-		err := a.eachChunk(ctx, f, localSize, func(_ context.Context, idx int64, data []byte) error {
-			sum := sha256.Sum256(data)
-			mu.Lock()
-			have[idx] = hex.EncodeToString(sum[:])
-			mu.Unlock()
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("restore %s: reading the local image: %w", name, err)
+		if prev != nil && unchanged && prev.ImageBytes == localSize {
+			// The image is an older version, untouched since: its
+			// chunks are that manifest's, no need to read them.
+			for _, c := range prev.Chunks {
+				have[c.Index] = c.SHA256
+			}
+		} else {
+			var mu sync.Mutex
+			err := a.eachChunk(ctx, f, localSize, func(_ context.Context, idx int64, data []byte) error {
+				sum := sha256.Sum256(data)
+				mu.Lock()
+				have[idx] = hex.EncodeToString(sum[:])
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("restore %s: reading the local image: %w", name, err)
+			}
 		}
 		for idx := range have {
 			if _, ok := want[idx]; !ok {
@@ -498,7 +520,7 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 		if err := os.Rename(f.Name(), path); err != nil {
 			return fmt.Errorf("restore %s: %w", name, err)
 		}
-		if err := writeSidecar(path, m); err != nil {
+		if err := writeSidecar(path, m, true); err != nil {
 			return fmt.Errorf("restore %s: %w", name, err)
 		}
 		return nil
@@ -544,7 +566,7 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
-	if err := writeSidecar(path, m); err != nil {
+	if err := writeSidecar(path, m, true); err != nil {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
 	return nil
