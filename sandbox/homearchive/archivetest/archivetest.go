@@ -83,6 +83,25 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 		}
 		sameFile(t, img, imgB)
 	})
+	t.Run("a write after a restore is archived even with the same size and mtime", func(t *testing.T) {
+		a := homearchive.New(open(t))
+		img := newImage(t, t.TempDir())
+		must(t, a.Archive(t.Context(), "box8", img))
+		other := filepath.Join(t.TempDir(), "box8.img")
+		must(t, a.Restore(t.Context(), "box8", other))
+		st, err := os.Stat(other)
+		must(t, err)
+		// As a write within the same timestamp tick would look.
+		writeAt(t, other, 10*mib, []byte("changed"))
+		must(t, os.Chtimes(other, st.ModTime(), st.ModTime()))
+		before := a.Stats()
+		must(t, a.Archive(t.Context(), "box8", other))
+		if d := diff(before, a.Stats()); d.ChunksPut != 1 {
+			t.Fatalf("archive after a same-mtime write: %+v", d)
+		}
+		must(t, a.Restore(t.Context(), "box8", img))
+		sameFile(t, img, other)
+	})
 	t.Run("a stale local copy loses data the archive no longer has", func(t *testing.T) {
 		a := homearchive.New(open(t))
 		img := newImage(t, t.TempDir())
