@@ -244,7 +244,10 @@ func (a *Archive) readSidecar(image, name string) (m *Manifest, unchanged bool) 
 		return nil, false
 	}
 	st, err := os.Stat(image)
-	return s.Manifest, err == nil && st.Size() == s.Size && st.ModTime().UnixNano() == s.MtimeNS
+	if err != nil {
+		return nil, false // the image is gone: the record is of nothing
+	}
+	return s.Manifest, st.Size() == s.Size && st.ModTime().UnixNano() == s.MtimeNS
 }
 
 // writeSidecar records that image matches m. handedOut says the image is
@@ -440,8 +443,11 @@ func (a *Archive) Restore(ctx context.Context, name, path string) error {
 		return fmt.Errorf("restore %s: %w", name, err)
 	}
 	prev, unchanged := a.readSidecar(path, name)
-	if prev != nil && prev.ID == m.ID && unchanged {
-		// Asleep here since it was archived: hand it out as it is.
+	if prev != nil && prev.ID == m.ID {
+		// The image is the bucket's newest version, or that version
+		// changed here since (a sleep whose archive failed, a crash
+		// while awake): at least as new as the bucket's, so it is kept,
+		// and the next Archive sends what changed.
 		return writeSidecar(path, m, true)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)

@@ -102,6 +102,34 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 		must(t, a.Restore(t.Context(), "box8", img))
 		sameFile(t, img, other)
 	})
+	t.Run("changes not yet archived survive a wake on the same node", func(t *testing.T) {
+		// A sleep whose archive failed, or a crash while awake: the image
+		// changed here since the bucket's newest version.
+		a := homearchive.New(open(t))
+		img := newImage(t, t.TempDir())
+		must(t, a.Archive(t.Context(), "box9", img))
+		other := filepath.Join(t.TempDir(), "box9.img")
+		must(t, a.Restore(t.Context(), "box9", other))
+		writeAt(t, other, 20*mib, []byte("not archived yet"))
+		sum := fileSum(t, other)
+		must(t, a.Restore(t.Context(), "box9", other))
+		if fileSum(t, other) != sum {
+			t.Fatal("a wake reverted changes that were not archived yet")
+		}
+		// The image deleted, its record left: a full restore.
+		gone := filepath.Join(t.TempDir(), "box9.img")
+		must(t, a.Restore(t.Context(), "box9", gone))
+		must(t, os.Remove(gone))
+		must(t, a.Restore(t.Context(), "box9", gone))
+		sameFile(t, img, gone)
+		before := a.Stats()
+		must(t, a.Archive(t.Context(), "box9", other))
+		if d := diff(before, a.Stats()); d.ChunksPut != 1 {
+			t.Fatalf("the next archive: %+v", d)
+		}
+		must(t, a.Restore(t.Context(), "box9", img))
+		sameFile(t, img, other)
+	})
 	t.Run("a stale local copy loses data the archive no longer has", func(t *testing.T) {
 		a := homearchive.New(open(t))
 		img := newImage(t, t.TempDir())
