@@ -41,4 +41,16 @@ if ! command -v runsc >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]
 	mkdir -p "$(dirname "$stamp")"
 	echo "$want" > "$stamp"
 fi
+# versitygw: the S3-compatible server the tests of S3 storage and of the
+# home archive start on loopback (internal/s3store/s3test), pinned, from
+# the Go module proxy.
+VERSITYGW_VERSION=v1.8.0
+want="github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"
+stamp=/usr/local/lib/shellgate/versitygw.version
+if ! command -v versitygw >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+	echo "setup-host: building $want (about 2 minutes)"
+	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
+	mkdir -p "$(dirname "$stamp")"
+	echo "$want" > "$stamp"
+fi
 echo "setup-host: ok ($(runsc --version 2>/dev/null | head -1); $(crun --version | head -1); $(runc --version | head -1))"

@@ -8,14 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/server"
-	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/egress"
@@ -23,7 +21,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--config PROVIDERS.yaml]", runServe)
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--storage s3://BUCKET/PREFIX?endpoint=URL] [--config PROVIDERS.yaml]", runServe)
 }
 
 // DefaultAddr is where `shellgate serve` listens without --addr: loopback
@@ -35,6 +33,7 @@ func runServe(ctx context.Context, args []string) error {
 	addr := fs.String("addr", defaultAddr, "HOST:PORT to listen on")
 	dataDir := dataDirFlag(fs)
 	database := databaseFlag(fs)
+	storageSpec := storageFlag(fs)
 	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
 	img := fs.String("image", "default", "root filesystem image of new containers")
 	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
@@ -116,6 +115,12 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
+	files, err := openStorage(ctx, *storageSpec, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer files.close()
+	blobs := files.blobs
 	mgr, err := sandbox.Open(ctx, sandbox.Config{
 		DataDir:     *dataDir,
 		Runtime:     *rtName,
@@ -123,6 +128,7 @@ func runServe(ctx context.Context, args []string) error {
 		PoolSize:    *pool,
 		IdleTimeout: *idle,
 		Logger:      log,
+		HomeArchive: files.archive,
 	})
 	if err != nil {
 		return err
@@ -141,11 +147,6 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxUpload < 1 {
 		return errors.Join(fmt.Errorf("--max-upload-mb %d: want at least 1", *maxUpload), mgr.Close(context.Background()))
 	}
-	blobs, err := store.OpenLocalBlobs(filepath.Join(*dataDir, store.LocalBlobsDir))
-	if err != nil {
-		return errors.Join(err, mgr.Close(context.Background()))
-	}
-	defer blobs.Close()
 	netMax, err := allowPolicy(*netAllow)
 	if err != nil {
 		return errors.Join(fmt.Errorf("--network-allow: %w", err), mgr.Close(context.Background()))
@@ -166,7 +167,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
-	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "runtime", mgr.Runtime(), "image", *img)
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img)
 	return srv.Run(ctx, ln, *grace)
 }
 
