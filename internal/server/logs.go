@@ -375,7 +375,7 @@ func (s *Server) flushLogs() { s.logWG.Wait() }
 
 // shapeLog builds rl's record.
 func (s *Server) shapeLog(rl *reqLog) store.RequestLog {
-	rec := store.RequestLog{Scope: scope(rl.p), RequestID: rl.id, CreatedAt: rl.start, API: rl.api, Model: rl.model,
+	rec := store.RequestLog{Scope: scope(rl.p), RequestID: rl.id, CreatedAt: rl.start, API: rl.api, Model: truncate(rl.model, 256),
 		HTTPStatus: rl.status, DurationMillis: rl.end.Sub(rl.start).Milliseconds(), UserAgent: truncate(rl.ua, 256)}
 	d := logDetail{Input: rl.input, Items: []logItem{}}
 	if rl.chatBody != nil {
@@ -384,7 +384,7 @@ func (s *Server) shapeLog(rl *reqLog) store.RequestLog {
 	incomplete := false
 	if res := rl.res; res != nil {
 		if rec.Model == "" && rl.run != nil {
-			rec.Model = rl.run.Model.Provider + "/" + rl.run.Model.Name
+			rec.Model = truncate(rl.run.Model.Provider+"/"+rl.run.Model.Name, 256)
 		}
 		rec.ContainerID, rec.InputTokens, rec.OutputTokens, rec.CostMicroUSD = res.ContainerID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostMicroUSD
 		rec.ToolCalls = int64(res.ToolCallsRequested)
@@ -540,75 +540,85 @@ func encodeDetail(d *logDetail) []byte {
 // capDetail encodes d in at most max bytes: when it is larger, every text
 // field longer than a common limit is cut to it (marked), the largest
 // limit that fits; when even empty fields do not fit, the oldest input
-// messages and the last items are dropped (a marker says how many).
+// messages and the last items are dropped, half at a time (a marker says
+// how many).
 func capDetail(d logDetail, max int) (string, bool) {
 	if b := encodeDetail(&d); len(b) <= max {
 		return string(b), false
 	}
+	keepIn, keepItems := len(d.Input), len(d.Items)
 	for {
-		// The fields, with their originals.
-		var ptrs []*string
-		add := func(p *string) {
-			if *p != "" {
-				ptrs = append(ptrs, p)
-			}
+		c := logDetail{Output: d.Output, Error: d.Error, Input: make([]logMessage, 0, keepIn+1), Items: make([]logItem, 0, keepItems+1)}
+		firstIn := 0
+		if dropped := len(d.Input) - keepIn; dropped > 0 {
+			c.Input = append(c.Input, logMessage{Role: "system", Text: fmt.Sprintf("[shellgate: %d earlier messages truncated]", dropped)})
+			firstIn = 1
 		}
-		in := append([]logMessage(nil), d.Input...)
-		items := append([]logItem(nil), d.Items...)
-		c := logDetail{Input: in, Output: d.Output, Items: items, Error: d.Error}
-		for i := range in {
-			add(&in[i].Text)
+		c.Input = append(c.Input, d.Input[len(d.Input)-keepIn:]...)
+		c.Items = append(c.Items, d.Items[:keepItems]...)
+		if dropped := len(d.Items) - keepItems; dropped > 0 {
+			c.Items = append(c.Items, logItem{Type: "message", Role: "assistant", Text: fmt.Sprintf("[shellgate: %d more items truncated]", dropped)})
 		}
-		add(&c.Output)
-		add(&c.Error)
-		for i := range items {
-			add(&items[i].Text)
-			add(&items[i].Command)
-			add(&items[i].Stdout)
-			add(&items[i].Stderr)
+		if b, ok := fitFields(&c, c.Input[firstIn:], c.Items[:keepItems], max); ok {
+			return b, true
 		}
-		orig := make([]string, len(ptrs))
-		longest := 0
-		for i, p := range ptrs {
-			orig[i] = *p
-			longest = max2(longest, len(*p))
+		if keepIn == 0 && keepItems == 0 {
+			// Not even a bare record fits (max is below what the
+			// settings' minimum allows): the bare record.
+			return string(encodeDetail(&logDetail{Input: []logMessage{}, Items: []logItem{}})), true
 		}
-		fits := func(limit int) ([]byte, bool) {
-			for i, p := range ptrs {
-				*p = truncate(orig[i], limit)
-			}
-			b := encodeDetail(&c)
-			return b, len(b) <= max
-		}
-		if b, ok := fits(0); ok {
-			lo, hi := 0, longest // fits(lo); the answer is in [lo, hi)
-			best := b
-			for lo+1 < hi {
-				mid := (lo + hi) / 2
-				if b, ok := fits(mid); ok {
-					lo, best = mid, b
-				} else {
-					hi = mid
-				}
-			}
-			return string(best), true
-		}
-		// Too many messages or items: keep half of each.
-		if len(d.Input) <= 1 && len(d.Items) <= 1 {
-			d.Input, d.Items = nil, []logItem{}
-		}
-		if n := len(d.Input); n > 1 {
-			drop := n - n/2
-			d.Input = append([]logMessage{{Role: "system", Text: fmt.Sprintf("[shellgate: %d earlier messages truncated]", drop)}}, d.Input[drop:]...)
-		}
-		if n := len(d.Items); n > 1 {
-			keep := n / 2
-			d.Items = append(d.Items[:keep:keep], logItem{Type: "message", Role: "assistant", Text: fmt.Sprintf("[shellgate: %d more items truncated]", n-keep)})
-		}
-		if b := encodeDetail(&d); len(b) <= max {
-			return string(b), true
+		keepIn, keepItems = keepIn/2, keepItems/2
+	}
+}
+
+// fitFields cuts c's text fields (those of in and items, its output and
+// error) to the largest common limit at which c encodes in max bytes; false
+// when even cutting them all to nothing is too large.
+func fitFields(c *logDetail, in []logMessage, items []logItem, max int) (string, bool) {
+	var ptrs []*string
+	add := func(p *string) {
+		if *p != "" {
+			ptrs = append(ptrs, p)
 		}
 	}
+	for i := range in {
+		add(&in[i].Text)
+	}
+	add(&c.Output)
+	add(&c.Error)
+	for i := range items {
+		add(&items[i].Text)
+		add(&items[i].Command)
+		add(&items[i].Stdout)
+		add(&items[i].Stderr)
+	}
+	orig := make([]string, len(ptrs))
+	longest := 0
+	for i, p := range ptrs {
+		orig[i] = *p
+		longest = max2(longest, len(*p))
+	}
+	fits := func(limit int) ([]byte, bool) {
+		for i, p := range ptrs {
+			*p = truncate(orig[i], limit)
+		}
+		b := encodeDetail(c)
+		return b, len(b) <= max
+	}
+	best, ok := fits(0)
+	if !ok {
+		return "", false
+	}
+	lo, hi := 0, longest // fits(lo); the largest that fits is in [lo, hi)
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		if b, ok := fits(mid); ok {
+			lo, best = mid, b
+		} else {
+			hi = mid
+		}
+	}
+	return string(best), true
 }
 
 func max2(a, b int) int {

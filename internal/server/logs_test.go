@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -195,6 +196,26 @@ func TestRequestLogs(t *testing.T) {
 		}
 	})
 
+	t.Run("03b a Gemini request", func(t *testing.T) {
+		g.script(gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Bonjour.")}, Usage: gateway.Usage{InputTokens: 4, OutputTokens: 2}})
+		st, b := e.doH(http.MethodPost, "/v1beta/models/scripted/m:generateContent", map[string]any{
+			"systemInstruction": map[string]any{"parts": []any{map[string]any{"text": "Speak French."}}},
+			"contents":          []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": "Hello"}}}}},
+			map[string]string{"x-goog-api-key": e.keyA})
+		if st != http.StatusOK {
+			t.Fatalf("%d %s", st, b)
+		}
+		l := e.requestLogs(t, e.keyA, "?api=gemini")
+		if len(l.Data) != 1 {
+			t.Fatalf("%+v", l)
+		}
+		r := e.logRecord(t, e.keyA, l.Data[0].ID)
+		if r.Status != "completed" || r.Model != "scripted/m" || r.Output != "Bonjour." || r.Usage.InputTokens != 4 ||
+			len(r.Input) != 2 || r.Input[0] != (logMessage{Role: "system", Text: "Speak French."}) || r.Input[1].Text != "Hello" {
+			t.Fatalf("%+v", r)
+		}
+	})
+
 	t.Run("04 failed and blocked requests are recorded too, with their detections", func(t *testing.T) {
 		c := g.client(e.keyA)
 		if _, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "nowhere/m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}); err == nil {
@@ -250,7 +271,7 @@ func TestRequestLogs(t *testing.T) {
 
 	t.Run("06 filters and pagination", func(t *testing.T) {
 		all := e.requestLogs(t, e.keyA, "?limit=100")
-		if len(all.Data) != 5 {
+		if len(all.Data) != 6 {
 			t.Fatalf("%d records", len(all.Data))
 		}
 		ids := func(l logList) string {
@@ -282,9 +303,9 @@ func TestRequestLogs(t *testing.T) {
 			}
 		}
 		for q, want := range map[string]int{
-			"?api=messages": 1, "?api=responses": 4, "?api=gemini": 0, "?status=blocked": 1, "?status=failed": 1, "?status=completed": 2,
-			"?has_detections=true": 1, "?has_detections=false": 4, "?model=claude/m": 1, "?model=scripted/m": 3,
-			"?container_id=" + cid: 1, fmt.Sprintf("?since=%d", time.Now().Add(-time.Hour).Unix()): 5,
+			"?api=messages": 1, "?api=responses": 4, "?api=gemini": 1, "?status=blocked": 1, "?status=failed": 1, "?status=completed": 3,
+			"?has_detections=true": 1, "?has_detections=false": 5, "?model=claude/m": 1, "?model=scripted/m": 4,
+			"?container_id=" + cid: 1, fmt.Sprintf("?since=%d", time.Now().Add(-time.Hour).Unix()): 6,
 			fmt.Sprintf("?until=%d", time.Now().Add(-time.Hour).Unix()): 0, fmt.Sprintf("?since=%d&until=%d", all.Data[0].CreatedAt, all.Data[0].CreatedAt): -1,
 			"?api=responses&status=completed": 1,
 		} {
@@ -414,5 +435,41 @@ func TestRequestLogsChat(t *testing.T) {
 			len(r.Input) != 2 || r.Input[0] != (logMessage{Role: "system", Text: "Answer in one line."}) || r.Input[1].Text != "Capital of France?" || r.ContainerID != nil {
 			t.Fatalf("record %+v", r)
 		}
+	}
+}
+
+// capDetail keeps every record within its cap, whatever it holds: long
+// fields, thousands of messages, multi-byte text.
+func TestCapDetail(t *testing.T) {
+	exit := 0
+	many := logDetail{Items: []logItem{}}
+	for i := range 5000 {
+		many.Input = append(many.Input, logMessage{Role: "user", Text: fmt.Sprintf("message %d ☃", i)})
+		many.Items = append(many.Items, logItem{Type: "command", Command: "echo", Stdout: "x\n", ExitCode: &exit, Outcome: "exit"})
+	}
+	long := logDetail{Input: []logMessage{{Role: "system", Text: strings.Repeat("ü", 50000)}, {Role: "user", Text: "short"}},
+		Output: strings.Repeat("é", 30000), Items: []logItem{{Type: "command", Command: "cat big", Stdout: strings.Repeat("\x00<>&", 40000)}}}
+	small := logDetail{Input: []logMessage{{Role: "user", Text: "hi"}}, Output: "hello", Items: []logItem{}}
+	for name, c := range map[string]struct {
+		d         logDetail
+		max       int
+		truncated bool
+	}{"many": {many, 4096, true}, "long": {long, 4096, true}, "long-large-cap": {long, 1 << 20, false}, "small": {small, 4096, false}, "many-tiny-cap": {many, 200, true}} {
+		t.Run(name, func(t *testing.T) {
+			body, cut := capDetail(c.d, c.max)
+			if len(body) > c.max || cut != c.truncated || !utf8.ValidString(body) {
+				t.Fatalf("%d bytes (cap %d), truncated %v, valid UTF-8 %v", len(body), c.max, cut, utf8.ValidString(body))
+			}
+			var back logDetail
+			if err := json.Unmarshal([]byte(body), &back); err != nil {
+				t.Fatal(err)
+			}
+			if cut && !strings.Contains(body, "[shellgate: ") {
+				t.Fatalf("no marker: %.300s", body)
+			}
+			if name == "long" && (!strings.HasPrefix(back.Input[0].Text, "üü") || back.Input[1].Text != "short" || len(body) < c.max*3/4) {
+				t.Fatalf("the cut is not even: %.400s", body)
+			}
+		})
 	}
 }
