@@ -65,13 +65,27 @@ func BenchmarkLanguage(b *testing.B) {
 	b.Run("typescript-again", func(b *testing.B) { benchLanguage(b, benchTS, LanguageTypeScript, false) })
 }
 
-// BenchmarkTypeScriptTransform is the transform alone.
+// BenchmarkTypeScriptTransform is the transform alone: through the
+// resident worker process (what runs use) and esbuild called in this
+// process (what the worker saves the process from), side by side.
 func BenchmarkTypeScriptTransform(b *testing.B) {
-	for i := 0; i < b.N; i++ {
-		if _, err := transformTypeScript(benchTS); err != nil {
-			b.Fatal(err)
-		}
+	if tsInProcess() { // starts the worker outside the timing
+		b.Fatal("no TypeScript worker")
 	}
+	b.Run("worker", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := transformTypeScript(context.Background(), benchTS, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("in-process", func(b *testing.B) {
+		for b.Loop() {
+			if rep := esbuildTransform(sourcePrefix + benchTS + sourceSuffix); rep.Err != nil {
+				b.Fatal(rep.Err.Text)
+			}
+		}
+	})
 }
 
 var benchSyncHost = map[string]Namespace{"host": {
@@ -129,6 +143,54 @@ func BenchmarkInterruptResumeCodec(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				d = append(d, interruptResume(b, r, ctx))
+			}
+			b.StopTimer()
+			percentiles(b, d)
+		})
+	}
+}
+
+// BenchmarkModules runs ten chained modules (mI imports m(I-1)) as a module
+// run with a host loader, beside the same code written as one function
+// body (what a user does without modules), and the same import done
+// dynamically from a function body.
+func BenchmarkModules(b *testing.B) {
+	mods := map[string]string{}
+	inline := ""
+	for i := range 10 {
+		n := strconv.Itoa(i)
+		if i == 0 {
+			mods["m0.js"] = "export const v = 0; export const sum = v;"
+			inline += "const v0 = 0; const sum0 = v0;\n"
+			continue
+		}
+		mods["m"+n+".js"] = "import {sum as prev} from './m" + strconv.Itoa(i-1) + ".js'; export const v = " + n + "; export const sum = prev + v;"
+		inline += "const v" + n + " = " + n + "; const sum" + n + " = sum" + strconv.Itoa(i-1) + " + v" + n + ";\n"
+	}
+	loader, err := NewModuleMap(mods)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		in   Input
+	}{
+		{"inline-function-body", Input{Source: inline + "if (sum9 + v0 !== 45) throw new Error('bad sum')"}},
+		{"module-10-imports", Input{ModuleLoader: loader, Source: "import {sum} from './m9.js'; import {v} from './m0.js'; if (sum + v !== 45) throw new Error('bad sum');"}},
+		{"dynamic-import-10", Input{ModuleLoader: loader, SourceType: SourceFunctionBody, Source: "const {sum} = await import('./m9.js'); return sum"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := benchRunner(b)
+			ctx := context.Background()
+			d := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				res, err := r.Run(ctx, c.in)
+				d = append(d, time.Since(t))
+				if err != nil || res.Status != StatusCompleted {
+					b.Fatal(res, err)
+				}
 			}
 			b.StopTimer()
 			percentiles(b, d)

@@ -245,6 +245,7 @@ type invocation struct {
 	// syncbridge.go).
 	syncCalls int
 	syncFatal error
+	mods      moduleState
 }
 
 type call struct {
@@ -459,6 +460,14 @@ func (inv *invocation) setup() error {
 		return err
 	}
 
+	if inv.mods.module {
+		inv.mods.entryPending = true
+		inv.mods.entryJS = inv.in.Source
+		if inv.ts != nil {
+			inv.mods.entryJS = inv.ts.js
+		}
+	}
+	inv.setupModules()
 	if err := inv.enter(); err != nil {
 		return err
 	}
@@ -883,7 +892,8 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 		return limitError(CodeStackOverflow, "maxStackSizeBytes", "run exceeded its stack limit")
 	}
 	code := Code(gi.Code)
-	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, GuestCode: gi.GuestCode, Stack: mapStack(inv.ts.remapStack(gi.Stack))}
+	e := &Error{Code: code, Name: gi.Name, Message: gi.Message, GuestCode: gi.GuestCode, Stack: inv.mapStack(gi.Stack)}
+	inv.entrySyntaxError(e)
 	switch code {
 	case CodeSerialization, CodeHostFunction, CodeBridgeLimit:
 		// A runtime error the guest did not catch: still a typed failure.
@@ -894,30 +904,63 @@ func (inv *invocation) guestError(gi guestErrorInfo) error {
 	return e
 }
 
-var frameRe = regexp.MustCompile(`\(<eval>:(\d+):(\d+)\)`)
+// frameRe matches one stack frame: "    at f (file:line:col)" or, for a
+// syntax error, "    at file:line:col".
+var frameRe = regexp.MustCompile(`^(\s*at (?:[^(]* \()?)(.*):(\d+):(\d+)(\)?)$`)
 
-// mapStack keeps the guest's frames, names the source "<source>" and
-// corrects columns on the first line for the wrapper prefix.
-func mapStack(stack string) string {
+// mapStack keeps the guest's frames, names its own source "<source>" with
+// positions in it (in the TypeScript as written, on the first line without
+// the function wrapper's prefix), and maps frames of loaded TypeScript
+// modules back to their TypeScript.
+func (inv *invocation) mapStack(stack string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(stack, "\n") {
 		if line == "" || (strings.Contains(line, "jsrun$") && !strings.Contains(line, "jsrun$main")) {
 			continue
 		}
 		line = strings.Replace(line, "jsrun$main", "<main>", 1)
-		line = frameRe.ReplaceAllStringFunc(line, func(m string) string {
-			sub := frameRe.FindStringSubmatch(m)
-			ln, _ := strconv.Atoi(sub[1])
-			col, _ := strconv.Atoi(sub[2])
-			if ln == 1 {
-				col -= len(sourcePrefix)
+		if sub := frameRe.FindStringSubmatch(line); sub != nil {
+			file := sub[2]
+			ln, _ := strconv.Atoi(sub[3])
+			col, _ := strconv.Atoi(sub[4])
+			switch {
+			case file == evalFileName && !inv.mods.module:
+				if inv.ts != nil {
+					ln, col, _ = inv.ts.position(ln, col)
+				}
+				if ln == 1 {
+					col -= len(sourcePrefix)
+				}
+				file = "<source>"
+			case file == EntryModule && inv.mods.module:
+				if inv.ts != nil {
+					ln, col, _ = inv.ts.position(ln, col)
+				}
+				file = "<source>"
+			case inv.mods.ts[file] != nil:
+				ln, col, _ = inv.mods.ts[file].position(ln, col)
 			}
-			return fmt.Sprintf("(<source>:%d:%d)", ln, col)
-		})
+			line = fmt.Sprintf("%s%s:%d:%d%s", sub[1], file, ln, col, sub[5])
+		}
 		b.WriteString(line)
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// entrySyntaxError adds the position of a module source's syntax error.
+func (inv *invocation) entrySyntaxError(e *Error) {
+	if !inv.mods.module || e.Name != "SyntaxError" {
+		return
+	}
+	first, _, _ := strings.Cut(e.Stack, "\n")
+	sub := frameRe.FindStringSubmatch(first)
+	if sub == nil || sub[2] != "<source>" {
+		return
+	}
+	ln, _ := strconv.Atoi(sub[3])
+	col, _ := strconv.Atoi(sub[4])
+	e.Details = map[string]any{"line": ln, "column": col}
 }
 
 func (inv *invocation) console(res *Result) {

@@ -21,6 +21,13 @@ type Limits struct {
 	InFlightHostCalls  int           // 32 live host calls at once
 	ConsoleBytes       int           // 64 KiB of console output, then truncated
 	ContinuationBytes  int           // 32 MiB
+	// ModuleRequests bounds the calls to Input.ModuleLoader (Normalize and
+	// Load, replayed ones included; a repeated import is answered from the
+	// run's own cache): 256, as the Run SDK's shared bridge limit.
+	ModuleRequests int
+	// ModuleBytes bounds the total source of the modules a run loads (each
+	// module is also held to SourceBytes): 4 MiB.
+	ModuleBytes int
 }
 
 // DefaultLimits are the Run SDK's defaults.
@@ -36,6 +43,8 @@ var DefaultLimits = Limits{
 	InFlightHostCalls:  32,
 	ConsoleBytes:       64 << 10,
 	ContinuationBytes:  32 << 20,
+	ModuleRequests:     256,
+	ModuleBytes:        4 << 20,
 }
 
 // merge returns l with every zero field taken from base.
@@ -60,6 +69,8 @@ func (l Limits) merge(base Limits) Limits {
 	out.InFlightHostCalls = pick(l.InFlightHostCalls, base.InFlightHostCalls)
 	out.ConsoleBytes = pick(l.ConsoleBytes, base.ConsoleBytes)
 	out.ContinuationBytes = pick(l.ContinuationBytes, base.ContinuationBytes)
+	out.ModuleRequests = pick(l.ModuleRequests, base.ModuleRequests)
+	out.ModuleBytes = pick(l.ModuleBytes, base.ModuleBytes)
 	return out
 }
 
@@ -87,6 +98,8 @@ func (l Limits) lower(op Limits) Limits {
 	out.InFlightHostCalls = pick(l.InFlightHostCalls, op.InFlightHostCalls)
 	out.ConsoleBytes = pick(l.ConsoleBytes, op.ConsoleBytes)
 	out.ContinuationBytes = pick(l.ContinuationBytes, op.ContinuationBytes)
+	out.ModuleRequests = pick(l.ModuleRequests, op.ModuleRequests)
+	out.ModuleBytes = pick(l.ModuleBytes, op.ModuleBytes)
 	return out
 }
 
@@ -101,7 +114,8 @@ func (l Limits) validate() error {
 		"SourceBytes": l.SourceBytes, "HostArgumentsBytes": l.HostArgumentsBytes,
 		"HostOutputBytes": l.HostOutputBytes, "HostCalls": l.HostCalls,
 		"InFlightHostCalls": l.InFlightHostCalls, "ConsoleBytes": l.ConsoleBytes,
-		"ContinuationBytes": l.ContinuationBytes,
+		"ContinuationBytes": l.ContinuationBytes, "ModuleRequests": l.ModuleRequests,
+		"ModuleBytes": l.ModuleBytes,
 	} {
 		if v < 0 || v > maxLimit {
 			return newError(CodeInvalidInput, "limit %s must be positive and at most 2^31-1, got %d", name, v)

@@ -83,6 +83,12 @@ type Input struct {
 	// Context is bound into the continuation (any serializable value, e.g.
 	// the tenant and user): a resume with another context fails.
 	Context any
+	// SourceType is SourceFunctionBody or SourceModule; "" means a module
+	// when ModuleLoader is set (as in the Run SDK), else a function body.
+	SourceType SourceType
+	// ModuleLoader serves the modules the run imports (static imports of a
+	// module source, import() from either). nil: every import fails.
+	ModuleLoader ModuleLoader
 }
 
 // Resolution answers one pending interruption.
@@ -287,13 +293,22 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if !in.Language.valid() {
 		return nil, newError(CodeInvalidInput, "unknown language %q (javascript or typescript)", in.Language)
 	}
+	if !in.SourceType.valid() {
+		return nil, newError(CodeInvalidInput, "unknown source type %q (function-body or module)", in.SourceType)
+	}
+	module := in.sourceType() == SourceModule
 	names, err := bindingNames(in.HostFunctions)
 	if err != nil {
 		return nil, err
 	}
 	var ts *tsProgram
 	if in.Language == LanguageTypeScript {
-		if ts, err = typeScriptProgram(in.Source); err != nil {
+		if module {
+			ts, err = typeScriptModule(ctx, in.Source, lim.Timeout)
+		} else {
+			ts, err = typeScriptProgram(ctx, in.Source, lim.Timeout)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -308,7 +323,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 		}
 		defer r.active.Add(-1)
 	}
-	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Language, in.Source)
+	scope := scopeHash(r.cfg.Audience, names, ctxWire, in.Language, in.Source, moduleScope(&in))
 	codec := *r.codec
 	codec.maxTokens = lim.ContinuationBytes
 
@@ -353,7 +368,8 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 
 	inv := &invocation{
 		r: r, in: in, lim: lim, st: st, resolutions: resolutions, ts: ts,
-		id: fmt.Sprintf("run-%d", r.invocations.Add(1)),
+		id:   fmt.Sprintf("run-%d", r.invocations.Add(1)),
+		mods: moduleState{module: module},
 	}
 	res, err := inv.run(ctx)
 	if err != nil {
@@ -370,6 +386,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if res.Status == StatusInterrupted {
 		next := *st
 		next.Ledger = inv.newLedger
+		next.Modules = inv.mods.ops
 		sc, err := codec.seal(&next)
 		if err != nil {
 			return nil, err

@@ -60,6 +60,8 @@ type contState struct {
 	DateNowMs    int64         `json:"dateNowMs"`
 	RandomSeed   string        `json:"randomSeed"`
 	Ledger       []ledgerEntry `json:"ledger"`
+	// Modules records the module loader's requests (see modules.go).
+	Modules []moduleOp `json:"modules,omitempty"`
 }
 
 // ledgerEntry records one host call by request index.
@@ -371,7 +373,7 @@ func validateState(st *contState) error {
 func interruptionID(requestIndex int) string { return fmt.Sprintf("interrupt-%d", requestIndex) }
 
 // scopeHash binds a continuation to everything a resume must repeat.
-func scopeHash(audience string, names []string, contextWire string, lang Language, source string) string {
+func scopeHash(audience string, names []string, contextWire string, lang Language, source string, modules string) string {
 	sorted := append([]string(nil), names...)
 	sort.Strings(sorted)
 	srcSum := sha256.Sum256([]byte(source))
@@ -384,7 +386,8 @@ func scopeHash(audience string, names []string, contextWire string, lang Languag
 		Context  string   `json:"continuationContext"`
 		Source   string   `json:"sourceSha256"`
 		Language Language `json:"language,omitempty"`
-	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:]), lang})
+		Modules  string   `json:"modules,omitempty"`
+	}{audience, sorted, contextWire, hex.EncodeToString(srcSum[:]), lang, modules})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

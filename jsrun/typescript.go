@@ -1,13 +1,14 @@
 package jsrun
 
 import (
+	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/evanw/esbuild/pkg/api"
 	"github.com/go-sourcemap/sourcemap"
 )
 
@@ -58,8 +59,21 @@ func (p *tsProgram) size(source string) int { return len(source) + len(p.js) + l
 
 // typeScriptProgram returns the transform of source, from the cache when
 // it can.
-func typeScriptProgram(source string) (*tsProgram, error) {
+func typeScriptProgram(ctx context.Context, source string, timeout time.Duration) (*tsProgram, error) {
+	return cachedTypeScript(ctx, source, false, timeout)
+}
+
+// typeScriptModule returns the transform of a module's source (no function
+// wrapper: imports and exports stay as they are).
+func typeScriptModule(ctx context.Context, source string, timeout time.Duration) (*tsProgram, error) {
+	return cachedTypeScript(ctx, source, true, timeout)
+}
+
+func cachedTypeScript(ctx context.Context, source string, module bool, timeout time.Duration) (*tsProgram, error) {
 	key := sha256.Sum256([]byte(source))
+	if module {
+		key[0] ^= 0xff // a module and a function body of one text differ
+	}
 	tsCache.Lock()
 	p := tsCache.m[key]
 	tsCache.Unlock()
@@ -71,7 +85,7 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 		e.Details["line"] = line
 		return nil, e
 	}
-	p, err := transformTypeScript(source)
+	p, err := transformSource(ctx, source, module, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -102,28 +116,39 @@ func typeScriptProgram(source string) (*tsProgram, error) {
 // top-level await and return parse as they do there, and the output is the
 // wrapped function. A TypeScript syntax error is a RUN_USER_SOURCE_ERROR
 // SyntaxError with the line and column in the original source.
-func transformTypeScript(source string) (*tsProgram, error) {
-	res := api.Transform(sourcePrefix+source+sourceSuffix, api.TransformOptions{
-		Loader:         api.LoaderTS,
-		Target:         api.ESNext,
-		Charset:        api.CharsetUTF8,
-		Sourcemap:      api.SourceMapExternal,
-		SourcesContent: api.SourcesContentExclude,
-		Sourcefile:     "source.ts",
-		LogLevel:       api.LogLevelSilent,
-	})
-	if len(res.Errors) > 0 {
-		m := res.Errors[0]
+func transformTypeScript(ctx context.Context, source string, timeout time.Duration) (*tsProgram, error) {
+	return transformSource(ctx, source, false, timeout)
+}
+
+// transformSource strips the types of a function body (wrapped) or of a
+// module (as it is).
+func transformSource(ctx context.Context, source string, module bool, timeout time.Duration) (*tsProgram, error) {
+	prefix, suffix := sourcePrefix, sourceSuffix
+	if module {
+		prefix, suffix = "", ""
+	}
+	rep, err := tsw.transform(ctx, prefix+source+suffix, timeout)
+	switch {
+	case errors.Is(err, errTSTimeout):
+		return nil, limitError(CodeTimeout, "typeScriptTransform", "%v (over %v)", err, min(timeout, tsMaxTransform))
+	case errors.Is(err, errTSWorkerCrashed):
+		// esbuild's recursion outgrew the worker's stack or memory: the
+		// source nests deeper than the scan estimated.
+		return nil, limitError(CodeSourceTooLarge, "typeScriptNesting", "TypeScript source is too deeply nested or too large to strip its types (%v)", err)
+	case err != nil:
+		return nil, err
+	}
+	if m := rep.Err; m != nil {
 		line, col := 0, 0
-		if m.Location != nil {
-			line, col = m.Location.Line, m.Location.Column+1
+		if m.Line > 0 {
+			line, col = m.Line, m.Col+1
 			if line == 1 {
-				col -= len(sourcePrefix)
+				col -= len(prefix)
 			}
 		}
 		return nil, syntaxError(m.Text, line, col, nil)
 	}
-	return &tsProgram{js: string(res.Code), rawMap: res.Map}, nil
+	return &tsProgram{js: rep.Code, rawMap: rep.Map}, nil
 }
 
 // syntaxError is the error of a source that does not parse; line and
@@ -172,23 +197,11 @@ func (p *tsProgram) position(line, col int) (int, int, bool) {
 	return l, c + d + 1, true
 }
 
-// remapStack rewrites the engine's frames (<eval>:line:col) from the
-// generated JavaScript to the TypeScript, for mapStack to finish.
-func (p *tsProgram) remapStack(stack string) string {
-	if p == nil {
-		return stack
-	}
-	return frameRe.ReplaceAllStringFunc(stack, func(m string) string {
-		sub := frameRe.FindStringSubmatch(m)
-		ln, _ := strconv.Atoi(sub[1])
-		col, _ := strconv.Atoi(sub[2])
-		l, c, _ := p.position(ln, col)
-		return "(<eval>:" + strconv.Itoa(l) + ":" + strconv.Itoa(c) + ")"
-	})
-}
-
 // program returns the wrapped function source to evaluate.
 func (inv *invocation) program() string {
+	if inv.mods.module {
+		return moduleProgram
+	}
 	if inv.ts != nil {
 		return inv.ts.js
 	}

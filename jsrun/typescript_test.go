@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestTypeScriptRuns(t *testing.T) {
@@ -165,17 +166,17 @@ func TestTypeScriptInputChecks(t *testing.T) {
 
 func TestTypeScriptTransformCache(t *testing.T) {
 	src := "const cached: number = 1; return cached"
-	a, err := typeScriptProgram(src)
+	a, err := typeScriptProgram(t.Context(), src, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := typeScriptProgram(src)
+	b, _ := typeScriptProgram(t.Context(), src, time.Minute)
 	if a != b {
 		t.Fatal("the same source was transformed twice")
 	}
 	big := "const s: string = '" + strings.Repeat("x", tsCacheBytes/8) + "'; return s.length"
 	for i := range 6 {
-		if _, err := typeScriptProgram(big + strings.Repeat(" ", i)); err != nil {
+		if _, err := typeScriptProgram(t.Context(), big+strings.Repeat(" ", i), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}

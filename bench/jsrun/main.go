@@ -4,6 +4,7 @@
 // jsrun ÷ emscripten and jsrun ÷ run.
 //
 //	(cd bench/jsrun && npm ci) && go run ./bench/jsrun -n 300
+//	go run ./bench/jsrun -n 200 -only modules   # one case, jsrun and run only
 package main
 
 import (
@@ -40,7 +41,22 @@ func main() {
 	concurrent := flag.Int("concurrent", 1000, "runs alive at once in the concurrency case (jsrun and emscripten)")
 	runConcurrent := flag.Int("run-concurrent", 200, "runs alive at once in the concurrency case against the Run SDK (each holds a worker thread); 0 skips it")
 	dir := flag.String("dir", "bench/jsrun", "directory of bench.mjs and run.mjs (with node_modules)")
+	only := flag.String("only", "", "run only this case (e.g. modules) on jsrun and run, without the concurrency cases")
 	flag.Parse()
+
+	if *only != "" {
+		g := runGoOnly(*only, *n)
+		rs, err := runNode(*dir, "run.mjs", *n, 0, "--only", *only)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("jsrun (Go %s) vs the Run SDK (npm run %s) on Node %s; %d iterations, %d CPUs\n\n", runtime.Version(), runVersion(*dir), nodeVersion(), *n, runtime.NumCPU())
+		fmt.Println("| case | jsrun p50 | jsrun p99 | run p50 | run p99 | p50 jsrun ÷ run |")
+		fmt.Println("|---|---:|---:|---:|---:|---:|")
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", label(*only), ms(g.p50), ms(g.p99), ms(rs[*only].p50), ms(rs[*only].p99), ratio(g.p50, rs[*only].p50))
+		return
+	}
 
 	goStats := runGo(*n, *concurrent, *runConcurrent)
 	nodeStats, nodeErr := runNode(*dir, "bench.mjs", *n, *concurrent)
@@ -88,6 +104,7 @@ func label(c string) string {
 		"interrupt_resume":           "interrupt + resume (signed token, replay)",
 		"fresh_prewarmed":            "fresh run, jsrun Prewarm=4, one run per 5 ms (emscripten, run: closed loop)",
 		"interrupt_resume_prewarmed": "interrupt + resume, jsrun Prewarm=4, one per 5 ms (emscripten, run: closed loop)",
+		"modules":                    "fresh module run importing 10 modules (host loader, static imports)",
 	}[c]
 }
 
@@ -197,6 +214,54 @@ func runGo(n, concurrent, runConcurrent int) map[string]stat {
 	return out
 }
 
+// benchModules are the ten modules of the modules case (run.mjs has the
+// same): m0 imports nothing, each other mI imports m(I-1).
+var benchModules = func() map[string]string {
+	m := map[string]string{}
+	for i := range 10 {
+		src := "export const v = " + strconv.Itoa(i) + ";"
+		if i > 0 {
+			src = "import {sum as prev} from './m" + strconv.Itoa(i-1) + ".js'; " + src + " export const sum = prev + v;"
+		} else {
+			src += " export const sum = v;"
+		}
+		m["m"+strconv.Itoa(i)+".js"] = src
+	}
+	return m
+}()
+
+const benchModuleSource = "import {sum} from './m9.js'; import {v} from './m0.js'; if (sum + v !== 45) throw new Error('bad sum');"
+
+func runGoOnly(name string, n int) stat {
+	if name != "modules" {
+		panic("unknown case " + name)
+	}
+	r, err := jsrun.NewRunner(jsrun.Config{})
+	if err != nil {
+		panic(err)
+	}
+	loader, err := jsrun.NewModuleMap(benchModules)
+	if err != nil {
+		panic(err)
+	}
+	fn := func() {
+		res, err := r.Run(context.Background(), jsrun.Input{Source: benchModuleSource, ModuleLoader: loader})
+		if err != nil || res.Status != jsrun.StatusCompleted {
+			panic(fmt.Sprint(res, err))
+		}
+	}
+	for i := 0; i < 20; i++ {
+		fn()
+	}
+	d := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t := time.Now()
+		fn()
+		d = append(d, time.Since(t))
+	}
+	return percentiles(d)
+}
+
 func goConcurrent(r *jsrun.Runner, n int) stat {
 	gate := make(chan struct{})
 	var started sync.WaitGroup
@@ -250,9 +315,9 @@ func peakRSSMiB() float64 {
 	return 0
 }
 
-func runNode(dir, script string, n, concurrent int) (map[string]stat, error) {
+func runNode(dir, script string, n, concurrent int, extra ...string) (map[string]stat, error) {
 	out := map[string]stat{}
-	cmd := exec.Command("node", filepath.Join(dir, script), "--n", strconv.Itoa(n), "--concurrent", strconv.Itoa(concurrent))
+	cmd := exec.Command("node", append([]string{filepath.Join(dir, script), "--n", strconv.Itoa(n), "--concurrent", strconv.Itoa(concurrent)}, extra...)...)
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
 	if err != nil {

@@ -51,11 +51,32 @@ async function interruptResume() {
   }, true);
 }
 
+// The modules case: ten modules, mI importing m(I-1) (main.go has the same).
+const benchModules = {};
+for (let i = 0; i < 10; i++) {
+  benchModules[`m${i}.js`] = i > 0
+    ? `import {sum as prev} from './m${i - 1}.js'; export const v = ${i}; export const sum = prev + v;`
+    : 'export const v = 0; export const sum = v;';
+}
+const moduleLoader = {
+  identity: 'bench-v1',
+  normalize: (specifier) => specifier.startsWith('./') ? specifier.slice(2) : specifier,
+  load: (name) => benchModules[name],
+};
+
+async function modulesRun() {
+  const res = await runner.run({ source: "import {sum} from './m9.js'; import {v} from './m0.js'; if (sum + v !== 45) throw new Error('bad sum');", moduleLoader });
+  if (res.status !== 'completed') throw new Error('unexpected result ' + JSON.stringify(res));
+}
+
+const onlyCase = (() => { const i = args.indexOf('--only'); return i >= 0 ? args[i + 1] : undefined; })();
+
 const cases = {
   fresh: () => must({ source: 'return 1+1', hostFunctions }, 2),
   roundtrip: () => must({ source: 'return await host.echo(1)', hostFunctions }, 1),
   ten: () => must({ source: 'let s = 0; for (let i = 0; i < 10; i++) s += await host.echo(i); return s', hostFunctions }, 45),
   interrupt_resume: interruptResume,
+  modules: modulesRun,
 };
 
 function pct(d, p) { return d[Math.min(d.length - 1, Math.floor(d.length * p))]; }
@@ -71,7 +92,8 @@ function resetPeak() {
 }
 
 const only = args.includes('--only-concurrent');
-for (const [name, fn] of only ? [] : Object.entries(cases)) {
+const selected = onlyCase !== undefined ? [[onlyCase, cases[onlyCase]]] : Object.entries(cases).filter(([n]) => n !== 'modules');
+for (const [name, fn] of only ? [] : selected) {
   for (let i = 0; i < 20; i++) await fn(); // warm up (and start pool workers)
   const d = [];
   for (let i = 0; i < N; i++) {
@@ -85,7 +107,7 @@ for (const [name, fn] of only ? [] : Object.entries(cases)) {
 
 // CONCURRENT runs alive at once, each holding a 1,000-object array across a
 // host call that settles only when all have reached it.
-{
+if (onlyCase === undefined) {
   let release;
   const gate = new Promise((r) => { release = r; });
   let started = 0;

@@ -39,12 +39,14 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runEval(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: shellgate eval FILE.js|FILE.ts [--language typescript] [--client-functions NS.fn,NS.fn2] [--continuation TOKEN] [--resolve ID=JSON]... [--sandbox NAME] [--context JSON]
+		fmt.Fprintln(fs.Output(), `usage: shellgate eval FILE.js|FILE.ts|FILE.mjs|FILE.mts [--language typescript] [--source-type module] [--client-functions NS.fn,NS.fn2] [--continuation TOKEN] [--resolve ID=JSON]... [--sandbox NAME] [--context JSON]
 
 Runs FILE.js ("-" reads stdin) as the body of an async function and prints
 the POST /api/v1/eval response JSON. FILE.ts (also .mts, .cts) is
 TypeScript: its types are stripped first (--language overrides the
-extension, e.g. for stdin). A call to a client function interrupts
+extension, e.g. for stdin). FILE.mjs and FILE.mts are ES modules
+(--source-type overrides): their imports ("./lib.js", "../x.mjs", "/y.js")
+load files under FILE's own directory, never outside it. A call to a client function interrupts
 the run; resume with --continuation and one --resolve per answered id.
 Values are tagged JSON (docs/jsrun.md). The signing secret is
 $SHELLGATE_CONTINUATION_SECRET (>= 32 bytes) or DATA/keys/continuation.key.
@@ -63,6 +65,7 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	imageName := fs.String("image", "default", "with --sandbox: root filesystem image")
 	contextJSON := fs.String("context", "", "tagged-JSON value bound into the continuation")
 	language := fs.String("language", "", "javascript or typescript (default: by the file's extension)")
+	sourceType := fs.String("source-type", "", "function-body or module (default: module for .mjs and .mts)")
 	// Accept flags before or after FILE.js.
 	var file string
 	rest := args
@@ -99,6 +102,21 @@ Exit status: 0 completed, 3 interrupted, 1 error.`)
 	req := &jsrunhttp.Request{Source: string(src), Language: *language, Continuation: *continuation}
 	if req.Language == "" {
 		req.Language = languageOf(file)
+	}
+	req.SourceType = *sourceType
+	if req.SourceType == "" {
+		req.SourceType = string(jsrun.SourceFunctionBody)
+		if ext := strings.ToLower(filepath.Ext(file)); ext == ".mjs" || ext == ".mts" {
+			req.SourceType = string(jsrun.SourceModule)
+		}
+	}
+	if req.SourceType == string(jsrun.SourceModule) && file != "-" {
+		// Imports resolve under the file's directory, confined to it.
+		dir, err := filepath.Abs(filepath.Dir(file))
+		if err != nil {
+			return err
+		}
+		req.Loader = jsrun.DirModules{Root: dir}
 	}
 	if *clientFns != "" {
 		req.ClientFunctions = map[string][]string{}

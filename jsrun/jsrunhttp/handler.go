@@ -88,7 +88,16 @@ type Request struct {
 	Source string `json:"source"`
 	// Language is "javascript" (default) or "typescript" (types stripped,
 	// error positions in the TypeScript).
-	Language        string              `json:"language,omitempty"`
+	Language string `json:"language,omitempty"`
+	// SourceType is "function-body" (default without modules) or "module"
+	// (default with modules): an ES module, its completed value undefined.
+	SourceType string `json:"source_type,omitempty"`
+	// Modules are the modules the source may import, by name (see
+	// jsrun.ModuleMap): "./x.js" from the source resolves to "x.js".
+	Modules map[string]string `json:"modules,omitempty"`
+	// Loader serves the modules instead of Modules (not on the wire: the
+	// CLI sets it to the source file's directory).
+	Loader          jsrun.ModuleLoader  `json:"-"`
 	ClientFunctions map[string][]string `json:"client_functions,omitempty"`
 	Sandbox         *SandboxRequest     `json:"sandbox,omitempty"`
 	Limits          *Limits             `json:"limits,omitempty"`
@@ -126,6 +135,8 @@ type Limits struct {
 	MaxInFlightCalls   int `json:"max_in_flight_calls,omitempty"`
 	MaxArgumentsBytes  int `json:"max_arguments_bytes,omitempty"`
 	MaxHostOutputBytes int `json:"max_host_output_bytes,omitempty"`
+	MaxModuleRequests  int `json:"max_module_requests,omitempty"`
+	MaxModuleBytes     int `json:"max_module_bytes,omitempty"`
 }
 
 // Resolution answers an interruption: value fulfils the guest's call, error
@@ -278,7 +289,20 @@ type badRequest struct{ msg string }
 func (e *badRequest) Error() string { return e.msg }
 
 func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsrun.Input, error) {
-	in := jsrun.Input{Source: req.Source, Language: jsrun.Language(req.Language), Continuation: req.Continuation, HostFunctions: map[string]jsrun.Namespace{}}
+	in := jsrun.Input{Source: req.Source, Language: jsrun.Language(req.Language), Continuation: req.Continuation, HostFunctions: map[string]jsrun.Namespace{},
+		SourceType: jsrun.SourceType(req.SourceType)}
+	if req.Loader != nil {
+		if req.Modules != nil {
+			return in, &badRequest{"modules and a module loader both given"}
+		}
+		in.ModuleLoader = req.Loader
+	} else if req.Modules != nil {
+		m, err := jsrun.NewModuleMap(req.Modules)
+		if err != nil {
+			return in, &badRequest{"modules: " + err.Error()}
+		}
+		in.ModuleLoader = m
+	}
 	for ns, fns := range req.ClientFunctions {
 		if ns == builtinNamespace && req.Sandbox != nil {
 			return in, &badRequest{fmt.Sprintf("namespace %q is reserved for the sandbox built-ins", ns)}
@@ -295,7 +319,8 @@ func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsr
 	if req.Limits != nil {
 		l := req.Limits
 		if l.TimeoutMs < 0 || l.MemoryBytes < 0 || l.StackBytes < 0 || l.MaxSourceBytes < 0 || l.MaxResultBytes < 0 ||
-			l.MaxHostCalls < 0 || l.MaxConsoleBytes < 0 || l.MaxInFlightCalls < 0 || l.MaxArgumentsBytes < 0 || l.MaxHostOutputBytes < 0 {
+			l.MaxHostCalls < 0 || l.MaxConsoleBytes < 0 || l.MaxInFlightCalls < 0 || l.MaxArgumentsBytes < 0 || l.MaxHostOutputBytes < 0 ||
+			l.MaxModuleRequests < 0 || l.MaxModuleBytes < 0 {
 			return in, &badRequest{"limits must not be negative"}
 		}
 		// The runner keeps every limit at or below its own (the operator's):
@@ -307,6 +332,7 @@ func (h *handler) input(ctx context.Context, r *http.Request, req *Request) (jsr
 			Timeout: time.Duration(c(l.TimeoutMs)) * time.Millisecond, MemoryBytes: c(l.MemoryBytes), StackBytes: c(l.StackBytes),
 			SourceBytes: c(l.MaxSourceBytes), ResultBytes: c(l.MaxResultBytes), HostCalls: c(l.MaxHostCalls), ConsoleBytes: c(l.MaxConsoleBytes),
 			InFlightHostCalls: c(l.MaxInFlightCalls), HostArgumentsBytes: c(l.MaxArgumentsBytes), HostOutputBytes: c(l.MaxHostOutputBytes),
+			ModuleRequests: c(l.MaxModuleRequests), ModuleBytes: c(l.MaxModuleBytes),
 		}
 	}
 	var clientCtx any = jsrun.Undefined{}

@@ -548,3 +548,81 @@ return {text, missing, kind: typeof text, out: r.stdout}`,
 		}
 	}
 }
+
+func TestModulesRequest(t *testing.T) {
+	s := newServer(t)
+	mods := map[string]string{
+		"lib/math.ts": "export const twice = (n: number): number => n * 2;",
+		"util.js":     "import {twice} from './lib/math.ts'; export default function (n) { return twice(n) + 1 }",
+	}
+	// A module source: static imports, its value undefined, console kept.
+	code, out, raw := s.post(t, "ws_a", map[string]any{"modules": mods,
+		"source": "import f from './util.js'; console.log(f(20));"})
+	if code != 200 || out["status"] != "completed" || out["console"] != "41\n" || !strings.Contains(raw, `"value":{"$type":"undefined"}`) {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// A function body imports dynamically and returns a value.
+	code, out, raw = s.post(t, "ws_a", map[string]any{"modules": mods, "source_type": "function-body",
+		"source": "const {default: f} = await import('./util.js'); return f(1)"})
+	if code != 200 || out["value"] != 3.0 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// A missing module names itself to the guest.
+	code, out, raw = s.post(t, "ws_a", map[string]any{"modules": mods, "source": "import './nope.js'"})
+	e, _ := out["error"].(map[string]any)
+	if code != 422 || e["code"] != "RUN_USER_SOURCE_ERROR" || !strings.Contains(fmt.Sprint(e["message"]), `module "nope.js" not found`) {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// Limits: module requests.
+	code, out, raw = s.post(t, "ws_a", map[string]any{"modules": mods, "source": "import './util.js'",
+		"limits": map[string]any{"max_module_requests": 3}})
+	e, _ = out["error"].(map[string]any)
+	if code != 422 || e["code"] != "RUN_BRIDGE_LIMIT" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	// Bad requests.
+	for _, body := range []map[string]any{
+		{"modules": map[string]string{"../x.js": ""}, "source": "1"},
+		{"limits": map[string]any{"max_module_bytes": -1}, "source": "1"},
+	} {
+		code, out, raw = s.post(t, "ws_a", body)
+		if code != 400 || out["error"].(map[string]any)["code"] != "EVAL_BAD_REQUEST" {
+			t.Fatalf("%d %s", code, raw)
+		}
+	}
+	code, out, raw = s.post(t, "ws_a", map[string]any{"source_type": "script", "source": "1"})
+	if code != 400 || out["error"].(map[string]any)["code"] != "RUN_INVALID_INPUT" {
+		t.Fatalf("%d %s", code, raw)
+	}
+}
+
+func TestModulesResumeBoundToSources(t *testing.T) {
+	s := newServer(t)
+	mods := map[string]string{"ask.js": "export const ask = (q) => ui.confirm(q);"}
+	req := map[string]any{"modules": mods, "client_functions": map[string][]string{"ui": {"confirm"}},
+		"source": "import {ask} from './ask.js'; console.log('ok', await ask('deploy?'));"}
+	code, out, raw := s.post(t, "ws_a", req)
+	if code != 200 || out["status"] != "interrupted" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	resume := func(m map[string]string) (int, map[string]any, string) {
+		r := map[string]any{}
+		for k, v := range req {
+			r[k] = v
+		}
+		r["modules"] = m
+		r["continuation"] = out["continuation"]
+		r["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+		return s.post(t, "ws_a", r)
+	}
+	// Other code behind the same name does not resume (and the token stays
+	// usable: nothing ran).
+	c2, o2, raw2 := resume(map[string]string{"ask.js": "export const ask = (q) => ui.confirm(q + '!');"})
+	if c2 != 400 || o2["error"].(map[string]any)["code"] != "RUN_PROTOCOL_ERROR" || !strings.Contains(raw2, "changed since the continuation was made") {
+		t.Fatalf("%d %s", c2, raw2)
+	}
+	c3, o3, raw3 := resume(mods)
+	if c3 != 200 || o3["status"] != "completed" || o3["console"] != "ok true\n" {
+		t.Fatalf("%d %s", c3, raw3)
+	}
+}

@@ -35,6 +35,21 @@ const hostFunctions = {
   },
 };
 
+// moduleLoader serves a case's modules; parity_test.go's mapLoader does the
+// same for jsrun: "./x" names x, "normalize-fails" fails to resolve, and a
+// name the case does not have fails to load (both with internal details).
+const moduleLoader = (modules) => ({
+  identity: 'parity-v1',
+  normalize: (specifier) => {
+    if (specifier === 'normalize-fails') throw new Error('internal resolver detail');
+    return specifier.startsWith('./') ? specifier.slice(2) : specifier;
+  },
+  load: (name) => {
+    if (!Object.hasOwn(modules, name)) throw new Error('internal loader detail: ' + name);
+    return modules[name];
+  },
+});
+
 // shape describes a value exactly, as parity_test.go's shape does for the
 // jsrun side: objects get ids in visiting order, repeats are refs, keys keep
 // their order, typed arrays name their buffer and offsets.
@@ -90,6 +105,8 @@ for (const c of cases) {
   const rounds = [undefined, ...(c.resume ?? [])];
   for (let i = 0; i < rounds.length; i++) {
     const input = { source: c.source, hostFunctions, limits: c.limits };
+    if (c.sourceType !== undefined) input.sourceType = c.sourceType;
+    if (c.modules !== undefined) input.moduleLoader = moduleLoader(c.modules);
     if (rounds[i] !== undefined) {
       input.continuation = continuation;
       input.resolutions = Object.entries(rounds[i]).map(([interruptionId, value]) => ({ interruptionId, value }));

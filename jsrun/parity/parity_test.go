@@ -45,6 +45,28 @@ type parityCase struct {
 	Differs   string `json:"differs"`
 	DiffersIn string `json:"differsIn"`
 	Note      string `json:"note"`
+	// SourceType is run's sourceType; Modules, when set, are served by a
+	// module loader (driver.mjs's moduleLoader, mapLoader here).
+	SourceType string            `json:"sourceType"`
+	Modules    map[string]string `json:"modules"`
+}
+
+// mapLoader is driver.mjs's moduleLoader for jsrun.
+type mapLoader map[string]string
+
+func (m mapLoader) Normalize(_ context.Context, specifier, _ string) (string, error) {
+	if specifier == "normalize-fails" {
+		return "", errors.New("internal resolver detail")
+	}
+	return strings.TrimPrefix(specifier, "./"), nil
+}
+
+func (m mapLoader) Load(_ context.Context, name string) (jsrun.Module, error) {
+	src, ok := m[name]
+	if !ok {
+		return jsrun.Module{}, errors.New("internal loader detail: " + name)
+	}
+	return jsrun.Module{Source: src}, nil
 }
 
 // step is what one round produced, in a form both sides share.
@@ -306,7 +328,10 @@ func runJsrun(t *testing.T, r *jsrun.Runner, c parityCase) []step {
 	var cont string
 	rounds := append([]map[string]json.RawMessage{nil}, c.Resume...)
 	for i, round := range rounds {
-		in := jsrun.Input{Source: c.Source, HostFunctions: hostFunctions(), Limits: limitsOf(t, c.Limits)}
+		in := jsrun.Input{Source: c.Source, HostFunctions: hostFunctions(), Limits: limitsOf(t, c.Limits), SourceType: jsrun.SourceType(c.SourceType)}
+		if c.Modules != nil {
+			in.ModuleLoader = mapLoader(c.Modules)
+		}
 		if i > 0 {
 			in.Continuation = cont
 			ids := make([]string, 0, len(round))
@@ -527,7 +552,7 @@ func wtf8Units(s string) []int {
 	return out
 }
 
-var frameLineRe = regexp.MustCompile(`\((?:run\.js|<source>):(\d+):\d+\)`)
+var frameLineRe = regexp.MustCompile(`\((?:run\.js|<source>|<entry>):(\d+):\d+\)`)
 
 // stackLines is the source lines of a stack's frames in the guest's source,
 // and whether any frame lies outside it.

@@ -133,3 +133,36 @@ func TestEvalTypeScriptFile(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 }
+
+// TestEvalModuleFile: `shellgate eval FILE.mjs` runs an ES module whose
+// imports load from FILE's directory and never from outside it.
+func TestEvalModuleFile(t *testing.T) {
+	run := cli(t)
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app")
+	os.MkdirAll(filepath.Join(app, "lib"), 0o755)
+	os.WriteFile(filepath.Join(dir, "secret.mjs"), []byte("export const secret = 'outside'\n"), 0o644)
+	os.WriteFile(filepath.Join(app, "lib", "greet.mts"), []byte("import {name} from '../name.mjs';\nexport const greet = (g: string): string => g + ', ' + name;\n"), 0o644)
+	os.WriteFile(filepath.Join(app, "name.mjs"), []byte("export const name = 'world';\n"), 0o644)
+	main := filepath.Join(app, "main.mjs")
+	os.WriteFile(main, []byte("import {greet} from './lib/greet.mts';\nconsole.log(greet('hello'));\n"), 0o644)
+	out, stderr, code := run("eval", main)
+	if code != 0 || strings.TrimSpace(out) != `{"status":"completed","value":{"$type":"undefined"},"console":"hello, world\n"}` {
+		t.Fatalf("exit %d: %s %s", code, out, stderr)
+	}
+	escape := filepath.Join(app, "escape.mjs")
+	os.WriteFile(escape, []byte("import {secret} from '../secret.mjs';\nconsole.log(secret);\n"), 0o644)
+	out, _, code = run("eval", escape)
+	if code != 1 || !strings.Contains(out, `leaves the module root`) || strings.Contains(out, "outside\\n") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	// A .js file is a function body: return works, and import() has no loader.
+	js := filepath.Join(app, "body.js")
+	os.WriteFile(js, []byte("try { await import('./name.mjs') } catch (e) { return e.message }"), 0o644)
+	if out, _, code := run("eval", js); code != 0 || !strings.Contains(out, "could not load module") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if out, _, code := run("eval", js, "--source-type", "module"); code != 1 || !strings.Contains(out, `"SyntaxError"`) {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}

@@ -24,7 +24,10 @@ import (
 // extend with what was appended (Messages merges consecutive turns of
 // one role); the tools array is reused while it has as many tools.
 // The adapter leaves *tools empty when the memo has them (toolsToEncode).
-func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T) ([]byte, error) {
+//
+// lean, when not nil, encodes an element without the SDK (lean.go) or
+// says it cannot.
+func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T, lean func([]byte, *E) ([]byte, bool)) ([]byte, error) {
 	m := req.Encoded
 	if m == nil {
 		return json.Marshal(p)
@@ -54,8 +57,14 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 	}
 	keep := max(0, min(len(m.Elems)-1, len(es)))
 	m.Elems = m.Elems[:keep]
-	for _, e := range es[keep:] {
-		b, err := json.Marshal(e)
+	for i := keep; i < len(es); i++ {
+		if lean != nil {
+			if b, ok := lean(nil, &es[i]); ok {
+				m.Elems = append(m.Elems, b)
+				continue
+			}
+		}
+		b, err := json.Marshal(es[i])
 		if err != nil {
 			return nil, err
 		}

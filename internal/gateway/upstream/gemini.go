@@ -203,7 +203,7 @@ func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools)
+	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, nil)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

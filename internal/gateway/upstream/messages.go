@@ -90,7 +90,7 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 		role   gateway.Role
 		blocks []anthropic.ContentBlockParamUnion
 	}
-	var turns []turn
+	turns := make([]turn, 0, len(req.Messages))
 	for _, m := range req.Messages {
 		var blocks []anthropic.ContentBlockParamUnion
 		switch m.Role {
@@ -158,6 +158,9 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 			continue
 		}
 		turns = append(turns, turn{m.Role, blocks})
+	}
+	if len(turns) > 0 {
+		p.Messages = make([]anthropic.MessageParam, 0, len(turns))
 	}
 	for _, t := range turns {
 		if t.role == gateway.RoleUser {
@@ -268,7 +271,7 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 		extra["stream"] = true
 		p.SetExtraFields(extra)
 	}
-	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools)
+	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, leanMessage)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

@@ -48,7 +48,8 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 	if req.System != "" {
 		p.Instructions = param.NewOpt(req.System)
 	}
-	var items responses.ResponseInputParam
+	// About one item per message (a step adds a call and its output).
+	items := make(responses.ResponseInputParam, 0, len(req.Messages)+1)
 	for _, m := range req.Messages {
 		switch m.Role {
 		case gateway.RoleUser:
@@ -105,7 +106,9 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
 		}
 	}
-	p.Input.OfInputItemList = items
+	if len(items) > 0 {
+		p.Input.OfInputItemList = items
+	}
 	for _, t := range toolsToEncode(req, gateway.APIResponses) {
 		s, err := schema(t.Parameters)
 		if err != nil {
@@ -211,7 +214,7 @@ func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if stream {
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools)
+	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, leanResponsesItem)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

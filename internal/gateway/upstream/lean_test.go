@@ -1,0 +1,102 @@
+package upstream
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+// leanStrings are texts that exercise every escaping rule.
+func leanStrings() []string {
+	ss := []string{"", "plain", `quote " backslash \ slash /`, "<script>&amp;</script>", "\b\f\n\r\t\x00\x01\x1f\x7f",
+		"é ü 中文 🙂", "\u2028 \u2029", "bad \xff\xfe utf8 \xc3", "\xed\xa0\x80 surrogate", `{"commands":["ls -la"]}`}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 300 {
+		b := make([]byte, r.IntN(40))
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		ss = append(ss, string(b))
+	}
+	return ss
+}
+
+func TestLeanMatchesSDK(t *testing.T) {
+	check := func(t *testing.T, what string, lean func([]byte) ([]byte, bool), v any, wantLean bool) {
+		t.Helper()
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := lean([]byte("prefix"))
+		if !strings.HasPrefix(string(got), "prefix") {
+			t.Fatalf("%s: the lean encoder lost what was before it: %q", what, got)
+		}
+		if ok != wantLean {
+			t.Fatalf("%s: lean encoder took it = %v, want %v (%s)", what, ok, wantLean, want)
+		}
+		if ok && string(got[len("prefix"):]) != string(want) {
+			t.Fatalf("%s: lean encoding differs from the SDK's\n got %s\nwant %s", what, got[len("prefix"):], want)
+		}
+		if !ok && string(got) != "prefix" {
+			t.Fatalf("%s: a refused element left bytes behind: %q", what, got)
+		}
+	}
+	responsesCase := func(t *testing.T, u responses.ResponseInputItemUnionParam, wantLean bool) {
+		t.Helper()
+		check(t, fmt.Sprintf("%+v", u), func(b []byte) ([]byte, bool) { return leanResponsesItem(b, &u) }, u, wantLean)
+	}
+	messageCase := func(t *testing.T, m anthropic.MessageParam, wantLean bool) {
+		t.Helper()
+		check(t, fmt.Sprintf("%+v", m), func(b []byte) ([]byte, bool) { return leanMessage(b, &m) }, m, wantLean)
+	}
+	t.Run("responses", func(t *testing.T) {
+		for _, s := range leanStrings() {
+			responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCall: &responses.ResponseFunctionToolCallParam{
+				CallID: "call_" + s, Name: s, Arguments: s}}, true)
+			out := responses.ResponseInputItemFunctionCallOutputParam{CallID: param.NewOpt(s)}
+			out.Output.OfString = param.NewOpt(s)
+			responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCallOutput: &out}, true)
+		}
+		// Anything more than what the encoder writes goes to the SDK.
+		responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCall: &responses.ResponseFunctionToolCallParam{
+			CallID: "c", Name: "n", Arguments: "{}", ID: param.NewOpt("fc_1")}}, false)
+		responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCall: &responses.ResponseFunctionToolCallParam{
+			CallID: "c", Name: "n", Arguments: "{}", Status: responses.ResponseFunctionToolCallStatusCompleted}}, false)
+		withImage := responses.ResponseInputItemFunctionCallOutputParam{CallID: param.NewOpt("c")}
+		withImage.Output.OfResponseFunctionCallOutputItemArray = responses.ResponseFunctionCallOutputItemListParam{
+			{OfInputText: &responses.ResponseInputTextContentParam{Text: "t"}}}
+		responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCallOutput: &withImage}, false)
+		withStatus := responses.ResponseInputItemFunctionCallOutputParam{CallID: param.NewOpt("c"), Status: "completed"}
+		withStatus.Output.OfString = param.NewOpt("x")
+		responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCallOutput: &withStatus}, false)
+		responsesCase(t, responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
+			Role: responses.EasyInputMessageRoleUser, Content: responses.EasyInputMessageContentUnionParam{OfString: param.NewOpt("hi")}}}, false)
+	})
+	t.Run("messages", func(t *testing.T) {
+		for _, s := range leanStrings() {
+			input := toolInput(s) // what MessagesParams puts there, valid or not
+			messageCase(t, anthropic.NewAssistantMessage(anthropic.NewTextBlock(s), anthropic.NewToolUseBlock("toolu_"+s, input, s)), true)
+			tr := anthropic.ToolResultBlockParam{ToolUseID: s, IsError: anthropic.Bool(len(s)%2 == 0)}
+			tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: s}})
+			messageCase(t, anthropic.NewUserMessage(anthropic.ContentBlockParamUnion{OfToolResult: &tr}, anthropic.NewTextBlock(s)), true)
+		}
+		empty := anthropic.ToolResultBlockParam{ToolUseID: "t"}
+		messageCase(t, anthropic.NewUserMessage(anthropic.ContentBlockParamUnion{OfToolResult: &empty}), true)
+		messageCase(t, anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("t", json.RawMessage(`{"a": 1}`), "n")), false)
+		messageCase(t, anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("t", map[string]any{"a": 1}, "n")), false)
+		cached := anthropic.NewTextBlock("x")
+		cached.OfText.CacheControl = anthropic.NewCacheControlEphemeralParam()
+		messageCase(t, anthropic.NewUserMessage(cached), false)
+		img := anthropic.ToolResultBlockParam{ToolUseID: "t"}
+		img.Content = append(img.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: &anthropic.ImageBlockParam{
+			Source: anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{Data: "aGk=", MediaType: "image/png"}}}})
+		messageCase(t, anthropic.NewUserMessage(anthropic.NewTextBlock("first"), anthropic.ContentBlockParamUnion{OfToolResult: &img}), false)
+	})
+}
