@@ -117,6 +117,7 @@ function failed(err) {
 // download fetches a file's bytes with the key and saves them under name.
 async function download(path, name, status) {
   try {
+    status.replaceChildren(h('span', {class: 'muted'}, 'Downloading…'));
     const r = await request('GET', path, undefined, true);
     const blob = await r.blob();
     const url = URL.createObjectURL(blob);
@@ -335,6 +336,7 @@ async function renderContainer(id, q) {
         ' ',
         h('button', {type: 'button', class: 'promote', onclick: async (ev) => {
           ev.target.disabled = true;
+          status.replaceChildren(h('span', {class: 'muted'}, 'Promoting ' + f.path + '…'));
           try {
             const wf = await api.post(`/containers/${enc}/files/${fenc}/promote`);
             status.replaceChildren(notice(`Promoted ${f.path} to workspace file ${wf.id} (${wf.filename}).`),
