@@ -3,11 +3,14 @@ package server
 import (
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/guard"
 )
@@ -136,4 +139,46 @@ func TestConsoleAssets(t *testing.T) {
 	if st, _ := e.do("GET", "/api/v1/containers", e.newKey("acme", "prod"), nil); st != http.StatusOK {
 		t.Errorf("GET /api/v1/containers with a key: %d", st)
 	}
+}
+
+// BenchmarkConsoleAsset is one GET of the console's script over loopback
+// HTTP from the server (its mux, log line, metrics and security headers)
+// and, interleaved, from Go's own http.FileServerFS over the same embedded
+// files (what serving the files without Shellgate would take). It reports
+// both medians and the ratio.
+func BenchmarkConsoleAsset(b *testing.B) {
+	e := newEnv(b, "crun", "busybox")
+	sub, err := fs.Sub(consoleFiles, "console")
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := httptest.NewServer(http.FileServerFS(sub))
+	b.Cleanup(plain.Close)
+	get := func(url string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s: %d", url, resp.StatusCode)
+		}
+	}
+	var ours, std []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		get(e.url + "/console/console.js")
+		t1 := time.Now()
+		get(plain.URL + "/console.js")
+		ours, std = append(ours, t1.Sub(t0)), append(std, time.Since(t1))
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2]) / float64(time.Microsecond)
+	}
+	mo, ms := median(ours), median(std)
+	b.ReportMetric(mo, "console-us")
+	b.ReportMetric(ms, "fileserver-us")
+	b.ReportMetric(mo/ms, "ratio")
 }
