@@ -153,7 +153,7 @@ func runServe(ctx context.Context, args []string) error {
 	backend := server.StoreBackend{St: st, Blobs: blobs}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
-		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(),
+		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(), Logs: st.Logs(),
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,

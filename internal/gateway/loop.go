@@ -114,11 +114,32 @@ type Result struct {
 	UpstreamCalls      int
 }
 
+// Observer sees a run when Execute returns: its request (whose Messages
+// then end with the run's own turns), its result (cost included) and its
+// error. The server's request logs set one on the request's context
+// (WithObserver); it runs on the request's goroutine, so it must be quick.
+type Observer func(run *Run, res *Result, err error)
+
+type observerKey struct{}
+
+// WithObserver returns ctx with obs, which Execute calls when it returns.
+func WithObserver(ctx context.Context, obs Observer) context.Context {
+	return context.WithValue(ctx, observerKey{}, obs)
+}
+
 // Execute runs the loop: upstream turn, server tool calls, repeat, until
 // the model answers, calls a client tool, or the budget ends it. The
 // request's sandbox session is closed (and billed) before Execute returns.
 // On error the Result holds what was done before it.
 func Execute(ctx context.Context, run *Run) (*Result, error) {
+	res, err := execute(ctx, run)
+	if obs, ok := ctx.Value(observerKey{}).(Observer); ok && obs != nil {
+		obs(run, res, err)
+	}
+	return res, err
+}
+
+func execute(ctx context.Context, run *Run) (*Result, error) {
 	max := run.MaxToolCalls
 	if max <= 0 || max > MaxToolCalls {
 		max = DefaultMaxToolCalls

@@ -81,6 +81,18 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal)
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
+// loggedChat is chatCompletions with its request log: the answer is
+// copied (up to four times the workspace's record cap) for the record.
+func (s *Server) loggedChat(w http.ResponseWriter, r *http.Request, p Principal) {
+	s.logged(w, r, p, "chat_completions", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+		if rl != nil {
+			rl.chatOut = &teeWriter{ResponseWriter: w, max: 4 * rl.settings.MaxRecordBytes}
+			w = rl.chatOut
+		}
+		s.chatCompletions(w, r, p)
+	})
+}
+
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Principal) {
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -101,6 +113,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 	if err := json.Unmarshal(body["model"], &model); err != nil || model == "" {
 		chatError(w, http.StatusBadRequest, "model", "", "you must provide a model parameter (a string, provider/model)")
 		return
+	}
+	if rl := reqLogFrom(r.Context()); rl != nil {
+		rl.chatBody, rl.model = raw, model
 	}
 	if t, ok := body["tools"]; ok {
 		var tools []struct {

@@ -17,8 +17,10 @@ func (s *Server) mountGemini() {
 	})
 	for _, pattern := range []string{"POST /v1beta/models/{rest...}", "POST /api/v1beta/models/{rest...}"} {
 		s.handleWith(ew, pattern, gemini.MaxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
-			gemini.Serve(w, r, r.PathValue("rest"), gemini.Options{Models: s.cfg.Models, Sandboxes: s.sandboxesFor(p), Log: s.log,
-				Screen: s.gatewayScreen(w, p, "gemini")})
+			s.logged(w, r, p, "gemini", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+				gemini.Serve(w, r, r.PathValue("rest"), gemini.Options{Models: rl.models(s.cfg.Models), Sandboxes: s.sandboxesFor(p), Log: s.log,
+					Screen: rl.screen(s.gatewayScreen(w, p, "gemini"))})
+			})
 			return nil
 		})
 	}

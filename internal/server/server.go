@@ -18,6 +18,10 @@
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 //	GET    /api/v1/guardrails               the workspace's prompt-injection guardrails (guard.go)
 //	PUT    /api/v1/guardrails               replace them
+//	GET    /api/v1/logging                  the workspace's request-log settings (logs.go)
+//	PUT    /api/v1/logging                  change them
+//	GET    /api/v1/logs                     the workspace's request logs, newest first, filtered
+//	GET    /api/v1/logs/{id}                one, with its prompts, completion, commands and detections
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
 //	…      /api/v1/containers/{id}/files…   container files, OpenRouter's shape (cfiles.go), and promote
 //	…      /v1/containers/{id}/files…       the same in OpenAI's shape
@@ -110,6 +114,10 @@ type Config struct {
 	// detections (GET/PUT /api/v1/guardrails; gateway requests screened).
 	// Without it those routes answer 404 and nothing is screened.
 	Guardrails store.Guardrails
+	// Logs, if set, keeps the request logs of the workspaces that turn
+	// them on (GET/PUT /api/v1/logging, GET /api/v1/logs; logs.go).
+	// Without it those routes answer 404 and nothing is recorded.
+	Logs store.Logs
 	// WorkspaceFiles, if set, serves file_ids on create.
 	WorkspaceFiles WorkspaceFiles
 
@@ -170,6 +178,13 @@ type Server struct {
 	auth    authCache
 	// guardrails caches each workspace's guardrails (guard.go).
 	guardrails guardrailCache
+	// logging caches each workspace's log settings; logQ feeds the
+	// request-log writer (logs.go), which runs while it has records.
+	logging    loggingCache
+	logMu      sync.Mutex
+	logQ       chan *reqLog
+	logWriting bool
+	logWG      sync.WaitGroup
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
@@ -252,6 +267,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
 	s.handle("GET /api/v1/usage", maxEmptyBody, true, s.usage)
 	s.guardrailRoutes()
+	s.logRoutes()
 	if cfg.EvalRunner != nil {
 		s.evalHandler = s.newEvalHandler()
 	}
@@ -265,8 +281,8 @@ func New(cfg Config) (*Server, error) {
 	s.mountResponses()
 	s.mountMessages()
 	s.mountGemini()
-	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.chatCompletions)
-	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.chatCompletions)
+	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.loggedChat)
+	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.loggedChat)
 	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)
 	s.openAIRoute("GET /api/v1/models", maxEmptyBody, s.listModels)
 	// Anything else under /api/v1 answers in the API's envelope, not the
