@@ -68,6 +68,7 @@ func TestConsoleAssets(t *testing.T) {
 		{"/console/console.js", "text/javascript; charset=utf-8", "'use strict'"},
 		{"/console/console.css", "text/css; charset=utf-8", "font-variant-numeric"},
 		{"/console/meta.json", "application/json", `"techniques"`},
+		{"/console/favicon.svg", "image/svg+xml", "<svg"},
 	} {
 		resp, body := get(c.path)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != c.ctype || !strings.Contains(body, c.contains) {

@@ -5,7 +5,7 @@
 //
 // Environment: SHELLGATE_BASE, SHELLGATE_KEY, CHROMIUM (the browser
 // binary), SCREENSHOTS (a directory), EXPECT_STDOUT (text the request's
-// command printed), EXPECT_FILE (a file the command wrote, relative to the
+// command printed), EXPECT_TECHNIQUE (a guardrail detection's technique), EXPECT_FILE (a file the command wrote, relative to the
 // home), EXPECT_FILE_CONTENT, CONTAINER_ID.
 import { chromium } from 'playwright-core';
 import { readFile } from 'node:fs/promises';
@@ -23,6 +23,7 @@ const expectStdout = env('EXPECT_STDOUT');
 const expectFile = env('EXPECT_FILE');
 const expectContent = env('EXPECT_FILE_CONTENT');
 const containerID = env('CONTAINER_ID');
+const expectTechnique = env('EXPECT_TECHNIQUE');
 
 const report = (c, ok, detail) => console.log(JSON.stringify({ case: c, ok, detail }));
 
@@ -43,10 +44,15 @@ const dialogs = [];
 const problems = [];
 page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); });
 page.on('pageerror', (e) => problems.push('pageerror: ' + e.message));
-page.on('console', (m) => {
-  // The wrong-key step's 401 is logged by Chromium as a failed resource.
-  if (m.type() === 'error' && !/status of 401/.test(m.text())) problems.push('console: ' + m.text());
+page.on('response', (r) => {
+  if (r.status() >= 400) problems.push(`HTTP ${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
 });
+page.on('console', (m) => {
+  if (m.type() === 'error') problems.push('console: ' + m.text());
+});
+// expected drops the problems a step caused on purpose (a refused key, a
+// refused form), which Chromium also logs as failed resources.
+const expected = (re) => problems.splice(0, problems.length, ...problems.filter((p) => !re.test(p)));
 
 const shot = async (name) => page.screenshot({ path: path.join(shots, name + '.png'), fullPage: true });
 
@@ -74,6 +80,7 @@ all.push(await step('wrong key shows an error', async () => {
   await shot('01-wrong-key');
   if (!/refused/.test(msg) || !/401/.test(msg)) throw new Error('error text: ' + msg);
   if (await page.evaluate(() => sessionStorage.length) !== 0) throw new Error('a refused key was kept');
+  expected(/status of 401|^HTTP 401 GET \/api\/v1\/containers$/);
   return msg;
 }));
 
@@ -81,10 +88,23 @@ all.push(await step('log in', async () => {
   await page.fill('#api-key', key);
   await page.click('#login button[type=submit]');
   await page.waitForSelector('#requests');
+  await page.waitForSelector('#logging-status #logging-off');
   await shot('02-requests');
   const stored = await page.evaluate(() => Object.values(sessionStorage));
   if (stored.length !== 1 || stored[0] !== key) throw new Error('sessionStorage holds ' + JSON.stringify(stored.length));
   return (await page.locator('#requests tbody tr').count()) + ' request(s) listed';
+}));
+
+all.push(await step('filter requests', async () => {
+  await page.selectOption('select[name=status]', 'failed');
+  await page.waitForSelector('#no-requests');
+  if (!page.url().includes('status=failed')) throw new Error('url ' + page.url());
+  await page.selectOption('select[name=status]', '');
+  await page.waitForSelector('#requests');
+  await page.check('#has-detections');
+  await page.waitForURL(/has_detections=true/);
+  await page.waitForSelector('#requests');
+  return await page.locator('#requests tbody tr').count() + ' with detections';
 }));
 
 all.push(await step('open a request and see its command output', async () => {
@@ -97,6 +117,8 @@ all.push(await step('open a request and see its command output', async () => {
   const command = await text('.item.command pre.command');
   await shot('03-request');
   if (!stdout.includes(expectStdout)) throw new Error('stdout shown: ' + JSON.stringify(stdout));
+  const techniques = await page.locator('#detections tbody tr td:nth-child(2)').allTextContents();
+  if (!techniques.includes(expectTechnique)) throw new Error('detections shown: ' + JSON.stringify(techniques));
   // The output is markup; it must be shown as text, not parsed.
   if (await page.locator('.item.command pre.stdout *').count() !== 0) throw new Error('the output became elements');
   return { command, stdout };
@@ -171,7 +193,7 @@ all.push(await step('guardrail form', async () => {
   const err = await text('#guardrail-status .error');
   await shot('09-guardrails');
   if (!/400/.test(err)) throw new Error('error shown: ' + err);
-  problems.splice(0, problems.length, ...problems.filter((p) => !/status of 400/.test(p)));
+  expected(/status of 400|^HTTP 400 PUT \/api\/v1\/guardrails$/);
   return err;
 }));
 

@@ -171,7 +171,7 @@ function renderLogin(message) {
 
 async function renderRequests(q) {
   const params = new URLSearchParams({limit: '50'});
-  for (const k of ['api', 'status', 'after']) if (q.get(k)) params.set(k, q.get(k));
+  for (const k of ['api', 'status', 'has_detections', 'after']) if (q.get(k)) params.set(k, q.get(k));
   const filter = (name, values) => {
     const s = h('select', {name, 'aria-label': name, onchange: () => {
       const n = new URLSearchParams(q);
@@ -181,22 +181,34 @@ async function renderRequests(q) {
     }}, h('option', {value: ''}, 'any ' + name), values.map((v) => h('option', {value: v, selected: q.get(name) === v}, v)));
     return s;
   };
-  const logStatus = h('span', {id: 'logging-status', class: 'muted'});
-  const toggle = (on) => async () => {
-    try {
-      await api.put('/logging', {enabled: on});
-      logStatus.replaceChildren(notice('Request logging is ' + (on ? 'on' : 'off') + ' for this workspace.'));
-    } catch (e) { logStatus.replaceChildren(errorBox(e.message)); }
+  // The workspace's logging switch (GET/PUT /api/v1/logging).
+  const logStatus = h('span', {id: 'logging-status'});
+  const showLogging = (st) => {
+    const btn = h('button', {type: 'button', id: st.enabled ? 'logging-off' : 'logging-on', onclick: async () => {
+      btn.disabled = true;
+      try { showLogging(await api.put('/logging', {enabled: !st.enabled})); } catch (e) {
+        if (e.status === 401) return failed(e);
+        logStatus.replaceChildren(errorBox(e.message));
+      }
+    }}, st.enabled ? 'Turn logging off' : 'Turn logging on');
+    logStatus.replaceChildren(h('span', {class: 'muted'}, st.enabled
+      ? `Logging is on: kept ${st.retention_days} days, at most ${fmtBytes(st.max_record_bytes)} a request. `
+      : 'Logging is off for this workspace. '), btn);
   };
+  const onlyDetections = h('label', {}, h('input', {type: 'checkbox', id: 'has-detections', checked: q.get('has_detections') === 'true', onchange: (ev) => {
+    const n = new URLSearchParams(q);
+    n.delete('after');
+    if (ev.target.checked) n.set('has_detections', 'true'); else n.delete('has_detections');
+    location.hash = '#/requests?' + n.toString();
+  }}), ' with detections only');
   const head = [
     h('h1', {}, 'Requests'),
     h('div', {class: 'toolbar'},
       filter('api', ['responses', 'messages', 'chat_completions', 'gemini']),
       filter('status', ['completed', 'incomplete', 'failed', 'blocked']),
-      h('button', {type: 'button', id: 'logging-on', onclick: toggle(true)}, 'Turn logging on'),
-      h('button', {type: 'button', id: 'logging-off', onclick: toggle(false)}, 'Turn logging off'),
-      logStatus),
+      onlyDetections, logStatus),
   ];
+  api.get('/logging').then(showLogging, (e) => logStatus.replaceChildren(errorBox(e.message)));
   show(...head, h('p', {class: 'muted'}, 'Loading…'));
   let list;
   try {
@@ -224,7 +236,10 @@ async function renderRequests(q) {
     n.set('after', list.last_id);
     more.push(h('a', {href: '#/requests?' + n.toString(), id: 'older'}, 'Older requests →'));
   }
-  show(...head, rows.length ? table : h('p', {class: 'muted'}, 'No logged requests. Logging is off until turned on for the workspace.'), ...more);
+  const filtered = ['api', 'status', 'has_detections'].some((k) => q.get(k));
+  const none = h('p', {class: 'muted', id: 'no-requests'}, filtered ? 'No logged request matches.'
+    : 'No logged requests. Requests are logged once logging is on for the workspace.');
+  show(...head, rows.length ? table : none, ...more);
 }
 
 function pre(text, klass) {
@@ -248,6 +263,7 @@ async function renderRequest(id) {
       ['Truncated', r.truncated ? 'yes: the record was cut at the size cap' : 'no'],
     ]),
   ];
+  if (r.error) out.push(h('h2', {}, 'Error'), pre(r.error, 'error-text'));
   const dets = Array.isArray(r.detections) ? r.detections : [];
   out.push(h('h2', {}, `Guardrail detections (${dets.length})`));
   if (dets.length) {
@@ -263,8 +279,8 @@ async function renderRequest(id) {
   for (const it of r.items || []) {
     if (it.type === 'command') {
       out.push(h('div', {class: 'item command', 'data-call-id': it.call_id},
-        h('h3', {}, 'Command ', h('span', {class: cls('outcome', it.outcome)}, it.outcome),
-          ` · exit ${it.exit_code ?? '—'} · ${it.duration_ms ?? '?'} ms`),
+        h('h3', {}, 'Command · outcome ', h('span', {class: cls('outcome', it.outcome)}, it.outcome),
+          ` · exit code ${it.exit_code ?? '—'} · ${it.duration_ms ?? '?'} ms`),
         pre(it.command, 'command'),
         h('div', {class: 'muted'}, 'stdout'), pre(it.stdout, 'stdout'),
         it.stderr ? [h('div', {class: 'muted'}, 'stderr'), pre(it.stderr, 'stderr')] : null));
