@@ -222,6 +222,11 @@ func (s *Server) logged(w http.ResponseWriter, r *http.Request, p Principal, api
 	})
 	h(w, r.WithContext(ctx), rl)
 	rl.end = time.Now()
+	if w.Header().Get("Content-Length") != "" {
+		// The answer is whole: send it now, before its record takes the
+		// CPU (without a length, a flush would turn it into chunks).
+		http.NewResponseController(w).Flush()
+	}
 	rl.gone = r.Context().Err() != nil
 	if rec, ok := w.(*recorder); ok {
 		rl.status = rec.status
