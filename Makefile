@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build setup images node-clients parity-node demo test bench clean
+.PHONY: build setup images node-clients parity-node console-node demo test bench clean
 
 # Both binaries are static: the agent runs inside sandboxes of any image.
 build:
@@ -21,6 +21,11 @@ images: build
 node-clients:
 	cd test/node && npm ci --no-audit --no-fund
 
+# playwright-core (no browser download: the test drives Debian's chromium,
+# which setup installs) and Node 22, for the web console's browser test.
+console-node:
+	cd test/console && npm ci --no-audit --no-fund
+
 # The Run SDK (npm package run, pinned) that jsrun's parity suite compares
 # against; it runs on the machine's Node (>= 20.19).
 parity-node:
@@ -37,7 +42,7 @@ demo: setup build
 # a time (-p 1): the sandbox suites hold real time limits (a 1 GB line under
 # gVisor, fork loops), which two packages' sandboxes on two cores distort.
 test: export SHELLGATE_TEST_STRICT = 1
-test: setup images node-clients parity-node
+test: setup images node-clients parity-node console-node
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...

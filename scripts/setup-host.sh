@@ -18,6 +18,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3 postgresql)
+# chromium: the headless browser of the web console's end-to-end test
+# (test/e2e TestConsole, driven by playwright-core from test/console).
+pkgs+=(chromium)
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi

@@ -39,6 +39,7 @@
 //	POST   /v1/messages, /api/v1/messages   the Anthropic Messages API of the gateway (internal/gateway/messages)
 //	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
 //	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
+//	GET    /console/                        the web console's static pages, no key (console.go)
 package server
 
 import (
@@ -289,6 +290,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))
 	// And under OpenAI's containers routes, in OpenAI's envelope.
 	s.routeWith(writeOpenAIError, "/v1/containers/", maxEmptyBody, s.noRoute(writeOpenAIError, "/v1/containers/"))
+	// The web console's static pages (console.go), outside the API.
+	s.consoleRoutes()
 	s.handler = s.observe(s.mux)
 	// Each sandbox starts with its container's own limits.
 	s.mgr.SetSettings(s.sandboxSettings)
