@@ -65,6 +65,7 @@ type Store interface {
 	Usage() Usage
 	Guardrails() Guardrails
 	Logs() Logs
+	Nodes() Nodes
 	Close() error
 }
 
@@ -348,3 +349,34 @@ func FromMillis(ms int64) time.Time {
 
 // Day is t's UTC calendar day, the unit of UsageTotal.Day.
 func Day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// Node is one gateway replica: its id, the URL the other replicas reach
+// it at, and its last heartbeat. A node is live while its heartbeat is
+// newer than the cluster's liveness window.
+type Node struct {
+	ID          string
+	URL         string
+	HeartbeatAt time.Time
+}
+
+// Nodes are the replicas sharing the database and the location of each
+// awake container: the node it is awake on. A container is held by at
+// most one node at a time; Claim is atomic across replicas.
+type Nodes interface {
+	// Heartbeat records node id (reachable at url) as live at at.
+	Heartbeat(ctx context.Context, id, url string, at time.Time) error
+	// Get returns the node (ErrNotFound if it never beat).
+	Get(ctx context.Context, id string) (Node, error)
+	// List returns every node that ever beat, by id.
+	List(ctx context.Context) ([]Node, error)
+	// Claim makes node the container's location unless another node
+	// whose heartbeat is after liveAfter holds it. It returns the holder
+	// after the call: node itself when the claim took, else the live
+	// holder. An unknown container is ErrNotFound.
+	Claim(ctx context.Context, containerID, node string, liveAfter time.Time) (holder string, err error)
+	// Release clears the container's location if node holds it.
+	Release(ctx context.Context, containerID, node string) error
+	// Location returns the node holding the container ("" for none, with
+	// a zero Node); an unknown container is ErrNotFound.
+	Location(ctx context.Context, containerID string) (Node, error)
+}
