@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/shellgate/shellgate/internal/cluster"
+	"github.com/shellgate/shellgate/internal/store"
 	"log/slog"
 	"net"
 	"os"
@@ -65,6 +67,9 @@ func runServe(ctx context.Context, args []string) error {
 	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
 	maxProcs := fs.Int64("max-processes", 0, "the most processes a container may ask for (0: the default, 512)")
 	maxDiskMB := fs.Int64("max-disk-mb", 0, "the largest /workspace/home in MiB a container may ask for (0: the default, 5120)")
+	nodeID := fs.String("node-id", "", "this replica's id among those sharing the database (env SHELLGATE_NODE_ID; default: the host name)")
+	advertise := fs.String("advertise-url", "", "the URL other replicas reach this one's API at, e.g. http://10.0.0.5:8080; setting it turns on routing across replicas: requests for a container awake on another replica are proxied there (env SHELLGATE_ADVERTISE_URL)")
+	heartbeat := fs.Duration("heartbeat", cluster.DefaultHeartbeat, "with --advertise-url: how often this replica renews its heartbeat; a replica silent for five heartbeats is dead")
 	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}); without it the model gateway has no providers")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
@@ -121,6 +126,15 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	defer files.close()
 	blobs := files.blobs
+	node, err := openNode(ctx, st, *nodeID, *advertise, *heartbeat, files.archive != nil, log)
+	if err != nil {
+		return err
+	}
+	homes := files.archive
+	if node != nil {
+		homes = node.Archive(files.archive)
+		go node.Run(ctx)
+	}
 	mgr, err := sandbox.Open(ctx, sandbox.Config{
 		DataDir:     *dataDir,
 		Runtime:     *rtName,
@@ -128,7 +142,7 @@ func runServe(ctx context.Context, args []string) error {
 		PoolSize:    *pool,
 		IdleTimeout: *idle,
 		Logger:      log,
-		HomeArchive: files.archive,
+		HomeArchive: homes,
 	})
 	if err != nil {
 		return err
@@ -158,7 +172,7 @@ func runServe(ctx context.Context, args []string) error {
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,
-		Models: models,
+		Models: models, Cluster: node,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
@@ -167,7 +181,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
-	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img)
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img, "node", nodeDesc(node, *advertise))
 	return srv.Run(ctx, ln, *grace)
 }
 
@@ -188,4 +202,36 @@ func allowPolicy(list string) (*egress.Policy, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// openNode makes this replica a node of the database's cluster when it has
+// an advertise URL (flag, else $SHELLGATE_ADVERTISE_URL); nil without one.
+func openNode(ctx context.Context, st interface{ Nodes() store.Nodes }, id, advertise string, every time.Duration, portable bool, log *slog.Logger) (*cluster.Node, error) {
+	if advertise == "" {
+		advertise = os.Getenv("SHELLGATE_ADVERTISE_URL")
+	}
+	if advertise == "" {
+		return nil, nil
+	}
+	if id == "" {
+		id = os.Getenv("SHELLGATE_NODE_ID")
+	}
+	if id == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--node-id: none given and no host name: %w", err)
+		}
+		id = h
+	}
+	if every <= 0 {
+		return nil, errors.New("--heartbeat must be positive")
+	}
+	return cluster.New(ctx, cluster.Config{ID: id, URL: advertise, Nodes: st.Nodes(), Heartbeat: every, Portable: portable, Logger: log})
+}
+
+func nodeDesc(n *cluster.Node, url string) string {
+	if n == nil {
+		return "single (no --advertise-url)"
+	}
+	return n.ID() + " at " + url
 }

@@ -15,6 +15,8 @@ type metrics struct {
 	commands *prometheus.HistogramVec
 	inflight prometheus.Gauge
 	expired  prometheus.Counter
+	// proxied: requests sent on to the node their container is awake on.
+	proxied prometheus.Counter
 
 	guardDetections, guardRequests *prometheus.CounterVec
 	requestLogs                    *prometheus.CounterVec
@@ -41,6 +43,11 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 			Help: "Containers whose files the retention sweep deleted.",
 		}),
 	}
+	m.proxied = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shellgate_requests_proxied_total",
+		Help: "Requests proxied to the replica their container is awake on.",
+	})
+	m.reg.MustRegister(m.proxied)
 	m.guardDetections, m.guardRequests = guardMetrics()
 	m.requestLogs = logMetrics()
 	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired, m.guardDetections, m.guardRequests, m.requestLogs,

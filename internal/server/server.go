@@ -57,6 +57,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
@@ -142,6 +143,12 @@ type Config struct {
 	// again: a revoked key keeps working for at most this long. Default
 	// DefaultAuthCacheTTL; negative: no cache. Failures are never cached.
 	AuthCacheTTL time.Duration
+
+	// Cluster, if set, is this replica's node among those sharing the
+	// database: a request for a container awake on another live node is
+	// proxied there (routing.go). Its Archive must wrap the sandbox
+	// manager's HomeArchive, so that wakes claim and sleeps release.
+	Cluster *cluster.Node
 }
 
 // DefaultAuthCacheTTL is how long a successful key check is remembered:
@@ -375,6 +382,9 @@ func (s *Server) handleDyn(envelope func(*http.Request) errWriter, pattern strin
 				return
 			}
 			defer release()
+			if routed(pattern) && s.routeAcross(w, r, p, ew) {
+				return
+			}
 		}
 		if err := h(w, r, p); err != nil {
 			if ae := (*apiError)(nil); !errors.As(err, &ae) {
