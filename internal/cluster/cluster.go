@@ -221,6 +221,15 @@ func (a *archive) Archive(ctx context.Context, name, imagePath string) error {
 	if a.inner == nil {
 		return nil
 	}
+	// A node taken for dead while the container was awake here (a
+	// partition, a stall) lost it to another node, which woke the
+	// archived version: archiving this copy now would overwrite what that
+	// node has done since. Its changes since the last sleep are dropped.
+	if loc, err := a.n.cfg.Nodes.Location(ctx, name); err == nil && loc.ID != a.n.cfg.ID {
+		a.n.cfg.Logger.Warn("not archiving a home this node no longer holds: its changes since its last sleep are dropped",
+			"container", name, "holder", loc.ID)
+		return nil
+	}
 	if err := a.inner.Archive(ctx, name, imagePath); err != nil {
 		return err // held: this node has the newest home
 	}

@@ -156,9 +156,11 @@ func (s *Server) startState(id string) metering.Start {
 	switch {
 	case err == nil && st == sandbox.Running:
 		return metering.Warm
-	case errors.Is(err, sandbox.ErrNotFound):
+	case errors.Is(err, sandbox.ErrNotFound) && s.cfg.Cluster == nil:
 		return metering.New
 	}
+	// With a cluster, a container with no home here has its home on
+	// another node or in the archive: it is woken, not new.
 	return metering.Woken
 }
 
@@ -267,6 +269,13 @@ func (c *call) Exec(ctx context.Context, name string, cmd sandbox.Command) (sand
 		cmd.OnOutput = c.ev.deltas(idx, cmd.MaxBytes)
 	}
 	res, err := c.s.mgr.Exec(ctx, name, cmd)
+	if idx == 0 && errors.Is(err, sandbox.ErrBusy) {
+		// Refused before anything ran (awake in another process, or on
+		// another node): the call is not billed.
+		c.mu.Lock()
+		c.first = time.Time{}
+		c.mu.Unlock()
+	}
 	outcome := "error"
 	if err == nil {
 		outcome = "exit"

@@ -74,6 +74,13 @@ func newServerOn(t testing.TB, mgr *sandbox.Manager, data string, mut ...func(*C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return newServerOnStore(t, mgr, data, st, mut...)
+}
+
+// newServerOnStore builds a server over a manager and a store the test
+// opened itself.
+func newServerOnStore(t testing.TB, mgr *sandbox.Manager, data string, st *sqlstore.DB, mut ...func(*Config)) *env {
+	t.Helper()
 	logs := &syncBuffer{}
 	b := StoreBackend{St: st}
 	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("k", 32)), Store: st.Continuations(), Audience: "shellgate-eval", OrderedObjects: true})
