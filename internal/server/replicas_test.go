@@ -403,4 +403,3 @@ func TestReplicasWithoutArchive(t *testing.T) {
 		time.Sleep(testHeartbeat)
 	}
 }
-
