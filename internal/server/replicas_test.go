@@ -42,7 +42,7 @@ type testCluster struct {
 	objects homearchive.Objects // nil: no archive
 }
 
-func newTestCluster(t *testing.T, portable bool) *testCluster {
+func newTestCluster(t testing.TB, portable bool) *testCluster {
 	c := &testCluster{dsn: pgtest.NewDatabase(t)}
 	if portable {
 		s3, err := s3store.Open(t.Context(), s3test.NewBucket(t))
@@ -58,7 +58,7 @@ func newTestCluster(t *testing.T, portable bool) *testCluster {
 // Heartbeats every 50 ms; a node silent for 500 ms is dead.
 const testHeartbeat, testWindow = 50 * time.Millisecond, 500 * time.Millisecond
 
-func (c *testCluster) replica(t *testing.T, id string) *replica {
+func (c *testCluster) replica(t testing.TB, id string) *replica {
 	t.Helper()
 	r := &replica{}
 	var h http.Handler = http.NotFoundHandler()
@@ -108,7 +108,7 @@ func (r *replica) kill() {
 	r.stop()
 }
 
-func (r *replica) location(t *testing.T, id string) string {
+func (r *replica) location(t testing.TB, id string) string {
 	t.Helper()
 	loc, err := r.st.Nodes().Location(t.Context(), id)
 	if err != nil {
