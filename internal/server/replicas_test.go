@@ -182,6 +182,19 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 
+	t.Run("01b a file uploaded through B lands in A's sandbox", func(t *testing.T) {
+		st, body := b.upload("/api/v1/containers/work/files", key, part{name: "file", filename: "via-b.txt", content: "uploaded through b\n"})
+		if st != http.StatusOK {
+			t.Fatalf("%d %s", st, body)
+		}
+		if r := exec(a, "cat via-b.txt"); r.Output[0].Stdout != "uploaded through b\n" {
+			t.Fatalf("%+v", r)
+		}
+		if st, _ := b.mgr.Status(c.ID); st == sandbox.Running {
+			t.Fatal("B woke the container for the upload")
+		}
+	})
+
 	t.Run("02 a streamed exec through the proxy is flushed as it is produced", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
