@@ -324,7 +324,7 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("%d usage rows for %d calls", events, calls)
 	})
 
-	t.Run("07 A dies with the container awake: B takes it over from the archive", func(t *testing.T) {
+	t.Run("07 A dies with the container awake, mid-request: B takes it over from the archive", func(t *testing.T) {
 		if loc := a.location(t, c.ID); loc != "" {
 			holder := map[string]*replica{"node-a": a, "node-b": b}[loc]
 			if err := holder.mgr.Sleep(t.Context(), c.ID); err != nil {
@@ -336,7 +336,27 @@ func TestReplicas(t *testing.T) {
 		if loc := a.location(t, c.ID); loc != "node-a" {
 			t.Fatalf("%q", loc)
 		}
+		// A dies in the middle of a streamed exec proxied through B: the
+		// client's stream ends without a result.
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", b.url+"/api/v1/containers/work/exec",
+			strings.NewReader(`{"commands":["echo started; sleep 20"],"timeout_ms":30000,"stream":true}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() && !strings.Contains(sc.Text(), `"text":"started\n"`) {
+		}
 		a.kill()
+		var rest strings.Builder
+		for sc.Scan() {
+			rest.WriteString(sc.Text() + "\n")
+		}
+		if strings.Contains(rest.String(), "event: result") {
+			t.Fatalf("a result after the node died: %s", rest.String())
+		}
 		// While A's heartbeat is fresh B proxies to it and gets no answer.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
