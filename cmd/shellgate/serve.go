@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--storage s3://BUCKET/PREFIX?endpoint=URL] [--config PROVIDERS.yaml]", runServe)
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--storage s3://BUCKET/PREFIX?endpoint=URL] [--config PROVIDERS.yaml] [--node-id ID --advertise-url URL]", runServe)
 }
 
 // DefaultAddr is where `shellgate serve` listens without --addr: loopback
