@@ -52,6 +52,12 @@ func startServe(t *testing.T, bin, data string, env []string, extra ...string) (
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	return startServeAt(t, bin, data, env, addr, extra...)
+}
+
+// startServeAt is startServe on a given address.
+func startServeAt(t *testing.T, bin, data string, env []string, addr string, extra ...string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
+	t.Helper()
 
 	srv = exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0"}, extra...)...)
 	srv.Env = env
