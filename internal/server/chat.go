@@ -70,6 +70,15 @@ func (s *Server) openAIRoute(pattern string, maxBody int64, h func(w http.Respon
 	})
 }
 
+// tracedChat is chatCompletions with its trace broadcast (trace.go).
+func (s *Server) tracedChat(pattern string) func(w http.ResponseWriter, r *http.Request, p Principal) {
+	h := s.traced("chat_completions", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		s.chatCompletions(w, r, p)
+		return nil
+	})
+	return func(w http.ResponseWriter, r *http.Request, p Principal) { h(w, r, p) }
+}
+
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal) {
 	data := []map[string]any{}
 	if s.cfg.Models != nil {
@@ -102,6 +111,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		chatError(w, http.StatusBadRequest, "model", "", "you must provide a model parameter (a string, provider/model)")
 		return
 	}
+	noteModel(r.Context(), model)
 	if t, ok := body["tools"]; ok {
 		var tools []struct {
 			Type string `json:"type"`
