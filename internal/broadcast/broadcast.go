@@ -259,6 +259,7 @@ func (b *Broadcaster) work(d *dest) {
 		select {
 		case s := <-d.q:
 			batch = append(batch, s)
+			b.linger(d, &batch)
 		case <-d.stop:
 			// Export what is queued, then stop (Shutdown's ctx bounds it
 			// through d.base).
@@ -273,6 +274,28 @@ func (b *Broadcaster) work(d *dest) {
 		}
 		b.fill(d, &batch)
 		b.export(d, batch)
+	}
+}
+
+// linger waits up to BatchDelay for more traces to export with the
+// first (fewer, larger exports), or until the batch is full or a shutdown
+// starts.
+func (b *Broadcaster) linger(d *dest, batch *[]*Span) {
+	b.fill(d, batch)
+	if len(*batch) >= d.cfg.MaxBatch || d.cfg.BatchDelay <= 0 {
+		return
+	}
+	t := time.NewTimer(d.cfg.BatchDelay)
+	defer t.Stop()
+	for len(*batch) < d.cfg.MaxBatch {
+		select {
+		case s := <-d.q:
+			*batch = append(*batch, s)
+		case <-t.C:
+			return
+		case <-d.stop:
+			return
+		}
 	}
 }
 

@@ -120,6 +120,31 @@ func TestExport(t *testing.T) {
 	}
 }
 
+// Traces wait (BatchDelay) to share an export: five traces, a batch of
+// five and a delay longer than the test make one export of five.
+func TestBatching(t *testing.T) {
+	rcv := otlptest.NewReceiver()
+	defer rcv.Close()
+	b := newBroadcaster(t, Destination{Type: TypeOTLPHTTP, Endpoint: rcv.URL, Name: "batch", MaxBatch: 5, BatchDelay: time.Hour})
+	for range 5 {
+		b.Record(tree(time.Now(), "r"))
+	}
+	if err := rcv.WaitArrived(1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b.Shutdown(t.Context())
+	if n, spans := rcv.Attempts(), len(rcv.Spans()); n != 1 || spans != 5*5 {
+		t.Errorf("%d exports of %d spans, want 1 of 25", n, spans)
+	}
+	// A shutdown does not wait out the delay.
+	b2 := newBroadcaster(t, Destination{Type: TypeOTLPHTTP, Endpoint: rcv.URL, Name: "batch", BatchDelay: time.Hour})
+	b2.Record(tree(time.Now(), "r"))
+	b2.Shutdown(t.Context())
+	if s := counter(b2.sent, "batch"); s != 1 {
+		t.Errorf("sent %v at shutdown", s)
+	}
+}
+
 // fast retries for the failure tests.
 var fastRetry = Retry{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond, MaxElapsedTime: 300 * time.Millisecond}
 

@@ -25,6 +25,7 @@ import (
 //	    timeout: 10s                         # one export attempt; default 10s
 //	    queue_size: 2048                     # traces waiting; full: dropped, counted
 //	    max_batch: 256                       # traces per export
+//	    batch_delay: 200ms                   # how long a trace waits for others to share its export
 //	    retry: {initial_interval: 1s, max_interval: 10s, max_elapsed_time: 30s}
 type Destination struct {
 	Type        string            `yaml:"type"`
@@ -36,6 +37,7 @@ type Destination struct {
 	Timeout     time.Duration     `yaml:"timeout"`
 	QueueSize   int               `yaml:"queue_size"`
 	MaxBatch    int               `yaml:"max_batch"`
+	BatchDelay  time.Duration     `yaml:"batch_delay"`
 	Retry       Retry             `yaml:"retry"`
 }
 
@@ -56,7 +58,11 @@ const (
 	DefaultTimeout   = 10 * time.Second
 	DefaultQueueSize = 2048
 	DefaultMaxBatch  = 256
-	maxQueueSize     = 1 << 20
+	// DefaultBatchDelay is how long the first trace of an export waits
+	// for others: a busy server makes a few exports a second, not one per
+	// request.
+	DefaultBatchDelay = 200 * time.Millisecond
+	maxQueueSize      = 1 << 20
 )
 
 var (
@@ -180,9 +186,9 @@ func (d *Destination) validate(at string, getenv func(string) string) error {
 	default:
 		return fmt.Errorf("%s.compression: %q is not gzip or none", at, d.Compression)
 	}
-	if d.Timeout < 0 || d.QueueSize < 0 || d.QueueSize > maxQueueSize || d.MaxBatch < 0 ||
+	if d.Timeout < 0 || d.QueueSize < 0 || d.QueueSize > maxQueueSize || d.MaxBatch < 0 || d.BatchDelay < 0 ||
 		d.Retry.InitialInterval < 0 || d.Retry.MaxInterval < 0 || d.Retry.MaxElapsedTime < 0 {
-		return fmt.Errorf("%s: timeout, queue_size (at most %d), max_batch and the retry durations must not be negative", at, maxQueueSize)
+		return fmt.Errorf("%s: timeout, queue_size (at most %d), max_batch, batch_delay and the retry durations must not be negative", at, maxQueueSize)
 	}
 	return nil
 }
@@ -204,6 +210,9 @@ func (d Destination) withDefaults(i, n int) Destination {
 	}
 	if d.MaxBatch == 0 {
 		d.MaxBatch = DefaultMaxBatch
+	}
+	if d.BatchDelay == 0 {
+		d.BatchDelay = DefaultBatchDelay
 	}
 	if d.Retry.InitialInterval == 0 {
 		d.Retry.InitialInterval = time.Second
