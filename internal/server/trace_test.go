@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/broadcast/otlptest"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
+	"github.com/shellgate/shellgate/internal/tool"
 )
 
 // metricValue reads one series of a /metrics text (-1 when absent).
@@ -220,4 +222,57 @@ func TestTraceBroadcast(t *testing.T) {
 	hung.Release()
 	waitMetric(t, e, `shellgate_broadcast_sent_total{destination="hung"}`, 2)
 	waitMetric(t, e, `shellgate_broadcast_dropped_total{destination="hung"}`, 2)
+}
+
+// attrOf is the value of key among a (nil when absent).
+func attrOf(a []attribute.KeyValue, key string) any {
+	for _, kv := range a {
+		if string(kv.Key) == key {
+			return kv.Value.AsInterface()
+		}
+	}
+	return nil
+}
+
+// The spans of a request whose second upstream call failed after a step
+// whose command timed out: errors where they happened, and on the root.
+func TestRequestSpanErrors(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	step := &gateway.Step{Call: gateway.ToolCall{ID: "c1", Name: "shell"}, Start: at(10), End: at(20),
+		Result: gateway.StepResult{Executed: true, Detail: &gateway.ShellDetail{Outputs: []tool.CommandOutput{
+			{Outcome: tool.Outcome{Type: "timeout"}, Start: at(11), End: at(19)}}}}}
+	refused := &gateway.Step{Call: gateway.ToolCall{ID: "c2", Name: "shell"}, Start: at(21), End: at(21),
+		Result: gateway.StepResult{IsError: true, Detail: &gateway.ShellDetail{Error: "commands: required", ErrorCode: "invalid_tool_input"}}}
+	upErr := &gateway.UpstreamError{Status: 503, Type: "overloaded_error", Message: "busy"}
+	n := &traceNote{run: &gateway.Run{Model: gateway.Model{Provider: "p", Name: "m", API: "messages"}}, err: upErr,
+		res: &gateway.Result{Items: []gateway.Item{{Kind: gateway.ItemStep, Step: step}, {Kind: gateway.ItemStep, Step: refused}},
+			Calls: []gateway.UpstreamCall{{Start: at(1), End: at(9), Usage: gateway.Usage{InputTokens: 5}}, {Start: at(22), End: at(30), Err: upErr}}}}
+	root := requestSpan("messages", "POST", "/v1/messages", Principal{Account: "a", Workspace: "w"}, at(0), at(31), 503, false, n)
+	if root.Error == "" || attrOf(root.Attrs, "error.type") != "503" || attrOf(root.Attrs, "http.response.status_code") != int64(503) {
+		t.Errorf("root: %q %v", root.Error, root.Attrs)
+	}
+	if root.Count() != 6 || len(root.Children) != 4 {
+		t.Fatalf("%d spans, %d children", root.Count(), len(root.Children))
+	}
+	failed := root.Children[1]
+	if failed.Error == "" || attrOf(failed.Attrs, "error.type") != "overloaded_error" || attrOf(failed.Attrs, "http.response.status_code") != int64(503) ||
+		attrOf(failed.Attrs, "gen_ai.usage.input_tokens") != nil {
+		t.Errorf("failed call: %q %v", failed.Error, failed.Attrs)
+	}
+	if ok := root.Children[0]; ok.Error != "" || attrOf(ok.Attrs, "gen_ai.usage.input_tokens") != int64(5) {
+		t.Errorf("first call: %q %v", ok.Error, ok.Attrs)
+	}
+	cmd := root.Children[2].Children[0]
+	if cmd.Error == "" || attrOf(cmd.Attrs, "error.type") != "timeout" || attrOf(cmd.Attrs, "process.exit.code") != nil {
+		t.Errorf("timed-out command: %q %v", cmd.Error, cmd.Attrs)
+	}
+	if r := root.Children[3]; r.Error != "commands: required" || attrOf(r.Attrs, "error.type") != "invalid_tool_input" || len(r.Children) != 0 {
+		t.Errorf("refused step: %q %v", r.Error, r.Attrs)
+	}
+	// A client that went away.
+	gone := requestSpan("messages", "POST", "/v1/messages", Principal{}, at(0), at(1), 200, true, &traceNote{})
+	if attrOf(gone.Attrs, "error.type") != "canceled" || gone.Error == "" {
+		t.Errorf("gone: %v", gone.Attrs)
+	}
 }
