@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/server"
@@ -65,7 +66,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
 	maxProcs := fs.Int64("max-processes", 0, "the most processes a container may ask for (0: the default, 512)")
 	maxDiskMB := fs.Int64("max-disk-mb", 0, "the largest /workspace/home in MiB a container may ask for (0: the default, 5120)")
-	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}); without it the model gateway has no providers")
+	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]); without it the model gateway has no providers")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -97,6 +98,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := slog.New(h)
 	var models gateway.Models
+	var dests []broadcast.Destination
 	if *providersPath != "" {
 		ps, err := upstream.LoadConfig(*providersPath)
 		if err != nil {
@@ -104,6 +106,32 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		models = ps
 		log.Info("model providers", "config", *providersPath, "providers", ps.Names(), "models", ps.List())
+		b, err := os.ReadFile(*providersPath)
+		if err != nil {
+			return err
+		}
+		if dests, err = broadcast.ParseConfig(b, os.Getenv); err != nil {
+			return fmt.Errorf("config %s: %w", *providersPath, err)
+		}
+	}
+	envDests, err := broadcast.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	bc, err := broadcast.New(append(dests, envDests...), broadcast.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if bc != nil {
+		log.Info("trace broadcast", "destinations", bc.Destinations())
+		defer func() {
+			// Traces still queued get a few seconds to go out.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := bc.Shutdown(sctx); err != nil {
+				log.Warn("trace broadcast: shutdown", "err", err)
+			}
+		}()
 	}
 	if *rtName != "" {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
@@ -158,7 +186,7 @@ func runServe(ctx context.Context, args []string) error {
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,
-		Models: models,
+		Models: models, Broadcast: bc,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
