@@ -70,8 +70,14 @@ func TestTraceBroadcast(t *testing.T) {
 	})
 	models := gatewaytest.Models{}
 	e := newEnv(t, "crun", "default", func(c *Config) { c.Models = models; c.Broadcast = bc })
+	e.srv.cfg.Logs = e.st.Logs() // as TestRequestLogs does
 	shellTool := []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto"}}}
 
+	// The workspace's request log is on too: both observers of the run
+	// (trace and log) see it.
+	if st, b := e.do(http.MethodPut, "/api/v1/logging", e.keyA, map[string]any{"enabled": true}); st != http.StatusOK {
+		t.Fatalf("PUT /api/v1/logging: %d %s", st, b)
+	}
 	// 1: a shell call of two commands, then the answer.
 	models["scripted"] = gatewaytest.NewScript(
 		gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", "echo hi", "exit 3")}, Usage: gateway.Usage{InputTokens: 100, OutputTokens: 10}},
@@ -111,6 +117,21 @@ func TestTraceBroadcast(t *testing.T) {
 	waitMetric(t, e, `shellgate_broadcast_sent_total{destination="good"}`, 3)
 	if n := broken.Attempts(); n != 3 {
 		t.Errorf("the 500 destination got %d requests, want 3 (no retries)", n)
+	}
+
+	logs := e.requestLogs(t, e.keyA, "?api=responses")
+	if len(logs.Data) != 3 {
+		t.Fatalf("request log: %d records, want 3", len(logs.Data))
+	}
+	first := e.logRecord(t, e.keyA, logs.Data[2].ID)
+	var logged []string
+	for _, it := range first.Items {
+		if it.Type == "command" {
+			logged = append(logged, it.Command)
+		}
+	}
+	if len(logged) != 2 || logged[0] != "echo hi" || logged[1] != "exit 3" {
+		t.Fatalf("request 1's log beside its trace: commands %q", logged)
 	}
 
 	spans := good.Spans()
