@@ -24,7 +24,7 @@ import (
 // PID namespace, listening on loopback with creds written to a directory as
 // a mounted Secret would hold them. It returns the address and a channel
 // that gets the agent's exit.
-func startTCPAgent(t *testing.T, creds agent.Credentials) (string, <-chan error) {
+func startTCPAgent(t testing.TB, creds agent.Credentials) (string, <-chan error) {
 	t.Helper()
 	testenv.NeedRoot(t, "a PID namespace")
 	bin, err := agentbin.Build()
@@ -73,7 +73,7 @@ func startTCPAgent(t *testing.T, creds agent.Credentials) (string, <-chan error)
 	return addr, exited
 }
 
-func newCreds(t *testing.T) agent.Credentials {
+func newCreds(t testing.TB) agent.Credentials {
 	t.Helper()
 	c, err := agent.NewCredentials()
 	if err != nil {
