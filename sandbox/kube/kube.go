@@ -150,6 +150,10 @@ var (
 	ErrBadID    = errors.New("kube: bad sandbox id")
 	ErrArchive  = errors.New("kube: archiving the home failed; the pod is kept")
 	ErrAwake    = errors.New("kube: sandbox is already awake")
+	// ErrBusy: another Wake, Sleep or Destroy of the same sandbox is under
+	// way in this backend; lifecycle steps of one sandbox never overlap
+	// (an overlapping Wake would otherwise delete the other's objects).
+	ErrBusy = errors.New("kube: sandbox is busy with another lifecycle step")
 )
 
 // Backend runs sandboxes as pods in one namespace.
@@ -159,6 +163,22 @@ type Backend struct {
 
 	mu    sync.Mutex
 	awake map[string]*pod
+	busy  map[string]bool // ids in Wake, Sleep or Destroy
+}
+
+// claim marks id busy for one lifecycle step; release undoes it.
+func (b *Backend) claim(id string) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.busy[id] {
+		return nil, fmt.Errorf("%w: %s", ErrBusy, id)
+	}
+	b.busy[id] = true
+	return func() {
+		b.mu.Lock()
+		delete(b.busy, id)
+		b.mu.Unlock()
+	}, nil
 }
 
 type pod struct {
@@ -225,7 +245,7 @@ func New(cs kubernetes.Interface, cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{cs: cs, cfg: cfg, awake: map[string]*pod{}}, nil
+	return &Backend{cs: cs, cfg: cfg, awake: map[string]*pod{}, busy: map[string]bool{}}, nil
 }
 
 // ObjectName is the name of sandbox id's Pod, Secret and NetworkPolicy:
@@ -278,6 +298,11 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 			return fmt.Errorf("kube: limits: %w", err)
 		}
 	}
+	release, err := b.claim(id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	b.mu.Lock()
 	if b.awake[id] != nil {
 		b.mu.Unlock()
@@ -450,6 +475,11 @@ func (b *Backend) Awake(id string) bool {
 // archive fails the pod is kept (still awake) and the error matches
 // ErrArchive: deleting it would lose the files.
 func (b *Backend) Sleep(ctx context.Context, id string) error {
+	release, err := b.claim(id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	b.mu.Lock()
 	p := b.awake[id]
 	b.mu.Unlock()
@@ -477,6 +507,11 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	release, err := b.claim(id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	b.mu.Lock()
 	p := b.awake[id]
 	delete(b.awake, id)

@@ -461,3 +461,35 @@ func TestSleepWake(t *testing.T) {
 		t.Fatalf("destroy left %d pods, %d secrets, %d policies", p, s, n)
 	}
 }
+
+// TestOverlappingWake: a second Wake of a sandbox whose first Wake is
+// still waiting for its pod fails with ErrBusy and deletes nothing of the
+// first's; the first then ends (here: not ready) and cleans up its own.
+func TestOverlappingWake(t *testing.T) {
+	cs := fake.NewClientset()
+	b := newBackend(t, cs, func(c *kube.Config) { c.ReadyTimeout = 2 * time.Second })
+	first := make(chan error, 1)
+	go func() { first <- b.Wake(context.Background(), "c1", kube.Options{}) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if p, _, _ := objects(t, cs); p == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first wake made no pod")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := b.Wake(context.Background(), "c1", kube.Options{}); !errors.Is(err, kube.ErrBusy) {
+		t.Fatalf("second wake: %v, want ErrBusy", err)
+	}
+	if p, s, n := objects(t, cs); p != 1 || s != 1 || n != 1 {
+		t.Fatalf("the second wake touched the first's objects: %d pods, %d secrets, %d policies", p, s, n)
+	}
+	if err := <-first; !errors.Is(err, kube.ErrNotReady) {
+		t.Fatalf("first wake: %v, want ErrNotReady (no kubelet here)", err)
+	}
+	if p, s, n := objects(t, cs); p+s+n != 0 {
+		t.Fatalf("left %d pods, %d secrets, %d policies", p, s, n)
+	}
+}
