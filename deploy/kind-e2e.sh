@@ -37,7 +37,7 @@ done
 
 echo "== 1. images"
 if [[ -z $SANDBOX_ROOTFS ]]; then
-	SANDBOX_ROOTFS=$(ls -d "$DATA_DIR"/images/default/*/rootfs 2>/dev/null | tail -1 || true)
+	SANDBOX_ROOTFS=$(readlink -f "$DATA_DIR/images/default/rootfs" 2>/dev/null || true)
 	[[ -n $SANDBOX_ROOTFS ]] || { echo "kind-e2e: set SANDBOX_ROOTFS (run \`shellgate image build\` first)" >&2; exit 2; }
 fi
 make image-oci SANDBOX_ROOTFS="$SANDBOX_ROOTFS"

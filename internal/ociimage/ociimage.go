@@ -10,8 +10,8 @@ package ociimage
 
 import (
 	"archive/tar"
-	"bytes"
 	"compress/gzip"
+	_ "crypto/sha256" // go-digest's Canonical algorithm
 	"encoding/json"
 	"fmt"
 	"io"
@@ -63,8 +63,22 @@ func Write(dir string, img Image) (digest.Digest, error) {
 	if img.Arch == "" {
 		return "", fmt.Errorf("ociimage: Arch is required")
 	}
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
+	if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
+		return "", err
+	}
+	// One pass, streamed (a root filesystem is gigabytes): tar → diff_id
+	// hash and gzip → blob file and its hash.
+	tmp, err := os.CreateTemp(filepath.Join(dir, "blobs", "sha256"), ".layer-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	blobHash, diffHash := digest.Canonical.Digester(), digest.Canonical.Digester()
+	size := &counter{}
+	zw, _ := gzip.NewWriterLevel(io.MultiWriter(tmp, blobHash.Hash(), size), gzip.DefaultCompression)
+	zw.ModTime = epoch
+	tw := tar.NewWriter(io.MultiWriter(zw, diffHash.Hash()))
 	if img.RootFS != "" {
 		if err := addTree(tw, img.RootFS); err != nil {
 			return "", err
@@ -80,21 +94,18 @@ func Write(dir string, img Image) (digest.Digest, error) {
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	diffID := digest.FromBytes(raw.Bytes())
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
-	zw.ModTime = epoch
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return "", err
-	}
 	if err := zw.Close(); err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
+	if err := tmp.Chmod(0o644); err != nil {
 		return "", err
 	}
-	layer, err := writeBlob(dir, v1.MediaTypeImageLayerGzip, gz.Bytes())
-	if err != nil {
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	diffID := diffHash.Digest()
+	layer := v1.Descriptor{MediaType: v1.MediaTypeImageLayerGzip, Digest: blobHash.Digest(), Size: size.n}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, "blobs", "sha256", layer.Digest.Encoded())); err != nil {
 		return "", err
 	}
 	ports := map[string]struct{}{}
@@ -148,6 +159,10 @@ func Write(dir string, img Image) (digest.Digest, error) {
 	return man.Digest, nil
 }
 
+type counter struct{ n int64 }
+
+func (c *counter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
 func writeBlob(dir, mediaType string, b []byte) (v1.Descriptor, error) {
 	d := digest.FromBytes(b)
 	p := filepath.Join(dir, "blobs", d.Algorithm().String(), d.Encoded())
@@ -192,6 +207,10 @@ func addFile(tw *tar.Writer, f File) error {
 // addTree copies a root filesystem directory: directories, regular files
 // and symlinks, with their modes and owners; other kinds are skipped.
 func addTree(tw *tar.Writer, root string) error {
+	root, err := filepath.EvalSymlinks(root) // the image store links names to versions
+	if err != nil {
+		return fmt.Errorf("ociimage: rootfs: %w", err)
+	}
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

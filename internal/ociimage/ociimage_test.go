@@ -4,16 +4,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"testing"
 
 	digest "github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/shellgate/shellgate/internal/ociimage"
+	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/image"
 )
 
 // readBlob reads a descriptor's blob and checks its size and digest.
@@ -46,8 +50,10 @@ func TestLayout(t *testing.T) {
 	os.MkdirAll(filepath.Join(rootfs, "usr/bin"), 0o755)
 	os.WriteFile(filepath.Join(rootfs, "usr/bin/python3"), []byte("py"), 0o755)
 	os.Symlink("python3", filepath.Join(rootfs, "usr/bin/python"))
+	current := filepath.Join(t.TempDir(), "current") // as the image store links a name to its version
+	os.Symlink(rootfs, current)
 	img := ociimage.Image{
-		Arch: "amd64", RootFS: rootfs, RefName: "dev", User: "1000:1000",
+		Arch: "amd64", RootFS: current, RefName: "dev", User: "1000:1000",
 		Entrypoint: []string{"/usr/local/bin/shellgate"}, ExposedTCP: []int{8080},
 		Files: []ociimage.File{
 			{Path: "/usr/local/bin/shellgate", Mode: 0o755, Source: src},
@@ -158,6 +164,39 @@ func TestBadPath(t *testing.T) {
 		_, err := ociimage.Write(t.TempDir(), ociimage.Image{Arch: "amd64", Files: []ociimage.File{{Path: p, Data: []byte("x")}}})
 		if err == nil {
 			t.Errorf("%q accepted", p)
+		}
+	}
+}
+
+// TestImportedByShellgate: Shellgate's own OCI importer (sandbox/image,
+// which checks each layer against its digest) takes the layout, and the
+// files land with their contents and modes.
+func TestImportedByShellgate(t *testing.T) {
+	testenv.NeedRoot(t, "the importer keeps owners")
+	rootfs := t.TempDir()
+	os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755)
+	os.WriteFile(filepath.Join(rootfs, "bin/sh"), []byte("#!fake shell"), 0o755)
+	layout := t.TempDir()
+	if _, err := ociimage.Write(layout, ociimage.Image{Arch: goruntime.GOARCH, RootFS: rootfs, Files: []ociimage.File{
+		{Path: "/usr/local/bin/shellgate-agent", Mode: 0o755, Data: []byte("agent")},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := image.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := st.Import(context.Background(), "fromlayout", layout, nil)
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	for p, want := range map[string]string{"bin/sh": "#!fake shell", "usr/local/bin/shellgate-agent": "agent"} {
+		b, err := os.ReadFile(filepath.Join(img.Rootfs, p))
+		if err != nil || string(b) != want {
+			t.Errorf("%s: %q %v", p, b, err)
+		}
+		if fi, err := os.Stat(filepath.Join(img.Rootfs, p)); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: mode %v %v", p, fi.Mode(), err)
 		}
 	}
 }
