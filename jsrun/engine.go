@@ -27,7 +27,17 @@ var (
 	preludeOnce     sync.Once
 	preludeBytecode []byte
 	preludeErr      error
+	// preludeGCThreshold is the GC threshold a context gets once hardened:
+	// what QuickJS sets after a collection (1.5 times the heap), for the
+	// heap of a hardened context, measured once by compiledPrelude.
+	preludeGCThreshold uintptr
 )
+
+// hardeningGCThreshold keeps QuickJS from collecting while the prelude runs:
+// a fresh context's heap passes the default first threshold (256 KiB)
+// during hardening and the collections (≈5% of a fresh run) find next to no
+// garbage. The memory limit still applies.
+const hardeningGCThreshold = 1 << 40
 
 // freezeMarker is where the generated freeze list goes in the prelude.
 const freezeMarker = "/*@jsrun:freeze@*/"
@@ -47,9 +57,66 @@ func compiledPrelude() ([]byte, error) {
 			return
 		}
 		src := strings.Replace(preludeSource, freezeMarker, code, 1)
-		preludeBytecode, preludeErr = compileStripped(src)
+		if preludeBytecode, preludeErr = compileStripped(src); preludeErr != nil {
+			return
+		}
+		var heap int64
+		if heap, preludeErr = hardenedHeap(preludeBytecode); preludeErr == nil {
+			preludeGCThreshold = uintptr(heap + heap/2)
+		}
 	})
 	return preludeBytecode, preludeErr
+}
+
+// hardenedHeap runs the prelude's bytecode in a scratch context and returns
+// the runtime's heap size after hardening (JS_ComputeMemoryUsage, which
+// modernc.org/quickjs does not expose).
+func hardenedHeap(bc []byte) (int64, error) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	rt := libquickjs.XJS_NewRuntime(tls)
+	if rt == 0 {
+		return 0, errors.New("jsrun: cannot create a runtime to measure the prelude")
+	}
+	defer libquickjs.XJS_FreeRuntime(tls, rt)
+	libquickjs.XJS_SetGCThreshold(tls, rt, hardeningGCThreshold)
+	ctx := libquickjs.XJS_NewContext(tls, rt)
+	if ctx == 0 {
+		return 0, errors.New("jsrun: cannot create a context to measure the prelude")
+	}
+	defer libquickjs.XJS_FreeContext(tls, ctx)
+	buf := libc.Xmalloc(tls, libc.Tsize_t(len(bc)))
+	if buf == 0 {
+		return 0, errors.New("jsrun: out of memory measuring the prelude")
+	}
+	defer libc.Xfree(tls, buf)
+	copy(libc.GoBytes(buf, len(bc)), bc)
+	obj := libquickjs.XJS_ReadObject(tls, ctx, buf, libquickjs.Tsize_t(len(bc)), libquickjs.MJS_READ_OBJ_BYTECODE)
+	if obj.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		return 0, errors.New("jsrun: cannot read the prelude's bytecode")
+	}
+	fn := libquickjs.XJS_EvalFunction(tls, ctx, obj) // frees obj
+	if fn.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		return 0, errors.New("jsrun: cannot evaluate the prelude's bytecode")
+	}
+	defer libquickjs.XFreeValue(tls, ctx, fn)
+	undefined := libquickjs.TJSValue{Ftag: libquickjs.EJS_TAG_UNDEFINED}
+	bridge := libquickjs.XJS_Call(tls, ctx, fn, undefined, 0, 0)
+	if bridge.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		return 0, errors.New("jsrun: the prelude fails in a scratch context")
+	}
+	defer libquickjs.XFreeValue(tls, ctx, bridge)
+	// The engine writes the usage into libc memory (a Go address could move
+	// with the goroutine's stack).
+	n := int(unsafe.Sizeof(libquickjs.TJSMemoryUsage{}))
+	p := tls.Alloc(n)
+	defer tls.Free(n)
+	libquickjs.XJS_ComputeMemoryUsage(tls, rt, p)
+	size := (*libquickjs.TJSMemoryUsage)(unsafe.Add(nil, p)).Fmalloc_size
+	if size <= 0 {
+		return 0, errors.New("jsrun: cannot measure the prelude's heap")
+	}
+	return size, nil
 }
 
 // compileStripped compiles the prelude to bytecode without its source text
