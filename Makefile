@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build setup images node-clients parity-node demo test bench clean
+.PHONY: build setup images node-clients parity-node console-node demo test bench clean
 
 # Both binaries are static: the agent runs inside sandboxes of any image.
 build:
@@ -21,6 +21,11 @@ images: build
 node-clients:
 	cd test/node && npm ci --no-audit --no-fund
 
+# playwright-core (no browser download: the test drives Debian's chromium,
+# which setup installs) and Node 22, for the web console's browser test.
+console-node:
+	cd test/console && npm ci --no-audit --no-fund
+
 # The Run SDK (npm package run, pinned) that jsrun's parity suite compares
 # against; it runs on the machine's Node (>= 20.19).
 parity-node:
@@ -37,7 +42,7 @@ demo: setup build
 # a time (-p 1): the sandbox suites hold real time limits (a 1 GB line under
 # gVisor, fork loops), which two packages' sandboxes on two cores distort.
 test: export SHELLGATE_TEST_STRICT = 1
-test: setup images node-clients parity-node
+test: setup images node-clients parity-node console-node
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
@@ -54,3 +59,18 @@ bench: setup images
 
 clean:
 	rm -rf $(BIN)
+
+# Container images as OCI layouts, from the static binaries, with no
+# registry pull (cmd/ociimage): the gateway image always; the sandbox image
+# of the kube runtime when SANDBOX_ROOTFS names a root filesystem directory.
+.PHONY: image-oci
+image-oci: build
+	$(GO) run ./cmd/ociimage -kind gateway -o $(BIN)/oci/shellgate -shellgate $(BIN)/shellgate -agent $(BIN)/shellgate-agent
+	if [ -n "$(SANDBOX_ROOTFS)" ]; then $(GO) run ./cmd/ociimage -kind sandbox -o $(BIN)/oci/sandbox -rootfs "$(SANDBOX_ROOTFS)" -agent $(BIN)/shellgate-agent; fi
+
+# sandbox/kube's tests (client-go's fake clientset plus the real agent over
+# TLS) with the race detector; `make test` runs them without it above.
+test: test-kube-race
+.PHONY: test-kube-race
+test-kube-race:
+	$(GO) test -count=1 -race -timeout 10m ./sandbox/kube/

@@ -113,11 +113,17 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 			return hostHomeDir(b.inst.dir), func() {}, nil
 		}
 	}
-	if err := m.statHome(b.name); err != nil {
-		return "", nil, err
+	if m.cfg.HomeArchive == nil {
+		if err := m.statHome(b.name); err != nil {
+			return "", nil, err
+		}
 	}
 	unlockHome, err := m.lockHome(b.name)
 	if err != nil {
+		return "", nil, err
+	}
+	if err := m.restoreLocked(ctx, b.name, false); err != nil {
+		unlockHome()
 		return "", nil, err
 	}
 	// Another process may have destroyed it before we held the lock.
@@ -134,6 +140,10 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 				errs = append(errs, err)
 			} else {
 				errs = append(errs, mounts.RemoveTree(sdir))
+				// The call may have written: the archive follows.
+				if m.cfg.HomeArchive != nil {
+					errs = append(errs, m.archiveHome(context.Background(), b.name))
+				}
 			}
 			unlockFile(owner)
 		}

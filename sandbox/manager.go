@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -85,7 +86,30 @@ type Config struct {
 	// Egress gives sandboxes with a network policy (Settings.Network)
 	// their networks; nil makes one with the defaults at Open.
 	Egress *egress.Engine
+	// HomeArchive, when set, keeps a copy of every home outside this
+	// node (S3: package homearchive over s3store): a sandbox's home is
+	// archived when it goes to sleep (and after a file call on a sleeping
+	// one), and restored from the archive when it wakes, so that any node
+	// sharing the archive can wake it. nil: homes live only here.
+	HomeArchive HomeArchive
 }
+
+// HomeArchive keeps home images outside the node, by sandbox name. The
+// image is never in use while a method runs on it.
+type HomeArchive interface {
+	// Archive stores the image at imagePath as name's newest version.
+	Archive(ctx context.Context, name, imagePath string) error
+	// Restore makes the image at imagePath (created if missing) name's
+	// newest archived version; an error matching fs.ErrNotExist when
+	// name was never archived, and then imagePath is untouched.
+	Restore(ctx context.Context, name, imagePath string) error
+	// Delete removes name's archive and whatever the archive keeps beside
+	// imagePath; an error matching fs.ErrNotExist when there was none.
+	Delete(ctx context.Context, name, imagePath string) error
+}
+
+// archiveTimeout bounds one archive or restore of a home.
+const archiveTimeout = 30 * time.Minute
 
 // Status of a named sandbox.
 type Status string
@@ -527,12 +551,13 @@ func (m *Manager) Destroy(ctx context.Context, name string) error {
 
 func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 	name := b.name
-	if b.inst == nil {
+	ar := m.cfg.HomeArchive
+	if b.inst == nil && ar == nil {
 		if err := m.statHome(name); err != nil {
 			return err
 		}
 	}
-	if err := m.sleepLocked(ctx, b); err != nil {
+	if err := m.stopLocked(ctx, b); err != nil {
 		return err
 	}
 	unlock, err := m.lockHome(name)
@@ -540,11 +565,20 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 		return err
 	}
 	defer unlock()
+	archived := false
+	if ar != nil {
+		err := ar.Delete(ctx, name, m.homePath(name))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("delete the archive of %s: %w", name, err)
+		}
+		archived = err == nil
+	}
 	err = os.Remove(m.homePath(name))
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) && !archived {
+		os.Remove(m.homeLockPath(name))
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	// lockHome checks that the file it locked is still the one at the
@@ -721,7 +755,7 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 		}
 	}
 	home := m.homePath(b.name)
-	if !create {
+	if !create && m.cfg.HomeArchive == nil {
 		// Before lockHome, which would leave a lock file for the name.
 		if err := m.statHome(b.name); err != nil {
 			return err
@@ -729,6 +763,10 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 	}
 	unlock, err := m.lockHome(b.name)
 	if err != nil {
+		return err
+	}
+	if err := m.restoreLocked(ctx, b.name, create); err != nil {
+		unlock()
 		return err
 	}
 	_, statErr := os.Stat(home)
@@ -800,22 +838,83 @@ func (m *Manager) newHome(path string, size int64) error {
 	return nil
 }
 
-// sleepLocked stops the box's container. If the container cannot be
-// deleted the box stays awake (holding its home) and the error says why;
-// the next wake or sleep tries again.
+// sleepLocked stops the box's container and, with a HomeArchive, archives
+// its home. If the container cannot be deleted the box stays awake
+// (holding its home) and the error says why; the next wake or sleep tries
+// again. If the archive fails the sandbox is asleep, its home is kept
+// here, and the error says that the archive is behind.
 func (m *Manager) sleepLocked(ctx context.Context, b *box) error {
 	if b.inst == nil {
 		return nil
 	}
+	return m.stopAndArchive(ctx, b, m.cfg.HomeArchive != nil)
+}
+
+// stopLocked is sleepLocked without the archive (for Destroy).
+func (m *Manager) stopLocked(ctx context.Context, b *box) error {
+	if b.inst == nil {
+		return nil
+	}
+	return m.stopAndArchive(ctx, b, false)
+}
+
+func (m *Manager) stopAndArchive(ctx context.Context, b *box, archive bool) error {
 	if err := m.stopInstance(ctx, b.inst); err != nil {
 		return err
 	}
 	b.setInst(nil)
+	var err error
+	if archive {
+		err = m.archiveHome(ctx, b.name)
+	}
 	if b.lockRelease != nil {
 		b.lockRelease()
 		b.lockRelease = nil
 	}
 	m.log.Debug("sandbox asleep", "sandbox", b.name)
+	return err
+}
+
+// archiveHome archives the named home (its owner lock held, unmounted).
+// It runs to its end even if ctx ends: a sleep cut short would leave the
+// archive behind the home.
+func (m *Manager) archiveHome(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), archiveTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := m.cfg.HomeArchive.Archive(ctx, name, m.homePath(name)); err != nil {
+		m.log.Warn("archive home", "sandbox", name, "err", err)
+		return fmt.Errorf("sandbox %s is asleep but its home was not archived (kept on this node): %w", name, err)
+	}
+	m.log.Debug("home archived", "sandbox", name, "took", time.Since(start))
+	return nil
+}
+
+// restoreLocked brings the named home (its owner lock held) up to date
+// from the HomeArchive, if there is one. A name that was never archived
+// keeps its local home; with neither, it is ErrNotFound unless create.
+func (m *Manager) restoreLocked(ctx context.Context, name string, create bool) error {
+	ar := m.cfg.HomeArchive
+	if ar == nil {
+		return nil
+	}
+	start := time.Now()
+	err := ar.Restore(ctx, name, m.homePath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		if !create {
+			if serr := m.statHome(name); serr != nil {
+				// lockHome checks that the file it locked is still the
+				// one at the path, so removing it while held is safe.
+				os.Remove(m.homeLockPath(name))
+				return serr
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("wake %s: restoring its home from the archive: %w", name, err)
+	}
+	m.log.Debug("home restored", "sandbox", name, "took", time.Since(start))
 	return nil
 }
 

@@ -18,6 +18,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3 postgresql)
+# chromium: the headless browser of the web console's end-to-end test
+# (test/e2e TestConsole, driven by playwright-core from test/console).
+pkgs+=(chromium)
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi
@@ -36,6 +39,18 @@ fi
 want="gvisor.dev/gvisor/runsc@${RUNSC_VERSION}"
 stamp=/usr/local/lib/shellgate/runsc.version
 if ! command -v runsc >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+	echo "setup-host: building $want (about 2 minutes)"
+	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
+	mkdir -p "$(dirname "$stamp")"
+	echo "$want" > "$stamp"
+fi
+# versitygw: the S3-compatible server the tests of S3 storage and of the
+# home archive start on loopback (internal/s3store/s3test), pinned, from
+# the Go module proxy.
+VERSITYGW_VERSION=v1.8.0
+want="github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"
+stamp=/usr/local/lib/shellgate/versitygw.version
+if ! command -v versitygw >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 	echo "setup-host: building $want (about 2 minutes)"
 	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
 	mkdir -p "$(dirname "$stamp")"

@@ -20,8 +20,9 @@ func init() {
 func runSandbox(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	dataDir := dataDirFlag(fs)
+	storageSpec := storageFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate sandbox list | rm NAME...\n\nlist shows every sandbox with a home; rm deletes sandboxes and their homes.")
+		fmt.Fprintln(fs.Output(), "usage: shellgate sandbox list | rm NAME...\n\nlist shows every sandbox with a home on this node; rm deletes sandboxes and their homes (with --storage s3://..., their archives too).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -50,7 +51,16 @@ func runSandbox(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("unknown sandbox command %q", verb)
 	}
-	mgr, err := sandbox.Open(ctx, sandbox.Config{DataDir: *dataDir, IdleTimeout: -1})
+	var archive sandbox.HomeArchive
+	if verb == "rm" {
+		st, err := openStorage(ctx, *storageSpec, *dataDir)
+		if err != nil {
+			return err
+		}
+		defer st.close()
+		archive = st.archive
+	}
+	mgr, err := sandbox.Open(ctx, sandbox.Config{DataDir: *dataDir, IdleTimeout: -1, HomeArchive: archive})
 	if err != nil {
 		return err
 	}

@@ -8,14 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/server"
-	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/egress"
@@ -23,7 +22,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--config PROVIDERS.yaml]", runServe)
+	register("serve", "serve the HTTP API: serve [--addr 127.0.0.1:8080] [--data-dir DIR] [--database postgres://...] [--storage s3://BUCKET/PREFIX?endpoint=URL] [--config PROVIDERS.yaml]", runServe)
 }
 
 // DefaultAddr is where `shellgate serve` listens without --addr: loopback
@@ -35,6 +34,7 @@ func runServe(ctx context.Context, args []string) error {
 	addr := fs.String("addr", defaultAddr, "HOST:PORT to listen on")
 	dataDir := dataDirFlag(fs)
 	database := databaseFlag(fs)
+	storageSpec := storageFlag(fs)
 	rtName := fs.String("runtime", "", "OCI runtime: runsc, crun or runc (default: the strongest that works here)")
 	img := fs.String("image", "default", "root filesystem image of new containers")
 	pool := fs.Int("pool", 1, "started sandboxes kept ready for new containers (0: none)")
@@ -66,7 +66,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
 	maxProcs := fs.Int64("max-processes", 0, "the most processes a container may ask for (0: the default, 512)")
 	maxDiskMB := fs.Int64("max-disk-mb", 0, "the largest /workspace/home in MiB a container may ask for (0: the default, 5120)")
-	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}); without it the model gateway has no providers")
+	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]); without it the model gateway has no providers")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -98,6 +98,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := slog.New(h)
 	var models gateway.Models
+	var dests []broadcast.Destination
 	if *providersPath != "" {
 		ps, err := upstream.LoadConfig(*providersPath)
 		if err != nil {
@@ -105,6 +106,32 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		models = ps
 		log.Info("model providers", "config", *providersPath, "providers", ps.Names(), "models", ps.List())
+		b, err := os.ReadFile(*providersPath)
+		if err != nil {
+			return err
+		}
+		if dests, err = broadcast.ParseConfig(b, os.Getenv); err != nil {
+			return fmt.Errorf("config %s: %w", *providersPath, err)
+		}
+	}
+	envDests, err := broadcast.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	bc, err := broadcast.New(append(dests, envDests...), broadcast.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if bc != nil {
+		log.Info("trace broadcast", "destinations", bc.Destinations())
+		defer func() {
+			// Traces still queued get a few seconds to go out.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := bc.Shutdown(sctx); err != nil {
+				log.Warn("trace broadcast: shutdown", "err", err)
+			}
+		}()
 	}
 	if *rtName != "" {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
@@ -116,6 +143,12 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
+	files, err := openStorage(ctx, *storageSpec, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer files.close()
+	blobs := files.blobs
 	mgr, err := sandbox.Open(ctx, sandbox.Config{
 		DataDir:     *dataDir,
 		Runtime:     *rtName,
@@ -123,6 +156,7 @@ func runServe(ctx context.Context, args []string) error {
 		PoolSize:    *pool,
 		IdleTimeout: *idle,
 		Logger:      log,
+		HomeArchive: files.archive,
 	})
 	if err != nil {
 		return err
@@ -141,11 +175,6 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxUpload < 1 {
 		return errors.Join(fmt.Errorf("--max-upload-mb %d: want at least 1", *maxUpload), mgr.Close(context.Background()))
 	}
-	blobs, err := store.OpenLocalBlobs(filepath.Join(*dataDir, store.LocalBlobsDir))
-	if err != nil {
-		return errors.Join(err, mgr.Close(context.Background()))
-	}
-	defer blobs.Close()
 	netMax, err := allowPolicy(*netAllow)
 	if err != nil {
 		return errors.Join(fmt.Errorf("--network-allow: %w", err), mgr.Close(context.Background()))
@@ -153,11 +182,11 @@ func runServe(ctx context.Context, args []string) error {
 	backend := server.StoreBackend{St: st, Blobs: blobs}
 	srv, err := server.New(server.Config{
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
-		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(),
+		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(), Logs: st.Logs(),
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,
-		Models: models,
+		Models: models, Broadcast: bc,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
@@ -166,7 +195,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
-	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "runtime", mgr.Runtime(), "image", *img)
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img)
 	return srv.Run(ctx, ln, *grace)
 }
 

@@ -70,6 +70,15 @@ func (s *Server) openAIRoute(pattern string, maxBody int64, h func(w http.Respon
 	})
 }
 
+// tracedChat is loggedChat with its trace broadcast (trace.go).
+func (s *Server) tracedChat(pattern string) func(w http.ResponseWriter, r *http.Request, p Principal) {
+	h := s.traced("chat_completions", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		s.loggedChat(w, r, p)
+		return nil
+	})
+	return func(w http.ResponseWriter, r *http.Request, p Principal) { h(w, r, p) }
+}
+
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal) {
 	data := []map[string]any{}
 	if s.cfg.Models != nil {
@@ -79,6 +88,18 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// loggedChat is chatCompletions with its request log: the answer is
+// copied (up to four times the workspace's record cap) for the record.
+func (s *Server) loggedChat(w http.ResponseWriter, r *http.Request, p Principal) {
+	s.logged(w, r, p, "chat_completions", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+		if rl != nil {
+			rl.chatOut = &teeWriter{ResponseWriter: w, max: 4 * rl.settings.MaxRecordBytes}
+			w = rl.chatOut
+		}
+		s.chatCompletions(w, r, p)
+	})
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Principal) {
@@ -102,6 +123,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		chatError(w, http.StatusBadRequest, "model", "", "you must provide a model parameter (a string, provider/model)")
 		return
 	}
+	if rl := reqLogFrom(r.Context()); rl != nil {
+		rl.chatBody, rl.model = raw, model
+	}
+	noteModel(r.Context(), model)
 	if t, ok := body["tools"]; ok {
 		var tools []struct {
 			Type string `json:"type"`

@@ -331,6 +331,10 @@ func (c *gatewayCall) Exec(ctx context.Context, name string, cmd sandbox.Command
 		cmd.OnOutput = utf8Output(cmd.MaxBytes, func(stream int, text string) { c.onOutput(idx, stream, text) })
 	}
 	c.n++
+	if rl := reqLogFrom(ctx); rl != nil {
+		start := time.Now()
+		defer func() { rl.timed(cmd.Command, time.Since(start)) }()
+	}
 	return c.call.Exec(ctx, name, cmd)
 }
 

@@ -175,6 +175,10 @@ func (s *Server) screenTexts(ctx context.Context, w http.ResponseWriter, p Princ
 	}
 	found := guard.ScanAll(strs)
 	id := store.NewID("req")
+	rl := reqLogFrom(ctx)
+	if rl != nil {
+		id = rl.id // the request's log finds its detections by it
+	}
 	var recs []store.Detection
 	total := 0
 	action := ""
@@ -217,6 +221,9 @@ func (s *Server) screenTexts(ctx context.Context, w http.ResponseWriter, p Princ
 		s.log.ErrorContext(ctx, "recording guardrail detections failed", "request", id, "err", err)
 	}
 	if action == guard.ActionBlock {
+		if rl != nil {
+			rl.blocked = true
+		}
 		return errBlocked(id, total)
 	}
 	return nil

@@ -17,6 +17,7 @@ type metrics struct {
 	expired  prometheus.Counter
 
 	guardDetections, guardRequests *prometheus.CounterVec
+	requestLogs                    *prometheus.CounterVec
 }
 
 func newMetrics(mgr *sandbox.Manager) *metrics {
@@ -41,7 +42,8 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 		}),
 	}
 	m.guardDetections, m.guardRequests = guardMetrics()
-	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired, m.guardDetections, m.guardRequests,
+	m.requestLogs = logMetrics()
+	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired, m.guardDetections, m.guardRequests, m.requestLogs,
 		sandboxCollector{mgr},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shellgate_pool_ready",

@@ -12,6 +12,9 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/shellgate/shellgate/internal/s3store"
+	"github.com/shellgate/shellgate/internal/s3store/s3test"
 )
 
 // The official clients, unchanged, against the real server: only the base
@@ -102,7 +105,20 @@ func TestOpenAIContainerFiles(t *testing.T) {
 }
 
 func TestWorkspaceFilesSDKs(t *testing.T) {
-	e := newEnv(t, "crun", "busybox")
+	workspaceFilesSDKs(t, newEnv(t, "crun", "busybox"))
+}
+
+// The same with the file bytes in S3 (versitygw), as `serve --storage s3://…`.
+func TestWorkspaceFilesSDKsS3(t *testing.T) {
+	s3, err := s3store.Open(t.Context(), s3test.NewBucket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s3.Close() })
+	workspaceFilesSDKs(t, newEnv(t, "crun", "busybox", func(c *Config) { c.Blobs = s3.Blobs() }))
+}
+
+func workspaceFilesSDKs(t *testing.T, e *env) {
 	ctx := t.Context()
 
 	t.Run("01 openai-go Files", func(t *testing.T) {

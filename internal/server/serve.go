@@ -78,6 +78,17 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, err)
 	}
+	// The request logs of the requests that ended are written (bounded).
+	flushed := make(chan struct{})
+	go func() {
+		s.flushLogs()
+		close(flushed)
+	}()
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		s.log.Warn("request logs still queued at shutdown are lost")
+	}
 	errs = append(errs, s.mgr.Close(context.Background()))
 	s.log.Info("shut down")
 	return errors.Join(errs...)

@@ -18,6 +18,10 @@
 //	GET    /api/v1/usage                    the workspace's usage ledger by UTC day and container
 //	GET    /api/v1/guardrails               the workspace's prompt-injection guardrails (guard.go)
 //	PUT    /api/v1/guardrails               replace them
+//	GET    /api/v1/logging                  the workspace's request-log settings (logs.go)
+//	PUT    /api/v1/logging                  change them
+//	GET    /api/v1/logs                     the workspace's request logs, newest first, filtered
+//	GET    /api/v1/logs/{id}                one, with its prompts, completion, commands and detections
 //	POST   /api/v1/eval                     JavaScript eval (jsrunhttp) with built-ins on the workspace's containers
 //	…      /api/v1/containers/{id}/files…   container files, OpenRouter's shape (cfiles.go), and promote
 //	…      /v1/containers/{id}/files…       the same in OpenAI's shape
@@ -35,6 +39,7 @@
 //	POST   /v1/messages, /api/v1/messages   the Anthropic Messages API of the gateway (internal/gateway/messages)
 //	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
 //	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
+//	GET    /console/                        the web console's static pages, no key (console.go)
 package server
 
 import (
@@ -52,6 +57,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
@@ -109,6 +115,10 @@ type Config struct {
 	// detections (GET/PUT /api/v1/guardrails; gateway requests screened).
 	// Without it those routes answer 404 and nothing is screened.
 	Guardrails store.Guardrails
+	// Logs, if set, keeps the request logs of the workspaces that turn
+	// them on (GET/PUT /api/v1/logging, GET /api/v1/logs; logs.go).
+	// Without it those routes answer 404 and nothing is recorded.
+	Logs store.Logs
 	// WorkspaceFiles, if set, serves file_ids on create.
 	WorkspaceFiles WorkspaceFiles
 
@@ -127,6 +137,10 @@ type Config struct {
 	RateLimit     float64
 	RateBurst     int
 	MaxConcurrent int
+
+	// Broadcast, if set, receives the trace of every gateway request when
+	// it ends (trace.go); its counters are served in /metrics.
+	Broadcast *broadcast.Broadcaster
 
 	// AuthCacheTTL is how long a key that authenticated is remembered
 	// (by the SHA-256 of the whole key) before the key store is asked
@@ -169,6 +183,13 @@ type Server struct {
 	auth    authCache
 	// guardrails caches each workspace's guardrails (guard.go).
 	guardrails guardrailCache
+	// logging caches each workspace's log settings; logQ feeds the
+	// request-log writer (logs.go), which runs while it has records.
+	logging    loggingCache
+	logMu      sync.Mutex
+	logQ       chan *reqLog
+	logWriting bool
+	logWG      sync.WaitGroup
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
@@ -241,6 +262,7 @@ func New(cfg Config) (*Server, error) {
 		deleted:  map[string]bool{},
 		stopping: make(chan struct{}),
 	}
+	s.metrics.reg.MustRegister(cfg.Broadcast.Collectors()...)
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.handle("GET /api/v1/openapi.json", maxEmptyBody, false, s.openAPI)
@@ -251,6 +273,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
 	s.handle("GET /api/v1/usage", maxEmptyBody, true, s.usage)
 	s.guardrailRoutes()
+	s.logRoutes()
 	if cfg.EvalRunner != nil {
 		s.evalHandler = s.newEvalHandler()
 	}
@@ -264,8 +287,9 @@ func New(cfg Config) (*Server, error) {
 	s.mountResponses()
 	s.mountMessages()
 	s.mountGemini()
-	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.chatCompletions)
-	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.chatCompletions)
+	for _, pattern := range []string{"POST /v1/chat/completions", "POST /api/v1/chat/completions"} {
+		s.openAIRoute(pattern, maxChatBody, s.tracedChat(pattern))
+	}
 	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)
 	s.openAIRoute("GET /api/v1/models", maxEmptyBody, s.listModels)
 	// Anything else under /api/v1 answers in the API's envelope, not the
@@ -273,6 +297,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("/api/v1/", maxEmptyBody, s.noRoute(writeError, "/api/v1/"))
 	// And under OpenAI's containers routes, in OpenAI's envelope.
 	s.routeWith(writeOpenAIError, "/v1/containers/", maxEmptyBody, s.noRoute(writeOpenAIError, "/v1/containers/"))
+	// The web console's static pages (console.go), outside the API.
+	s.consoleRoutes()
 	s.handler = s.observe(s.mux)
 	// Each sandbox starts with its container's own limits.
 	s.mgr.SetSettings(s.sandboxSettings)

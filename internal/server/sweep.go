@@ -136,6 +136,9 @@ func (s *Server) sweepLoop(ctx context.Context) {
 		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "sweep failed", "expired", n, "err", err)
 		}
+		if n, err := s.SweepLogs(ctx); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "request-log sweep failed", "deleted", n, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

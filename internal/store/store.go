@@ -64,6 +64,7 @@ type Store interface {
 	Files() Files
 	Usage() Usage
 	Guardrails() Guardrails
+	Logs() Logs
 	Close() error
 }
 

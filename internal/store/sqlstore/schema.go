@@ -102,4 +102,38 @@ var migrations = [][]string{
 		PRIMARY KEY (account, workspace, request_id, seq)
 	)`,
 		`CREATE INDEX guard_detections_by_time ON guard_detections (account, workspace, at_ms)`},
+	// 4: request logs (store.Logs): each workspace's settings, and one
+	// row per gateway request of a workspace that turned them on, its
+	// detail as JSON in body.
+	{`CREATE TABLE log_settings (
+		account          TEXT NOT NULL,
+		workspace        TEXT NOT NULL,
+		enabled          BIGINT NOT NULL,
+		retention_days   BIGINT NOT NULL,
+		max_record_bytes BIGINT NOT NULL,
+		updated_at_ms    BIGINT NOT NULL,
+		PRIMARY KEY (account, workspace)
+	)`,
+		`CREATE TABLE request_logs (
+		id             TEXT PRIMARY KEY,
+		account        TEXT NOT NULL,
+		workspace      TEXT NOT NULL,
+		request_id     TEXT NOT NULL,
+		created_at_ms  BIGINT NOT NULL,
+		api            TEXT NOT NULL,
+		model          TEXT NOT NULL,
+		status         TEXT NOT NULL,
+		http_status    BIGINT NOT NULL,
+		duration_ms    BIGINT NOT NULL,
+		container_id   TEXT NOT NULL,
+		input_tokens   BIGINT NOT NULL,
+		output_tokens  BIGINT NOT NULL,
+		cost_micro_usd BIGINT NOT NULL,
+		tool_calls     BIGINT NOT NULL,
+		truncated      BIGINT NOT NULL,
+		user_agent     TEXT NOT NULL,
+		body           TEXT NOT NULL
+	)`,
+		`CREATE INDEX request_logs_by_scope ON request_logs (account, workspace, created_at_ms, id)`,
+		`CREATE INDEX request_logs_by_time ON request_logs (created_at_ms)`},
 }

@@ -70,6 +70,7 @@ func (s *DB) Containers() store.Containers { return containers{s} }
 func (s *DB) Files() store.Files           { return files{s} }
 func (s *DB) Usage() store.Usage           { return usage{s} }
 func (s *DB) Guardrails() store.Guardrails { return guardrails{s} }
+func (s *DB) Logs() store.Logs             { return logs{s} }
 
 // Close closes the database.
 func (s *DB) Close() error { return s.db.Close() }

@@ -40,6 +40,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Files", func(t *testing.T) { Files(t, f) })
 	t.Run("Usage", func(t *testing.T) { Usage(t, f) })
 	t.Run("Guardrails", func(t *testing.T) { Guardrails(t, f) })
+	t.Run("Logs", func(t *testing.T) { Logs(t, f) })
 	t.Run("Replicas", func(t *testing.T) { Replicas(t, f) })
 }
 

@@ -1,0 +1,38 @@
+package sandbox_test
+
+import (
+	"testing"
+
+	"github.com/shellgate/shellgate/internal/s3store"
+	"github.com/shellgate/shellgate/internal/s3store/s3test"
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/homearchive"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+)
+
+var _ sandbox.HomeArchive = (*homearchive.Archive)(nil)
+
+// Two nodes sharing a home archive: in a local directory and in S3
+// (versitygw). The lifecycle logic is the runtime's least concern, so one
+// runtime (crun) runs it.
+func TestHomeArchive(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		sandboxtest.ArchiveSuite(t, "crun", func(t *testing.T) homearchive.Objects {
+			d, err := homearchive.NewDir(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		})
+	})
+	t.Run("s3", func(t *testing.T) {
+		sandboxtest.ArchiveSuite(t, "crun", func(t *testing.T) homearchive.Objects {
+			s, err := s3store.Open(t.Context(), s3test.NewBucket(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s.Objects("homes")
+		})
+	})
+}
