@@ -59,3 +59,18 @@ bench: setup images
 
 clean:
 	rm -rf $(BIN)
+
+# Container images as OCI layouts, from the static binaries, with no
+# registry pull (cmd/ociimage): the gateway image always; the sandbox image
+# of the kube runtime when SANDBOX_ROOTFS names a root filesystem directory.
+.PHONY: image-oci
+image-oci: build
+	$(GO) run ./cmd/ociimage -kind gateway -o $(BIN)/oci/shellgate -shellgate $(BIN)/shellgate -agent $(BIN)/shellgate-agent
+	if [ -n "$(SANDBOX_ROOTFS)" ]; then $(GO) run ./cmd/ociimage -kind sandbox -o $(BIN)/oci/sandbox -rootfs "$(SANDBOX_ROOTFS)" -agent $(BIN)/shellgate-agent; fi
+
+# sandbox/kube's tests (client-go's fake clientset plus the real agent over
+# TLS) with the race detector; `make test` runs them without it above.
+test: test-kube-race
+.PHONY: test-kube-race
+test-kube-race:
+	$(GO) test -count=1 -race -timeout 10m ./sandbox/kube/

@@ -79,6 +79,27 @@ func BenchmarkFreshRunPrewarmed(b *testing.B) {
 	benchPrewarmed(b, func(r *Runner, ctx context.Context) time.Duration { return timedRun(b, r, ctx, "return 1+1") })
 }
 
+// BenchmarkFreshRunPrewarmedClosedLoop is BenchmarkFreshRunPrewarmed at
+// saturation: runs back to back with no pause, so the pool is mostly empty
+// and most runs harden their own context while the prewarm goroutine
+// competes for the CPU (ns/op is the throughput; p50-µs/p99-µs the latency).
+func BenchmarkFreshRunPrewarmedClosedLoop(b *testing.B) {
+	r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore(), Prewarm: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	time.Sleep(100 * time.Millisecond)
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d = append(d, timedRun(b, r, ctx, "return 1+1"))
+	}
+	b.StopTimer()
+	percentiles(b, d)
+}
+
 // benchPrewarmed times step with Config.Prewarm, one step per 5 ms so the
 // pool keeps up (ns/op includes the pauses; read p50-µs/p99-µs).
 func benchPrewarmed(b *testing.B, step func(*Runner, context.Context) time.Duration) {

@@ -13,7 +13,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
+	"modernc.org/libc"
+	"modernc.org/libquickjs"
 	"modernc.org/quickjs"
 )
 
@@ -24,7 +27,17 @@ var (
 	preludeOnce     sync.Once
 	preludeBytecode []byte
 	preludeErr      error
+	// preludeGCThreshold is the GC threshold a context gets once hardened:
+	// what QuickJS sets after a collection (1.5 times the heap), for the
+	// heap of a hardened context, measured once by compiledPrelude.
+	preludeGCThreshold uintptr
 )
+
+// hardeningGCThreshold keeps QuickJS from collecting while the prelude runs:
+// a fresh context's heap passes the default first threshold (256 KiB)
+// during hardening and the collections (≈5% of a fresh run) find next to no
+// garbage. The memory limit still applies.
+const hardeningGCThreshold = 1 << 40
 
 // freezeMarker is where the generated freeze list goes in the prelude.
 const freezeMarker = "/*@jsrun:freeze@*/"
@@ -43,16 +56,121 @@ func compiledPrelude() ([]byte, error) {
 			preludeErr = errors.New("jsrun: prelude freeze marker missing")
 			return
 		}
-		vm, err := quickjs.NewVM()
-		if err != nil {
-			preludeErr = err
+		src := strings.Replace(preludeSource, freezeMarker, code, 1)
+		if preludeBytecode, preludeErr = compileStripped(src); preludeErr != nil {
 			return
 		}
-		defer vm.Close()
-		src := strings.Replace(preludeSource, freezeMarker, code, 1)
-		preludeBytecode, preludeErr = vm.Compile(src, quickjs.EvalGlobal)
+		var heap int64
+		if heap, preludeErr = hardenedHeap(preludeBytecode); preludeErr == nil {
+			preludeGCThreshold = uintptr(heap + heap/2)
+		}
 	})
 	return preludeBytecode, preludeErr
+}
+
+// hardenedHeap runs the prelude's bytecode in a scratch context and returns
+// the runtime's heap size after hardening (JS_ComputeMemoryUsage, which
+// modernc.org/quickjs does not expose).
+func hardenedHeap(bc []byte) (int64, error) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	rt := libquickjs.XJS_NewRuntime(tls)
+	if rt == 0 {
+		return 0, errors.New("jsrun: cannot create a runtime to measure the prelude")
+	}
+	defer libquickjs.XJS_FreeRuntime(tls, rt)
+	libquickjs.XJS_SetGCThreshold(tls, rt, hardeningGCThreshold)
+	ctx := libquickjs.XJS_NewContext(tls, rt)
+	if ctx == 0 {
+		return 0, errors.New("jsrun: cannot create a context to measure the prelude")
+	}
+	defer libquickjs.XJS_FreeContext(tls, ctx)
+	buf := libc.Xmalloc(tls, libc.Tsize_t(len(bc)))
+	if buf == 0 {
+		return 0, errors.New("jsrun: out of memory measuring the prelude")
+	}
+	defer libc.Xfree(tls, buf)
+	copy(libc.GoBytes(buf, len(bc)), bc)
+	obj := libquickjs.XJS_ReadObject(tls, ctx, buf, libquickjs.Tsize_t(len(bc)), libquickjs.MJS_READ_OBJ_BYTECODE)
+	if obj.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		return 0, errors.New("jsrun: cannot read the prelude's bytecode")
+	}
+	fn := libquickjs.XJS_EvalFunction(tls, ctx, obj) // frees obj
+	if fn.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		return 0, errors.New("jsrun: cannot evaluate the prelude's bytecode")
+	}
+	defer libquickjs.XFreeValue(tls, ctx, fn)
+	undefined := libquickjs.TJSValue{Ftag: libquickjs.EJS_TAG_UNDEFINED}
+	bridge := libquickjs.XJS_Call(tls, ctx, fn, undefined, 0, 0)
+	if bridge.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		return 0, errors.New("jsrun: the prelude fails in a scratch context")
+	}
+	defer libquickjs.XFreeValue(tls, ctx, bridge)
+	// The engine writes the usage into libc memory (a Go address could move
+	// with the goroutine's stack).
+	n := int(unsafe.Sizeof(libquickjs.TJSMemoryUsage{}))
+	p := tls.Alloc(n)
+	defer tls.Free(n)
+	libquickjs.XJS_ComputeMemoryUsage(tls, rt, p)
+	size := (*libquickjs.TJSMemoryUsage)(unsafe.Add(nil, p)).Fmalloc_size
+	if size <= 0 {
+		return 0, errors.New("jsrun: cannot measure the prelude's heap")
+	}
+	return size, nil
+}
+
+// compileStripped compiles the prelude to bytecode without its source text
+// and debug information (JS_SetStripInfo on the compiling runtime, which
+// modernc.org/quickjs does not expose, hence the direct libquickjs calls).
+// With them the bytecode is about 118 KB (every nested function carries its
+// own copy of its source), without them about 23 KB, and every context reads
+// it: this cuts reading the prelude into a context by about a third. Nothing
+// needs the prelude's positions: its frames are cut out of guest stacks by
+// name (jsrun$...), and a prelude function a guest can reach (a host
+// function) prints as native code instead of the runtime's source.
+func compileStripped(src string) ([]byte, error) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	rt := libquickjs.XJS_NewRuntime(tls)
+	if rt == 0 {
+		return nil, errors.New("jsrun: cannot create a runtime to compile the prelude")
+	}
+	defer libquickjs.XJS_FreeRuntime(tls, rt)
+	libquickjs.XJS_SetStripInfo(tls, rt, libquickjs.MJS_STRIP_SOURCE|libquickjs.MJS_STRIP_DEBUG)
+	ctx := libquickjs.XJS_NewContext(tls, rt)
+	if ctx == 0 {
+		return nil, errors.New("jsrun: cannot create a context to compile the prelude")
+	}
+	defer libquickjs.XJS_FreeContext(tls, ctx)
+	psrc, err := libc.CString(src)
+	if err != nil {
+		return nil, err
+	}
+	defer libc.Xfree(tls, psrc)
+	pname, err := libc.CString("<prelude>")
+	if err != nil {
+		return nil, err
+	}
+	defer libc.Xfree(tls, pname)
+	fn := libquickjs.XJS_Eval(tls, ctx, psrc, libquickjs.Tsize_t(len(src)), pname,
+		libquickjs.MJS_EVAL_TYPE_GLOBAL|libquickjs.MJS_EVAL_FLAG_COMPILE_ONLY)
+	if fn.Ftag == libquickjs.EJS_TAG_EXCEPTION {
+		// The same source compiles in discoverFreezeCode, so this is the
+		// generated freeze code; the exception itself is dropped with ctx.
+		return nil, errors.New("jsrun: the prelude with its freeze list does not compile")
+	}
+	defer libquickjs.XFreeValue(tls, ctx, fn)
+	size := tls.Alloc(int(unsafe.Sizeof(libquickjs.Tsize_t(0))))
+	defer tls.Free(int(unsafe.Sizeof(libquickjs.Tsize_t(0))))
+	p := libquickjs.XJS_WriteObject(tls, ctx, size, fn, libquickjs.MJS_WRITE_OBJ_BYTECODE)
+	if p == 0 {
+		return nil, errors.New("jsrun: cannot write the prelude's bytecode")
+	}
+	defer libquickjs.Xjs_free(tls, ctx, p)
+	// size and p are libc heap addresses (not Go memory), read as the
+	// generated libquickjs code reads them.
+	n := int(*(*libquickjs.Tsize_t)(unsafe.Add(nil, size)))
+	return append([]byte(nil), libc.GoBytes(p, n)...), nil // a copy: p is freed on return
 }
 
 // discovery is what the prelude's discovery walk reports: the access path

@@ -37,6 +37,7 @@ func newHardened(bc []byte, timeout time.Duration) (h *hardened, err error) {
 		return nil, newError(CodeTimeout, "no time left to prepare a context")
 	}
 	_ = vm.SetEvalTimeout(timeout)
+	vm.SetGCThreshold(hardeningGCThreshold)
 	fn, err := vm.EvalBytecodeValue(bc)
 	if err != nil {
 		_ = vm.Close()
@@ -49,6 +50,9 @@ func newHardened(bc []byte, timeout time.Duration) (h *hardened, err error) {
 		return nil, err
 	}
 	h.bridge = bridge
+	// From here on QuickJS collects as if it had just collected the
+	// hardened heap (see preludeGCThreshold).
+	vm.SetGCThreshold(preludeGCThreshold)
 	for _, name := range bridgeMethods {
 		atom, err := vm.NewAtom(name)
 		if err != nil {

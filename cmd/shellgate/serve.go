@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
@@ -70,7 +71,7 @@ func runServe(ctx context.Context, args []string) error {
 	nodeID := fs.String("node-id", "", "this replica's id among those sharing the database (env SHELLGATE_NODE_ID; default: the host name)")
 	advertise := fs.String("advertise-url", "", "the URL other replicas reach this one's API at, e.g. http://10.0.0.5:8080; setting it turns on routing across replicas: requests for a container awake on another replica are proxied there (env SHELLGATE_ADVERTISE_URL)")
 	heartbeat := fs.Duration("heartbeat", cluster.DefaultHeartbeat, "with --advertise-url: how often this replica renews its heartbeat; a replica silent for five heartbeats is dead")
-	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}); without it the model gateway has no providers")
+	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]); without it the model gateway has no providers")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -102,6 +103,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := slog.New(h)
 	var models gateway.Models
+	var dests []broadcast.Destination
 	if *providersPath != "" {
 		ps, err := upstream.LoadConfig(*providersPath)
 		if err != nil {
@@ -109,6 +111,32 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		models = ps
 		log.Info("model providers", "config", *providersPath, "providers", ps.Names(), "models", ps.List())
+		b, err := os.ReadFile(*providersPath)
+		if err != nil {
+			return err
+		}
+		if dests, err = broadcast.ParseConfig(b, os.Getenv); err != nil {
+			return fmt.Errorf("config %s: %w", *providersPath, err)
+		}
+	}
+	envDests, err := broadcast.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	bc, err := broadcast.New(append(dests, envDests...), broadcast.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if bc != nil {
+		log.Info("trace broadcast", "destinations", bc.Destinations())
+		defer func() {
+			// Traces still queued get a few seconds to go out.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := bc.Shutdown(sctx); err != nil {
+				log.Warn("trace broadcast: shutdown", "err", err)
+			}
+		}()
 	}
 	if *rtName != "" {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
@@ -172,7 +200,7 @@ func runServe(ctx context.Context, args []string) error {
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,
-		Models: models, Cluster: node,
+		Models: models, Broadcast: bc, Cluster: node,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))

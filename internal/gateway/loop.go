@@ -96,6 +96,19 @@ type Step struct {
 	Tool   ServerTool
 	Result StepResult
 	Index  int // 0-based among the run's steps
+	// Start and End bound the step's run (equal for a step that did not
+	// run: the budget was spent).
+	Start, End time.Time
+}
+
+// UpstreamCall is one call of the run to the upstream model, for traces.
+type UpstreamCall struct {
+	Start, End time.Time
+	ID         string // the upstream's response id
+	Model      string // as the upstream named it
+	Stop       StopReason
+	Usage      Usage
+	Err        error // the call failed: an *UpstreamError, or ctx's error
 }
 
 // Result is a finished run.
@@ -112,18 +125,31 @@ type Result struct {
 	ToolCallsExecuted  int
 	CostMicroUSD       int64
 	UpstreamCalls      int
+	// Calls are the upstream calls in order, a failed one included.
+	Calls []UpstreamCall
 }
 
 // Observer sees a run when Execute returns: its request (whose Messages
-// then end with the run's own turns), its result (cost included) and its
-// error. The server's request logs set one on the request's context
-// (WithObserver); it runs on the request's goroutine, so it must be quick.
+// then end with the run's own turns), its result (cost included, and what
+// was done before an error) and its error. The server's request logs and
+// trace broadcast set one each on the request's context (WithObserver); it
+// runs on the request's goroutine after the sandbox session is closed, so
+// it must be quick, and must not keep res's items beyond the call unless
+// it copies them.
 type Observer func(run *Run, res *Result, err error)
 
 type observerKey struct{}
 
-// WithObserver returns ctx with obs, which Execute calls when it returns.
+// WithObserver returns ctx with obs, which Execute calls when it returns,
+// after any observer ctx already had.
 func WithObserver(ctx context.Context, obs Observer) context.Context {
+	if prev, ok := ctx.Value(observerKey{}).(Observer); ok && prev != nil {
+		next := obs
+		obs = func(run *Run, res *Result, err error) {
+			prev(run, res, err)
+			next(run, res, err)
+		}
+	}
 	return context.WithValue(ctx, observerKey{}, obs)
 }
 
@@ -162,7 +188,13 @@ func execute(ctx context.Context, run *Run) (*Result, error) {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
+		start := time.Now()
 		turn, streamed, err := turnOnce(ctx, run, req)
+		call := UpstreamCall{Start: start, End: time.Now(), Err: err}
+		if turn != nil {
+			call.ID, call.Model, call.Stop, call.Usage = turn.ID, turn.Model, turn.Stop, turn.Usage
+		}
+		res.Calls = append(res.Calls, call)
 		if err != nil {
 			return res, err
 		}
@@ -206,15 +238,18 @@ func execute(ctx context.Context, run *Run) (*Result, error) {
 				if run.Sink != nil {
 					run.Sink.StepStart(step)
 				}
+				step.Start = time.Now()
 				if step.Index >= max {
 					step.Result = StepResult{IsError: true, Content: fmt.Sprintf("error: not run: this request's limit of %d tool calls (max_tool_calls) is spent; answer with what you have", max),
 						Detail: &ShellDetail{Error: "max_tool_calls reached", ErrorCode: "too_many_requests"}}
+					step.End = step.Start
 				} else {
 					var onOut func(cmd, stream int, text string)
 					if run.Sink != nil {
 						onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
 					}
 					step.Result = st.Run(ctx, box.get, step.Call, onOut)
+					step.End = time.Now()
 					if step.Result.Executed {
 						res.ToolCallsExecuted++
 					}

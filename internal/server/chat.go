@@ -70,6 +70,15 @@ func (s *Server) openAIRoute(pattern string, maxBody int64, h func(w http.Respon
 	})
 }
 
+// tracedChat is loggedChat with its trace broadcast (trace.go).
+func (s *Server) tracedChat(pattern string) func(w http.ResponseWriter, r *http.Request, p Principal) {
+	h := s.traced("chat_completions", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		s.loggedChat(w, r, p)
+		return nil
+	})
+	return func(w http.ResponseWriter, r *http.Request, p Principal) { h(w, r, p) }
+}
+
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal) {
 	data := []map[string]any{}
 	if s.cfg.Models != nil {
@@ -117,6 +126,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 	if rl := reqLogFrom(r.Context()); rl != nil {
 		rl.chatBody, rl.model = raw, model
 	}
+	noteModel(r.Context(), model)
 	if t, ok := body["tools"]; ok {
 		var tools []struct {
 			Type string `json:"type"`

@@ -15,7 +15,7 @@ func (s *Server) mountResponses() {
 	f := &responses.Frontend{Models: s.cfg.Models, Log: s.log}
 	ew := gatewayEnvelope(responses.WriteError)
 	for _, pattern := range []string{"POST /v1/responses", "POST /api/v1/responses"} {
-		s.handleWith(ew, pattern, responses.MaxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		s.handleWith(ew, pattern, responses.MaxBody, true, s.traced("responses", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
 			s.logged(w, r, p, "responses", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 				f := *f
 				f.Models = rl.models(f.Models)
@@ -23,7 +23,7 @@ func (s *Server) mountResponses() {
 				f.Serve(w, r, s.sandboxesFor(p))
 			})
 			return nil
-		})
+		}))
 	}
 }
 

@@ -57,6 +57,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/store"
@@ -137,6 +138,10 @@ type Config struct {
 	RateLimit     float64
 	RateBurst     int
 	MaxConcurrent int
+
+	// Broadcast, if set, receives the trace of every gateway request when
+	// it ends (trace.go); its counters are served in /metrics.
+	Broadcast *broadcast.Broadcaster
 
 	// AuthCacheTTL is how long a key that authenticated is remembered
 	// (by the SHA-256 of the whole key) before the key store is asked
@@ -264,6 +269,7 @@ func New(cfg Config) (*Server, error) {
 		deleted:  map[string]bool{},
 		stopping: make(chan struct{}),
 	}
+	s.metrics.reg.MustRegister(cfg.Broadcast.Collectors()...)
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.handle("GET /api/v1/openapi.json", maxEmptyBody, false, s.openAPI)
@@ -288,8 +294,9 @@ func New(cfg Config) (*Server, error) {
 	s.mountResponses()
 	s.mountMessages()
 	s.mountGemini()
-	s.openAIRoute("POST /v1/chat/completions", maxChatBody, s.loggedChat)
-	s.openAIRoute("POST /api/v1/chat/completions", maxChatBody, s.loggedChat)
+	for _, pattern := range []string{"POST /v1/chat/completions", "POST /api/v1/chat/completions"} {
+		s.openAIRoute(pattern, maxChatBody, s.tracedChat(pattern))
+	}
 	s.openAIRoute("GET /v1/models", maxEmptyBody, s.listModels)
 	s.openAIRoute("GET /api/v1/models", maxEmptyBody, s.listModels)
 	// Anything else under /api/v1 answers in the API's envelope, not the

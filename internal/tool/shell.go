@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dustin/go-humanize"
@@ -116,6 +117,8 @@ type CommandOutput struct {
 	Outcome Outcome `json:"outcome"`
 	// Truncated is set when either stream was cut (the text says so too).
 	Truncated bool `json:"-"`
+	// Start and End bound the command's run (RunShell sets them; traces).
+	Start, End time.Time `json:"-"`
 }
 
 // Executor runs one command in a named sandbox; *sandbox.Manager is one.
@@ -129,6 +132,7 @@ type Executor interface {
 func RunShell(ctx context.Context, ex Executor, name string, p Plan) ([]CommandOutput, error) {
 	out := make([]CommandOutput, 0, len(p.Commands))
 	for _, c := range p.Commands {
+		start := time.Now()
 		res, err := ex.Exec(ctx, name, sandbox.Command{
 			Command:   c,
 			TimeoutMs: p.TimeoutMs,
@@ -138,7 +142,9 @@ func RunShell(ctx context.Context, ex Executor, name string, p Plan) ([]CommandO
 		if err != nil {
 			return out, err
 		}
-		out = append(out, Output(res, p.MaxOutputLength))
+		o := Output(res, p.MaxOutputLength)
+		o.Start, o.End = start, time.Now()
+		out = append(out, o)
 	}
 	return out, nil
 }

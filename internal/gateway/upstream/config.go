@@ -29,9 +29,12 @@ import (
 //	    timeout: 120s                   # optional, default 120s
 //	    headers: {HTTP-Referer: https://example.com}   # optional, sent with every call
 //
-// A model "openai/gpt-5" goes to provider openai as model "gpt-5".
+// A model "openai/gpt-5" goes to provider openai as model "gpt-5". The
+// same file's `broadcast:` list (trace destinations) is read by
+// internal/broadcast.
 type Config struct {
 	Providers map[string]ProviderConfig `yaml:"providers"`
+	Broadcast yaml.Node                 `yaml:"broadcast"`
 }
 
 // ProviderConfig is one provider of the config file.

@@ -32,6 +32,8 @@ providers:
     api: chat_completions
     base_url: http://127.0.0.1:11434/v1
     headers: {X-Title: shellgate}
+broadcast:   # internal/broadcast's: accepted here, not read
+  - {type: otlp_http, endpoint: http://127.0.0.1:4318}
 `
 	path := filepath.Join(t.TempDir(), "providers.yaml")
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {

@@ -1,0 +1,149 @@
+// Package deploy holds the deployment artifacts (Kubernetes manifests, the
+// systemd unit, the kind end-to-end script); its tests check them.
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/shellgate/shellgate/internal/testenv"
+)
+
+// TestManifests decodes every Kubernetes manifest strictly (unknown or
+// misspelt fields fail) into client-go's types, and checks the properties
+// the docs promise: 1. RBAC is namespaced (Roles only) and limited to
+// pods, secrets, networkpolicies and the egress Service; 2. every
+// container is non-root, without privilege escalation, with all
+// capabilities dropped and a read-only root.
+func TestManifests(t *testing.T) {
+	files, _ := filepath.Glob("kubernetes/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no manifests")
+	}
+	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+	dec := codecs.UniversalDeserializer()
+	kinds := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufioReader(b))
+		for {
+			doc, err := r.Read()
+			if err != nil {
+				break
+			}
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			obj, gvk, err := dec.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			kinds[gvk.Kind]++
+			check(t, f, obj)
+		}
+	}
+	for _, k := range []string{"Namespace", "RuntimeClass", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "DaemonSet", "NetworkPolicy"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s in deploy/kubernetes", k)
+		}
+	}
+	if kinds["ClusterRole"]+kinds["ClusterRoleBinding"] > 0 {
+		t.Error("1: cluster-wide RBAC")
+	}
+}
+
+func check(t *testing.T, f string, obj runtime.Object) {
+	var pod *corev1.PodSpec
+	switch o := obj.(type) {
+	case *rbacv1.Role:
+		allowed := map[string]bool{"pods": true, "secrets": true, "networkpolicies": true, "services": true}
+		for _, r := range o.Rules {
+			for _, res := range r.Resources {
+				if !allowed[res] {
+					t.Errorf("1: %s: role %s grants %s", f, o.Name, res)
+				}
+			}
+			for _, v := range r.Verbs {
+				if v == "*" || v == "update" || v == "patch" {
+					t.Errorf("1: %s: role %s grants verb %s", f, o.Name, v)
+				}
+			}
+		}
+	case *appsv1.Deployment:
+		pod = &o.Spec.Template.Spec
+	case *appsv1.DaemonSet:
+		pod = &o.Spec.Template.Spec
+	}
+	if pod == nil {
+		return
+	}
+	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+		t.Errorf("2: %s: pod not forced non-root", f)
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("2: %s: container %s security context %+v", f, c.Name, sc)
+		}
+	}
+}
+
+func stripComments(b []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
+// TestSystemdUnit runs systemd-analyze verify on the unit, with ExecStart
+// pointed at an executable that exists here (the unit names the installed
+// path).
+func TestSystemdUnit(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		testenv.Missing(t, "systemd-analyze (Debian package systemd)")
+	}
+	b, err := os.ReadFile("systemd/shellgate.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	unit := filepath.Join(t.TempDir(), "shellgate.service")
+	os.WriteFile(unit, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/shellgate", exe)), 0o644)
+	out, err := exec.Command(sa, "verify", unit).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestKindScript: the end-to-end script parses (bash -n); it cannot run
+// here (no cluster, no registry).
+func TestKindScript(t *testing.T) {
+	out, err := exec.Command("bash", "-n", "kind-e2e.sh").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bash -n kind-e2e.sh: %v\n%s", err, out)
+	}
+}
+
+func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

@@ -1,0 +1,177 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+)
+
+// startTCPAgent runs the real agent binary in network mode as PID 1 of a new
+// PID namespace, listening on loopback with creds written to a directory as
+// a mounted Secret would hold them. It returns the address and a channel
+// that gets the agent's exit.
+func startTCPAgent(t testing.TB, creds agent.Credentials) (string, <-chan error) {
+	t.Helper()
+	testenv.NeedRoot(t, "a PID namespace")
+	bin, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{agent.CertFile: creds.CertPEM, agent.KeyFile: creds.KeyPEM, agent.TokenFile: creds.Token} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-credentials", dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	addr := ""
+	for lines.Scan() {
+		if a, ok := strings.CutPrefix(lines.Text(), "shellgate-agent: listening on "); ok {
+			addr = a
+			break
+		}
+	}
+	if addr == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("agent did not say where it listens")
+	}
+	go io.Copy(io.Discard, stderr) // refusal log lines
+	exited := make(chan error, 1)
+	waited := make(chan struct{})
+	go func() {
+		exited <- cmd.Wait()
+		close(waited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-waited
+	})
+	return addr, exited
+}
+
+func newCreds(t testing.TB) agent.Credentials {
+	t.Helper()
+	c, err := agent.NewCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTCPRefusesWithoutCredentials: on a network that is not trusted, a
+// peer with the wrong token, no token, or a host pinning another
+// certificate gets no Ready frame and runs nothing; the agent then still
+// serves the right host.
+func TestTCPRefusesWithoutCredentials(t *testing.T) {
+	creds := newCreds(t)
+	addr, exited := startTCPAgent(t, creds)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// 1. Right certificate, wrong token: closed before Ready.
+	wrong := creds
+	wrong.Token = newCreds(t).Token
+	if c, err := agent.DialTCP(ctx, addr, wrong); err == nil {
+		c.Close()
+		t.Fatal("1: a wrong token was accepted")
+	} else if !strings.Contains(err.Error(), "did not start") {
+		t.Fatalf("1: want the agent to close before Ready, got %v", err)
+	}
+
+	// 2. A peer that speaks TLS but sends a frame that is not the token.
+	cfg, err := creds.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte{2, 0, 0, 0, 1, 0, 0, 0, 2, '{', '}'}) // an exec frame
+	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if n, err := conn.Read(make([]byte, 64)); err == nil || n > 0 {
+		t.Fatalf("2: an exec frame without the token got %d bytes back (err %v)", n, err)
+	}
+	conn.Close()
+
+	// 3. Plain TCP, no TLS: closed, never a frame.
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	raw.SetReadDeadline(time.Now().Add(15 * time.Second))
+	b, _ := io.ReadAll(raw)
+	raw.Close()
+	if strings.Contains(string(b), `"version"`) {
+		t.Fatalf("3: plain TCP got a Ready frame: %q", b)
+	}
+
+	// 4. The host pins another sandbox's certificate: it refuses the agent,
+	// so it never sends this sandbox's token to an impostor.
+	other := newCreds(t)
+	other.Token = creds.Token
+	if c, err := agent.DialTCP(ctx, addr, other); err == nil {
+		c.Close()
+		t.Fatal("4: a host pinning another certificate connected")
+	} else {
+		var verr *tls.CertificateVerificationError
+		if !errors.As(err, &verr) {
+			t.Fatalf("4: want a certificate error, got %v", err)
+		}
+	}
+
+	// 5. The right host is served after all of that.
+	c, err := agent.DialTCP(ctx, addr, creds)
+	if err != nil {
+		t.Fatalf("5: %v", err)
+	}
+	out, err := c.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo $((6*7))", Dir: "/"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out.Stdout) != "42\n" || out.ExitCode != 0 {
+		t.Fatalf("5: got %q exit %d", out.Stdout, out.ExitCode)
+	}
+
+	// 6. One host only: the listener is closed while it is served.
+	if c2, err := agent.DialTCP(ctx, addr, creds); err == nil {
+		c2.Close()
+		t.Fatal("6: a second connection was served")
+	}
+
+	// 7. The host closing ends the agent, as closing stdin does.
+	c.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("7: agent exited with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("7: agent still running after the host closed")
+	}
+}

@@ -1,0 +1,495 @@
+package kube_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/egress"
+	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/runtime"
+)
+
+const ns = "shellgate"
+
+func newBackend(t *testing.T, cs *fake.Clientset, mod func(*kube.Config)) *kube.Backend {
+	t.Helper()
+	cfg := kube.Config{Namespace: ns, Image: "shellgate-sandbox:test", ReadyTimeout: 5 * time.Second, PollInterval: 20 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := kube.New(cs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// objects counts the sandbox objects left in the namespace.
+func objects(t *testing.T, cs *fake.Clientset) (pods, secrets, policies int) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := cs.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(p.Items), len(s.Items), len(n.Items)
+}
+
+// TestPodSpec: 1. runtime class; 2. requests = limits from the sandbox
+// limits; 3. pod and container security context; 4. no service account
+// token; 5. labels and id annotation; 6. the agent entrypoint with its
+// credentials mounted read-only.
+func TestPodSpec(t *testing.T) {
+	b := newBackend(t, fake.NewClientset(), nil)
+	lim := runtime.Limits{CPUs: 1.5, MemoryBytes: 2 << 30, Processes: 256, TmpBytes: 64 << 20, ShmBytes: 64 << 20}
+	p := b.Pod("Ctr_1", lim, nil, "")
+	c := p.Spec.Containers[0]
+	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
+		t.Errorf("1: runtimeClassName %v, want gvisor", p.Spec.RuntimeClassName)
+	}
+	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+		if got := rl.Cpu().MilliValue(); got != 1500 {
+			t.Errorf("2: cpu %dm, want 1500m", got)
+		}
+		if got := rl.Memory().Value(); got != 2<<30 {
+			t.Errorf("2: memory %d, want 2 GiB", got)
+		}
+		if got := rl.StorageEphemeral().Value(); got != 5<<30 {
+			t.Errorf("2: ephemeral storage %d, want 5 GiB", got)
+		}
+	}
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("3: no container security context")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0:
+		t.Error("3: not forced non-root")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("3: privilege escalation allowed")
+	case sc.Privileged == nil || *sc.Privileged:
+		t.Error("3: privileged")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("3: writable root filesystem")
+	case sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0:
+		t.Errorf("3: capabilities %+v, want drop ALL", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("3: seccomp not RuntimeDefault")
+	case p.Spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("3: pod seccomp not RuntimeDefault")
+	}
+	if p.Spec.HostNetwork || p.Spec.HostPID || p.Spec.HostIPC || *p.Spec.ShareProcessNamespace {
+		t.Error("3: shares a host or pod namespace")
+	}
+	if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
+		t.Error("4: service account token mounted")
+	}
+	if p.Labels[kube.LabelSandbox] == "" || p.Labels[kube.LabelManagedBy] != "shellgate" || p.Annotations[kube.AnnotationID] != "Ctr_1" {
+		t.Errorf("5: labels %v annotations %v", p.Labels, p.Annotations)
+	}
+	if p.Name != kube.ObjectName("Ctr_1") || strings.ContainsAny(p.Name, "_C") {
+		t.Errorf("5: name %q is not a DNS label", p.Name)
+	}
+	want := []string{"/usr/local/bin/shellgate-agent", "-listen", ":7070", "-credentials", kube.CredentialsDir, "-nproc", "256"}
+	if strings.Join(c.Command, " ") != strings.Join(want, " ") {
+		t.Errorf("6: command %q, want %q", c.Command, want)
+	}
+	var credMount bool
+	for _, m := range c.VolumeMounts {
+		credMount = credMount || (m.MountPath == kube.CredentialsDir && m.ReadOnly)
+	}
+	if !credMount {
+		t.Error("6: credentials not mounted read-only")
+	}
+	if p.Annotations[kube.AnnotationAllow] != "" {
+		t.Error("6: an allowlist annotation on a pod without network")
+	}
+}
+
+// TestNetworkPolicy: 1. no network: ingress from the gateway to the agent
+// port only, no egress at all (no DNS either); 2. an allowlist: egress to
+// the egress proxy's pods on its port only, and the allowlist on the pod's
+// annotation for the proxy.
+func TestNetworkPolicy(t *testing.T) {
+	b := newBackend(t, fake.NewClientset(), nil)
+	for _, pol := range []*egress.Policy{nil, {Type: egress.Disabled}} {
+		np := b.NetworkPolicy("c1", pol)
+		if len(np.Spec.PolicyTypes) != 2 {
+			t.Errorf("1: policy types %v", np.Spec.PolicyTypes)
+		}
+		if np.Spec.Egress == nil || len(np.Spec.Egress) != 0 {
+			t.Errorf("1: egress %+v, want none", np.Spec.Egress)
+		}
+		in := np.Spec.Ingress
+		if len(in) != 1 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.IntValue() != 7070 || in[0].From[0].PodSelector.MatchLabels[kube.LabelName] != "shellgate" {
+			t.Errorf("1: ingress %+v", in)
+		}
+		if np.Spec.PodSelector.MatchLabels[kube.LabelSandbox] == "" {
+			t.Error("1: selects no sandbox")
+		}
+	}
+	pol := &egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"pypi.org", "*.pythonhosted.org"}}
+	np := b.NetworkPolicy("c1", pol)
+	if len(np.Spec.Egress) != 1 {
+		t.Fatalf("2: egress %+v", np.Spec.Egress)
+	}
+	e := np.Spec.Egress[0]
+	if len(e.To) != 1 || e.To[0].PodSelector.MatchLabels[kube.LabelName] != "shellgate-egress" || e.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != ns || e.To[0].IPBlock != nil {
+		t.Errorf("2: egress peers %+v", e.To)
+	}
+	if len(e.Ports) != 1 || e.Ports[0].Port.IntValue() != 3128 || *e.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("2: egress ports %+v, want TCP 3128 only", e.Ports)
+	}
+	p := b.Pod("c1", runtime.DefaultLimits(), pol, "http://10.0.0.9:3128")
+	if got := p.Annotations[kube.AnnotationAllow]; got != `["pypi.org","*.pythonhosted.org"]` {
+		t.Errorf("2: allowlist annotation %q", got)
+	}
+}
+
+// TestWakeNotReady: a pod that can never start fails the wake at once with
+// its reason, one that stays pending fails at ReadyTimeout; either way
+// nothing is left behind.
+func TestWakeNotReady(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status corev1.PodStatus
+		want   string
+	}{
+		{"1 image not pullable", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "pull access denied"}}}}}, "ImagePullBackOff"},
+		{"2 failed", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, "Evicted"},
+		{"3 pending forever", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes have runtime class gvisor"}}}, "unschedulable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+				p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+				p.Status = tc.status
+				return false, nil, nil // the tracker stores it with this status
+			})
+			b := newBackend(t, cs, func(c *kube.Config) { c.ReadyTimeout = 300 * time.Millisecond })
+			err := b.Wake(context.Background(), "c1", kube.Options{})
+			if !errors.Is(err, kube.ErrNotReady) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrNotReady naming %q", err, tc.want)
+			}
+			if p, s, n := objects(t, cs); p+s+n != 0 {
+				t.Fatalf("left %d pods, %d secrets, %d policies", p, s, n)
+			}
+		})
+	}
+}
+
+// TestAPIErrors: an API error on any create fails the wake with that error
+// (still matching apierrors' predicates) and removes what was created.
+func TestAPIErrors(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name, verb, resource string
+		err                  error
+		is                   func(error) bool
+	}{
+		{"1 pod forbidden", "create", "pods", apierrors.NewForbidden(gr, "x", errors.New("pods is forbidden")), apierrors.IsForbidden},
+		{"2 secret conflict", "create", "secrets", apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, "x", errors.New("changed")), apierrors.IsConflict},
+		{"3 policy forbidden", "create", "networkpolicies", apierrors.NewForbidden(schema.GroupResource{Group: "networking.k8s.io", Resource: "networkpolicies"}, "x", errors.New("no")), apierrors.IsForbidden},
+		{"4 old pod not deletable", "delete", "pods", apierrors.NewForbidden(gr, "x", errors.New("no delete")), apierrors.IsForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			cs.PrependReactor(tc.verb, tc.resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+				return true, nil, tc.err
+			})
+			b := newBackend(t, cs, nil)
+			err := b.Wake(context.Background(), "c1", kube.Options{})
+			if err == nil || !tc.is(err) {
+				t.Fatalf("got %v", err)
+			}
+			if tc.verb == "create" {
+				if p, s, n := objects(t, cs); p+s+n != 0 {
+					t.Fatalf("left %d pods, %d secrets, %d policies", p, s, n)
+				}
+			}
+		})
+	}
+}
+
+// TestAllowlistNeedsProxy: a sandbox with network cannot start when the
+// egress proxy's Service is missing; one with a Service gets its address.
+func TestAllowlistNeedsProxy(t *testing.T) {
+	cs := fake.NewClientset()
+	b := newBackend(t, cs, nil)
+	pol := &egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"pypi.org"}}
+	err := b.Wake(context.Background(), "c1", kube.Options{Network: pol})
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "egress proxy service") {
+		t.Fatalf("got %v", err)
+	}
+	if p, s, n := objects(t, cs); p+s+n != 0 {
+		t.Fatalf("left %d pods, %d secrets, %d policies", p, s, n)
+	}
+
+	// With the Service: the pod gets the proxy's cluster IP (no DNS) and
+	// the allowlist (captured as created; this pod then fails to start).
+	cs.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "shellgate-egress", Namespace: ns},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.9"},
+	}, metav1.CreateOptions{})
+	var created *corev1.Pod
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		created = a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).DeepCopy()
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("stop here"))
+	})
+	if err := b.Wake(context.Background(), "c1", kube.Options{Network: pol}); !apierrors.IsForbidden(err) {
+		t.Fatalf("got %v", err)
+	}
+	env := map[string]string{}
+	for _, e := range created.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["HTTPS_PROXY"] != "http://10.96.0.9:3128" || env["http_proxy"] != "http://10.96.0.9:3128" || created.Annotations[kube.AnnotationAllow] != `["pypi.org"]` {
+		t.Fatalf("proxy env %v, annotations %v", env, created.Annotations)
+	}
+}
+
+// cluster plays the kubelet for a fake clientset: each sandbox pod created
+// gets the real agent binary started from the pod's own command line (its
+// -listen moved to loopback) with the pod's Secret as its credentials, and
+// the pod is marked Ready at 127.0.0.1.
+type cluster struct {
+	t    *testing.T
+	cs   *fake.Clientset
+	port int32
+	mu   sync.Mutex
+	cmds []*exec.Cmd
+}
+
+func newCluster(t *testing.T) *cluster {
+	testenv.NeedRoot(t, "the agent runs as PID 1 of a PID namespace")
+	bin, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	c := &cluster{t: t, cs: fake.NewClientset(), port: port}
+	c.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		sec, err := c.cs.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, ns, p.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		dir := t.TempDir()
+		for k, v := range sec.(*corev1.Secret).Data {
+			os.WriteFile(filepath.Join(dir, k), v, 0o600)
+		}
+		args := append([]string(nil), p.Spec.Containers[0].Command[1:]...)
+		for i := range args {
+			switch args[i] {
+			case "-listen":
+				args[i+1] = "127.0.0.1" + args[i+1]
+			case "-credentials":
+				args[i+1] = dir
+			}
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			return true, nil, err
+		}
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() && !strings.Contains(sc.Text(), "listening on") {
+		}
+		go io.Copy(io.Discard, stderr)
+		c.mu.Lock()
+		c.cmds = append(c.cmds, cmd)
+		c.mu.Unlock()
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		return false, nil, nil
+	})
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cmd := range c.cmds {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return c
+}
+
+// tarArchiver keeps homes in memory as base64 tar streams read and written
+// through the pod's agent: what an archiver sees of a pod.
+type tarArchiver struct {
+	mu       sync.Mutex
+	saved    map[string]string
+	fail     error
+	podsSeen []int // pods in the namespace when Archive ran
+	cs       *fake.Clientset
+}
+
+func (a *tarArchiver) Archive(ctx context.Context, id string, h kube.Home) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pods, _ := a.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	a.podsSeen = append(a.podsSeen, len(pods.Items))
+	if a.fail != nil {
+		return a.fail
+	}
+	out, err := h.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "tar -C " + h.Dir() + " -cf - . | base64 -w0", Dir: "/"})
+	if err != nil {
+		return err
+	}
+	if out.ExitCode != 0 {
+		return errors.New(string(out.Stderr))
+	}
+	a.saved[id] = string(out.Stdout)
+	return nil
+}
+
+func (a *tarArchiver) Restore(ctx context.Context, id string, h kube.Home) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.saved[id]
+	if !ok {
+		return nil
+	}
+	out, err := h.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo " + s + " | base64 -d | tar -C " + h.Dir() + " -xf -", Dir: "/"})
+	if err == nil && out.ExitCode != 0 {
+		err = errors.New(string(out.Stderr))
+	}
+	return err
+}
+
+// TestSleepWake, with the real agent over TLS: 1. wake, run a command that
+// writes a file; 2. a failing archive keeps the pod and the sandbox awake;
+// 3. sleep archives while the pod exists, then deletes pod, secret and
+// policy; 4. exec while asleep is ErrNotAwake; 5. wake makes a new pod with
+// the file restored.
+func TestSleepWake(t *testing.T) {
+	c := newCluster(t)
+	home := t.TempDir()
+	arch := &tarArchiver{saved: map[string]string{}, cs: c.cs}
+	b := newBackend(t, c.cs, func(cfg *kube.Config) {
+		cfg.AgentPort = c.port
+		cfg.HomeDir = home
+		cfg.Archiver = arch
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sh := func(cmd string) agent.Output {
+		t.Helper()
+		out, err := b.Exec(ctx, "c1", agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: cmd, Dir: home}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return out
+	}
+	if err := b.Wake(ctx, "c1", kube.Options{}); err != nil {
+		t.Fatalf("1: %v", err)
+	}
+	if out := sh("echo kept > data.txt && echo ok"); string(out.Stdout) != "ok\n" {
+		t.Fatalf("1: %q %q", out.Stdout, out.Stderr)
+	}
+
+	arch.fail = errors.New("bucket unreachable")
+	if err := b.Sleep(ctx, "c1"); !errors.Is(err, kube.ErrArchive) {
+		t.Fatalf("2: got %v, want ErrArchive", err)
+	}
+	if p, s, n := objects(t, c.cs); p != 1 || s != 1 || n != 1 || !b.Awake("c1") {
+		t.Fatalf("2: after a failed archive: %d pods, %d secrets, %d policies, awake %v", p, s, n, b.Awake("c1"))
+	}
+	sh("true") // still served
+	arch.fail = nil
+
+	if err := b.Sleep(ctx, "c1"); err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	if got := arch.podsSeen; len(got) != 2 || got[1] != 1 {
+		t.Fatalf("3: pods when archiving: %v, want the pod there", got)
+	}
+	if p, s, n := objects(t, c.cs); p+s+n != 0 {
+		t.Fatalf("3: left %d pods, %d secrets, %d policies", p, s, n)
+	}
+	if _, err := b.Exec(ctx, "c1", agent.ExecRequest{Shell: []string{"/bin/true"}}, nil); !errors.Is(err, kube.ErrNotAwake) {
+		t.Fatalf("4: got %v", err)
+	}
+
+	os.RemoveAll(home) // the old pod's emptyDir is gone
+	os.Mkdir(home, 0o755)
+	if err := b.Wake(ctx, "c1", kube.Options{}); err != nil {
+		t.Fatalf("5: %v", err)
+	}
+	if out := sh("cat data.txt"); string(out.Stdout) != "kept\n" {
+		t.Fatalf("5: restored %q %q", out.Stdout, out.Stderr)
+	}
+	if err := b.Destroy(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if p, s, n := objects(t, c.cs); p+s+n != 0 {
+		t.Fatalf("destroy left %d pods, %d secrets, %d policies", p, s, n)
+	}
+}
+
+// TestOverlappingWake: a second Wake of a sandbox whose first Wake is
+// still waiting for its pod fails with ErrBusy and deletes nothing of the
+// first's; the first then ends (here: not ready) and cleans up its own.
+func TestOverlappingWake(t *testing.T) {
+	cs := fake.NewClientset()
+	b := newBackend(t, cs, func(c *kube.Config) { c.ReadyTimeout = 2 * time.Second })
+	first := make(chan error, 1)
+	go func() { first <- b.Wake(context.Background(), "c1", kube.Options{}) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if p, _, _ := objects(t, cs); p == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first wake made no pod")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := b.Wake(context.Background(), "c1", kube.Options{}); !errors.Is(err, kube.ErrBusy) {
+		t.Fatalf("second wake: %v, want ErrBusy", err)
+	}
+	if p, s, n := objects(t, cs); p != 1 || s != 1 || n != 1 {
+		t.Fatalf("the second wake touched the first's objects: %d pods, %d secrets, %d policies", p, s, n)
+	}
+	if err := <-first; !errors.Is(err, kube.ErrNotReady) {
+		t.Fatalf("first wake: %v, want ErrNotReady (no kubelet here)", err)
+	}
+	if p, s, n := objects(t, cs); p+s+n != 0 {
+		t.Fatalf("left %d pods, %d secrets, %d policies", p, s, n)
+	}
+}
