@@ -136,7 +136,7 @@ var migrations = [][]string{
 	)`,
 		`CREATE INDEX request_logs_by_scope ON request_logs (account, workspace, created_at_ms, id)`,
 		`CREATE INDEX request_logs_by_time ON request_logs (created_at_ms)`},
-	// 6: the replicas and where each awake container is (routing).
+	// 5: the replicas and where each awake container is (routing).
 	{`CREATE TABLE nodes (
 		id              TEXT PRIMARY KEY,
 		url             TEXT NOT NULL,
