@@ -214,7 +214,7 @@ func (s *Server) logged(w http.ResponseWriter, r *http.Request, p Principal, api
 		return
 	}
 	rl := &reqLog{id: store.NewID("req"), p: p, api: api, settings: st, start: time.Now(), ua: r.UserAgent()}
-	s.logWG.Add(1) // done when the record is written or dropped: flushLogs waits for requests in flight too
+	s.logWG.add(1) // done when the record is written or dropped: flushLogs waits for requests in flight too
 	w.Header().Set("Shellgate-Request-Id", rl.id)
 	ctx := context.WithValue(r.Context(), reqLogKey{}, rl)
 	ctx = gateway.WithObserver(ctx, func(run *gateway.Run, res *gateway.Result, err error) {
@@ -333,7 +333,7 @@ func (s *Server) enqueueLog(rl *reqLog) {
 	select {
 	case s.logQ <- rl:
 	default:
-		s.logWG.Done()
+		s.logWG.add(-1)
 		s.metrics.requestLogs.WithLabelValues("dropped").Inc()
 		return
 	}
@@ -365,13 +365,42 @@ func (s *Server) logWriter() {
 		} else {
 			s.metrics.requestLogs.WithLabelValues("written").Inc()
 		}
-		s.logWG.Done()
+		s.logWG.add(-1)
 	}
 }
 
 // flushLogs waits until the record of every logged request that began is
 // written or dropped (tests; shutdown, once no request runs).
-func (s *Server) flushLogs() { s.logWG.Wait() }
+func (s *Server) flushLogs() { s.logWG.wait() }
+
+// pending counts the records not written yet; wait returns when there are
+// none. Unlike a sync.WaitGroup, a request may start (add) while a flush
+// waits: the flush then waits for it too.
+type pending struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    int
+}
+
+func (p *pending) add(d int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n += d
+	if p.n == 0 && p.cond != nil {
+		p.cond.Broadcast()
+	}
+}
+
+func (p *pending) wait() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cond == nil {
+		p.cond = sync.NewCond(&p.mu)
+	}
+	for p.n > 0 {
+		p.cond.Wait()
+	}
+}
 
 // shapeLog builds rl's record.
 func (s *Server) shapeLog(rl *reqLog) store.RequestLog {

@@ -196,7 +196,7 @@ type Server struct {
 	logMu      sync.Mutex
 	logQ       chan *reqLog
 	logWriting bool
-	logWG      sync.WaitGroup
+	logWG      pending
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
