@@ -180,7 +180,6 @@ func (w *tsWorker) start() {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = []string{tsWorkerEnv + "=1", "GOMAXPROCS=1", "GOTRACEBACK=none"}
-	cmd.Stderr = nil
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		w.broken = true

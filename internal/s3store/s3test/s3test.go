@@ -20,14 +20,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,15 +42,10 @@ type Server struct {
 	AccessKey string
 	SecretKey string
 
-	stdin *os.File
-	cmd   *exec.Cmd
+	sup *testenv.Supervisor
 }
 
-var (
-	sharedMu  sync.Mutex
-	shared    *Server
-	sharedErr error
-)
+var shared testenv.Shared[*Server]
 
 // Bin is the versitygw binary: on PATH, else /usr/local/bin/versitygw;
 // "" without one.
@@ -74,15 +66,7 @@ func Shared(t testing.TB) *Server {
 	if bin == "" {
 		testenv.Missing(t, "versitygw is not installed (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0, or scripts/setup-host.sh)")
 	}
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if shared == nil && sharedErr == nil {
-		shared, sharedErr = Start(bin)
-	}
-	if sharedErr != nil {
-		t.Fatalf("s3test: %v", sharedErr)
-	}
-	return shared
+	return shared.Get(t, "s3test", func() (*Server, error) { return Start(bin) })
 }
 
 // NewBucket creates an empty bucket on the shared server for t and
@@ -141,32 +125,19 @@ func Start(bin string) (*Server, error) {
 	var k, sk [16]byte
 	rand.Read(k[:])
 	rand.Read(sk[:])
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &Server{Dir: dir, Endpoint: "http://127.0.0.1:" + strconv.Itoa(port),
 		AccessKey: "AK" + hex.EncodeToString(k[:8]), SecretKey: hex.EncodeToString(sk[:])}
-	r, w, err := os.Pipe()
+	s.sup, err = testenv.Supervise(supervisor, dir, []string{"VGW_BIN=" + bin, "VGW_DIR=" + dir, "VGW_PORT=" + strconv.Itoa(port),
+		"ROOT_ACCESS_KEY=" + s.AccessKey, "ROOT_SECRET_KEY=" + s.SecretKey}, nil)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command("/bin/sh", "-c", supervisor)
-	cmd.Env = append(os.Environ(), "VGW_BIN="+bin, "VGW_DIR="+dir, "VGW_PORT="+strconv.Itoa(port),
-		"ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
-	cmd.Stdin = r
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	r.Close()
-	s.stdin, s.cmd = w, cmd
 	c := s.client()
 	defer c.Options().HTTPClient.(*http.Client).CloseIdleConnections()
 	deadline := time.Now().Add(30 * time.Second)
@@ -187,21 +158,4 @@ func Start(bin string) (*Server, error) {
 }
 
 // Stop stops the server and removes its directory.
-func (s *Server) Stop() error {
-	if s.cmd == nil {
-		return nil
-	}
-	s.stdin.Close()
-	err := s.cmd.Wait()
-	s.cmd = nil
-	return err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func (s *Server) Stop() error { return s.sup.Stop() }

@@ -22,7 +22,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -32,7 +31,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,8 +47,7 @@ type Server struct {
 	User     string // the superuser, "postgres"
 	Password string
 
-	stdin *os.File // closing it stops the server
-	cmd   *exec.Cmd
+	sup *testenv.Supervisor
 }
 
 // DSN is the URL of database db on the server, as the superuser.
@@ -60,11 +57,7 @@ func (s *Server) DSN(db string) string {
 	return u.String()
 }
 
-var (
-	sharedMu  sync.Mutex
-	shared    *Server
-	sharedErr error
-)
+var shared testenv.Shared[*Server]
 
 // Shared returns the test binary's server, starting it on first use
 // (a few seconds: initdb, then the server). A server that failed to start
@@ -75,15 +68,7 @@ func Shared(t testing.TB) *Server {
 	if bin == "" {
 		testenv.Missing(t, "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/postgres; apt-get install postgresql, or scripts/setup-host.sh)")
 	}
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if shared == nil && sharedErr == nil {
-		shared, sharedErr = Start(bin)
-	}
-	if sharedErr != nil {
-		t.Fatalf("pgtest: %v", sharedErr)
-	}
-	return shared
+	return shared.Get(t, "pgtest", func() (*Server, error) { return Start(bin) })
 }
 
 // NewDatabase creates an empty database on the shared server for t, dropped
@@ -205,7 +190,7 @@ func StartWith(bin string, o Options) (*Server, error) {
 		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
 	os.Remove(pwFile)
-	if s.Port, err = freePort(); err != nil {
+	if s.Port, err = testenv.FreePort(); err != nil {
 		return fail(err)
 	}
 	// On failure the supervisor has removed the directory.
@@ -220,24 +205,12 @@ func StartWith(bin string, o Options) (*Server, error) {
 }
 
 func (s *Server) start(bin string, cred *syscall.Credential, flags string) error {
-	r, w, err := os.Pipe()
+	sup, err := testenv.Supervise(supervisor, s.Dir,
+		[]string{"PGBIN=" + bin, "PGDIR=" + s.Dir, "PGPORT=" + strconv.Itoa(s.Port), "PGFLAGS=" + flags}, cred)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("/bin/sh", "-c", supervisor)
-	cmd.Env = append(os.Environ(), "PGBIN="+bin, "PGDIR="+s.Dir, "PGPORT="+strconv.Itoa(s.Port), "PGFLAGS="+flags)
-	cmd.Stdin = r // a file, not a reader: no copying goroutine
-	cmd.Dir = s.Dir
-	// Its own process group, so a Ctrl-C of the tests reaches it only
-	// through the closed pipe, after which it cleans up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		return err
-	}
-	r.Close()
-	s.stdin, s.cmd = w, cmd
+	s.sup = sup
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -258,13 +231,7 @@ func (s *Server) start(bin string, cred *syscall.Credential, flags string) error
 
 // Stop stops the server and removes its directory.
 func (s *Server) Stop() error {
-	if s.cmd == nil {
-		return nil
-	}
-	s.stdin.Close()
-	err := s.cmd.Wait()
-	s.cmd = nil
-	if err != nil {
+	if err := s.sup.Stop(); err != nil {
 		return fmt.Errorf("PostgreSQL's supervisor: %w", err)
 	}
 	return nil
@@ -273,16 +240,7 @@ func (s *Server) Stop() error {
 // StopShared stops the shared server, if one was started. A test binary
 // need not call it (the server stops when the binary exits); call it where
 // nothing may outlive the tests.
-func StopShared() error {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if shared == nil {
-		return nil
-	}
-	err := shared.Stop()
-	shared, sharedErr = nil, errors.New("the shared server was stopped")
-	return err
-}
+func StopShared() error { return shared.Stop((*Server).Stop) }
 
 // credential is whom the cluster runs as: the postgres system user when
 // this process is root, else this process's own user (nil).
@@ -297,14 +255,4 @@ func credential() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
