@@ -44,57 +44,67 @@ func (s *Server) guardrailRoutes() {
 	s.handle("PUT /api/v1/guardrails", maxCreateBody, true, s.putGuardrails)
 }
 
-// guardrailTTL is how long a workspace's guardrails are remembered: a
-// PUT takes effect at once on the server that took it, and within this on
-// other servers sharing the database.
-const guardrailTTL = 5 * time.Second
+// settingsTTL is how long a workspace's guardrails and log settings are
+// remembered: a PUT takes effect at once on the server that took it, and
+// within this on other servers sharing the database.
+const settingsTTL = 5 * time.Second
 
-// guardrailCache remembers each workspace's guardrails (none included),
-// so that a gateway request does not read the database for them.
-type guardrailCache struct {
+// settingsCache remembers one kind of per-workspace setting for
+// settingsTTL, so that a gateway request does not read the database for it.
+type settingsCache[T any] struct {
 	mu sync.Mutex
-	m  map[Principal]cachedGuardrails
+	m  map[Principal]cachedSetting[T]
 }
 
-type cachedGuardrails struct {
-	gs    []guard.Guardrail
+type cachedSetting[T any] struct {
+	v     T
 	until time.Time
+}
+
+// get returns p's remembered value, or load's (then remembered).
+func (c *settingsCache[T]) get(p Principal, load func() (T, error)) (T, error) {
+	now := time.Now()
+	c.mu.Lock()
+	e, ok := c.m[p]
+	c.mu.Unlock()
+	if ok && now.Before(e.until) {
+		return e.v, nil
+	}
+	v, err := load()
+	if err != nil {
+		return v, err
+	}
+	c.put(p, v, now)
+	return v, nil
+}
+
+// put remembers v as p's value as of now (a PUT's value at once).
+func (c *settingsCache[T]) put(p Principal, v T, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) > 10000 {
+		c.m = map[Principal]cachedSetting[T]{}
+	}
+	c.m[p] = cachedSetting[T]{v: v, until: now.Add(settingsTTL)}
 }
 
 func (s *Server) guardrailsOf(ctx context.Context, p Principal) ([]guard.Guardrail, error) {
 	if s.cfg.Guardrails == nil {
 		return nil, nil
 	}
-	c := &s.guardrails
-	now := time.Now()
-	c.mu.Lock()
-	e, ok := c.m[p]
-	c.mu.Unlock()
-	if ok && now.Before(e.until) {
-		return e.gs, nil
-	}
-	raw, err := s.cfg.Guardrails.Get(ctx, scope(p))
-	if err != nil {
-		return nil, err
-	}
-	var gs []guard.Guardrail
-	if raw != "" {
-		if err := json.Unmarshal([]byte(raw), &gs); err != nil {
-			return nil, fmt.Errorf("the stored guardrails of %s/%s: %w", p.Account, p.Workspace, err)
+	return s.guardrails.get(p, func() ([]guard.Guardrail, error) {
+		raw, err := s.cfg.Guardrails.Get(ctx, scope(p))
+		if err != nil {
+			return nil, err
 		}
-	}
-	s.rememberGuardrails(p, gs, now)
-	return gs, nil
-}
-
-func (s *Server) rememberGuardrails(p Principal, gs []guard.Guardrail, now time.Time) {
-	c := &s.guardrails
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) > 10000 {
-		c.m = map[Principal]cachedGuardrails{}
-	}
-	c.m[p] = cachedGuardrails{gs: gs, until: now.Add(guardrailTTL)}
+		var gs []guard.Guardrail
+		if raw != "" {
+			if err := json.Unmarshal([]byte(raw), &gs); err != nil {
+				return nil, fmt.Errorf("the stored guardrails of %s/%s: %w", p.Account, p.Workspace, err)
+			}
+		}
+		return gs, nil
+	})
 }
 
 func (s *Server) getGuardrails(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -138,7 +148,7 @@ func (s *Server) putGuardrails(w http.ResponseWriter, r *http.Request, p Princip
 	if err := s.cfg.Guardrails.Put(r.Context(), scope(p), string(raw)); err != nil {
 		return err
 	}
-	s.rememberGuardrails(p, body.Guardrails, time.Now())
+	s.guardrails.put(p, body.Guardrails, time.Now())
 	writeJSON(w, http.StatusOK, guardrailsBody{Guardrails: body.Guardrails, Detector: guard.Version})
 	return nil
 }

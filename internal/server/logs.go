@@ -106,48 +106,13 @@ func (s *Server) putLogging(w http.ResponseWriter, r *http.Request, p Principal)
 	if err := s.cfg.Logs.PutSettings(r.Context(), scope(p), st); err != nil {
 		return err
 	}
-	s.rememberLogging(p, st, time.Now())
+	s.logging.put(p, st, time.Now())
 	writeJSON(w, http.StatusOK, settingsBody(st))
 	return nil
 }
 
-// loggingCache remembers each workspace's log settings for guardrailTTL,
-// so that a gateway request does not read the database for them.
-type loggingCache struct {
-	mu sync.Mutex
-	m  map[Principal]cachedLogging
-}
-
-type cachedLogging struct {
-	st    store.LogSettings
-	until time.Time
-}
-
 func (s *Server) loggingOf(ctx context.Context, p Principal) (store.LogSettings, error) {
-	c := &s.logging
-	now := time.Now()
-	c.mu.Lock()
-	e, ok := c.m[p]
-	c.mu.Unlock()
-	if ok && now.Before(e.until) {
-		return e.st, nil
-	}
-	st, err := s.cfg.Logs.Settings(ctx, scope(p))
-	if err != nil {
-		return st, err
-	}
-	s.rememberLogging(p, st, now)
-	return st, nil
-}
-
-func (s *Server) rememberLogging(p Principal, st store.LogSettings, now time.Time) {
-	c := &s.logging
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) > 10000 {
-		c.m = map[Principal]cachedLogging{}
-	}
-	c.m[p] = cachedLogging{st: st, until: now.Add(guardrailTTL)}
+	return s.logging.get(p, func() (store.LogSettings, error) { return s.cfg.Logs.Settings(ctx, scope(p)) })
 }
 
 // reqLog is what one gateway request's handler saw, for its record. The

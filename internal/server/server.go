@@ -60,6 +60,7 @@ import (
 	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/guard"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
@@ -189,10 +190,10 @@ type Server struct {
 	limits  *wsLimits
 	auth    authCache
 	// guardrails caches each workspace's guardrails (guard.go).
-	guardrails guardrailCache
+	guardrails settingsCache[[]guard.Guardrail]
 	// logging caches each workspace's log settings; logQ feeds the
 	// request-log writer (logs.go), which runs while it has records.
-	logging    loggingCache
+	logging    settingsCache[store.LogSettings]
 	logMu      sync.Mutex
 	logQ       chan *reqLog
 	logWriting bool
