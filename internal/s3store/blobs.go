@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -104,6 +106,27 @@ func (b *Blobs) Delete(ctx context.Context, id string) error {
 	}
 	if _, err := b.s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.s.cfg.Bucket, Key: b.key(id)}); err != nil {
 		return fmt.Errorf("blob %s: %w", id, err)
+	}
+	return nil
+}
+
+func (b *Blobs) Walk(ctx context.Context, fn func(id string, stored time.Time) error) error {
+	prefix := *b.key("")
+	pages := s3.NewListObjectsV2Paginator(b.s.client, &s3.ListObjectsV2Input{Bucket: &b.s.cfg.Bucket, Prefix: &prefix})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("listing blobs: %w", err)
+		}
+		for _, o := range page.Contents {
+			id := strings.TrimPrefix(aws.ToString(o.Key), prefix)
+			if !store.ValidBlobID(id) {
+				continue // not a blob of ours (a "directory", another tool's object)
+			}
+			if err := fn(id, aws.ToTime(o.LastModified)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

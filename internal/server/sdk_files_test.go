@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/s3store"
 	"github.com/shellgate/shellgate/internal/s3store/s3test"
+	"github.com/shellgate/shellgate/internal/store"
 )
 
 // The official clients, unchanged, against the real server: only the base
@@ -270,6 +272,37 @@ func workspaceFilesSDKs(t *testing.T, e *env) {
 		st, b = e.doH("GET", "/v1/files", nil, map[string]string{"anthropic-version": "2023-06-01"})
 		if st != 401 || json.Unmarshal(b, &ae) != nil || ae.Error.Type != "authentication_error" {
 			t.Errorf("anthropic 401: %d %s", st, b)
+		}
+	})
+	t.Run("04 an orphaned blob is swept, the workspace's files are not", func(t *testing.T) {
+		// Bytes stored without a record, as a crash between the two leaves them.
+		orphan := store.NewID("file")
+		if _, err := e.srv.cfg.Blobs.Put(ctx, orphan, strings.NewReader("left behind"), 100); err != nil {
+			t.Fatal(err)
+		}
+		var l struct {
+			Data []orFile `json:"data"`
+		}
+		st, b := e.do("GET", "/api/v1/files?limit=1000", e.keyA, nil)
+		e.must(st, b, &l)
+		if len(l.Data) == 0 {
+			t.Fatal("the earlier cases left no files to keep")
+		}
+		// Young, it may be an upload whose record is on its way.
+		if n, err := e.srv.SweepBlobs(ctx); err != nil || n != 0 {
+			t.Fatalf("the server's sweep of a young orphan: %d, %v", n, err)
+		}
+		// Once old enough (the cutoff moved instead of the clock), it goes.
+		if n, err := store.SweepBlobs(ctx, e.srv.cfg.Blobs, e.srv.cfg.Files, time.Now().Add(time.Minute)); err != nil || n != 1 {
+			t.Fatalf("a sweep past the orphan's age: %d, %v; want 1", n, err)
+		}
+		if _, _, err := e.srv.cfg.Blobs.Open(ctx, orphan); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the orphan is still there: %v", err)
+		}
+		for _, f := range l.Data {
+			if st, _, _ := e.getRaw("/api/v1/files/"+f.ID+"/content", e.keyA); st != 200 {
+				t.Errorf("file %s after the sweep: %d", f.ID, st)
+			}
 		}
 	})
 }

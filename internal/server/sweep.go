@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/store"
 )
 
 // Retention (SPEC §3.5): a container's files are deleted Retention after
@@ -132,6 +134,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 func (s *Server) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepEvery)
 	defer t.Stop()
+	var lastBlobs time.Time
 	for {
 		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "sweep failed", "expired", n, "err", err)
@@ -139,10 +142,36 @@ func (s *Server) sweepLoop(ctx context.Context) {
 		if n, err := s.SweepLogs(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "request-log sweep failed", "deleted", n, "err", err)
 		}
+		if time.Since(lastBlobs) >= blobSweepEvery {
+			lastBlobs = time.Now()
+			if n, err := s.SweepBlobs(ctx); err != nil && ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "orphaned-blob sweep failed", "deleted", n, "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// blobSweepEvery is how often sweepLoop looks for orphaned blobs (a walk
+// of every blob: not each SweepEvery).
+const blobSweepEvery = time.Hour
+
+// SweepBlobs deletes the workspace-file blobs that no file record names
+// and that are older than store.OrphanAge: left by a crash between storing
+// an upload's bytes and its record, or by a file whose bytes could not be
+// deleted with it. Run calls it at start and hourly; tests call it
+// directly. Blob ages are the storage's real clock, not s.now().
+func (s *Server) SweepBlobs(ctx context.Context) (int, error) {
+	if s.cfg.Blobs == nil || s.cfg.Files == nil {
+		return 0, nil
+	}
+	n, err := store.SweepBlobs(ctx, s.cfg.Blobs, s.cfg.Files, time.Now().Add(-store.OrphanAge))
+	if n > 0 {
+		s.log.InfoContext(ctx, "sweep: deleted orphaned file blobs", "deleted", n)
+	}
+	return n, err
 }

@@ -27,6 +27,58 @@ type Blobs interface {
 	Open(ctx context.Context, id string) (io.ReadCloser, int64, error)
 	// Delete removes id (ErrNotFound if absent).
 	Delete(ctx context.Context, id string) error
+	// Walk calls fn with every complete blob's id and when it was stored,
+	// in no particular order, until fn returns an error (which Walk
+	// returns). Temporaries of Puts in progress are not blobs.
+	Walk(ctx context.Context, fn func(id string, stored time.Time) error) error
+}
+
+// OrphanAge is how old a blob without a file record must be before
+// SweepBlobs deletes it: a Put is followed by its record within the
+// request that made it, so an hour-old blob without one was left by a
+// crash between the two, or by a record deleted while its blob's Delete
+// failed.
+const OrphanAge = time.Hour
+
+// sweepBatch is how many ids SweepBlobs asks the file records about at once.
+const sweepBatch = 500
+
+// SweepBlobs deletes the blobs stored before cutoff that no file record
+// names (Files.Missing), and returns how many it deleted. A blob deleted
+// by someone else meanwhile is not an error.
+func SweepBlobs(ctx context.Context, b Blobs, f Files, cutoff time.Time) (deleted int, err error) {
+	var batch []string
+	flush := func() error {
+		missing, err := f.Missing(ctx, batch)
+		batch = batch[:0]
+		if err != nil {
+			return err
+		}
+		for _, id := range missing {
+			if err := b.Delete(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			deleted++
+		}
+		return nil
+	}
+	err = b.Walk(ctx, func(id string, stored time.Time) error {
+		if !stored.Before(cutoff) {
+			return nil
+		}
+		batch = append(batch, id)
+		if len(batch) < sweepBatch {
+			return nil
+		}
+		return flush()
+	})
+	if err == nil && len(batch) > 0 {
+		err = flush()
+	}
+	if err != nil {
+		return deleted, fmt.Errorf("sweeping orphaned blobs: %w", err)
+	}
+	return deleted, nil
 }
 
 // BlobInfo describes a stored blob.
@@ -178,6 +230,43 @@ func (b *LocalBlobs) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("blob %s: %w", id, err)
 	}
 	return b.syncDir()
+}
+
+func (b *LocalBlobs) Walk(ctx context.Context, fn func(id string, stored time.Time) error) error {
+	d, err := b.root.Open(".")
+	if err != nil {
+		return fmt.Errorf("blobs: %w", err)
+	}
+	defer d.Close()
+	for {
+		entries, err := d.ReadDir(256)
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			// Only regular files with a blob's name: temporaries start
+			// with a dot, which no blob id has.
+			if !e.Type().IsRegular() || !ValidBlobID(e.Name()) {
+				continue
+			}
+			info, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				return fmt.Errorf("blob %s: %w", e.Name(), err)
+			}
+			if err := fn(e.Name(), info.ModTime()); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("blobs: %w", err)
+		}
+	}
 }
 
 func (b *LocalBlobs) syncDir() error {

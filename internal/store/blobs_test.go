@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/internal/store/storetest"
 )
 
@@ -112,5 +114,65 @@ func TestValidBlobID(t *testing.T) {
 		if got := store.ValidBlobID(id); got != want {
 			t.Errorf("ValidBlobID(%q) = %v", id, got)
 		}
+	}
+}
+
+// SweepBlobs deletes a blob only when it is old and no file record of any
+// workspace names it: a young one may be an upload whose record is being
+// written, and a recorded one is a file.
+func TestSweepBlobs(t *testing.T) {
+	dir := t.TempDir()
+	b, err := store.OpenLocalBlobs(filepath.Join(dir, "files"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	db, err := sqlstore.OpenSQLite(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	put := func(id string, age time.Duration) {
+		t.Helper()
+		if _, err := b.Put(t.Context(), id, strings.NewReader(id), 100); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-age)
+		if err := os.Chtimes(filepath.Join(dir, "files", id), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := store.NewID("file")
+	put(kept, 2*store.OrphanAge)
+	if _, err := db.Files().Create(t.Context(), store.File{ID: kept, Scope: store.Scope{Account: "acme", Workspace: "prod"},
+		Name: "kept.csv", Bytes: int64(len(kept)), SHA256: strings.Repeat("0", 64), Purpose: "user_data", Source: "upload"}); err != nil {
+		t.Fatal(err)
+	}
+	orphans := make([]string, 1100) // more than one batch
+	for i := range orphans {
+		orphans[i] = store.NewID("file")
+		put(orphans[i], 2*store.OrphanAge)
+	}
+	young := store.NewID("file")
+	put(young, 0)
+
+	n, err := store.SweepBlobs(t.Context(), b, db.Files(), time.Now().Add(-store.OrphanAge))
+	if err != nil || n != len(orphans) {
+		t.Fatalf("SweepBlobs = %d, %v; want %d", n, err, len(orphans))
+	}
+	for _, id := range orphans {
+		if _, _, err := b.Open(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("orphan %s is still there: %v", id, err)
+		}
+	}
+	for _, id := range []string{kept, young} {
+		rc, _, err := b.Open(t.Context(), id)
+		if err != nil {
+			t.Fatalf("%s was swept: %v", id, err)
+		}
+		rc.Close()
+	}
+	if n, err := store.SweepBlobs(t.Context(), b, db.Files(), time.Now().Add(-store.OrphanAge)); err != nil || n != 0 {
+		t.Fatalf("a second sweep = %d, %v", n, err)
 	}
 }

@@ -228,6 +228,9 @@ type Files interface {
 	Get(ctx context.Context, scope Scope, id string) (File, error)
 	List(ctx context.Context, scope Scope, opts ListOptions) (Page[File], error)
 	Delete(ctx context.Context, scope Scope, id string) error
+	// Missing returns the ids among ids that no file of any scope has,
+	// for the sweep of orphaned blobs (SweepBlobs).
+	Missing(ctx context.Context, ids []string) ([]string, error)
 }
 
 // File is a workspace file's metadata.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
@@ -85,4 +87,61 @@ func (fs files) Delete(ctx context.Context, scope store.Scope, id string) error 
 		return fmt.Errorf("file %s: %w", id, store.ErrNotFound)
 	}
 	return nil
+}
+
+// missingBatch bounds the ids of one query (SQLite allows 32,766
+// parameters, PostgreSQL 65,535).
+const missingBatch = 500
+
+func (fs files) Missing(ctx context.Context, ids []string) ([]string, error) {
+	var missing []string
+	for chunk := range slices.Chunk(ids, missingBatch) {
+		m, err := fs.missing(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		missing = append(missing, m...)
+	}
+	return missing, nil
+}
+
+func (fs files) missing(ctx context.Context, ids []string) ([]string, error) {
+	args := make([]any, len(ids))
+	var q strings.Builder
+	q.WriteString(`SELECT id FROM files WHERE id IN (`)
+	for i, id := range ids {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		fmt.Fprintf(&q, "$%d", i+1)
+		args[i] = id
+	}
+	q.WriteString(")")
+	found := make(map[string]bool, len(ids))
+	err := fs.s.retry(ctx, func() error {
+		clear(found)
+		rows, err := fs.s.db.QueryContext(ctx, q.String(), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			found[id] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("looking up files: %w", err)
+	}
+	var missing []string
+	for _, id := range ids {
+		if !found[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
 }

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"maps"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
 )
@@ -149,6 +151,46 @@ func Blobs(t *testing.T, open func(t *testing.T) func() store.Blobs) {
 		got := read(t, handles[0], "race")
 		if wins != 1 || len(got) != 100_000 || strings.Count(string(got), string(got[0])) != len(got) {
 			t.Fatalf("%d puts won; the blob has %d bytes, mixed: %v", wins, len(got), strings.Count(string(got), string(got[:1])) != len(got))
+		}
+	})
+	t.Run("10 walk lists every complete blob once, with when it was stored", func(t *testing.T) {
+		handle := open(t)
+		b := handle()
+		before := time.Now().Add(-2 * time.Second) // S3 keeps whole seconds
+		want := map[string]bool{}
+		for _, id := range []string{"file_a", "file_b", "file_c"} {
+			if _, err := b.Put(t.Context(), id, strings.NewReader(id), 100); err != nil {
+				t.Fatal(err)
+			}
+			want[id] = true
+		}
+		if err := b.Delete(t.Context(), "file_b"); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, "file_b")
+		// A refused Put leaves nothing a walk would see.
+		if _, err := b.Put(t.Context(), "file_big", strings.NewReader("123456"), 5); !errors.Is(err, store.ErrTooLarge) {
+			t.Fatalf("Put over the cap: %v", err)
+		}
+		after := time.Now().Add(2 * time.Second)
+		got := map[string]bool{}
+		err := handle().Walk(t.Context(), func(id string, stored time.Time) error {
+			if got[id] {
+				t.Errorf("%s walked twice", id)
+			}
+			got[id] = true
+			if stored.Before(before) || stored.After(after) {
+				t.Errorf("%s stored at %v, want between %v and %v", id, stored, before, after)
+			}
+			return nil
+		})
+		if err != nil || !maps.Equal(got, want) {
+			t.Fatalf("Walk saw %v (%v), want %v", got, err, want)
+		}
+		stop := errors.New("enough")
+		n := 0
+		if err := b.Walk(t.Context(), func(string, time.Time) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+			t.Fatalf("a walk whose callback fails: %v after %d calls, want its error after 1", err, n)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -178,6 +179,37 @@ func Files(t *testing.T, f Factory) {
 		after, err := s.Files().List(t.Context(), scopeA, store.ListOptions{Limit: 100})
 		if err != nil || !reflect.DeepEqual(after, before) {
 			t.Fatalf("after reopening: %d files (%v), want the same 40", len(after.Items), err)
+		}
+	})
+	t.Run("07 missing: which ids no file of any scope has", func(t *testing.T) {
+		s := open(t, f(t))
+		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "a.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Files().Create(t.Context(), sampleFile(scopeB, "b.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Files().Missing(t.Context(), nil); err != nil || len(got) != 0 {
+			t.Fatalf("Missing(nil) = %v, %v", got, err)
+		}
+		ids := []string{"file_gone", a.ID, b.ID, "file_never", "x'); DROP TABLE files; --"}
+		got, err := s.Files().Missing(t.Context(), ids)
+		if want := []string{"file_gone", "file_never", "x'); DROP TABLE files; --"}; err != nil || !slices.Equal(got, want) {
+			t.Fatalf("Missing = %v, %v; want %v", got, err, want)
+		}
+		// As many ids as a sweep asks about at once, and more.
+		many := make([]string, 1200)
+		for i := range many {
+			many[i] = fmt.Sprintf("file_%d", i)
+		}
+		many[700] = a.ID
+		if got, err := s.Files().Missing(t.Context(), many); err != nil || len(got) != len(many)-1 || slices.Contains(got, a.ID) {
+			t.Fatalf("Missing of %d ids: %d missing, %v", len(many), len(got), err)
+		}
+		if _, err := s.Files().Get(t.Context(), scopeA, a.ID); err != nil {
+			t.Fatalf("the files are still there: %v", err)
 		}
 	})
 }
