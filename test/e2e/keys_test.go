@@ -37,10 +37,6 @@ func TestKeysCLI(t *testing.T) {
 		return so.String(), se.String(), code
 	}
 	tokenRE := regexp.MustCompile(`^sgk_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$`)
-	lastLine := func(s string) string {
-		lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-		return lines[len(lines)-1]
-	}
 	authenticate := func(t *testing.T, data, token string) error {
 		st, err := sqlstore.OpenSQLite(t.Context(), data)
 		if err != nil {

@@ -3,13 +3,11 @@ package e2e
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/store/pgtest"
-	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestServePostgresReplicas runs two `shellgate serve` processes, each
@@ -21,23 +19,13 @@ import (
 // of both is one ledger. Neither writes a DATA/shellgate.db.
 func TestServePostgresReplicas(t *testing.T) {
 	bin, dataA, env := serveBinary(t)
-	dataB := sandboxtest.DataDir(t)
-	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(dataB, "images")); err != nil {
-		t.Fatal(err)
-	}
+	dataB := dataDir(t)
 	dsn := pgtest.NewDatabase(t)
 	env = append(env, "SHELLGATE_DATABASE="+dsn, "SHELLGATE_CONTINUATION_SECRET="+strings.Repeat("s3cret-", 6))
 	baseA, _, _, logsA := startServe(t, bin, dataA, env)
 	baseB, _, _, logsB := startServe(t, bin, dataB, env)
 
-	keys := exec.Command(bin, "keys", "create", "--account", "acme", "--workspace", "prod", "--data-dir", t.TempDir())
-	keys.Env = env
-	out, err := keys.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := strings.TrimSpace(string(out))
-	key = key[strings.LastIndexByte(key, '\n')+1:]
+	key := createKey(t, bin, env)
 	a, b := apiCaller(t, baseA, key), apiCaller(t, baseB, key)
 
 	st, c := a("POST", "/api/v1/containers", `{"name":"shared"}`)

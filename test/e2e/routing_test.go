@@ -4,13 +4,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
-	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestServeRouting runs two `shellgate serve` processes as replicas with
@@ -20,10 +17,7 @@ import (
 // archived) the container wakes through B with its files.
 func TestServeRouting(t *testing.T) {
 	bin, dataA, env := serveBinary(t)
-	dataB := sandboxtest.DataDir(t)
-	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(dataB, "images")); err != nil {
-		t.Fatal(err)
-	}
+	dataB := dataDir(t)
 	bucket := s3test.NewBucket(t)
 	env = append(env, "SHELLGATE_DATABASE="+pgtest.NewDatabase(t),
 		"SHELLGATE_STORAGE=s3://"+bucket.Bucket+"/?endpoint="+bucket.Endpoint,
@@ -47,14 +41,7 @@ func TestServeRouting(t *testing.T) {
 	baseA, srvA, exitedA := node("node-a", dataA)
 	baseB, _, _ := node("node-b", dataB)
 
-	keys := exec.Command(bin, "keys", "create", "--account", "acme", "--workspace", "prod", "--data-dir", t.TempDir())
-	keys.Env = env
-	out, err := keys.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := strings.TrimSpace(string(out))
-	key = key[strings.LastIndexByte(key, '\n')+1:]
+	key := createKey(t, bin, env)
 	a, b := apiCaller(t, baseA, key), apiCaller(t, baseB, key)
 	stdout := func(r map[string]any) any { return r["output"].([]any)[0].(map[string]any)["stdout"] }
 

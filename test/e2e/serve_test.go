@@ -35,11 +35,37 @@ func serveBinary(t *testing.T) (bin, data string, env []string) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	data = sandboxtest.DataDir(t)
+	return bin, dataDir(t), append(os.Environ(), "SHELLGATE_AGENT="+agent)
+}
+
+// dataDir is a new data directory that shares the test images (another
+// replica's, in the scale-out tests).
+func dataDir(t *testing.T) string {
+	t.Helper()
+	data := sandboxtest.DataDir(t)
 	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
 		t.Fatal(err)
 	}
-	return bin, data, append(os.Environ(), "SHELLGATE_AGENT="+agent)
+	return data
+}
+
+// lastLine is the last line of s (what `keys create` prints last is the key).
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// createKey makes a key for acme/prod with `shellgate keys create` in env
+// (whose SHELLGATE_DATABASE is where it goes) and returns it.
+func createKey(t *testing.T, bin string, env []string) string {
+	t.Helper()
+	keys := exec.Command(bin, "keys", "create", "--account", "acme", "--workspace", "prod", "--data-dir", t.TempDir())
+	keys.Env = env
+	out, err := keys.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lastLine(string(out))
 }
 
 // startServe starts `shellgate serve` (with extra flags) on a free
