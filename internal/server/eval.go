@@ -60,6 +60,9 @@ func (s *Server) eval(w http.ResponseWriter, r *http.Request, p Principal) error
 	if s.evalHandler == nil {
 		return errorf(http.StatusNotFound, "eval is not enabled on this server")
 	}
+	if s.routeEval(w, r, p) {
+		return nil
+	}
 	s.evalHandler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	return nil
 }

@@ -27,14 +27,22 @@ import (
 // caller's workspace, held call by call like exec calls, and billed once
 // per request (kind "response") from its first command to its end.
 type gatewaySandboxes struct {
-	s *Server
-	p Principal
+	s  *Server
+	p  Principal
+	rp *forwardReq // the request, to forward (routing.go); nil: served here
 }
 
 var _ gateway.Sandboxes = gatewaySandboxes{}
 
 // sandboxesFor is the gateway's view of p's containers.
 func (s *Server) sandboxesFor(p Principal) gateway.Sandboxes { return gatewaySandboxes{s: s, p: p} }
+
+// gatewayFor is sandboxesFor for one request of a gateway route: with
+// replicas, a request whose container is awake on another node is
+// forwarded there (gateway.Forward).
+func (s *Server) gatewayFor(w http.ResponseWriter, r *http.Request, p Principal, rl *reqLog) gateway.Sandboxes {
+	return gatewaySandboxes{s: s, p: p, rp: s.replayable(w, r, rl)}
+}
 
 func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts gateway.OpenOptions) (gateway.Sandbox, error) {
 	choice, err := identity.Choose(sel)

@@ -58,7 +58,7 @@ func newTestCluster(t testing.TB, portable bool) *testCluster {
 // Heartbeats every 50 ms; a node silent for 500 ms is dead.
 const testHeartbeat, testWindow = 50 * time.Millisecond, 500 * time.Millisecond
 
-func (c *testCluster) replica(t testing.TB, id string) *replica {
+func (c *testCluster) replica(t testing.TB, id string, mut ...func(*Config)) *replica {
 	t.Helper()
 	r := &replica{}
 	var h http.Handler = http.NotFoundHandler()
@@ -89,7 +89,7 @@ func (c *testCluster) replica(t testing.TB, id string) *replica {
 		inner = homearchive.New(c.objects)
 	}
 	mgr, data := sandboxtest.Open(t, "crun", "busybox", func(cfg *sandbox.Config) { cfg.HomeArchive = r.node.Archive(inner) })
-	r.env = newServerOnStore(t, mgr, data, st, func(cfg *Config) { cfg.Cluster = r.node })
+	r.env = newServerOnStore(t, mgr, data, st, append(mut, func(cfg *Config) { cfg.Cluster = r.node })...)
 	hmu.Lock()
 	h = r.srv.Handler()
 	hmu.Unlock()
