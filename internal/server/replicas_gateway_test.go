@@ -32,7 +32,7 @@ func TestReplicasGateway(t *testing.T) {
 	key := a.keyA
 	c := a.create(key, "gw")
 	a.exec(key, "gw", "echo only-on-a > /tmp/only-here") // A's sandbox's own layer
-	billed := 1                                           // requests that ran a command: one usage row each
+	billed := 1                                          // requests that ran a command: one usage row each
 	// script registers the same turns under name on both replicas.
 	script := func(name string, turns ...gatewaytest.Turn) (onA, onB *gatewaytest.Script) {
 		onA, onB = gatewaytest.NewScript(turns...), gatewaytest.NewScript(turns...)
