@@ -62,8 +62,8 @@ var postgresDialect = dialect{
 	// Serialization failures and deadlocks are retried like SQLite's busy
 	// database; at READ COMMITTED, which the store uses, the single
 	// statements it runs meet them only in the migration.
-	isBusy:      func(err error) bool { return pgCode(err) == "40001" || pgCode(err) == "40P01" },
-	isUnique:    func(err error) bool { return pgCode(err) == "23505" },
+	isBusy:   func(err error) bool { return pgCode(err) == "40001" || pgCode(err) == "40P01" },
+	isUnique: func(err error) bool { return pgCode(err) == "23505" },
 	// 57P01-03: the server ended the session (terminated, crashed, not
 	// yet accepting); class 08: the connection failed; or pgx closed it
 	// (a read or write on it failed).
