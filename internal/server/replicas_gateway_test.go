@@ -183,4 +183,69 @@ func TestReplicasGateway(t *testing.T) {
 			t.Fatalf("woken through B, located at %q", loc)
 		}
 	})
+
+	t.Run("07 a container that wakes on the other replica mid-request: the call runs there through its exec API", func(t *testing.T) {
+		if err := b.mgr.Sleep(t.Context(), c.ID); err != nil {
+			t.Fatal(err)
+		}
+		billed = countRows(t, a, c.ID)
+		// Asleep when the request reaches A (served there); while the
+		// model thinks, another request wakes it on B.
+		woke := gatewaytest.Turn{Reply: func(*gateway.Request) *gateway.Turn {
+			if st, body := b.do("POST", "/api/v1/containers/gw/exec", key, map[string]any{"commands": []string{"echo woke-on-b > /tmp/only-b"}}); st != 200 {
+				t.Errorf("waking on B: %d %s", st, body)
+			}
+			return &gateway.Turn{Parts: []gateway.Part{shellCall("c1", "cat /tmp/only-b")}}
+		}}
+		onA, _ := script("r4", woke, gatewaytest.EchoResult())
+		oa := openai.NewClient(option.WithBaseURL(a.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+		stream := oa.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "r4/m"},
+			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
+		defer stream.Close()
+		var delta, last string
+		for stream.Next() {
+			ev := stream.Current()
+			if ev.Type == "response.shell_call_output_content.delta" {
+				delta += ev.RawJSON()
+			}
+			last = ev.Type
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if last != "response.completed" || !strings.Contains(delta, "woke-on-b") || len(onA.Requests()) != 2 {
+			t.Fatalf("last %s, output deltas %s, %d model calls", last, delta, len(onA.Requests()))
+		}
+		if st, _ := a.mgr.Status(c.ID); st == sandbox.Running {
+			t.Fatal("A woke the container too")
+		}
+		if loc := a.location(t, c.ID); loc != "node-b" {
+			t.Fatalf("located at %q", loc)
+		}
+		// Two rows: the exec that woke it, and the call run on B for A's
+		// request; A bills nothing for it.
+		deadline := time.Now().Add(5 * time.Second)
+		for countRows(t, a, c.ID) != billed+2 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := countRows(t, a, c.ID); n != billed+2 {
+			t.Fatalf("%d usage rows, want %d", n, billed+2)
+		}
+	})
+}
+
+// countRows is the number of usage rows of container id.
+func countRows(t *testing.T, r *replica, id string) int {
+	t.Helper()
+	byC, err := r.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, u := range byC {
+		if u.ContainerID == id {
+			n += int(u.Events)
+		}
+	}
+	return n
 }

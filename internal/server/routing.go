@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -15,6 +17,7 @@ import (
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/identity"
+	"github.com/shellgate/shellgate/internal/tool"
 )
 
 // Routing across replicas (Config.Cluster): a request on a container's
@@ -225,4 +228,99 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, rt cluster.Route,
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// keyHeaders are the headers that carry a client's API key.
+var keyHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key"}
+
+// clientKey is the client's own key headers of r, for calls this node
+// makes on its behalf to another node (which checks them again).
+func clientKey(r *http.Request) http.Header {
+	h := http.Header{}
+	for _, k := range keyHeaders {
+		if v := r.Header.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+// maxRemoteEvent bounds one event of a remote exec stream: the result
+// event holds every command's output (100 × 2 × 64 Ki characters of
+// JSON-escaped text at most).
+const maxRemoteEvent = 64 << 20
+
+// remoteExec runs p's commands in container id on the node in rt through
+// its exec API (streamed; node to node with the client's key and the hop
+// header, so that node serves it itself), passing each output chunk to
+// onOutput as it comes. The call is billed there (an exec row): this node
+// bills none of it.
+func (s *Server) remoteExec(ctx context.Context, key http.Header, rt cluster.Route, id string, p tool.Plan, onOutput func(cmd, stream int, text string)) ([]tool.CommandOutput, error) {
+	body, err := json.Marshal(map[string]any{"commands": p.Commands, "timeout_ms": p.TimeoutMs, "max_output_length": p.MaxOutputLength, "stream": true})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(rt.URL, "/")+"/api/v1/containers/"+url.PathEscape(id)+"/exec", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("node %s has a bad URL %q: %w", rt.Node, rt.URL, err)
+	}
+	maps.Copy(req.Header, key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HopHeader, s.cfg.Cluster.ID())
+	s.metrics.proxied.Inc()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("the container is awake on node %s, which did not answer: %w", rt.Node, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var eb errorBody
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
+			eb.Error.Message = strings.TrimSpace(string(b))
+		}
+		return nil, fmt.Errorf("node %s answered %d: %s", rt.Node, resp.StatusCode, eb.Error.Message)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxRemoteEvent)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		if e, ok := strings.CutPrefix(line, "event: "); ok {
+			event = e
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		switch event {
+		case "output":
+			var d outputDelta
+			if err := json.Unmarshal([]byte(data), &d); err != nil {
+				return nil, fmt.Errorf("node %s: bad output event: %w", rt.Node, err)
+			}
+			if onOutput != nil {
+				stream := 1
+				if d.Stream == "stderr" {
+					stream = 2
+				}
+				onOutput(d.Index, stream, d.Text)
+			}
+		case "result":
+			var r execResponse
+			if err := json.Unmarshal([]byte(data), &r); err != nil {
+				return nil, fmt.Errorf("node %s: bad result event: %w", rt.Node, err)
+			}
+			return r.Output, nil
+		case "error":
+			var eb errorBody
+			json.Unmarshal([]byte(data), &eb)
+			return nil, fmt.Errorf("node %s: %s", rt.Node, eb.Error.Message)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("node %s: reading its answer: %w", rt.Node, err)
+	}
+	return nil, fmt.Errorf("node %s ended the call without a result", rt.Node)
 }
