@@ -60,6 +60,9 @@ func (s *Server) eval(w http.ResponseWriter, r *http.Request, p Principal) error
 	if s.evalHandler == nil {
 		return errorf(http.StatusNotFound, "eval is not enabled on this server")
 	}
+	if s.routeEval(w, r, p) {
+		return nil
+	}
 	s.evalHandler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	return nil
 }
@@ -152,21 +155,23 @@ func sandboxErr(err error) error {
 
 func (b *evalBox) Exec(ctx context.Context, commands []string, timeoutMs, maxOutput int) ([]jsrunhttp.CommandResult, error) {
 	var res []jsrunhttp.CommandResult
-	record := func() {}
 	err := b.hold(ctx, func(c Container) error {
 		start := b.s.startState(c.ID)
 		run := &call{s: b.s, id: c.ID}
 		var err error
 		res, err = tool.EvalSandbox{Manager: b.s.mgr, Name: c.ID, Executor: run}.Exec(ctx, commands, timeoutMs, maxOutput)
-		_, record = b.s.settle(ctx, b.p, c, run.firstAt(), start, "eval")
+		// As for an exec call, the charge is written before the guest
+		// sees the result: an unbilled result is an error.
+		_, recErr := b.s.settleNow(ctx, b.p, c, run.firstAt(), start, "eval")
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return errEvalGone
 		}
+		if err == nil && recErr != nil {
+			res = nil
+			return jsrun.NewUserError(codeUnavailable, "the commands ran, but their usage could not be recorded (the database is unavailable); try again")
+		}
 		return sandboxErr(err)
 	})
-	// As for an exec call, the charge is written once the container is
-	// free for the next call.
-	record()
 	return res, err
 }
 

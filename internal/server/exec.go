@@ -82,10 +82,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 		}
 		return errorf(http.StatusConflict, "container %q is running another call; calls on one container run one at a time and this one waited %s", ref, s.cfg.CallWait)
 	}
-	// The ledger write runs after the answer and after the container is
-	// free for the next call, but before the handler returns.
-	record := func() {}
-	defer func() { record() }()
+	// The ledger write runs before the answer: a call whose bill the
+	// ledger did not take is not answered 200 (settleNow).
 	defer release()
 	// Under the call lock: make sure the container was not deleted while
 	// this call waited, and mark it busy for a delete that comes now.
@@ -101,15 +99,17 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p Principal) error
 	run := &call{s: s, id: c.ID, maxChars: plan.MaxOutputLength}
 	if !req.Stream {
 		outs, runErr := tool.RunShell(r.Context(), run, c.ID, plan)
-		var bill metering.Bill
-		bill, record = s.settle(r.Context(), p, c, run.firstAt(), start, "exec")
+		bill, recErr := s.settleNow(r.Context(), p, c, run.firstAt(), start, "exec")
+		if runErr == nil {
+			runErr = recErr
+		}
 		if runErr != nil {
 			return s.callError(r, c.ID, ref, runErr, outs, bill)
 		}
 		writeJSON(w, http.StatusOK, execResponse{ContainerID: c.ID, Output: outs, Usage: usageOf(bill)})
 		return nil
 	}
-	return s.stream(w, r, p, c, ref, plan, run, start, &record)
+	return s.stream(w, r, p, c, ref, plan, run, start)
 }
 
 // endActive ends a call's hold on a container; when the container was
@@ -164,29 +164,37 @@ func (s *Server) startState(id string) metering.Start {
 	return metering.Woken
 }
 
-// settle bills the call from its first command to now. record writes the
-// bill to the ledger and the container's last use; the handler calls it
-// once the answer is written (the client does not wait for the database's
-// fsync), before it returns (so a graceful shutdown loses no charge).
-func (s *Server) settle(ctx context.Context, p Principal, c Container, first time.Time, start metering.Start, kind string) (bill metering.Bill, record func()) {
+// settleNow bills the call from its first command to now and writes the
+// bill to the ledger and the container's last use, before the answer: a
+// call whose bill could not be written is answered with errUnbilled (the
+// commands ran), never 200 unbilled.
+func (s *Server) settleNow(ctx context.Context, p Principal, c Container, first time.Time, start metering.Start, kind string) (metering.Bill, error) {
 	now := time.Now()
-	bill = metering.Charge(first, now, start)
+	bill := metering.Charge(first, now, start)
 	if first.IsZero() {
-		return bill, func() {}
+		return bill, nil
 	}
-	return bill, func() { s.record(context.WithoutCancel(ctx), p, c, now, kind, bill) }
+	return bill, s.record(context.WithoutCancel(ctx), p, c, now, kind, bill)
 }
 
+// errUnbilled is a call whose commands ran but whose bill the ledger did
+// not take (the database is unreachable).
+var errUnbilled = errors.New("the usage ledger is unavailable")
+
 // record writes a call's bill (kind "exec" or "eval") to the ledger and
-// the container's last use (on the server's clock).
-func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, kind string, bill metering.Bill) {
+// the container's last use (on the server's clock). A failed ledger write
+// is logged and returned (errUnbilled).
+func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, kind string, bill metering.Bill) error {
 	id := c.ID
+	var err error
 	if s.cfg.Ledger != nil {
-		if err := s.cfg.Ledger.Record(ctx, p, id, now, kind, bill); err != nil {
+		if err = s.cfg.Ledger.Record(ctx, p, id, now, kind, bill); err != nil {
 			s.log.ErrorContext(ctx, "recording usage failed", "container", id, "cost_micro_usd", bill.CostMicroUSD, "err", err)
+			err = fmt.Errorf("%w: %v", errUnbilled, err)
 		}
 	}
 	s.touch(ctx, p, c, s.now())
+	return err
 }
 
 // callError turns a call that stopped early into an answer that reports
@@ -202,6 +210,9 @@ func (s *Server) callError(r *http.Request, id, ref string, err error, outs []to
 		ae = errorf(http.StatusServiceUnavailable, "the server shut down during this call; %d of its commands ran", len(outs))
 	case r.Context().Err() != nil:
 		ae = errorf(http.StatusServiceUnavailable, "the request ended during this call; %d of its commands ran", len(outs))
+	case errors.Is(err, errUnbilled):
+		ae = errorf(http.StatusServiceUnavailable, "the commands ran, but their usage could not be recorded (the database is unavailable): the call is not billed (metadata.output has what ran); try again")
+		ae.retryAfter = 1
 	default:
 		s.log.ErrorContext(r.Context(), "exec call failed", "container", id, "err", err)
 		ae = errorf(http.StatusInternalServerError, "running the commands failed after %d of them", len(outs))
@@ -376,7 +387,7 @@ func incompleteTail(b []byte) int {
 //	command.completed  {"index","stdout","stderr","outcome"}         shaped as in the JSON answer
 //	result             the JSON answer: {"container_id","output","usage"}
 //	error              {"error":{"code","message","metadata"}}       instead of result when the call stopped early
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, c Container, ref string, plan tool.Plan, run *call, start metering.Start, record *func()) error {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, c Container, ref string, plan tool.Plan, run *call, start metering.Start) error {
 	id := c.ID
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -437,8 +448,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p Principal, c C
 			continue
 		case d := <-finished:
 			flush()
-			var bill metering.Bill
-			bill, *record = s.settle(r.Context(), p, c, run.firstAt(), start, "exec")
+			bill, recErr := s.settleNow(r.Context(), p, c, run.firstAt(), start, "exec")
+			if d.err == nil {
+				d.err = recErr
+			}
 			if d.err != nil {
 				err := s.callError(r, id, ref, d.err, d.outs, bill)
 				var me *metaError

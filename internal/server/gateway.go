@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/identity"
 	"github.com/shellgate/shellgate/internal/metering"
@@ -27,14 +28,29 @@ import (
 // caller's workspace, held call by call like exec calls, and billed once
 // per request (kind "response") from its first command to its end.
 type gatewaySandboxes struct {
-	s *Server
-	p Principal
+	s  *Server
+	p  Principal
+	rp *forwardReq // the request, to forward (routing.go); nil: served here
+	// key is the client's key headers, for a call run on another node
+	// (remoteExec); nil without a cluster.
+	key http.Header
 }
 
 var _ gateway.Sandboxes = gatewaySandboxes{}
 
 // sandboxesFor is the gateway's view of p's containers.
 func (s *Server) sandboxesFor(p Principal) gateway.Sandboxes { return gatewaySandboxes{s: s, p: p} }
+
+// gatewayFor is sandboxesFor for one request of a gateway route: with
+// replicas, a request whose container is awake on another node is
+// forwarded there (gateway.Forward).
+func (s *Server) gatewayFor(w http.ResponseWriter, r *http.Request, p Principal, rl *reqLog) gateway.Sandboxes {
+	g := gatewaySandboxes{s: s, p: p, rp: s.replayable(w, r, rl)}
+	if s.cfg.Cluster != nil {
+		g.key = clientKey(r)
+	}
+	return g
+}
 
 func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts gateway.OpenOptions) (gateway.Sandbox, error) {
 	choice, err := identity.Choose(sel)
@@ -113,7 +129,7 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 	// this is the request's use of the container.
 	now := s.now()
 	s.touch(ctx, p, c, now)
-	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch}, nil
+	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch, key: g.key}, nil
 }
 
 func hasStatus(err error, status int) bool {
@@ -176,6 +192,7 @@ type gatewayBox struct {
 	first  time.Time      // the request's first command
 	start  metering.Start // what the first command found
 	closed bool
+	key    http.Header // the client's key headers, for remoteExec
 }
 
 var _ gateway.Sandbox = (*gatewayBox)(nil)
@@ -271,8 +288,25 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		// modification time than this (a command may set an older one with
 		// touch -d: then it is not reported, which is all that costs).
 		since := time.Now().Add(-time.Millisecond)
+		b.mu.Lock()
+		unbilled := b.first.IsZero()
+		b.mu.Unlock()
 		var err error
 		res.Outputs, err = tool.RunShell(ctx, run, c.ID, p)
+		if errors.Is(err, sandbox.ErrBusy) && len(res.Outputs) == 0 && b.key != nil {
+			// The container woke on another node after this request was
+			// routed: the call runs there, through its exec API, and is
+			// billed there.
+			if rt, rerr := b.s.cfg.Cluster.Route(ctx, c.ID); rerr == nil && rt.Where == cluster.Proxy {
+				if unbilled {
+					b.mu.Lock()
+					b.first = time.Time{}
+					b.mu.Unlock()
+				}
+				res.Outputs, err = b.s.remoteExec(ctx, b.key, rt, c.ID, p, onOutput)
+				return err
+			}
+		}
 		// The home is listed only when its watch saw a change: a command
 		// that wrote nothing costs no walk of the home.
 		if len(res.Outputs) > 0 && b.s.mgr.HomeChanged(context.WithoutCancel(ctx), c.ID) {

@@ -18,7 +18,7 @@ func (s *Server) mountGemini() {
 	for _, pattern := range []string{"POST /v1beta/models/{rest...}", "POST /api/v1beta/models/{rest...}"} {
 		s.handleWith(ew, pattern, gemini.MaxBody, true, s.traced("gemini", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
 			s.logged(w, r, p, "gemini", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
-				gemini.Serve(w, r, r.PathValue("rest"), gemini.Options{Models: rl.models(s.cfg.Models), Sandboxes: s.sandboxesFor(p), Log: s.log,
+				gemini.Serve(w, r, r.PathValue("rest"), gemini.Options{Models: rl.models(s.cfg.Models), Sandboxes: s.gatewayFor(w, r, p, rl), Log: s.log,
 					Screen: rl.screen(s.gatewayScreen(w, p, "gemini"))})
 			})
 			return nil

@@ -142,6 +142,8 @@ type reqLog struct {
 	end    time.Time
 	status int
 	gone   bool
+	// proxied: another node served the request and logs it (routing.go)
+	proxied bool
 }
 
 type execTiming struct {
@@ -186,6 +188,10 @@ func (s *Server) logged(w http.ResponseWriter, r *http.Request, p Principal, api
 		rl.run, rl.res, rl.err = run, res, err
 	})
 	h(w, r.WithContext(ctx), rl)
+	if rl.proxied {
+		s.logWG.add(-1)
+		return
+	}
 	rl.end = time.Now()
 	if w.Header().Get("Content-Length") != "" {
 		// The answer is whole: send it now, before its record takes the

@@ -17,7 +17,7 @@ func (s *Server) mountMessages() {
 	for _, pattern := range []string{"POST /v1/messages", "POST /api/v1/messages"} {
 		s.handleWith(ew, pattern, messages.MaxBody, true, s.traced("messages", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
 			s.logged(w, r, p, "messages", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
-				messages.Serve(w, r, messages.Options{Models: rl.models(s.cfg.Models), Sandboxes: s.sandboxesFor(p), Log: s.log,
+				messages.Serve(w, r, messages.Options{Models: rl.models(s.cfg.Models), Sandboxes: s.gatewayFor(w, r, p, rl), Log: s.log,
 					Screen: rl.screen(s.gatewayScreen(w, p, "messages"))})
 			})
 			return nil

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 )
 
 // BenchmarkReplicas measures routing across two replicas on one
@@ -163,4 +166,39 @@ func BenchmarkReplicas(b *testing.B) {
 		// are proxied.
 		load(b, func(j int) *replica { return split(j / containers) })
 	})
+}
+
+// BenchmarkReplicasGateway: a Responses request (one shell call, `true`,
+// then the answer; a scripted model in-process) on a container awake on
+// A, sent to A (local) and to B, which replays the whole request to A
+// before the model is called (forwarded): the price of gateway routing.
+//
+// go test ./internal/server -run '^$' -bench BenchmarkReplicasGateway -benchtime 20x
+func BenchmarkReplicasGateway(b *testing.B) {
+	cl := newTestCluster(b, false)
+	ma, mb := gatewaytest.Models{}, gatewaytest.Models{}
+	a := cl.replica(b, "node-a", func(c *Config) { c.Models = ma })
+	bb := cl.replica(b, "node-b", func(c *Config) { c.Models = mb })
+	key := a.keyA
+	c := a.create(key, "gwbench")
+	a.exec(key, "gwbench", "true") // awake on A
+	var turns []gatewaytest.Turn
+	for range 1000 {
+		turns = append(turns, gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "true")}}, gatewaytest.EchoResult())
+	}
+	ma["s"], mb["s"] = gatewaytest.NewScript(turns...), gatewaytest.NewScript(turns...)
+	req := map[string]any{"model": "s/m", "input": "go", "tools": []any{map[string]any{"type": "shell",
+		"environment": map[string]any{"type": "container_reference", "container_id": c.ID}}}}
+	run := func(b *testing.B, via *replica) {
+		for b.Loop() {
+			if st, body := via.do("POST", "/v1/responses", key, req); st != http.StatusOK {
+				b.Fatalf("%d %s", st, body)
+			}
+		}
+	}
+	b.Run("responses/local", func(b *testing.B) { run(b, a) })
+	b.Run("responses/forwarded", func(b *testing.B) { run(b, bb) })
+	if n := len(mb["s"].(*gatewaytest.Script).Requests()); n != 0 {
+		b.Fatalf("B called the model %d times", n)
+	}
 }

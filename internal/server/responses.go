@@ -20,7 +20,7 @@ func (s *Server) mountResponses() {
 				f := *f
 				f.Models = rl.models(f.Models)
 				f.Screen = rl.screen(s.gatewayScreen(w, p, "responses"))
-				f.Serve(w, r, s.sandboxesFor(p))
+				f.Serve(w, r, s.gatewayFor(w, r, p, rl))
 			})
 			return nil
 		}))

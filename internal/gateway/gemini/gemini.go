@@ -194,6 +194,14 @@ func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 		fail(err)
 		return
 	}
+	if len(run.ServerTools) > 0 {
+		if answered, err := gateway.Forward(r.Context(), o.Sandboxes, run.Select); answered || err != nil {
+			if err != nil {
+				fail(err)
+			}
+			return
+		}
+	}
 	m, err := o.Models.Resolve(model)
 	if err != nil {
 		fail(err)

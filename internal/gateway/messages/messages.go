@@ -47,6 +47,14 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		return
 	}
 	ctx := r.Context()
+	if len(p.run.ServerTools) > 0 || p.run.Select.ContainerReference != "" {
+		if answered, err := gateway.Forward(ctx, o.Sandboxes, p.run.Select); answered || err != nil {
+			if err != nil {
+				fail(err)
+			}
+			return
+		}
+	}
 	m, err := o.Models.Resolve(p.model)
 	if err != nil {
 		fail(err)

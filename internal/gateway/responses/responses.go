@@ -66,6 +66,14 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		f.writeErr(ctx, w, err)
 		return
 	}
+	if p.shell != 0 {
+		if answered, err := gateway.Forward(ctx, sbx, p.sel); answered || err != nil {
+			if err != nil {
+				f.writeErr(ctx, w, err)
+			}
+			return
+		}
+	}
 	if f.Models == nil {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
 			Message: "No models are configured on this Shellgate server: start `shellgate serve` with --config naming the providers."})

@@ -2,8 +2,12 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,8 +62,16 @@ var postgresDialect = dialect{
 	// Serialization failures and deadlocks are retried like SQLite's busy
 	// database; at READ COMMITTED, which the store uses, the single
 	// statements it runs meet them only in the migration.
-	isBusy:      func(err error) bool { return pgCode(err) == "40001" || pgCode(err) == "40P01" },
-	isUnique:    func(err error) bool { return pgCode(err) == "23505" },
+	isBusy:   func(err error) bool { return pgCode(err) == "40001" || pgCode(err) == "40P01" },
+	isUnique: func(err error) bool { return pgCode(err) == "23505" },
+	// 57P01-03: the server ended the session (terminated, crashed, not
+	// yet accepting); class 08: the connection failed; or pgx closed it
+	// (a read or write on it failed).
+	isGone: func(err error) bool {
+		c := pgCode(err)
+		return c == "57P01" || c == "57P02" || c == "57P03" || strings.HasPrefix(c, "08") ||
+			errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
+	},
 	migrateLock: `SELECT pg_advisory_xact_lock(` + fmt.Sprint(migrationLockKey) + `)`,
 }
 

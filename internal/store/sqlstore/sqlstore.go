@@ -47,6 +47,10 @@ type dialect struct {
 	name     string
 	isBusy   func(error) bool
 	isUnique func(error) bool
+	// isGone, when set, reports an error of a connection the server
+	// ended (a restart, a failover, pg_terminate_backend): the pool's
+	// other idle connections are most likely dead too.
+	isGone func(error) bool
 	// migrateLock, when set, is the first statement of the migration's
 	// transaction: it waits for any other process's migration to commit.
 	// SQLite needs none: its transactions take the write lock up front.
@@ -136,10 +140,32 @@ func (s *DB) migrate(ctx context.Context) error {
 // retry runs f again while the database reports itself busy (another
 // process holds the write lock longer than the busy timeout, or SQLite
 // refused to wait where waiting could deadlock), for at most busyFor.
-func (s *DB) retry(ctx context.Context, f func() error) error {
+//
+// A connection the server ended empties the pool of its idle connections
+// (they are most likely dead too; the next statements open new ones), and
+// f runs again on a new one: retry serves reads and idempotent writes.
+func (s *DB) retry(ctx context.Context, f func() error) error { return s.retryOn(ctx, true, f) }
+
+// maxGone bounds how often one statement is run again after its
+// connection was lost.
+const maxGone = 3
+
+// retryOn is retry; again false: f is not run again after its connection
+// was lost (a write that may have committed before the server ended the
+// connection), its error is returned.
+func (s *DB) retryOn(ctx context.Context, again bool, f func() error) error {
 	deadline := time.Now().Add(busyFor)
+	gone := 0
 	for {
 		err := f()
+		if err != nil && s.dialect.isGone != nil && s.dialect.isGone(err) {
+			s.dropIdle()
+			if !again || gone >= maxGone || ctx.Err() != nil {
+				return err
+			}
+			gone++
+			continue
+		}
 		if err == nil || !s.dialect.isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
@@ -151,10 +177,28 @@ func (s *DB) retry(ctx context.Context, f func() error) error {
 	}
 }
 
+// dropIdle closes the pool's idle connections.
+func (s *DB) dropIdle() {
+	s.db.SetMaxIdleConns(0)
+	s.db.SetMaxIdleConns(maxPGConns)
+}
+
 // exec runs one statement with retry and returns the rows it affected.
+// A statement whose connection was lost is not run again: it may have
+// committed (execIdempotent runs it again).
 func (s *DB) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return s.execOn(ctx, false, q, args...)
+}
+
+// execIdempotent is exec for a statement that running twice leaves as
+// running once (an INSERT … ON CONFLICT DO NOTHING of a fixed id).
+func (s *DB) execIdempotent(ctx context.Context, q string, args ...any) (int64, error) {
+	return s.execOn(ctx, true, q, args...)
+}
+
+func (s *DB) execOn(ctx context.Context, again bool, q string, args ...any) (int64, error) {
 	var n int64
-	err := s.retry(ctx, func() error {
+	err := s.retryOn(ctx, again, func() error {
 		if s.dialect.name == "sqlite" {
 			s.wmu.Lock()
 			defer s.wmu.Unlock()

@@ -19,7 +19,8 @@ func (u usage) Record(ctx context.Context, e store.UsageEvent) error {
 	if e.ID == "" {
 		e.ID = store.NewID("use")
 	}
-	_, err := u.s.exec(ctx, `INSERT INTO usage_events (account, workspace, id, container_id, at_ms, day, kind, metered_ms, billed_ms, cost_micro_usd)
+	// Idempotent by its id: run again when its connection was lost.
+	_, err := u.s.execIdempotent(ctx, `INSERT INTO usage_events (account, workspace, id, container_id, at_ms, day, kind, metered_ms, billed_ms, cost_micro_usd)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (account, workspace, id) DO NOTHING`,
 		e.Scope.Account, e.Scope.Workspace, e.ID, e.ContainerID, store.Millis(e.At), store.Day(e.At), e.Kind,
 		e.MeteredMillis, e.BilledMillis, e.CostMicroUSD)

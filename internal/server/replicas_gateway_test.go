@@ -1,0 +1,251 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
+	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/sandbox"
+)
+
+// Gateway and eval requests through B for a container awake on A: the
+// whole request is replayed to A before any model call, so the commands
+// run in A's sandbox, the model is called by A only, and the request is
+// billed once. The official SDKs are the clients; each replica has its
+// own scripted models, so a model call on the wrong replica shows.
+func TestReplicasGateway(t *testing.T) {
+	cl := newTestCluster(t, true)
+	ma, mb := gatewaytest.Models{}, gatewaytest.Models{}
+	a := cl.replica(t, "node-a", func(c *Config) { c.Models = ma })
+	b := cl.replica(t, "node-b", func(c *Config) { c.Models = mb })
+	key := a.keyA
+	c := a.create(key, "gw")
+	a.exec(key, "gw", "echo only-on-a > /tmp/only-here") // A's sandbox's own layer
+	billed := 1                                          // requests that ran a command: one usage row each
+	// script registers the same turns under name on both replicas.
+	script := func(name string, turns ...gatewaytest.Turn) (onA, onB *gatewaytest.Script) {
+		onA, onB = gatewaytest.NewScript(turns...), gatewaytest.NewScript(turns...)
+		ma[name], mb[name] = onA, onB
+		return onA, onB
+	}
+	servedByA := func(t *testing.T, onA, onB *gatewaytest.Script) {
+		t.Helper()
+		if n, m := len(onA.Requests()), len(onB.Requests()); n != 2 || m != 0 {
+			t.Fatalf("model calls: %d on A, %d on B; want 2 on A only", n, m)
+		}
+		if st, _ := b.mgr.Status(c.ID); st == sandbox.Running {
+			t.Fatal("B woke the container")
+		}
+		if loc := a.location(t, c.ID); loc != "node-a" {
+			t.Fatalf("located at %q", loc)
+		}
+		billed++
+	}
+	shellTool := []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": c.ID}}}
+	oc := openai.NewClient(option.WithBaseURL(b.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	ac := anthropic.NewClient(aoption.WithBaseURL(b.url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+	shellTurns := []gatewaytest.Turn{{Parts: []gateway.Part{shellCall("c1", "cat /tmp/only-here")}}, gatewaytest.EchoResult()}
+	bashTurns := []gatewaytest.Turn{{Parts: []gateway.Part{gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": "cat /tmp/only-here"})}}, gatewaytest.EchoResult()}
+
+	t.Run("01 Responses through B runs in A's sandbox", func(t *testing.T) {
+		onA, onB := script("r1", shellTurns...)
+		resp, err := oc.Responses.New(t.Context(), responses.ResponseNewParams{Model: "r1/m"},
+			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != "completed" || !strings.Contains(resp.OutputText(), "only-on-a") {
+			t.Fatalf("%s", resp.RawJSON())
+		}
+		servedByA(t, onA, onB)
+	})
+
+	t.Run("02 Responses streamed through B", func(t *testing.T) {
+		onA, onB := script("r2", shellTurns...)
+		stream := oc.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "r2/m"},
+			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
+		defer stream.Close()
+		var types []string
+		var delta, last string
+		for stream.Next() {
+			ev := stream.Current()
+			types = append(types, ev.Type)
+			if ev.Type == "response.shell_call_output_content.delta" {
+				delta += ev.RawJSON()
+			}
+			last = ev.Type
+			if ev.Type == "response.completed" && !strings.Contains(ev.Response.OutputText(), "only-on-a") {
+				t.Fatalf("completed: %s", ev.RawJSON())
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if last != "response.completed" || !strings.Contains(delta, "only-on-a") {
+			t.Fatalf("events %v, output deltas %s", types, delta)
+		}
+		servedByA(t, onA, onB)
+	})
+
+	t.Run("03 Messages through B, by container and by x-session-id", func(t *testing.T) {
+		onA, onB := script("m1", bashTurns...)
+		params := anthropic.MessageNewParams{Model: "m1/m", MaxTokens: 1000, Messages: userText("go"), Tools: codeExecTool}
+		m, err := ac.Messages.New(t.Context(), params, aoption.WithJSONSet("container", c.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := blocks(t, m)
+		if len(bs) < 2 || get(bs[1], "content", "stdout") != "only-on-a\n" || m.Container.ID != c.ID {
+			t.Fatalf("%s", m.RawJSON())
+		}
+		servedByA(t, onA, onB)
+
+		onA, onB = script("m2", bashTurns...)
+		params.Model = "m2/m"
+		acc, events := streamed(t, ac, params, aoption.WithHeader("x-session-id", "gw"))
+		if events[len(events)-1] != "message_stop" || acc.Container.ID != c.ID {
+			t.Fatalf("events %v container %+v", events, acc.Container)
+		}
+		if r := acc.Content[1].AsBashCodeExecutionToolResult(); r.Content.Stdout != "only-on-a\n" {
+			t.Fatalf("%+v", acc.Content)
+		}
+		servedByA(t, onA, onB)
+	})
+
+	t.Run("04 eval through B on a container awake on A", func(t *testing.T) {
+		st, body := b.do("POST", "/api/v1/eval", key, map[string]any{
+			"source":  `return (await sandbox.exec('cat /tmp/only-here'))[0].stdout`,
+			"sandbox": map[string]any{"container_id": "gw"}})
+		var out struct {
+			Status string          `json:"status"`
+			Value  json.RawMessage `json:"value"`
+		}
+		if err := json.Unmarshal(body, &out); err != nil || st != http.StatusOK || out.Status != "completed" || string(out.Value) != `"only-on-a\n"` {
+			t.Fatalf("%d %s", st, body)
+		}
+		if s, _ := b.mgr.Status(c.ID); s == sandbox.Running {
+			t.Fatal("B woke the container")
+		}
+		billed++
+	})
+
+	t.Run("05 billed once each, no 429", func(t *testing.T) {
+		var events int64
+		for range 100 {
+			byC, err := a.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = 0
+			for _, u := range byC {
+				if u.ContainerID == c.ID {
+					events += u.Events
+				}
+			}
+			if events == int64(billed) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if events != int64(billed) {
+			t.Fatalf("%d usage rows for %d billed requests", events, billed)
+		}
+		if strings.Contains(b.logs.String(), `"status":429`) || strings.Contains(a.logs.String(), `"status":429`) {
+			t.Fatal("a 429 in the replicas' logs")
+		}
+	})
+
+	t.Run("06 a sleeping container wakes where the request arrives", func(t *testing.T) {
+		if err := a.mgr.Sleep(t.Context(), c.ID); err != nil {
+			t.Fatal(err)
+		}
+		onA, onB := script("r3", gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "cat /tmp/only-here 2>&1; true")}}, gatewaytest.EchoResult())
+		resp, err := oc.Responses.New(t.Context(), responses.ResponseNewParams{Model: "r3/m"},
+			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(resp.OutputText(), "No such file") || len(onA.Requests()) != 0 || len(onB.Requests()) != 2 {
+			t.Fatalf("A %d B %d: %s", len(onA.Requests()), len(onB.Requests()), resp.RawJSON())
+		}
+		if loc := b.location(t, c.ID); loc != "node-b" {
+			t.Fatalf("woken through B, located at %q", loc)
+		}
+	})
+
+	t.Run("07 a container that wakes on the other replica mid-request: the call runs there through its exec API", func(t *testing.T) {
+		if err := b.mgr.Sleep(t.Context(), c.ID); err != nil {
+			t.Fatal(err)
+		}
+		billed = countRows(t, a, c.ID)
+		// Asleep when the request reaches A (served there); while the
+		// model thinks, another request wakes it on B.
+		woke := gatewaytest.Turn{Reply: func(*gateway.Request) *gateway.Turn {
+			if st, body := b.do("POST", "/api/v1/containers/gw/exec", key, map[string]any{"commands": []string{"echo woke-on-b > /tmp/only-b"}}); st != 200 {
+				t.Errorf("waking on B: %d %s", st, body)
+			}
+			return &gateway.Turn{Parts: []gateway.Part{shellCall("c1", "cat /tmp/only-b")}}
+		}}
+		onA, _ := script("r4", woke, gatewaytest.EchoResult())
+		oa := openai.NewClient(option.WithBaseURL(a.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+		stream := oa.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "r4/m"},
+			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
+		defer stream.Close()
+		var delta, last string
+		for stream.Next() {
+			ev := stream.Current()
+			if ev.Type == "response.shell_call_output_content.delta" {
+				delta += ev.RawJSON()
+			}
+			last = ev.Type
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if last != "response.completed" || !strings.Contains(delta, "woke-on-b") || len(onA.Requests()) != 2 {
+			t.Fatalf("last %s, output deltas %s, %d model calls", last, delta, len(onA.Requests()))
+		}
+		if st, _ := a.mgr.Status(c.ID); st == sandbox.Running {
+			t.Fatal("A woke the container too")
+		}
+		if loc := a.location(t, c.ID); loc != "node-b" {
+			t.Fatalf("located at %q", loc)
+		}
+		// Two rows: the exec that woke it, and the call run on B for A's
+		// request; A bills nothing for it.
+		deadline := time.Now().Add(5 * time.Second)
+		for countRows(t, a, c.ID) != billed+2 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := countRows(t, a, c.ID); n != billed+2 {
+			t.Fatalf("%d usage rows, want %d", n, billed+2)
+		}
+	})
+}
+
+// countRows is the number of usage rows of container id.
+func countRows(t *testing.T, r *replica, id string) int {
+	t.Helper()
+	byC, err := r.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, u := range byC {
+		if u.ContainerID == id {
+			n += int(u.Events)
+		}
+	}
+	return n
+}
