@@ -142,6 +142,16 @@ func (c *Cluster) start(bin string, p *corev1.Pod) error {
 	return nil
 }
 
+// KillAgents kills every agent started so far, as a pod's sandbox dying
+// would (their gateway connections break).
+func (c *Cluster) KillAgents() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range c.cmds {
+		cmd.Process.Kill()
+	}
+}
+
 // Objects counts the sandbox objects in the namespace.
 func (c *Cluster) Objects(ctx context.Context) (pods, secrets, policies int, err error) {
 	p, err := c.CS.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
