@@ -67,6 +67,9 @@ type entry struct {
 	lock     chan struct{}
 	lastUsed time.Time // under lock
 	created  time.Time
+	// destroying is set by Destroy: calls holding or waiting for the
+	// lock end with sandbox.ErrDestroyed.
+	destroying atomic.Bool
 }
 
 // NewSandboxes serves sandbox.Backend from b.
@@ -151,7 +154,12 @@ func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry,
 		s.inCalls.Done()
 		return nil, nil, ctx.Err()
 	}
-	return e, func() { <-e.lock; s.inCalls.Done() }, nil
+	release := func() { <-e.lock; s.inCalls.Done() }
+	if e.destroying.Load() {
+		release()
+		return nil, nil, sandbox.ErrDestroyed
+	}
+	return e, release, nil
 }
 
 // Create records the named sandbox; its pod starts with its first command.
@@ -209,6 +217,8 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	}, cmd.OnOutput)
 	switch {
 	case err == nil:
+	case e.destroying.Load():
+		return sandbox.Result{}, sandbox.ErrDestroyed
 	case errors.Is(err, agent.ErrClosed) || (ctx.Err() == nil && hostCtx.Err() != nil):
 		// The pod's agent went away or missed the timeout: the pod is
 		// given up and the next command starts a new one.
@@ -310,27 +320,52 @@ func (s *Sandboxes) Sleep(ctx context.Context, name string) error {
 	return s.sleepPod(ctx, name)
 }
 
-// Destroy deletes the named sandbox's pod and objects and forgets it. The
-// Archiver's copy of its home is not deleted (Archiver has no Delete).
+// Destroy deletes the named sandbox's pod and objects and forgets it; an
+// unknown name is sandbox.ErrNotFound (its objects, if a gateway that died
+// left some, are deleted all the same). A running command is cut short
+// (its Exec returns sandbox.ErrDestroyed: closing the pod's connection
+// makes the agent kill it), and so are calls waiting for the sandbox;
+// calls made after Destroy returned see a new sandbox. The Archiver's copy
+// of the home is not deleted (Archiver has no Delete).
 func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
 	if !sandbox.ValidName(name) {
 		return fmt.Errorf("%w: %q", sandbox.ErrBadName, name)
 	}
-	s.mu.Lock()
-	_, known := s.known[name]
-	s.mu.Unlock()
-	_, release, err := s.hold(ctx, name, true)
-	if err != nil {
+	if err := s.begin(); err != nil {
 		return err
 	}
-	defer release()
-	err = s.b.Destroy(context.WithoutCancel(ctx), name)
+	defer s.inCalls.Done()
+	dctx := context.WithoutCancel(ctx)
 	s.mu.Lock()
-	delete(s.known, name)
+	e := s.known[name]
 	s.mu.Unlock()
-	if err == nil && !known {
+	if e == nil {
+		if err := s.b.Destroy(dctx, name); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 	}
+	if !e.destroying.CompareAndSwap(false, true) {
+		// Another Destroy is under way: wait for it.
+		select {
+		case e.lock <- struct{}{}:
+			<-e.lock
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	// Cut a running command short; a wake under way makes this ErrBusy,
+	// and the delete below, once the lock is ours, does it.
+	_ = s.b.Destroy(dctx, name)
+	e.lock <- struct{}{}
+	defer func() { <-e.lock }()
+	err := s.b.Destroy(dctx, name)
+	s.mu.Lock()
+	if s.known[name] == e {
+		delete(s.known, name)
+	}
+	s.mu.Unlock()
 	return err
 }
 
@@ -391,7 +426,10 @@ func (s *Sandboxes) sleepIdle() {
 			default:
 				continue // in use
 			}
-			if s.b.Awake(names[i]) && time.Since(e.lastUsed) >= s.cfg.IdleTimeout {
+			s.mu.Lock()
+			current := s.known[names[i]] == e && !e.destroying.Load()
+			s.mu.Unlock()
+			if current && s.b.Awake(names[i]) && time.Since(e.lastUsed) >= s.cfg.IdleTimeout {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				if err := s.b.Sleep(ctx, names[i]); err != nil {
 					s.log.Warn("idle sandbox could not sleep", "sandbox", names[i], "err", err)

@@ -130,3 +130,41 @@ func TestSandboxesLostPod(t *testing.T) {
 		t.Fatalf("3: left %d pods, %d secrets, %d policies", p, sec, n)
 	}
 }
+
+// TestSandboxesDestroyCutsShort: Destroy during a long command ends it
+// with sandbox.ErrDestroyed at once (not after the command), deletes the
+// objects, and the name then starts a new sandbox.
+func TestSandboxesDestroyCutsShort(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	s := newSandboxes(t, c, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 50", OnOutput: func(byte, []byte) {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+		}})
+		done <- err
+	}()
+	<-started
+	if err := s.Destroy(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, sandbox.ErrDestroyed) {
+		t.Fatalf("the command's Exec: %v, want ErrDestroyed", err)
+	}
+	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
+		t.Fatalf("left %d pods, %d secrets, %d policies", p, sec, n)
+	}
+	if err := s.Destroy(ctx, "c1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("second destroy: %v", err)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "ls | wc -l"}); err != nil || string(res.Stdout) != "0\n" {
+		t.Fatalf("a new sandbox: %+v %v", res, err)
+	}
+}
