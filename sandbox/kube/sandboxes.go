@@ -64,9 +64,9 @@ type SandboxesConfig struct {
 // entry is one known sandbox: lock serializes its calls (a buffered
 // channel, so waiting for it follows a context).
 type entry struct {
-	lock     chan struct{}
-	lastUsed time.Time // under lock
-	created  time.Time
+	lock chan struct{}
+	// lastUsed is when a command last ran or ended (UnixNano).
+	lastUsed atomic.Int64
 	// destroying is set by Destroy: calls holding or waiting for the
 	// lock end with sandbox.ErrDestroyed.
 	destroying atomic.Bool
@@ -144,7 +144,8 @@ func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry,
 			s.inCalls.Done()
 			return nil, nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 		}
-		e = &entry{lock: make(chan struct{}, 1), created: time.Now()}
+		e = &entry{lock: make(chan struct{}, 1)}
+		e.lastUsed.Store(time.Now().UnixNano())
 		s.known[name] = e
 	}
 	s.mu.Unlock()
@@ -168,7 +169,7 @@ func (s *Sandboxes) Create(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	e.lastUsed = time.Now()
+	e.lastUsed.Store(time.Now().UnixNano())
 	release()
 	return nil
 }
@@ -201,8 +202,8 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 		return sandbox.Result{}, err
 	}
 	defer release()
-	e.lastUsed = time.Now()
-	defer func() { e.lastUsed = time.Now() }()
+	e.lastUsed.Store(time.Now().UnixNano())
+	defer func() { e.lastUsed.Store(time.Now().UnixNano()) }()
 	if err := s.wake(ctx, name); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -287,14 +288,15 @@ func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
 }
 
 // List returns the sandboxes this process knows, by name. QuotaBytes is
-// the default home size limit; disk use is not measured.
+// the default home size limit and LastUsed the last command's time; disk
+// use is not measured.
 func (s *Sandboxes) List() ([]sandbox.Info, error) {
 	s.mu.Lock()
 	names := make([]string, 0, len(s.known))
-	created := map[string]time.Time{}
+	used := map[string]time.Time{}
 	for n, e := range s.known {
 		names = append(names, n)
-		created[n] = e.created
+		used[n] = time.Unix(0, e.lastUsed.Load())
 	}
 	s.mu.Unlock()
 	slices.Sort(names)
@@ -304,7 +306,7 @@ func (s *Sandboxes) List() ([]sandbox.Info, error) {
 		if s.b.Awake(n) {
 			st = sandbox.Running
 		}
-		out = append(out, sandbox.Info{Name: n, Status: st, QuotaBytes: s.b.cfg.DiskBytes, LastUsed: created[n]})
+		out = append(out, sandbox.Info{Name: n, Status: st, QuotaBytes: s.b.cfg.DiskBytes, LastUsed: used[n]})
 	}
 	return out, nil
 }
@@ -429,7 +431,7 @@ func (s *Sandboxes) sleepIdle() {
 			s.mu.Lock()
 			current := s.known[names[i]] == e && !e.destroying.Load()
 			s.mu.Unlock()
-			if current && s.b.Awake(names[i]) && time.Since(e.lastUsed) >= s.cfg.IdleTimeout {
+			if current && s.b.Awake(names[i]) && time.Since(time.Unix(0, e.lastUsed.Load())) >= s.cfg.IdleTimeout {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				if err := s.b.Sleep(ctx, names[i]); err != nil {
 					s.log.Warn("idle sandbox could not sleep", "sandbox", names[i], "err", err)

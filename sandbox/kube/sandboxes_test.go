@@ -59,6 +59,9 @@ func TestSandboxesRefuse(t *testing.T) {
 	if st, _ := s.Status("c1"); st != sandbox.Running {
 		t.Fatalf("2: status %v", st)
 	}
+	if l, err := s.List(); err != nil || len(l) != 1 || l[0].Name != "c1" || l[0].Status != sandbox.Running || time.Since(l[0].LastUsed) > time.Minute {
+		t.Fatalf("2: list %+v %v", l, err)
+	}
 	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat f"}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Fatalf("2: the home after a refused sleep: %+v %v", res, err)
 	}
@@ -166,5 +169,38 @@ func TestSandboxesDestroyCutsShort(t *testing.T) {
 	}
 	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "ls | wc -l"}); err != nil || string(res.Stdout) != "0\n" {
 		t.Fatalf("a new sandbox: %+v %v", res, err)
+	}
+}
+
+// TestSandboxesIdleSleep: with an Archiver, a sandbox unused for
+// IdleTimeout is put to sleep (archived, objects deleted), and its next
+// command wakes it with the files.
+func TestSandboxesIdleSleep(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	cfg := c.Config()
+	arch := kubetest.NewTarArchiver()
+	cfg.Archiver = arch
+	b, err := kube.New(c.CS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo kept > f"}); err != nil {
+		t.Fatal(err)
+	}
+	for st, _ := s.Status("c1"); st != sandbox.Sleeping; st, _ = s.Status("c1") {
+		if ctx.Err() != nil {
+			t.Fatal("never slept")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
+		t.Fatalf("left %d pods, %d secrets, %d policies", p, sec, n)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat f"}); err != nil || string(res.Stdout) != "kept\n" {
+		t.Fatalf("after the idle sleep: %+v %v", res, err)
 	}
 }
