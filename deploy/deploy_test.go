@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/kube"
 )
 
 // TestManifests decodes every Kubernetes manifest strictly (unknown or
@@ -27,7 +29,8 @@ import (
 // the docs promise: 1. RBAC is namespaced (Roles only) and limited to
 // pods, secrets, networkpolicies and the egress Service; 2. every
 // container is non-root, without privilege escalation, with all
-// capabilities dropped and a read-only root.
+// capabilities dropped and a read-only root; 3. the gateway's ConfigMap
+// selects the Kubernetes runtime with a config serve accepts.
 func TestManifests(t *testing.T) {
 	files, _ := filepath.Glob("kubernetes/*.yaml")
 	if len(files) == 0 {
@@ -58,7 +61,7 @@ func TestManifests(t *testing.T) {
 			check(t, f, obj)
 		}
 	}
-	for _, k := range []string{"Namespace", "RuntimeClass", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "DaemonSet", "NetworkPolicy"} {
+	for _, k := range []string{"ConfigMap", "Namespace", "RuntimeClass", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "DaemonSet", "NetworkPolicy"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s in deploy/kubernetes", k)
 		}
@@ -84,6 +87,20 @@ func check(t *testing.T, f string, obj runtime.Object) {
 					t.Errorf("1: %s: role %s grants verb %s", f, o.Name, v)
 				}
 			}
+		}
+	case *corev1.ConfigMap:
+		// 3. the gateway's config selects the Kubernetes runtime and
+		// parses as serve parses it.
+		var top struct {
+			Runtime yaml.Node `yaml:"runtime"`
+		}
+		if err := yaml.Unmarshal([]byte(o.Data["shellgate.yaml"]), &top); err != nil || top.Runtime.Kind == 0 {
+			t.Errorf("3: %s: %s has no runtime section (%v)", f, o.Name, err)
+			return
+		}
+		raw, _ := yaml.Marshal(&top.Runtime)
+		if fc, err := kube.ParseFileConfig(raw); err != nil || fc.Namespace != "shellgate" {
+			t.Errorf("3: %s: %s: runtime %+v: %v", f, o.Name, fc, err)
 		}
 	case *appsv1.Deployment:
 		pod = &o.Spec.Template.Spec

@@ -16,7 +16,10 @@
 #   4. runs sandbox/kube's tests against the cluster (SHELLGATE_KUBECONFIG),
 #      which wake a sandbox pod under RuntimeClass gvisor, run a command
 #      through the agent over TLS, check `dmesg` shows gVisor, sleep it and
-#      check the pod, Secret and NetworkPolicy are gone.
+#      check the pod, Secret and NetworkPolicy are gone;
+#   5. waits for the gateway Deployment (serve with the ConfigMap's
+#      runtime: kubernetes), makes a key in it, and through its API creates
+#      a container, runs `id -u` and `dmesg` in its pod and deletes it.
 #
 # Usage: deploy/kind-e2e.sh [--keep]     (--keep: leave the cluster)
 # Needs: docker, kind, kubectl, skopeo (to turn the OCI layouts into
@@ -81,4 +84,18 @@ echo "== 4. sandbox/kube against the cluster"
 kubectl config view --raw --minify --context "kind-$CLUSTER" >"$tmp/kubeconfig"
 SHELLGATE_KUBECONFIG="$tmp/kubeconfig" SHELLGATE_KUBE_IMAGE=shellgate-sandbox:dev \
 	go test -tags kube_e2e -count=1 -v -run TestCluster ./sandbox/kube/
+
+echo "== 5. the gateway (serve --config with runtime: kubernetes) through its API"
+kubectl -n shellgate rollout status deploy/shellgate --timeout=5m
+KEY=$(kubectl -n shellgate exec deploy/shellgate -- /usr/local/bin/shellgate keys create --data-dir /var/lib/shellgate --account e2e --workspace w | tail -n 1)
+kubectl -n shellgate port-forward svc/shellgate 18080:8080 >/dev/null &
+pf=$!
+trap 'kill $pf 2>/dev/null || true; rm -rf "$tmp"; [[ $KEEP == 1 ]] || kind delete cluster --name "$CLUSTER"' EXIT
+for _ in $(seq 50); do curl -fsS http://127.0.0.1:18080/healthz >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fsS http://127.0.0.1:18080/healthz | grep -q '"runtime":"kubernetes/gvisor"'
+curl -fsS -H "Authorization: Bearer $KEY" -d '{"name":"e2e"}' http://127.0.0.1:18080/api/v1/containers >/dev/null
+out=$(curl -fsS -H "Authorization: Bearer $KEY" -d '{"commands":["id -u","dmesg | head -1"]}' http://127.0.0.1:18080/api/v1/containers/e2e/exec)
+grep -q '"stdout":"1000\\n"' <<<"$out" || { echo "kind-e2e: exec through the gateway: $out" >&2; exit 1; }
+grep -q 'gVisor' <<<"$out" || { echo "kind-e2e: not under gVisor: $out" >&2; exit 1; }
+curl -fsS -X DELETE -H "Authorization: Bearer $KEY" http://127.0.0.1:18080/api/v1/containers/e2e >/dev/null
 echo "kind-e2e: OK"

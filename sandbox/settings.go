@@ -54,12 +54,20 @@ func (m *Manager) Defaults() Settings {
 // settingsFor resolves the named sandbox's settings: its own over the
 // defaults, validated.
 func (m *Manager) settingsFor(ctx context.Context, name string) (Settings, error) {
-	def := m.Defaults()
-	p := m.settingsFn.Load()
-	if p == nil {
+	var f SettingsFunc
+	if p := m.settingsFn.Load(); p != nil {
+		f = *p
+	}
+	return ResolveSettings(ctx, f, m.Defaults(), name)
+}
+
+// ResolveSettings is the named sandbox's settings from f (nil: none of its
+// own) over def, validated: what every backend starts a sandbox with.
+func ResolveSettings(ctx context.Context, f SettingsFunc, def Settings, name string) (Settings, error) {
+	if f == nil {
 		return def, nil
 	}
-	own, err := (*p)(ctx, name)
+	own, err := f(ctx, name)
 	if err != nil {
 		return Settings{}, fmt.Errorf("settings of sandbox %s: %w", name, err)
 	}

@@ -71,7 +71,7 @@ func runServe(ctx context.Context, args []string) error {
 	nodeID := fs.String("node-id", "", "this replica's id among those sharing the database (env SHELLGATE_NODE_ID; default: the host name)")
 	advertise := fs.String("advertise-url", "", "the URL other replicas reach this one's API at, e.g. http://10.0.0.5:8080; setting it turns on routing across replicas: requests for a container awake on another replica are proxied there (env SHELLGATE_ADVERTISE_URL)")
 	heartbeat := fs.Duration("heartbeat", cluster.DefaultHeartbeat, "with --advertise-url: how often this replica renews its heartbeat; a replica silent for five heartbeats is dead")
-	providersPath := fs.String("config", "", "model provider config (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]); without it the model gateway has no providers")
+	providersPath := fs.String("config", "", "config file (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]; runtime: {backend: kubernetes, namespace, image, kubeconfig, runtime_class, egress_proxy, ...}); without providers the model gateway has none; without runtime sandboxes run on this machine")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -104,19 +104,40 @@ func runServe(ctx context.Context, args []string) error {
 	log := slog.New(h)
 	var models gateway.Models
 	var dests []broadcast.Destination
+	var sc serveConfig
 	if *providersPath != "" {
-		ps, err := upstream.LoadConfig(*providersPath)
-		if err != nil {
+		var err error
+		if sc, err = readServeConfig(*providersPath); err != nil {
 			return err
+		}
+	}
+	if sc.rest != nil {
+		ps, err := upstream.ParseConfig(sc.rest, os.Getenv)
+		if err != nil {
+			return fmt.Errorf("provider config %s: %w", *providersPath, err)
 		}
 		models = ps
 		log.Info("model providers", "config", *providersPath, "providers", ps.Names(), "models", ps.List())
-		b, err := os.ReadFile(*providersPath)
-		if err != nil {
-			return err
-		}
-		if dests, err = broadcast.ParseConfig(b, os.Getenv); err != nil {
+		if dests, err = broadcast.ParseConfig(sc.rest, os.Getenv); err != nil {
 			return fmt.Errorf("config %s: %w", *providersPath, err)
+		}
+	}
+	if sc.kube != nil {
+		// Flags that only mean something for sandboxes on this machine.
+		var bad error
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "runtime", "image", "pool":
+				bad = errors.Join(bad, fmt.Errorf("--%s %w", f.Name, errKubeFlag))
+			case "advertise-url":
+				bad = errors.Join(bad, errors.New("--advertise-url: routing across replicas is not supported with the kubernetes runtime yet (run one gateway replica)"))
+			}
+		})
+		if os.Getenv("SHELLGATE_ADVERTISE_URL") != "" {
+			bad = errors.Join(bad, errors.New("SHELLGATE_ADVERTISE_URL: routing across replicas is not supported with the kubernetes runtime yet (run one gateway replica)"))
+		}
+		if bad != nil {
+			return bad
 		}
 	}
 	envDests, err := broadcast.FromEnv(os.Getenv)
@@ -138,7 +159,7 @@ func runServe(ctx context.Context, args []string) error {
 			}
 		}()
 	}
-	if *rtName != "" {
+	if *rtName != "" && sc.kube == nil {
 		if _, err := runtime.New(*rtName, os.TempDir()); err != nil {
 			return err
 		}
@@ -163,15 +184,21 @@ func runServe(ctx context.Context, args []string) error {
 		homes = node.Archive(files.archive)
 		go node.Run(ctx)
 	}
-	mgr, err := sandbox.Open(ctx, sandbox.Config{
-		DataDir:     *dataDir,
-		Runtime:     *rtName,
-		Image:       *img,
-		PoolSize:    *pool,
-		IdleTimeout: *idle,
-		Logger:      log,
-		HomeArchive: homes,
-	})
+	var mgr sandbox.Backend
+	if sc.kube != nil {
+		*img = sc.kube.Image
+		mgr, err = openKubeSandboxes(ctx, *sc.kube, *idle, log)
+	} else {
+		mgr, err = sandbox.Open(ctx, sandbox.Config{
+			DataDir:     *dataDir,
+			Runtime:     *rtName,
+			Image:       *img,
+			PoolSize:    *pool,
+			IdleTimeout: *idle,
+			Logger:      log,
+			HomeArchive: homes,
+		})
+	}
 	if err != nil {
 		return err
 	}

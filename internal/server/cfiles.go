@@ -241,6 +241,8 @@ func (s *Server) fileErr(err error, ref, what string) error {
 		return errorf(http.StatusConflict, "container %q is in use by another shellgate process", ref)
 	case errors.Is(err, sandbox.ErrClosed):
 		return errorf(http.StatusServiceUnavailable, "the server is shutting down")
+	case errors.Is(err, sandbox.ErrNotSupported):
+		return errorf(http.StatusNotImplemented, "%v", err)
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) || errors.Is(err, io.ErrUnexpectedEOF) {

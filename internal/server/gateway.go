@@ -273,6 +273,8 @@ func gatewayErr(err error) error {
 		return &gateway.RequestError{Status: http.StatusTooManyRequests, Message: "the container is awake in another Shellgate process; try again when that call ends"}
 	case errors.Is(err, tool.ErrInvalid):
 		return &gateway.RequestError{Status: http.StatusBadRequest, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrNotSupported):
+		return &gateway.RequestError{Status: http.StatusNotImplemented, Message: err.Error()}
 	}
 	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status < 500 {
 		return &gateway.RequestError{Status: ae.status, Param: ae.param, Message: ae.msg}
@@ -326,6 +328,9 @@ const maxChanged = 10
 // than walked whole after every call).
 func (b *gatewayBox) changed(ctx context.Context, id string, t time.Time) []gateway.ChangedFile {
 	l, err := b.s.mgr.ListFiles(ctx, id, sandbox.ListOptions{})
+	if errors.Is(err, sandbox.ErrNotSupported) {
+		return nil // a backend without file operations reports no changed files
+	}
 	if err != nil {
 		b.s.log.WarnContext(ctx, "listing the files a call changed failed", "container", id, "err", err)
 		return nil

@@ -22,7 +22,7 @@ type metrics struct {
 	requestLogs                    *prometheus.CounterVec
 }
 
-func newMetrics(mgr *sandbox.Manager) *metrics {
+func newMetrics(mgr sandbox.Backend) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -52,29 +52,36 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 	m.requestLogs = logMetrics()
 	m.reg.MustRegister(m.requests, m.commands, m.inflight, m.expired, m.guardDetections, m.guardRequests, m.requestLogs,
 		sandboxCollector{mgr},
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "shellgate_pool_ready",
-			Help: "Started sandboxes waiting in the warm pool.",
-		}, func() float64 { return float64(mgr.PoolReady()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "shellgate_pool_size",
-			Help: "Started sandboxes the warm pool keeps ready (--pool).",
-		}, func() float64 { return float64(mgr.PoolSize()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "shellgate_pool_hits_total",
-			Help: "New sandboxes that took a started sandbox from the warm pool. Hit rate: hits / (hits + misses).",
-		}, func() float64 { h, _ := mgr.PoolStats(); return float64(h) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "shellgate_pool_misses_total",
-			Help: "New sandboxes that started cold: the pool was empty or off, or the container's limits differ from the pool's defaults.",
-		}, func() float64 { _, m := mgr.PoolStats(); return float64(m) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// The warm pool, on backends that keep one (this machine's).
+	if pool, ok := mgr.(sandbox.Pool); ok {
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "shellgate_pool_ready",
+				Help: "Started sandboxes waiting in the warm pool.",
+			}, func() float64 { return float64(pool.PoolReady()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "shellgate_pool_size",
+				Help: "Started sandboxes the warm pool keeps ready (--pool).",
+			}, func() float64 { return float64(pool.PoolSize()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "shellgate_pool_hits_total",
+				Help: "New sandboxes that took a started sandbox from the warm pool. Hit rate: hits / (hits + misses).",
+			}, func() float64 { h, _ := pool.PoolStats(); return float64(h) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "shellgate_pool_misses_total",
+				Help: "New sandboxes that started cold: the pool was empty or off, or the container's limits differ from the pool's defaults.",
+			}, func() float64 { _, m := pool.PoolStats(); return float64(m) }),
+		)
+	}
 	// The egress proxy's connections, bytes and DNS answers (sandboxes
-	// with a network allowlist).
-	if eg, _ := mgr.Egress(); eg != nil {
-		m.reg.MustRegister(eg.Collectors()...)
+	// with a network allowlist), when the backend runs it in-process.
+	if ee, ok := mgr.(sandbox.EgressEngine); ok {
+		if eg, _ := ee.Egress(); eg != nil {
+			m.reg.MustRegister(eg.Collectors()...)
+		}
 	}
 	return m
 }
@@ -82,7 +89,7 @@ func newMetrics(mgr *sandbox.Manager) *metrics {
 // sandboxCollector counts the data directory's sandboxes by state when
 // scraped. Manager.List never waits for a command, and sees sandboxes
 // awake in other Shellgate processes (the CLI) as running too.
-type sandboxCollector struct{ mgr *sandbox.Manager }
+type sandboxCollector struct{ mgr sandbox.Backend }
 
 var sandboxesDesc = prometheus.NewDesc("shellgate_sandboxes",
 	"Sandboxes of the data directory by state (running: awake in any Shellgate process; sleeping: only the home on disk).",

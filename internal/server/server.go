@@ -69,7 +69,7 @@ import (
 
 // Config configures a Server. Sandboxes, Keys and Containers are required.
 type Config struct {
-	Sandboxes  *sandbox.Manager
+	Sandboxes  sandbox.Backend
 	Keys       Authenticator
 	Containers Containers
 	// Ledger, if set, records every exec call's bill and answers
@@ -181,7 +181,7 @@ const (
 // Server serves the HTTP API. Its Handler is safe for concurrent use.
 type Server struct {
 	cfg     Config
-	mgr     *sandbox.Manager
+	mgr     sandbox.Backend
 	log     *slog.Logger
 	mux     *http.ServeMux
 	handler http.Handler

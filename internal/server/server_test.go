@@ -33,7 +33,7 @@ import (
 type env struct {
 	t    testing.TB
 	srv  *Server
-	mgr  *sandbox.Manager
+	mgr  sandbox.Backend
 	st   *sqlstore.DB
 	url  string
 	data string // the data directory
@@ -67,7 +67,7 @@ func newServer(t testing.TB, rt, img string, mut ...func(*Config)) *env {
 }
 
 // newServerOn builds a server over a manager the test opened itself.
-func newServerOn(t testing.TB, mgr *sandbox.Manager, data string, mut ...func(*Config)) *env {
+func newServerOn(t testing.TB, mgr sandbox.Backend, data string, mut ...func(*Config)) *env {
 	t.Helper()
 	st, err := sqlstore.OpenSQLite(t.Context(), data)
 	if err != nil {
@@ -79,7 +79,7 @@ func newServerOn(t testing.TB, mgr *sandbox.Manager, data string, mut ...func(*C
 
 // newServerOnStore builds a server over a manager and a store the test
 // opened itself.
-func newServerOnStore(t testing.TB, mgr *sandbox.Manager, data string, st *sqlstore.DB, mut ...func(*Config)) *env {
+func newServerOnStore(t testing.TB, mgr sandbox.Backend, data string, st *sqlstore.DB, mut ...func(*Config)) *env {
 	t.Helper()
 	logs := &syncBuffer{}
 	b := StoreBackend{St: st}

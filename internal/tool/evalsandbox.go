@@ -17,7 +17,7 @@ const MaxEvalFileBytes = 4 << 20
 // (jsrunhttp.Sandbox): commands go through the same validation and limits
 // as the shell tool, files through the manager's path-safe copies.
 type EvalSandbox struct {
-	Manager *sandbox.Manager
+	Manager sandbox.Backend // *sandbox.Manager or another backend
 	Name    string
 	// Executor, if set, runs the commands instead of Manager: the server
 	// passes the executor of its exec route, which meters and observes

@@ -121,7 +121,8 @@ type CommandOutput struct {
 	Start, End time.Time `json:"-"`
 }
 
-// Executor runs one command in a named sandbox; *sandbox.Manager is one.
+// Executor runs one command in a named sandbox; every sandbox.Backend
+// (*sandbox.Manager, ...) is one.
 type Executor interface {
 	Exec(ctx context.Context, name string, cmd sandbox.Command) (sandbox.Result, error)
 }

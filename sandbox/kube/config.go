@@ -10,29 +10,46 @@ import (
 	"go.yaml.in/yaml/v3"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
 // FileConfig is the `runtime:` section of a Shellgate config file that
-// selects this backend:
+// selects this backend (`shellgate serve --config FILE`):
 //
 //	runtime:
-//	  backend: kube
+//	  backend: kubernetes                     # or kube
 //	  namespace: shellgate
 //	  image: registry.example/shellgate-sandbox:1
 //	  kubeconfig: /etc/shellgate/kubeconfig   # omit in a pod: in-cluster
 //	  runtime_class: gvisor
 //	  ready_timeout: 2m
+//	  shell: [/bin/bash, -lc]                 # how the image runs a command line
+//	  egress_proxy:                           # sandboxes with a network allowlist
+//	    namespace: shellgate
+//	    service: shellgate-egress
+//	    port: 3128
+//	    labels: {app.kubernetes.io/name: shellgate-egress}
 type FileConfig struct {
-	Backend      string        `yaml:"backend"`
-	Namespace    string        `yaml:"namespace"`
-	Image        string        `yaml:"image"`
-	Kubeconfig   string        `yaml:"kubeconfig"`
-	Context      string        `yaml:"context"`
-	RuntimeClass string        `yaml:"runtime_class"`
-	ReadyTimeout time.Duration `yaml:"ready_timeout"`
+	Backend      string          `yaml:"backend"`
+	Namespace    string          `yaml:"namespace"`
+	Image        string          `yaml:"image"`
+	Kubeconfig   string          `yaml:"kubeconfig"`
+	Context      string          `yaml:"context"`
+	RuntimeClass string          `yaml:"runtime_class"`
+	ReadyTimeout time.Duration   `yaml:"ready_timeout"`
+	Shell        []string        `yaml:"shell"`
+	EgressProxy  FileEgressProxy `yaml:"egress_proxy"`
+}
+
+// FileEgressProxy is the `egress_proxy:` of a FileConfig (EgressProxy).
+type FileEgressProxy struct {
+	Namespace string            `yaml:"namespace"`
+	Service   string            `yaml:"service"`
+	Port      int32             `yaml:"port"`
+	Labels    map[string]string `yaml:"labels"`
 }
 
 // ParseFileConfig decodes and checks a `runtime:` section; unknown fields
@@ -45,14 +62,25 @@ func ParseFileConfig(b []byte) (FileConfig, error) {
 		return FileConfig{}, fmt.Errorf("runtime: %w", err)
 	}
 	switch {
-	case fc.Backend != "kube":
-		return FileConfig{}, fmt.Errorf("runtime.backend %q: want kube", fc.Backend)
+	case fc.Backend != "kube" && fc.Backend != "kubernetes":
+		return FileConfig{}, fmt.Errorf("runtime.backend %q: want kubernetes (or kube); without a runtime section sandboxes run on this machine", fc.Backend)
 	case fc.Namespace == "":
 		return FileConfig{}, errors.New("runtime.namespace: required")
 	case fc.Image == "":
 		return FileConfig{}, errors.New("runtime.image: required (the sandbox image: make image-oci SANDBOX_ROOTFS=...)")
 	case fc.ReadyTimeout < 0:
 		return FileConfig{}, errors.New("runtime.ready_timeout: must not be negative")
+	case fc.EgressProxy.Port < 0 || fc.EgressProxy.Port > 65535:
+		return FileConfig{}, fmt.Errorf("runtime.egress_proxy.port %d: want 1-65535", fc.EgressProxy.Port)
+	case fc.RuntimeClass != "" && fc.RuntimeClass != "-" && len(validation.IsDNS1123Subdomain(fc.RuntimeClass)) > 0:
+		return FileConfig{}, fmt.Errorf("runtime.runtime_class %q: not a RuntimeClass name", fc.RuntimeClass)
+	case len(validation.IsDNS1123Label(fc.Namespace)) > 0:
+		return FileConfig{}, fmt.Errorf("runtime.namespace %q: not a namespace name", fc.Namespace)
+	}
+	for i, a := range fc.Shell {
+		if a == "" {
+			return FileConfig{}, fmt.Errorf("runtime.shell[%d]: empty", i)
+		}
 	}
 	return fc, nil
 }
@@ -92,6 +120,19 @@ func (fc FileConfig) Connect(cfg Config) (*Backend, kubernetes.Interface, error)
 	}
 	if fc.ReadyTimeout > 0 {
 		cfg.ReadyTimeout = fc.ReadyTimeout
+	}
+	e := fc.EgressProxy
+	if e.Namespace != "" {
+		cfg.Egress.Namespace = e.Namespace
+	}
+	if e.Service != "" {
+		cfg.Egress.Service = e.Service
+	}
+	if e.Port != 0 {
+		cfg.Egress.Port = e.Port
+	}
+	if e.Labels != nil {
+		cfg.Egress.Labels = e.Labels
 	}
 	b, err := New(cs, cfg)
 	return b, cs, err

@@ -141,6 +141,9 @@ type Options struct {
 	Network *egress.Policy
 	// Limits override Config.Limits when non-zero.
 	Limits *runtime.Limits
+	// DiskBytes overrides Config.DiskBytes (the home's size limit) when
+	// positive.
+	DiskBytes int64
 }
 
 // Errors.
@@ -298,6 +301,10 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 			return fmt.Errorf("kube: limits: %w", err)
 		}
 	}
+	disk := b.cfg.DiskBytes
+	if opts.DiskBytes > 0 {
+		disk = opts.DiskBytes
+	}
 	release, err := b.claim(id)
 	if err != nil {
 		return err
@@ -345,7 +352,7 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 	if _, err := b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, b.NetworkPolicy(id, opts.Network), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
 	}
-	if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.Pod(id, lim, opts.Network, proxy), metav1.CreateOptions{}); err != nil {
+	if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("kube: create pod %s: %w", ObjectName(id), err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)

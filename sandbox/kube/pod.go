@@ -22,6 +22,11 @@ import (
 // sandbox gets what SPEC §3.1 promises and never more. proxy, when set, is
 // the egress proxy's URL for HTTP(S)_PROXY.
 func (b *Backend) Pod(id string, lim runtime.Limits, pol *egress.Policy, proxy string) *corev1.Pod {
+	return b.pod(id, lim, b.cfg.DiskBytes, pol, proxy)
+}
+
+// pod is Pod with the home's size limit disk.
+func (b *Backend) pod(id string, lim runtime.Limits, disk int64, pol *egress.Policy, proxy string) *corev1.Pod {
 	no, yes := false, true
 	uid, gid := b.cfg.UID, b.cfg.GID
 	meta := b.meta(id)
@@ -34,7 +39,7 @@ func (b *Backend) Pod(id string, lim runtime.Limits, pol *egress.Policy, proxy s
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewMilliQuantity(int64(lim.CPUs*1000), resource.DecimalSI),
 		corev1.ResourceMemory:           *resource.NewQuantity(lim.MemoryBytes, resource.BinarySI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(b.cfg.DiskBytes, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk, resource.BinarySI),
 	}
 	env := []corev1.EnvVar{{Name: "HOME", Value: b.cfg.HomeDir}}
 	if proxy != "" {
@@ -47,7 +52,7 @@ func (b *Backend) Pod(id string, lim runtime.Limits, pol *egress.Policy, proxy s
 		rc = &b.cfg.RuntimeClass
 	}
 	tmp := resource.NewQuantity(lim.TmpBytes, resource.BinarySI)
-	disk := resource.NewQuantity(b.cfg.DiskBytes, resource.BinarySI)
+	diskQ := resource.NewQuantity(disk, resource.BinarySI)
 	mode := int32(0o440)
 	return &corev1.Pod{
 		ObjectMeta: meta,
@@ -98,7 +103,7 @@ func (b *Backend) Pod(id string, lim runtime.Limits, pol *egress.Policy, proxy s
 				},
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: disk}}},
+				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: diskQ}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
 				{Name: "agent-credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ObjectName(id), DefaultMode: &mode}}},
 			},

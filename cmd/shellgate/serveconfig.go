@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/kube"
+)
+
+// serveConfig is a `serve --config` file split by reader: the model
+// providers and trace broadcast (upstream, broadcast) get the file without
+// its `runtime:` section, which selects the sandbox backend. A file may
+// hold any of them; unknown top-level keys are errors.
+type serveConfig struct {
+	// rest is the file without `runtime:`; nil when nothing else is in it.
+	rest []byte
+	// kube is set when `runtime:` selects Kubernetes.
+	kube *kube.FileConfig
+}
+
+func parseServeConfig(b []byte) (serveConfig, error) {
+	var top struct {
+		Providers yaml.Node `yaml:"providers"`
+		Broadcast yaml.Node `yaml:"broadcast"`
+		Runtime   yaml.Node `yaml:"runtime"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&top); err != nil {
+		return serveConfig{}, fmt.Errorf("not a valid config (top-level keys: providers, broadcast, runtime): %w", err)
+	}
+	var sc serveConfig
+	if top.Runtime.Kind != 0 {
+		if top.Runtime.Kind != yaml.MappingNode {
+			return serveConfig{}, fmt.Errorf("runtime: want a mapping (backend: kubernetes, namespace, image, ...), line %d", top.Runtime.Line)
+		}
+		raw, err := yaml.Marshal(&top.Runtime)
+		if err != nil {
+			return serveConfig{}, fmt.Errorf("runtime: %w", err)
+		}
+		fc, err := kube.ParseFileConfig(raw)
+		if err != nil {
+			return serveConfig{}, err
+		}
+		sc.kube = &fc
+	}
+	if top.Providers.Kind != 0 || top.Broadcast.Kind != 0 {
+		rest := map[string]*yaml.Node{}
+		if top.Providers.Kind != 0 {
+			rest["providers"] = &top.Providers
+		}
+		if top.Broadcast.Kind != 0 {
+			rest["broadcast"] = &top.Broadcast
+		}
+		raw, err := yaml.Marshal(rest)
+		if err != nil {
+			return serveConfig{}, err
+		}
+		sc.rest = raw
+	}
+	return sc, nil
+}
+
+// kubeCheckTimeout bounds serve's startup check of the API server.
+const kubeCheckTimeout = 30 * time.Second
+
+// openKubeSandboxes connects to the cluster of fc and checks, before the
+// server starts, that the gateway's identity may do what sandboxes need.
+func openKubeSandboxes(ctx context.Context, fc kube.FileConfig, idle time.Duration, log *slog.Logger) (sandbox.Backend, error) {
+	b, _, err := fc.Connect(kube.Config{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, kubeCheckTimeout)
+	defer cancel()
+	if err := b.Check(cctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("runtime (kubernetes): %w", err)
+	}
+	log.Warn("kubernetes sandboxes: no home archive is configured, so pods are never put to sleep (their homes would be lost) and live until their container is deleted; file operations are not supported on this backend yet")
+	return kube.NewSandboxes(b, kube.SandboxesConfig{Shell: fc.Shell, IdleTimeout: idle}), nil
+}
+
+// readServeConfig reads and splits the --config file.
+func readServeConfig(path string) (serveConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return serveConfig{}, err
+	}
+	sc, err := parseServeConfig(b)
+	if err != nil {
+		return serveConfig{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return sc, nil
+}
+
+var errKubeFlag = errors.New("applies to sandboxes on this machine; the config file's runtime: section runs them on Kubernetes")

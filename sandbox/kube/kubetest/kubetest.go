@@ -1,0 +1,215 @@
+// Package kubetest runs package kube's sandboxes in tests without a
+// cluster: client-go's fake clientset is the API server, and a pod created
+// in it starts the real Shellgate agent on loopback TCP (TLS + token, as in
+// a pod), with the pod's Secret as its credentials. Only the API server is
+// fake; the agent and every command are real.
+package kubetest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/kube"
+)
+
+// Namespace is the namespace of a Cluster's sandboxes.
+const Namespace = "shellgate"
+
+// Cluster plays the kubelet for a fake clientset. Each sandbox pod created
+// gets the agent started from the pod's own command line (its -listen
+// moved to 127.0.0.1:Port) in a PID and mount namespace of its own, with a
+// new empty directory bound over HomeDir: like a pod's emptyDir, a pod's
+// home starts empty and is gone with the pod. The pod is then Ready at
+// 127.0.0.1. Every pod listens on Port, so one pod runs at a time.
+type Cluster struct {
+	CS      *fake.Clientset
+	Port    int32
+	HomeDir string
+
+	t    testing.TB
+	mu   sync.Mutex
+	cmds []*exec.Cmd
+}
+
+// Config is a kube.Config for the cluster's pods.
+func (c *Cluster) Config() kube.Config {
+	return kube.Config{Namespace: Namespace, Image: "shellgate-sandbox:test", AgentPort: c.Port, HomeDir: c.HomeDir,
+		ReadyTimeout: 10 * time.Second, PollInterval: 20 * time.Millisecond}
+}
+
+// NewCluster starts a fake cluster for t; it needs root (the agent runs
+// as PID 1 of its namespace and the home is a bind mount).
+func NewCluster(t testing.TB) *Cluster {
+	testenv.NeedRoot(t, "the agent runs as PID 1 of a PID namespace over a bind-mounted home")
+	bin, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	c := &Cluster{t: t, CS: fake.NewClientset(), Port: port, HomeDir: t.TempDir()}
+	c.CS.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		if err := c.start(bin, p); err != nil {
+			return true, nil, err
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		return false, nil, nil
+	})
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cmd := range c.cmds {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return c
+}
+
+// start runs pod p's agent.
+func (c *Cluster) start(bin string, p *corev1.Pod) error {
+	sec, err := c.CS.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, Namespace, p.Name)
+	if err != nil {
+		return err
+	}
+	creds := c.t.TempDir()
+	for k, v := range sec.(*corev1.Secret).Data {
+		if err := os.WriteFile(filepath.Join(creds, k), v, 0o600); err != nil {
+			return err
+		}
+	}
+	args := append([]string(nil), p.Spec.Containers[0].Command[1:]...)
+	for i := range args {
+		switch args[i] {
+		case "-listen":
+			args[i+1] = "127.0.0.1" + args[i+1]
+		case "-credentials":
+			args[i+1] = creds
+		}
+	}
+	podHome := c.t.TempDir()
+	// sh binds the pod's home and then becomes the agent (PID 1).
+	sh := append([]string{"-c", `mount --bind "$1" "$2" && shift 2 && exec "$@"`, "sh", podHome, c.HomeDir, bin}, args...)
+	cmd := exec.Command("/bin/sh", sh...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(stderr)
+	var lines []string
+	listening := false
+	for !listening && sc.Scan() {
+		listening = strings.Contains(sc.Text(), "listening on")
+		lines = append(lines, sc.Text())
+	}
+	go io.Copy(io.Discard, stderr)
+	c.mu.Lock()
+	c.cmds = append(c.cmds, cmd)
+	c.mu.Unlock()
+	if !listening {
+		return errors.New("agent did not start: " + strings.Join(lines, "\n"))
+	}
+	return nil
+}
+
+// KillAgents kills every agent started so far, as a pod's sandbox dying
+// would (their gateway connections break).
+func (c *Cluster) KillAgents() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range c.cmds {
+		cmd.Process.Kill()
+	}
+}
+
+// Objects counts the sandbox objects in the namespace.
+func (c *Cluster) Objects(ctx context.Context) (pods, secrets, policies int, err error) {
+	p, err := c.CS.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	s, err := c.CS.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	n, err := c.CS.NetworkingV1().NetworkPolicies(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return len(p.Items), len(s.Items), len(n.Items), nil
+}
+
+// TarArchiver keeps homes in memory as base64 tar streams, read and
+// written through the pod's agent: what an archiver sees of a pod.
+type TarArchiver struct {
+	mu    sync.Mutex
+	saved map[string]string
+	// Archives and Restores count the calls that moved a home.
+	Archives, Restores int
+}
+
+func NewTarArchiver() *TarArchiver { return &TarArchiver{saved: map[string]string{}} }
+
+var _ kube.Archiver = (*TarArchiver)(nil)
+
+func (a *TarArchiver) Archive(ctx context.Context, id string, h kube.Home) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out, err := h.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "tar -C " + h.Dir() + " -cf - . | base64 -w0", Dir: "/", MaxBytes: 16 << 20})
+	if err != nil {
+		return err
+	}
+	if out.ExitCode != 0 || out.StdoutBytes != int64(len(out.Stdout)) {
+		return errors.New("archive: " + string(out.Stderr))
+	}
+	a.saved[id] = string(out.Stdout)
+	a.Archives++
+	return nil
+}
+
+func (a *TarArchiver) Restore(ctx context.Context, id string, h kube.Home) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.saved[id]
+	if !ok {
+		return nil
+	}
+	out, err := h.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo " + s + " | base64 -d | tar -C " + h.Dir() + " -xf -", Dir: "/"})
+	if err == nil && out.ExitCode != 0 {
+		err = errors.New("restore: " + string(out.Stderr))
+	}
+	if err == nil {
+		a.Restores++
+	}
+	return err
+}

@@ -1,0 +1,475 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/agent"
+)
+
+// Sandboxes is sandbox.Backend on a Backend: what `shellgate serve` runs
+// its containers on when the config file selects Kubernetes.
+//
+//   - Create records the name; the pod is made by the first command
+//     (Exec wakes a sandbox that has no pod), so creating a container
+//     costs no pod start.
+//   - Exec runs one command over the pod's authenticated agent connection,
+//     output streamed as it comes; commands of one sandbox run one at a
+//     time, as on this machine.
+//   - Sleep archives the home and deletes the pod (Backend.Sleep); idle
+//     sandboxes are put to sleep after IdleTimeout. Without an Archiver a
+//     pod's home cannot outlive it, so Sleep is refused (ErrNotSupported)
+//     and nothing sleeps when idle: pods live until Destroy.
+//   - Destroy deletes the pod and its objects.
+//   - The file operations (list, stat, read, write, remove, upload) are not
+//     carried over the agent yet: they return errors matching
+//     sandbox.ErrNotSupported that name the operation.
+//
+// A sandbox's record is this process's memory: after a restart a name is
+// known again from its first call (the server's container store is the
+// record of which containers exist), and its home from the Archiver.
+type Sandboxes struct {
+	b   *Backend
+	cfg SandboxesConfig
+	log *slog.Logger
+
+	settingsFn atomic.Pointer[sandbox.SettingsFunc]
+
+	mu      sync.Mutex
+	known   map[string]*entry
+	closed  bool
+	stop    chan struct{}
+	bg      sync.WaitGroup
+	inCalls sync.WaitGroup
+}
+
+// SandboxesConfig configures Sandboxes. Zero fields take the defaults.
+type SandboxesConfig struct {
+	// Shell runs a command line when the command is appended; default
+	// /bin/bash -lc (the sandbox image's shell).
+	Shell []string
+	// IdleTimeout puts a sandbox to sleep after this long without a
+	// command (only with an Archiver); default 5 minutes, negative never.
+	IdleTimeout time.Duration
+}
+
+// entry is one known sandbox: lock serializes its calls (a buffered
+// channel, so waiting for it follows a context).
+type entry struct {
+	lock chan struct{}
+	// lastUsed is when a command last ran or ended (UnixNano).
+	lastUsed atomic.Int64
+	// destroying is set by Destroy: calls holding or waiting for the
+	// lock end with sandbox.ErrDestroyed.
+	destroying atomic.Bool
+}
+
+// NewSandboxes serves sandbox.Backend from b.
+func NewSandboxes(b *Backend, cfg SandboxesConfig) *Sandboxes {
+	if len(cfg.Shell) == 0 {
+		cfg.Shell = []string{"/bin/bash", "-lc"}
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	s := &Sandboxes{b: b, cfg: cfg, log: b.cfg.Logger, known: map[string]*entry{}, stop: make(chan struct{})}
+	if cfg.IdleTimeout > 0 && b.cfg.Archiver != nil {
+		s.bg.Add(1)
+		go s.sleepIdle()
+	}
+	return s
+}
+
+var _ sandbox.Backend = (*Sandboxes)(nil)
+
+// errNoArchive: sleeping a pod would lose its home, as nothing keeps it.
+var errNoArchive = fmt.Errorf("kube: sleep needs a home archive (none is configured, so a pod's home would be lost): %w", sandbox.ErrNotSupported)
+
+// Runtime is "kubernetes/" and the pods' RuntimeClass.
+func (s *Sandboxes) Runtime() string {
+	if s.b.cfg.RuntimeClass == "-" {
+		return "kubernetes"
+	}
+	return "kubernetes/" + s.b.cfg.RuntimeClass
+}
+
+// Defaults are the Backend's limits and home size.
+func (s *Sandboxes) Defaults() sandbox.Settings {
+	return sandbox.Settings{Limits: s.b.cfg.Limits, HomeBytes: s.b.cfg.DiskBytes}
+}
+
+// SetSettings makes f the source of each sandbox's settings at its next
+// wake; nil goes back to the defaults.
+func (s *Sandboxes) SetSettings(f sandbox.SettingsFunc) {
+	if f == nil {
+		s.settingsFn.Store(nil)
+		return
+	}
+	s.settingsFn.Store(&f)
+}
+
+// begin counts a call in flight; it fails once Close began.
+func (s *Sandboxes) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return sandbox.ErrClosed
+	}
+	s.inCalls.Add(1)
+	return nil
+}
+
+// hold locks the named sandbox's entry, making it known when create is
+// set; without create an unknown name is sandbox.ErrNotFound.
+func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry, func(), error) {
+	if !sandbox.ValidName(name) {
+		return nil, nil, fmt.Errorf("%w: %q", sandbox.ErrBadName, name)
+	}
+	if err := s.begin(); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	e := s.known[name]
+	if e == nil {
+		if !create {
+			s.mu.Unlock()
+			s.inCalls.Done()
+			return nil, nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
+		}
+		e = &entry{lock: make(chan struct{}, 1)}
+		e.lastUsed.Store(time.Now().UnixNano())
+		s.known[name] = e
+	}
+	s.mu.Unlock()
+	select {
+	case e.lock <- struct{}{}:
+	case <-ctx.Done():
+		s.inCalls.Done()
+		return nil, nil, ctx.Err()
+	}
+	release := func() { <-e.lock; s.inCalls.Done() }
+	if e.destroying.Load() {
+		release()
+		return nil, nil, sandbox.ErrDestroyed
+	}
+	return e, release, nil
+}
+
+// Create records the named sandbox; its pod starts with its first command.
+func (s *Sandboxes) Create(ctx context.Context, name string) error {
+	e, release, err := s.hold(ctx, name, true)
+	if err != nil {
+		return err
+	}
+	e.lastUsed.Store(time.Now().UnixNano())
+	release()
+	return nil
+}
+
+// wake starts the named sandbox's pod with its settings, unless it has one.
+func (s *Sandboxes) wake(ctx context.Context, name string) error {
+	if s.b.Awake(name) {
+		return nil
+	}
+	var f sandbox.SettingsFunc
+	if p := s.settingsFn.Load(); p != nil {
+		f = *p
+	}
+	st, err := sandbox.ResolveSettings(ctx, f, s.Defaults(), name)
+	if err != nil {
+		return err
+	}
+	return s.b.Wake(ctx, name, Options{Network: st.Network, Limits: &st.Limits, DiskBytes: st.HomeBytes})
+}
+
+// hostGrace is how long past a command's own timeout the gateway waits for
+// the agent before it gives up on the pod.
+const hostGrace = 10 * time.Second
+
+// Exec runs one command in the named sandbox, starting its pod first when
+// it has none.
+func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) (sandbox.Result, error) {
+	e, release, err := s.hold(ctx, name, true)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer release()
+	e.lastUsed.Store(time.Now().UnixNano())
+	defer func() { e.lastUsed.Store(time.Now().UnixNano()) }()
+	if err := s.wake(ctx, name); err != nil {
+		return sandbox.Result{}, err
+	}
+	hostCtx, cancel := ctx, context.CancelFunc(func() {})
+	if cmd.TimeoutMs > 0 {
+		hostCtx, cancel = context.WithTimeout(ctx, time.Duration(cmd.TimeoutMs)*time.Millisecond+hostGrace)
+	}
+	defer cancel()
+	out, err := s.b.Exec(hostCtx, name, agent.ExecRequest{
+		Shell: s.cfg.Shell, Command: cmd.Command, Dir: s.b.cfg.HomeDir,
+		TimeoutMs: cmd.TimeoutMs, MaxBytes: cmd.MaxBytes,
+	}, cmd.OnOutput)
+	switch {
+	case err == nil:
+	case e.destroying.Load():
+		return sandbox.Result{}, sandbox.ErrDestroyed
+	case errors.Is(err, agent.ErrClosed) || (ctx.Err() == nil && hostCtx.Err() != nil):
+		// The pod's agent went away or missed the timeout: the pod is
+		// given up and the next command starts a new one.
+		res := sandbox.Result{ExitCode: 137, Restarted: true}
+		why := "the sandbox's pod stopped answering during this command"
+		if !errors.Is(err, agent.ErrClosed) {
+			res = sandbox.Result{ExitCode: -1, TimedOut: true, Restarted: true}
+			why = "the sandbox's pod did not end the command at its timeout"
+		}
+		s.log.Warn("sandbox pod lost during a command", "sandbox", name, "err", err)
+		kept := "files in /workspace/home are kept"
+		if serr := s.sleepPod(context.WithoutCancel(ctx), name); serr != nil {
+			s.log.Warn("sandbox pod could not be archived; deleting it", "sandbox", name, "err", serr)
+			kept = "files written since the sandbox last slept are lost"
+			if derr := s.b.Destroy(context.WithoutCancel(ctx), name); derr != nil {
+				s.log.Error("deleting a lost sandbox pod failed", "sandbox", name, "err", derr)
+			}
+		}
+		res.Stderr = []byte("shellgate: " + why + "; " + kept + " and the next command runs in a new pod\n")
+		return res, nil
+	default:
+		return sandbox.Result{}, err
+	}
+	if out.Error != "" {
+		out.Stderr = append(out.Stderr, []byte("shellgate: "+out.Error+"\n")...)
+	}
+	res := sandbox.Result{
+		Stdout: out.Stdout, Stderr: out.Stderr,
+		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes,
+		ExitCode: out.ExitCode, TimedOut: out.TimedOut,
+	}
+	if out.ProcessLimit {
+		res.ProcessLimit = true
+		res.Stderr = append(res.Stderr, "shellgate: the command reached the sandbox's process limit; creating more processes failed with EAGAIN\n"...)
+	}
+	return res, nil
+}
+
+// sleepPod archives and deletes the named sandbox's pod, if it has one.
+func (s *Sandboxes) sleepPod(ctx context.Context, name string) error {
+	if !s.b.Awake(name) {
+		return nil
+	}
+	if s.b.cfg.Archiver == nil {
+		return errNoArchive
+	}
+	return s.b.Sleep(ctx, name)
+}
+
+// Status is Running while the sandbox has a pod served by this process,
+// else Sleeping; sandbox.ErrNotFound for a name this process does not know.
+func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
+	if !sandbox.ValidName(name) {
+		return "", sandbox.ErrBadName
+	}
+	s.mu.Lock()
+	e := s.known[name]
+	s.mu.Unlock()
+	switch {
+	case s.b.Awake(name):
+		return sandbox.Running, nil
+	case e != nil:
+		return sandbox.Sleeping, nil
+	}
+	return "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
+}
+
+// List returns the sandboxes this process knows, by name. QuotaBytes is
+// the default home size limit and LastUsed the last command's time; disk
+// use is not measured.
+func (s *Sandboxes) List() ([]sandbox.Info, error) {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.known))
+	used := map[string]time.Time{}
+	for n, e := range s.known {
+		names = append(names, n)
+		used[n] = time.Unix(0, e.lastUsed.Load())
+	}
+	s.mu.Unlock()
+	slices.Sort(names)
+	out := make([]sandbox.Info, 0, len(names))
+	for _, n := range names {
+		st := sandbox.Sleeping
+		if s.b.Awake(n) {
+			st = sandbox.Running
+		}
+		out = append(out, sandbox.Info{Name: n, Status: st, QuotaBytes: s.b.cfg.DiskBytes, LastUsed: used[n]})
+	}
+	return out, nil
+}
+
+// Sleep archives the home and deletes the pod; a sandbox without a pod is
+// a no-op. Without an Archiver it is refused (the home would be lost).
+func (s *Sandboxes) Sleep(ctx context.Context, name string) error {
+	_, release, err := s.hold(ctx, name, false)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.sleepPod(ctx, name)
+}
+
+// Destroy deletes the named sandbox's pod and objects and forgets it; an
+// unknown name is sandbox.ErrNotFound (its objects, if a gateway that died
+// left some, are deleted all the same). A running command is cut short
+// (its Exec returns sandbox.ErrDestroyed: closing the pod's connection
+// makes the agent kill it), and so are calls waiting for the sandbox;
+// calls made after Destroy returned see a new sandbox. The Archiver's copy
+// of the home is not deleted (Archiver has no Delete).
+func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
+	if !sandbox.ValidName(name) {
+		return fmt.Errorf("%w: %q", sandbox.ErrBadName, name)
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.inCalls.Done()
+	dctx := context.WithoutCancel(ctx)
+	s.mu.Lock()
+	e := s.known[name]
+	s.mu.Unlock()
+	if e == nil {
+		if err := s.b.Destroy(dctx, name); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
+	}
+	if !e.destroying.CompareAndSwap(false, true) {
+		// Another Destroy is under way: wait for it.
+		select {
+		case e.lock <- struct{}{}:
+			<-e.lock
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	// Cut a running command short; a wake under way makes this ErrBusy,
+	// and the delete below, once the lock is ours, does it.
+	_ = s.b.Destroy(dctx, name)
+	e.lock <- struct{}{}
+	defer func() { <-e.lock }()
+	err := s.b.Destroy(dctx, name)
+	s.mu.Lock()
+	if s.known[name] == e {
+		delete(s.known, name)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// Close refuses new calls, waits for those in flight and puts every pod to
+// sleep (archive, then delete). Without an Archiver the pods are left
+// running, disconnected: deleting them would lose their homes.
+func (s *Sandboxes) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	names := make([]string, 0, len(s.known))
+	for n := range s.known {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	close(s.stop)
+	s.bg.Wait()
+	s.inCalls.Wait()
+	var errs []error
+	if s.b.cfg.Archiver != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		for _, n := range names {
+			if err := s.sleepPod(ctx, n); err != nil {
+				errs = append(errs, fmt.Errorf("sandbox %s: %w", n, err))
+			}
+		}
+	}
+	errs = append(errs, s.b.Close())
+	return errors.Join(errs...)
+}
+
+// sleepIdle puts sandboxes unused for IdleTimeout to sleep.
+func (s *Sandboxes) sleepIdle() {
+	defer s.bg.Done()
+	every := min(s.cfg.IdleTimeout/4, time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var idle []*entry
+		var names []string
+		for n, e := range s.known {
+			idle, names = append(idle, e), append(names, n)
+		}
+		s.mu.Unlock()
+		for i, e := range idle {
+			select {
+			case e.lock <- struct{}{}:
+			default:
+				continue // in use
+			}
+			s.mu.Lock()
+			current := s.known[names[i]] == e && !e.destroying.Load()
+			s.mu.Unlock()
+			if current && s.b.Awake(names[i]) && time.Since(time.Unix(0, e.lastUsed.Load())) >= s.cfg.IdleTimeout {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				if err := s.b.Sleep(ctx, names[i]); err != nil {
+					s.log.Warn("idle sandbox could not sleep", "sandbox", names[i], "err", err)
+				}
+				cancel()
+			}
+			<-e.lock
+		}
+	}
+}
+
+// notSupported is the error of a file operation: the agent protocol does
+// not carry files yet.
+func notSupported(op, name string) error {
+	return fmt.Errorf("kube: %s in sandbox %s: file operations are not supported on the kubernetes backend yet: %w", op, name, sandbox.ErrNotSupported)
+}
+
+// HomeChanged is always true: no watch of a pod's home.
+func (s *Sandboxes) HomeChanged(context.Context, string) bool { return true }
+
+func (s *Sandboxes) ListFiles(_ context.Context, name string, _ sandbox.ListOptions) (sandbox.FileList, error) {
+	return sandbox.FileList{}, notSupported("listing files", name)
+}
+func (s *Sandboxes) StatFile(_ context.Context, name, rel string) (sandbox.FileInfo, error) {
+	return sandbox.FileInfo{}, notSupported("stat of "+rel, name)
+}
+func (s *Sandboxes) OpenFile(_ context.Context, name, rel string, _ int64) (*sandbox.File, error) {
+	return nil, notSupported("reading "+rel, name)
+}
+func (s *Sandboxes) ReadFile(_ context.Context, name, rel string, _ int64) ([]byte, error) {
+	return nil, notSupported("reading "+rel, name)
+}
+func (s *Sandboxes) WriteFile(_ context.Context, name, rel string, _ io.Reader) error {
+	return notSupported("writing "+rel, name)
+}
+func (s *Sandboxes) PutFile(_ context.Context, name, rel string, _ io.Reader) (sandbox.FileInfo, error) {
+	return sandbox.FileInfo{}, notSupported("uploading "+rel, name)
+}
+func (s *Sandboxes) RemoveFile(_ context.Context, name, rel string) error {
+	return notSupported("removing "+rel, name)
+}
