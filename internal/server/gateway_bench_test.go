@@ -134,27 +134,38 @@ func replays(model *scripted.Server) []replay {
 }
 
 // gatewaySteps are the two request sizes of BenchmarkGatewayStep: the
-// overhead of a step is the slope between them.
-var gatewaySteps = [2]int{1, 6}
+// overhead of a step is the slope between them. Ten steps apart, the noise
+// of one request's wall time (scheduling on shared CPUs) is divided by ten
+// in the slope.
+var gatewaySteps = [2]int{1, 11}
 
-// stepCost is one gateway request and its direct equivalent: wall and
-// CPU time, heap objects allocated.
-type stepCost struct {
-	wall, cpu [2][]time.Duration // gateway, direct
-	allocs    [2]uint64
+// stepSample is one iteration's measure of a request size: the gateway's
+// request minus its direct equivalent, in wall time, CPU time and heap
+// objects allocated.
+type stepSample struct {
+	wall, cpu time.Duration
+	allocs    int64
+	gw, dir   time.Duration // wall time of each side
 }
 
 // BenchmarkGatewayStep: one iteration is, for each of gatewaySteps, one
-// gateway request of that many steps and, interleaved, the library +
-// direct-upstream equivalent. It reports the gateway's own overhead
-// (gateway − direct) per step — the slope between the two sizes, so it
-// leaves out what a request costs once (the client's HTTP exchange, the
-// key check, opening the container, the ledger write) — and that per
-// request cost (the overhead of the 1-step request less one step), in
-// wall time, in CPU time of this process (server, scripted model and
-// clients; not the sandbox's processes: less distorted than wall time
-// when other processes share the CPUs) and in heap allocations (a count,
-// independent of the load).
+// gateway request of that many steps and, right after it, the library +
+// direct-upstream equivalent (the same commands on the same container, the
+// same upstream request bytes replayed to the same scripted model). It
+// reports the gateway's own overhead (gateway − direct) per step — the
+// slope between the two sizes, so it leaves out what a request costs once
+// (the client's HTTP exchange, the key check, opening the container, the
+// ledger write) — and that per request cost (the overhead of the 1-step
+// request less one step), in wall time, in CPU time of this process
+// (server, scripted model and clients; not the sandbox's processes: less
+// distorted than wall time when other processes share the CPUs) and in
+// heap allocations (a count, independent of the load, but it counts every
+// goroutine of the process, so background work adds to either side).
+//
+// Each iteration gives one slope of each kind, computed from that
+// iteration's own four requests; the reported value is the median of these
+// per-iteration slopes, so a burst of load spoils the iterations it hits,
+// not the estimate.
 func BenchmarkGatewayStep(b *testing.B) {
 	var ps []upstream.Provider
 	var models [2]*scripted.Server
@@ -185,7 +196,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var runs [2]func(*stepCost)
+			var runs [2]func() stepSample
 			for i, n := range gatewaySteps {
 				model := models[i]
 				container, session := c.ID, ""
@@ -219,46 +230,59 @@ func BenchmarkGatewayStep(b *testing.B) {
 					}
 				}
 				direct()
-				runs[i] = func(sc *stepCost) {
+				runs[i] = func() stepSample {
 					model.Reset()
+					var wall, cpu [2]time.Duration
+					var objs [2]uint64
 					for k, f := range []func(){viaGateway, direct} {
 						a0, c0, t0 := allocs(), cpuTime(), time.Now()
 						f()
-						sc.wall[k] = append(sc.wall[k], time.Since(t0))
-						sc.cpu[k] = append(sc.cpu[k], cpuTime()-c0)
-						sc.allocs[k] += allocs() - a0
+						wall[k], cpu[k], objs[k] = time.Since(t0), cpuTime()-c0, allocs()-a0
 					}
+					return stepSample{wall: wall[0] - wall[1], cpu: cpu[0] - cpu[1], allocs: int64(objs[0]) - int64(objs[1]),
+						gw: wall[0], dir: wall[1]}
 				}
 			}
-			var cost [2]stepCost
+			steps := gatewaySteps[1] - gatewaySteps[0]
+			var perStep, perReq, cpuStep, cpuReq, objStep, objReq []float64
+			var gw, dir []time.Duration
 			for b.Loop() {
-				for i := range gatewaySteps {
-					runs[i](&cost[i])
-				}
+				s0, s1 := runs[0](), runs[1]()
+				ws := us(s1.wall-s0.wall) / float64(steps)
+				cs := us(s1.cpu-s0.cpu) / float64(steps)
+				os := float64(s1.allocs-s0.allocs) / float64(steps)
+				perStep, perReq = append(perStep, ws), append(perReq, us(s0.wall)-ws)
+				cpuStep, cpuReq = append(cpuStep, cs), append(cpuReq, us(s0.cpu)-cs)
+				objStep, objReq = append(objStep, os), append(objReq, float64(s0.allocs)-os)
+				gw, dir = append(gw, s1.gw), append(dir, s1.dir)
 			}
-			// over is the gateway's overhead of a request of size i in µs
-			// (medians) or objects (means).
-			over := func(i int, cpu bool) float64 {
-				d := cost[i].wall
-				if cpu {
-					d = cost[i].cpu
-				}
-				return (medianMs(d[0]) - medianMs(d[1])) * 1000
-			}
-			objs := func(i int) float64 { return (float64(cost[i].allocs[0]) - float64(cost[i].allocs[1])) / float64(b.N) }
-			steps := float64(gatewaySteps[1] - gatewaySteps[0])
-			perStep, cpuPerStep, objsPerStep := (over(1, false)-over(0, false))/steps, (over(1, true)-over(0, true))/steps, (objs(1)-objs(0))/steps
-			b.ReportMetric(medianMs(cost[1].wall[0]), "gateway-ms")
-			b.ReportMetric(medianMs(cost[1].wall[1]), "direct-ms")
-			b.ReportMetric(medianMs(cost[1].wall[0])/medianMs(cost[1].wall[1]), "ratio")
-			b.ReportMetric(perStep, "overhead-µs/step")
-			b.ReportMetric(over(0, false)-perStep, "overhead-µs/request")
-			b.ReportMetric(cpuPerStep, "cpu-µs/step")
-			b.ReportMetric(over(0, true)-cpuPerStep, "cpu-µs/request")
-			b.ReportMetric(objsPerStep, "allocs/step")
-			b.ReportMetric(objs(0)-objsPerStep, "allocs/request")
+			b.ReportMetric(medianMs(gw), "gateway-ms")
+			b.ReportMetric(medianMs(dir), "direct-ms")
+			b.ReportMetric(medianMs(gw)/medianMs(dir), "ratio")
+			b.ReportMetric(median(perStep), "overhead-µs/step")
+			b.ReportMetric(median(perReq), "overhead-µs/request")
+			b.ReportMetric(median(cpuStep), "cpu-µs/step")
+			b.ReportMetric(median(cpuReq), "cpu-µs/request")
+			b.ReportMetric(median(objStep), "allocs/step")
+			b.ReportMetric(median(objReq), "allocs/request")
 		})
 	}
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// median is the median of v (the mean of the middle two for an even
+// count); v is sorted.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // allocs is how many heap objects this process has allocated.
