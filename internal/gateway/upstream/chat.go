@@ -32,12 +32,20 @@ import (
 // send, are tool_use); a refusal's text is the turn's text.
 type Chat struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewChat returns the adapter for e.
-func NewChat(e Endpoint) *Chat { return &Chat{Endpoint: e} }
+func NewChat(e Endpoint) *Chat {
+	c := &Chat{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Chat) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("Authorization", "Bearer "+c.APIKey)

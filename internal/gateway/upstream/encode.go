@@ -68,10 +68,15 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 	}
 	keep := max(off, min(len(m.Elems)-1, off+len(es)))
 	m.Elems = m.Elems[:keep]
+	var scratch []byte // the lean encoders write here, each element is then copied once
 	for i := keep - off; i < len(es); i++ {
 		if lean != nil {
-			if b, ok := lean(nil, &es[i]); ok {
-				m.Elems = append(m.Elems, b)
+			if scratch == nil {
+				scratch = make([]byte, 0, 1024)
+			}
+			var ok bool
+			if scratch, ok = lean(scratch[:0], &es[i]); ok {
+				m.Elems = append(m.Elems, bytes.Clone(scratch))
 				continue
 			}
 		}

@@ -32,12 +32,20 @@ import (
 // blocking reasons to refusal, a turn with calls to tool_use, else end.
 type Gemini struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewGemini returns the adapter for e.
-func NewGemini(e Endpoint) *Gemini { return &Gemini{Endpoint: e} }
+func NewGemini(e Endpoint) *Gemini {
+	c := &Gemini{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Gemini) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("x-goog-api-key", c.APIKey)
@@ -227,7 +235,7 @@ func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, tail, nil)
+	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, tail, leanGeminiContent)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

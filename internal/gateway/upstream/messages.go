@@ -36,12 +36,20 @@ const DefaultMaxTokens = 4096
 // input_tokens plus both cache counts, as the other APIs count it.
 type Messages struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewMessages returns the adapter for e.
-func NewMessages(e Endpoint) *Messages { return &Messages{Endpoint: e} }
+func NewMessages(e Endpoint) *Messages {
+	c := &Messages{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Messages) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("x-api-key", c.APIKey)

@@ -29,12 +29,20 @@ import (
 // refusal part to refusal, function calls to tool_use, else end.
 type Responses struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewResponses returns the adapter for e.
-func NewResponses(e Endpoint) *Responses { return &Responses{Endpoint: e} }
+func NewResponses(e Endpoint) *Responses {
+	c := &Responses{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Responses) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("Authorization", "Bearer "+c.APIKey)
