@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	rtmetrics "runtime/metrics"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -343,11 +343,15 @@ func median(v []float64) float64 {
 	return (v[n/2-1] + v[n/2]) / 2
 }
 
-// allocs is how many heap objects this process has allocated.
+// allocs is how many heap objects this process has allocated. It is
+// runtime.ReadMemStats's count, exact (it stops the world and flushes every
+// P's cache), where runtime/metrics' /gc/heap/allocs:objects counts a small
+// object's whole span when a P takes it, so a request's count was off by
+// up to a span's objects.
 func allocs() uint64 {
-	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:objects"}}
-	rtmetrics.Read(s)
-	return s[0].Value.Uint64()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // cpuTime is the user and system CPU time this process has used.
