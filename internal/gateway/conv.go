@@ -141,7 +141,18 @@ type Encoded struct {
 	Tools   []byte   // the tools array; nil until encoded
 	NTools  int      // len(Request.Tools) that Tools encodes
 	Top     []byte   // the other fields, as a JSON object
-	TopKey  string   // what Top was encoded for (tool choice, streaming)
+	TopKey  TopKey   // what Top was encoded for
+	// From is the index in Request.Messages of the first message of the
+	// last element of Elems, which is Elems[Base]: an adapter that
+	// translates only the messages from there on (memoFrom) rebuilds that
+	// element and the new ones, not the whole conversation every turn.
+	From, Base int
+}
+
+// TopKey is what an Encoded's Top depends on of what the loop changes.
+type TopKey struct {
+	ToolChoice ToolChoice
+	Stream     bool
 }
 
 // StopReason says why a turn ended, in the neutral vocabulary; each API

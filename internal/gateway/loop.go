@@ -301,9 +301,10 @@ func turnOnce(ctx context.Context, run *Run, req *Request) (*Turn, map[int]bool,
 	var onDelta func(Delta)
 	var text string
 	open := -1
-	streamed := map[int]bool{}
+	var streamed map[int]bool // nil (reads as all false) when not streamed
 	callSeen := false
 	if run.Sink != nil {
+		streamed = map[int]bool{}
 		onDelta = func(d Delta) {
 			if d.Kind != DeltaText {
 				callSeen = true

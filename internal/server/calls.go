@@ -42,11 +42,17 @@ func (c *callLocks) acquire(ctx context.Context, name string, wait time.Duration
 		}
 		c.mu.Unlock()
 	}
+	release = func() { <-l.ch; drop() }
+	select {
+	case l.ch <- struct{}{}:
+		return release, true // free: no timer to make
+	default:
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case l.ch <- struct{}{}:
-		return func() { <-l.ch; drop() }, true
+		return release, true
 	case <-t.C:
 	case <-ctx.Done():
 	}

@@ -4,6 +4,7 @@
 package tool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,10 +41,18 @@ func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
 }
 
-// ParseShellArgs decodes a model's JSON arguments.
+// ParseShellArgs decodes a model's JSON arguments: the first JSON value of
+// raw (text after it is ignored).
 func ParseShellArgs(raw []byte) (ShellArgs, error) {
 	var a ShellArgs
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	// The common case, arguments that are one JSON value, without a
+	// Decoder's buffer and copy of raw; anything else (trailing text, an
+	// error) takes the Decoder's path, whose results and errors these are.
+	if json.Unmarshal(raw, &a) == nil {
+		return a, nil
+	}
+	a = ShellArgs{}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&a); err != nil {
 		return ShellArgs{}, invalid("arguments are not a JSON object of the form {\"commands\": [\"...\"], \"timeout_ms\": N, \"max_output_length\": N}: %v", err)
 	}

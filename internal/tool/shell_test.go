@@ -65,6 +65,16 @@ func TestParseShellArgs(t *testing.T) {
 	if err != nil || a.Commands[0] != "echo hi" || *a.TimeoutMs != 5000 {
 		t.Fatalf("%+v %v", a, err)
 	}
+	// Text after the arguments' object is ignored, as it always was (the
+	// first JSON value counts), and a partly decoded value leaves nothing.
+	a, err = ParseShellArgs([]byte(`{"commands":["ls"]} {"commands":["rm -rf /"]}`))
+	if err != nil || len(a.Commands) != 1 || a.Commands[0] != "ls" {
+		t.Fatalf("trailing text: %+v %v", a, err)
+	}
+	a, err = ParseShellArgs([]byte(`{"commands":["ls"],"timeout_ms":"x"} trailing`))
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("type error with trailing text: %+v %v", a, err)
+	}
 }
 
 func TestOutputShaping(t *testing.T) {

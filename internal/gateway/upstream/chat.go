@@ -32,12 +32,20 @@ import (
 // send, are tool_use); a refusal's text is the turn's text.
 type Chat struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewChat returns the adapter for e.
-func NewChat(e Endpoint) *Chat { return &Chat{Endpoint: e} }
+func NewChat(e Endpoint) *Chat {
+	c := &Chat{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Chat) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("Authorization", "Bearer "+c.APIKey)
@@ -172,7 +180,7 @@ func chatBody(req *gateway.Request, stream bool) ([]byte, error) {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, nil)
+	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, nil, nil)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

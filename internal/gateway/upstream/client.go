@@ -95,6 +95,10 @@ func (e *Endpoint) url(path string) string {
 	return base + path
 }
 
+// jsonContentType is the Content-Type value of a request (shared: the HTTP
+// client does not modify a request's header values).
+var jsonContentType = []string{"application/json"}
+
 // errTimeout is the cause of a call ended by the provider's own timeout.
 var errTimeout = errors.New("upstream timeout")
 
@@ -121,7 +125,7 @@ func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.
 		c.close()
 		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: "bad upstream URL: " + err.Error()}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header["Content-Type"] = jsonContentType
 	for k, v := range e.Header {
 		req.Header[k] = v
 	}

@@ -25,9 +25,15 @@ import (
 // one role); the tools array is reused while it has as many tools.
 // The adapter leaves *tools empty when the memo has them (toolsToEncode).
 //
+// tail, when not nil, says that *elems holds only the elements of the
+// messages from memoFrom(req) on (the adapter translated no earlier
+// message), tail[i] being the index in req.Messages of the first message
+// of (*elems)[i]; the memo's elements before Base are kept as they are.
+// With tail nil, *elems is the whole conversation.
+//
 // lean, when not nil, encodes an element without the SDK (lean.go) or
 // says it cannot.
-func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T, lean func([]byte, *E) ([]byte, bool)) ([]byte, error) {
+func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T, tail []int, lean func([]byte, *E) ([]byte, bool)) ([]byte, error) {
 	m := req.Encoded
 	if m == nil {
 		return json.Marshal(p)
@@ -37,10 +43,7 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 	}
 	es, ts := *elems, *tools
 	// Of the other fields the loop changes only the tool choice.
-	key := fmt.Sprintf("%+v", req.ToolChoice)
-	if stream {
-		key += "|stream"
-	}
+	key := gateway.TopKey{ToolChoice: req.ToolChoice, Stream: stream}
 	top := m.Top
 	if top == nil || m.TopKey != key {
 		*elems, *tools = nil, nil
@@ -55,12 +58,25 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 		}
 		m.Top, m.TopKey = top, key
 	}
-	keep := max(0, min(len(m.Elems)-1, len(es)))
+	// es[i] is the conversation's element off+i.
+	off := 0
+	if tail != nil && m.From > 0 {
+		if len(tail) != len(es) || m.Base >= len(m.Elems) {
+			return nil, fmt.Errorf("encoding the request: the memo does not match the conversation")
+		}
+		off = m.Base
+	}
+	keep := max(off, min(len(m.Elems)-1, off+len(es)))
 	m.Elems = m.Elems[:keep]
-	for i := keep; i < len(es); i++ {
+	var scratch []byte // the lean encoders write here, each element is then copied once
+	for i := keep - off; i < len(es); i++ {
 		if lean != nil {
-			if b, ok := lean(nil, &es[i]); ok {
-				m.Elems = append(m.Elems, b)
+			if scratch == nil {
+				scratch = make([]byte, 0, 1024)
+			}
+			var ok bool
+			if scratch, ok = lean(scratch[:0], &es[i]); ok {
+				m.Elems = append(m.Elems, bytes.Clone(scratch))
 				continue
 			}
 		}
@@ -69,6 +85,11 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 			return nil, err
 		}
 		m.Elems = append(m.Elems, b)
+	}
+	if tail != nil && len(es) > 0 {
+		m.From, m.Base = tail[len(es)-1], off+len(es)-1
+	} else {
+		m.From, m.Base = 0, 0
 	}
 	if len(ts) > 0 || m.NTools != len(req.Tools) {
 		b, err := json.Marshal(ts)
@@ -91,8 +112,15 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 	b.WriteByte('{')
 	sep := false
 	if len(m.Elems) > 0 {
-		b.WriteString(`"` + elemsKey + `":[`)
-		b.Write(bytes.Join(m.Elems, []byte{','}))
+		b.WriteByte('"')
+		b.WriteString(elemsKey)
+		b.WriteString(`":[`)
+		for i, e := range m.Elems {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(e)
+		}
 		b.WriteByte(']')
 		sep = true
 	}
@@ -112,6 +140,26 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// memoFrom is the first message of req the adapter needs to translate:
+// with a memo of the same flavour that holds elements, the first message
+// of its last element (encodeBody's tail), else 0.
+func memoFrom(req *gateway.Request, flavour string) int {
+	m := req.Encoded
+	if m == nil {
+		return 0
+	}
+	if m.Flavour != flavour {
+		*m = gateway.Encoded{Flavour: flavour}
+	}
+	if m.From <= 0 || m.From >= len(req.Messages) || m.Base >= len(m.Elems) {
+		// Nothing to skip, or not the conversation the memo was made
+		// of: everything is translated (encodeBody keeps what matches).
+		m.From, m.Base = 0, 0
+		return 0
+	}
+	return m.From
 }
 
 // memoTools says whether the run's memo holds the encoded tools, so the

@@ -15,8 +15,8 @@ var bodies = map[string]func(*gateway.Request, bool) ([]byte, error){
 
 // TestEncodeMemo grows a conversation as a run does — text, images, two
 // user messages in a row (which Messages merges), tool calls and results
-// with images and errors, streamed and not, tool choice changed for the
-// last turn — and checks that every turn's memoised body is the same JSON
+// with images and errors, a user message after results, streamed and not,
+// tool choice changed for the last turn — and checks that every turn's memoised body is the same JSON
 // value as the whole request encoded afresh.
 func TestEncodeMemo(t *testing.T) {
 	img := &gateway.Image{MediaType: "image/png", Data: "aGVsbG8="}
@@ -40,6 +40,10 @@ func TestEncodeMemo(t *testing.T) {
 						{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: res}}},
 					})
 				}
+				// A user message right after tool results: Messages and
+				// Gemini merge it into the results' element, which the memo
+				// rebuilds from its first message.
+				steps = append(steps, []gateway.Message{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "go on"}}}})
 				for i, add := range steps {
 					req.Messages = append(req.Messages, add...)
 					if i == len(steps)-1 {
@@ -66,6 +70,9 @@ func TestEncodeMemo(t *testing.T) {
 				}
 				if len(req.Encoded.Elems) == 0 || req.Encoded.Tools == nil {
 					t.Fatalf("the memo was not used: %+v", req.Encoded)
+				}
+				if api != gateway.APIChat && req.Encoded.From == 0 {
+					t.Fatalf("the adapter translated the whole conversation every turn: %+v", req.Encoded)
 				}
 			})
 		}

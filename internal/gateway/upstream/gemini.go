@@ -32,12 +32,20 @@ import (
 // blocking reasons to refusal, a turn with calls to tool_use, else end.
 type Gemini struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewGemini returns the adapter for e.
-func NewGemini(e Endpoint) *Gemini { return &Gemini{Endpoint: e} }
+func NewGemini(e Endpoint) *Gemini {
+	c := &Gemini{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Gemini) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("x-goog-api-key", c.APIKey)
@@ -83,12 +91,36 @@ func geminiInline(mediaType, b64 string) (*genai.Part, error) {
 
 // GeminiParams translates req into a generateContent body.
 func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
+	p, _, err := geminiParams(req, 0)
+	return p, err
+}
+
+// callName is the name of the call with id in msgs, the last one of that
+// id ("" if none).
+func callName(msgs []gateway.Message, id string) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != gateway.RoleAssistant {
+			continue
+		}
+		for _, part := range msgs[i].Parts {
+			if part.Kind == gateway.PartToolCall && part.Call.ID == id {
+				return part.Call.Name
+			}
+		}
+	}
+	return ""
+}
+
+// geminiParams is GeminiParams of the messages from from on; tail[i] is
+// the first message that content i is made of.
+func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error) {
 	p := &geminiRequest{}
 	if req.System != "" {
 		p.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: req.System}}}
 	}
-	names := map[string]string{} // call id → function name
-	for _, m := range req.Messages {
+	var tail []int
+	for mi, m := range req.Messages[from:] {
+		mi += from
 		c := &genai.Content{Role: genai.RoleUser}
 		switch m.Role {
 		case gateway.RoleUser:
@@ -101,11 +133,11 @@ func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
 					if r.IsError {
 						resp = map[string]any{"error": r.Content}
 					}
-					c.Parts = append(c.Parts, &genai.Part{FunctionResponse: &genai.FunctionResponse{ID: r.CallID, Name: names[r.CallID], Response: resp}})
+					c.Parts = append(c.Parts, &genai.Part{FunctionResponse: &genai.FunctionResponse{ID: r.CallID, Name: callName(req.Messages[:mi], r.CallID), Response: resp}})
 					for i := range r.Images {
 						ip, err := geminiPart(&r.Images[i])
 						if err != nil {
-							return nil, err
+							return nil, nil, err
 						}
 						images = append(images, ip)
 					}
@@ -116,7 +148,7 @@ func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
 				case gateway.PartImage:
 					ip, err := geminiPart(part.Image)
 					if err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 					c.Parts = append(c.Parts, ip)
 				}
@@ -131,7 +163,6 @@ func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
 						c.Parts = append(c.Parts, &genai.Part{Text: part.Text})
 					}
 				case gateway.PartToolCall:
-					names[part.Call.ID] = part.Call.Name
 					var args map[string]any
 					if json.Unmarshal([]byte(part.Call.Arguments), &args) != nil {
 						// Gemini's calls carry an object: arguments that
@@ -142,7 +173,7 @@ func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
 				}
 			}
 		default:
-			return nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
+			return nil, nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
 		}
 		if len(c.Parts) == 0 {
 			continue
@@ -152,13 +183,14 @@ func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
 			continue
 		}
 		p.Contents = append(p.Contents, c)
+		tail = append(tail, mi)
 	}
 	if len(req.Tools) > 0 {
 		t := &genai.Tool{}
 		for _, tool := range toolsToEncode(req, gateway.APIGemini) {
 			s, err := schema(tool.Parameters)
 			if err != nil {
-				return nil, gateway.BadRequest("tools", "tool %s: %v", tool.Name, err)
+				return nil, nil, gateway.BadRequest("tools", "tool %s: %v", tool.Name, err)
 			}
 			t.FunctionDeclarations = append(t.FunctionDeclarations, &genai.FunctionDeclaration{Name: tool.Name, Description: tool.Description, ParametersJsonSchema: s})
 		}
@@ -193,17 +225,17 @@ func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
 	if g.MaxOutputTokens > 0 || g.Temperature != nil || g.TopP != nil || len(g.StopSequences) > 0 {
 		p.GenerationConfig = g
 	}
-	return p, nil
+	return p, tail, nil
 }
 
 // geminiBody is the request body of req (streaming is in the URL, not
 // the body).
 func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, err := GeminiParams(req)
+	p, tail, err := geminiParams(req, memoFrom(req, gateway.APIGemini))
 	if err != nil {
 		return nil, err
 	}
-	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, nil)
+	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, tail, leanGeminiContent)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

@@ -2,10 +2,12 @@ package upstream
 
 import (
 	"encoding/json"
+	"reflect"
 	"unicode/utf8"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
 )
 
 // Lean encoders of the conversation elements a tool step adds: the model's
@@ -229,4 +231,144 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// leanGeminiContent appends the JSON of c when it is a content of text,
+// functionCall and text-only functionResponse parts (the model's call and
+// its result). genai's types hold maps and slices, so they are not
+// comparable: the check that a value holds nothing but the written fields
+// looks at every other field by reflection (onlyFields), which also
+// covers fields a newer genai adds.
+func leanGeminiContent(b []byte, c **genai.Content) ([]byte, bool) {
+	if *c == nil || len((*c).Parts) == 0 || !onlyFields(*c, geminiContentFields) {
+		return b, false
+	}
+	start := len(b)
+	b = append(b, `{"parts":[`...)
+	for i, p := range (*c).Parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = leanGeminiPart(b, p); !ok {
+			return b[:start], false
+		}
+	}
+	b = append(b, ']')
+	if (*c).Role != "" {
+		b = append(b, `,"role":`...)
+		b = appendString(b, (*c).Role)
+	}
+	return append(b, '}'), true
+}
+
+func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
+	switch {
+	case p == nil:
+		return b, false
+	case p.FunctionCall != nil:
+		fc := p.FunctionCall
+		if !onlyFields(p, geminiCallPartFields) || !onlyFields(fc, geminiCallFields) {
+			return b, false
+		}
+		b = append(b, `{"functionCall":{`...)
+		sep := false
+		if fc.ID != "" {
+			b = append(b, `"id":`...)
+			b = appendString(b, fc.ID)
+			sep = true
+		}
+		if len(fc.Args) > 0 {
+			args, err := json.Marshal(fc.Args) // as the SDK's encoder writes a map
+			if err != nil {
+				return b, false
+			}
+			if sep {
+				b = append(b, ',')
+			}
+			b = append(b, `"args":`...)
+			b = append(b, args...)
+			sep = true
+		}
+		if fc.Name != "" {
+			if sep {
+				b = append(b, ',')
+			}
+			b = append(b, `"name":`...)
+			b = appendString(b, fc.Name)
+		}
+		return append(b, `}}`...), true
+	case p.FunctionResponse != nil:
+		fr := p.FunctionResponse
+		if !onlyFields(p, geminiResponsePartFields) || !onlyFields(fr, geminiResponseFields) || len(fr.Response) != 1 {
+			return b, false
+		}
+		var key, text string
+		for k, v := range fr.Response {
+			s, ok := v.(string)
+			if !ok || (k != "output" && k != "error") {
+				return b, false
+			}
+			key, text = k, s
+		}
+		b = append(b, `{"functionResponse":{`...)
+		if fr.ID != "" {
+			b = append(b, `"id":`...)
+			b = appendString(b, fr.ID)
+			b = append(b, ',')
+		}
+		if fr.Name != "" {
+			b = append(b, `"name":`...)
+			b = appendString(b, fr.Name)
+			b = append(b, ',')
+		}
+		b = append(b, `"response":{"`...)
+		b = append(b, key...)
+		b = append(b, `":`...)
+		b = appendString(b, text)
+		return append(b, `}}}`...), true
+	default:
+		if p.Text == "" || !onlyFields(p, geminiTextPartFields) {
+			return b, false
+		}
+		b = append(b, `{"text":`...)
+		b = appendString(b, p.Text)
+		return append(b, '}'), true
+	}
+}
+
+// Field sets of onlyFields: the fields the lean Gemini encoder writes.
+var (
+	geminiContentFields      = fieldSet[genai.Content]("Parts", "Role")
+	geminiCallPartFields     = fieldSet[genai.Part]("FunctionCall")
+	geminiResponsePartFields = fieldSet[genai.Part]("FunctionResponse")
+	geminiTextPartFields     = fieldSet[genai.Part]("Text")
+	geminiCallFields         = fieldSet[genai.FunctionCall]("ID", "Args", "Name")
+	geminiResponseFields     = fieldSet[genai.FunctionResponse]("ID", "Name", "Response")
+)
+
+// fieldSet is which fields of struct T are named; it panics on a name T
+// does not have (a renamed field must not pass unchecked).
+func fieldSet[T any](names ...string) []bool {
+	t := reflect.TypeFor[T]()
+	set := make([]bool, t.NumField())
+	for _, n := range names {
+		f, ok := t.FieldByName(n)
+		if !ok || len(f.Index) != 1 {
+			panic("upstream: " + t.String() + " has no field " + n)
+		}
+		set[f.Index[0]] = true
+	}
+	return set
+}
+
+// onlyFields reports whether every field of *v outside set is zero.
+func onlyFields[T any](v *T, set []bool) bool {
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		if !set[i] && !rv.Field(i).IsZero() {
+			return false
+		}
+	}
+	return true
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
 )
 
 // leanStrings are texts that exercise every escaping rule.
@@ -98,5 +99,40 @@ func TestLeanMatchesSDK(t *testing.T) {
 		img.Content = append(img.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: &anthropic.ImageBlockParam{
 			Source: anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{Data: "aGk=", MediaType: "image/png"}}}})
 		messageCase(t, anthropic.NewUserMessage(anthropic.NewTextBlock("first"), anthropic.ContentBlockParamUnion{OfToolResult: &img}), false)
+	})
+	geminiCase := func(t *testing.T, c *genai.Content, wantLean bool) {
+		t.Helper()
+		check(t, fmt.Sprintf("%+v", c), func(b []byte) ([]byte, bool) { return leanGeminiContent(b, &c) }, c, wantLean)
+	}
+	t.Run("gemini", func(t *testing.T) {
+		for i, s := range leanStrings() {
+			// The arguments as geminiParams makes them: the model's JSON
+			// decoded, or the text it wrote when that is not an object.
+			var args map[string]any
+			if json.Unmarshal([]byte(s), &args) != nil {
+				args = map[string]any{"_raw_arguments": s}
+			}
+			geminiCase(t, &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{Text: s},
+				{FunctionCall: &genai.FunctionCall{ID: s, Name: s, Args: args}}}}, s != "")
+			key := []string{"output", "error"}[i%2]
+			geminiCase(t, &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{
+				{FunctionResponse: &genai.FunctionResponse{ID: s, Name: s, Response: map[string]any{key: s}}}, {Text: s + "."}}}, true)
+		}
+		geminiCase(t, &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{FunctionCall: &genai.FunctionCall{Name: "n",
+			Args: map[string]any{"commands": []any{"ls <a> & b"}, "timeout_ms": 1e3, "x": nil, "y": map[string]any{"z": true}}}}}}, true)
+		geminiCase(t, &genai.Content{Parts: []*genai.Part{{FunctionCall: &genai.FunctionCall{ID: "c"}}}}, true)
+		// Anything more than what the encoder writes goes to the SDK.
+		geminiCase(t, &genai.Content{Role: genai.RoleUser}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{Text: "t", Thought: true}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{Text: "t", ThoughtSignature: []byte("sig")}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{FunctionCall: &genai.FunctionCall{ID: "c", Name: "n"}, Text: "t"}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{FunctionCall: &genai.FunctionCall{ID: "c", Name: "n", WillContinue: genai.Ptr(true)}}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{FunctionResponse: &genai.FunctionResponse{ID: "c", Name: "n",
+			Response: map[string]any{"output": "x", "error": "y"}}}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{FunctionResponse: &genai.FunctionResponse{ID: "c", Name: "n",
+			Response: map[string]any{"output": 1}}}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{FunctionResponse: &genai.FunctionResponse{ID: "c", Name: "n",
+			Response: map[string]any{"output": "x"}, Parts: []*genai.FunctionResponsePart{{}}}}}}, false)
+		geminiCase(t, &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{InlineData: &genai.Blob{MIMEType: "image/png", Data: []byte("x")}}}}, false)
 	})
 }

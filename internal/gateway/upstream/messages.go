@@ -36,12 +36,20 @@ const DefaultMaxTokens = 4096
 // input_tokens plus both cache counts, as the other APIs count it.
 type Messages struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewMessages returns the adapter for e.
-func NewMessages(e Endpoint) *Messages { return &Messages{Endpoint: e} }
+func NewMessages(e Endpoint) *Messages {
+	c := &Messages{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Messages) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("x-api-key", c.APIKey)
@@ -79,7 +87,14 @@ func toolInput(args string) json.RawMessage {
 
 // MessagesParams translates req into Messages parameters.
 func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
-	p := anthropic.MessageNewParams{Model: anthropic.Model(req.Model), MaxTokens: int64(req.MaxTokens)}
+	p, _, err := messagesParams(req, 0)
+	return p, err
+}
+
+// messagesParams is MessagesParams of the messages from from on; tail[i]
+// is the first message that message i is made of.
+func messagesParams(req *gateway.Request, from int) (p anthropic.MessageNewParams, tail []int, err error) {
+	p = anthropic.MessageNewParams{Model: anthropic.Model(req.Model), MaxTokens: int64(req.MaxTokens)}
 	if p.MaxTokens <= 0 {
 		p.MaxTokens = DefaultMaxTokens
 	}
@@ -89,9 +104,11 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 	type turn struct {
 		role   gateway.Role
 		blocks []anthropic.ContentBlockParamUnion
+		from   int
 	}
-	turns := make([]turn, 0, len(req.Messages))
-	for _, m := range req.Messages {
+	turns := make([]turn, 0, len(req.Messages)-from)
+	for mi, m := range req.Messages[from:] {
+		mi += from
 		var blocks []anthropic.ContentBlockParamUnion
 		switch m.Role {
 		case gateway.RoleUser:
@@ -134,7 +151,7 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 				}
 			}
 		default:
-			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
+			return p, nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
 		}
 		if len(blocks) == 0 {
 			continue
@@ -157,12 +174,14 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 			}
 			continue
 		}
-		turns = append(turns, turn{m.Role, blocks})
+		turns = append(turns, turn{m.Role, blocks, mi})
 	}
 	if len(turns) > 0 {
 		p.Messages = make([]anthropic.MessageParam, 0, len(turns))
+		tail = make([]int, 0, len(turns))
 	}
 	for _, t := range turns {
+		tail = append(tail, t.from)
 		if t.role == gateway.RoleUser {
 			p.Messages = append(p.Messages, anthropic.NewUserMessage(t.blocks...))
 		} else {
@@ -172,7 +191,7 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 	for _, t := range toolsToEncode(req, gateway.APIMessages) {
 		s, err := schema(t.Parameters)
 		if err != nil {
-			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
+			return p, nil, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
 		}
 		in := anthropic.ToolInputSchemaParam{Properties: s["properties"]}
 		if req, ok := s["required"].([]any); ok {
@@ -237,7 +256,7 @@ func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
 	if req.User != "" {
 		p.Metadata.UserID = param.NewOpt(req.User)
 	}
-	return p, nil
+	return p, tail, nil
 }
 
 func messagesStop(r string) gateway.StopReason {
@@ -259,7 +278,7 @@ func messagesStop(r string) gateway.StopReason {
 
 // messagesBody is the request body of req.
 func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, err := MessagesParams(req)
+	p, tail, err := messagesParams(req, memoFrom(req, gateway.APIMessages))
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +290,7 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 		extra["stream"] = true
 		p.SetExtraFields(extra)
 	}
-	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, leanMessage)
+	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, tail, leanMessage)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

@@ -29,12 +29,20 @@ import (
 // refusal part to refusal, function calls to tool_use, else end.
 type Responses struct {
 	Endpoint
+	hdr http.Header // headers(), built once (read only)
 }
 
 // NewResponses returns the adapter for e.
-func NewResponses(e Endpoint) *Responses { return &Responses{Endpoint: e} }
+func NewResponses(e Endpoint) *Responses {
+	c := &Responses{Endpoint: e}
+	c.hdr = c.headers()
+	return c
+}
 
 func (c *Responses) headers() http.Header {
+	if c.hdr != nil {
+		return c.hdr
+	}
 	h := http.Header{}
 	if c.APIKey != "" {
 		h.Set("Authorization", "Bearer "+c.APIKey)
@@ -44,13 +52,23 @@ func (c *Responses) headers() http.Header {
 
 // ResponsesParams translates req into Responses parameters.
 func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) {
-	p := responses.ResponseNewParams{Model: shared.ResponsesModel(req.Model), Store: param.NewOpt(false)}
+	p, _, err := responsesParams(req, 0)
+	return p, err
+}
+
+// responsesParams is ResponsesParams of the messages from from on; tail[i]
+// is the message input item i comes from.
+func responsesParams(req *gateway.Request, from int) (p responses.ResponseNewParams, tail []int, err error) {
+	p = responses.ResponseNewParams{Model: shared.ResponsesModel(req.Model), Store: param.NewOpt(false)}
 	if req.System != "" {
 		p.Instructions = param.NewOpt(req.System)
 	}
 	// About one item per message (a step adds a call and its output).
-	items := make(responses.ResponseInputParam, 0, len(req.Messages)+1)
-	for _, m := range req.Messages {
+	items := make(responses.ResponseInputParam, 0, len(req.Messages)-from+1)
+	tail = make([]int, 0, cap(items))
+	for mi, m := range req.Messages[from:] {
+		mi += from
+		n0 := len(items)
 		switch m.Role {
 		case gateway.RoleUser:
 			var content responses.ResponseInputMessageContentListParam
@@ -103,7 +121,10 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 			}
 			flush()
 		default:
-			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
+			return p, nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
+		}
+		for range len(items) - n0 {
+			tail = append(tail, mi)
 		}
 	}
 	if len(items) > 0 {
@@ -112,7 +133,7 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 	for _, t := range toolsToEncode(req, gateway.APIResponses) {
 		s, err := schema(t.Parameters)
 		if err != nil {
-			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
+			return p, nil, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
 		}
 		ft := &responses.FunctionToolParam{Name: t.Name, Parameters: s, Strict: param.NewOpt(t.Strict)}
 		if t.Description != "" {
@@ -145,7 +166,7 @@ func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) 
 	if req.User != "" {
 		p.User = param.NewOpt(req.User)
 	}
-	return p, nil
+	return p, tail, nil
 }
 
 // responsesTurn is a finished response as a Turn.
@@ -207,14 +228,14 @@ func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 
 // responsesBody is the request body of req.
 func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, err := ResponsesParams(req)
+	p, tail, err := responsesParams(req, memoFrom(req, gateway.APIResponses))
 	if err != nil {
 		return nil, err
 	}
 	if stream {
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, leanResponsesItem)
+	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, tail, leanResponsesItem)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}
