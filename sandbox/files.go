@@ -2,17 +2,13 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -215,7 +211,7 @@ func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (F
 		if err := m.checkReserve(what); err != nil {
 			return err
 		}
-		if err := writeBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}); err != nil {
+		if err := homefs.WriteBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}, runtime.UID, runtime.GID); err != nil {
 			return err
 		}
 		f, fi, err := openBeneath(dir, clean)
@@ -226,61 +222,6 @@ func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (F
 		return f.Close()
 	})
 	return info, err
-}
-
-// writeBeneath writes r to clean inside dir, resolving every path
-// component beneath dir.
-func writeBeneath(dir, clean string, r io.Reader) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	if st, err := root.Lstat(clean); err == nil && !st.Mode().IsRegular() {
-		return fmt.Errorf("write %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-	}
-	parent := path.Dir(clean)
-	if parent != "." {
-		if err := root.MkdirAll(parent, 0o755); err != nil {
-			return openError("write", clean, err)
-		}
-		// Directories created here belong to the sandbox user too.
-		for d := parent; d != "."; d = path.Dir(d) {
-			root.Lchown(d, runtime.UID, runtime.GID)
-		}
-	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := path.Join(parent, uploadTempPrefix+hex.EncodeToString(rnd[:]))
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return openError("write", clean, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			root.Remove(tmp)
-		}
-	}()
-	_, err = io.Copy(f, r)
-	if err == nil {
-		err = f.Chown(runtime.UID, runtime.GID)
-	}
-	if err == nil {
-		// Best effort: a home without xattrs lists the file as a command's.
-		unix.Fsetxattr(int(f.Fd()), sourceXattr, []byte("user"), 0)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Rename(tmp, clean)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", clean, err)
-	}
-	committed = true
-	return nil
 }
 
 // ReadFile reads a regular file at rel inside the named sandbox's home; a
@@ -416,25 +357,7 @@ func (m *Manager) RemoveFile(ctx context.Context, name, rel string) error {
 		return err
 	}
 	return m.withHome(ctx, name, func(ctx context.Context, dir string) error {
-		root, err := os.OpenRoot(dir)
-		if err != nil {
-			return err
-		}
-		defer root.Close()
-		st, err := root.Lstat(clean)
-		if err != nil {
-			return openError("remove", clean, err)
-		}
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("remove %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-		}
-		// No command runs while the sandbox's lock is held, so nothing can
-		// swap the file between the check and the unlink (and unlink never
-		// follows a symlink either way).
-		if err := root.Remove(clean); err != nil {
-			return openError("remove", clean, err)
-		}
-		return nil
+		return homefs.RemoveBeneath(dir, clean)
 	})
 }
 

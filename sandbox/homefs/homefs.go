@@ -8,6 +8,8 @@ package homefs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -398,4 +400,87 @@ func CleanRel(p string) (string, error) {
 		}
 	}
 	return clean, nil
+}
+
+// WriteBeneath writes r to clean inside dir, resolving every path
+// component beneath dir: to a temporary file beside clean, renamed into
+// place once complete. A non-regular file at clean is ErrNotRegular. The
+// directories it creates and the file are chowned to uid:gid unless uid is
+// negative (a caller already writing as the owner), and the file is marked
+// with SourceXattr where the caller may set it.
+func WriteBeneath(dir, clean string, r io.Reader, uid, gid int) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if st, err := root.Lstat(clean); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("write %s: %w (%s)", clean, ErrNotRegular, FileKind(st.Mode()))
+	}
+	parent := path.Dir(clean)
+	if parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return OpenError("write", clean, err)
+		}
+		// Directories created here belong to the sandbox user too.
+		for d := parent; uid >= 0 && d != "."; d = path.Dir(d) {
+			root.Lchown(d, uid, gid)
+		}
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(parent, UploadTempPrefix+hex.EncodeToString(rnd[:]))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return OpenError("write", clean, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			root.Remove(tmp)
+		}
+	}()
+	_, err = io.Copy(f, r)
+	if err == nil && uid >= 0 {
+		err = f.Chown(uid, gid)
+	}
+	if err == nil {
+		// Best effort: a home without xattrs lists the file as a command's.
+		unix.Fsetxattr(int(f.Fd()), SourceXattr, []byte("user"), 0)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, clean)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", clean, err)
+	}
+	committed = true
+	return nil
+}
+
+// RemoveBeneath deletes the regular file clean inside dir; anything else
+// there is ErrNotRegular and stays.
+func RemoveBeneath(dir, clean string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	st, err := root.Lstat(clean)
+	if err != nil {
+		return OpenError("remove", clean, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("remove %s: %w (%s)", clean, ErrNotRegular, FileKind(st.Mode()))
+	}
+	// No command runs while the sandbox's lock is held, so nothing can
+	// swap the file between the check and the unlink (and unlink never
+	// follows a symlink either way).
+	if err := root.Remove(clean); err != nil {
+		return OpenError("remove", clean, err)
+	}
+	return nil
 }
