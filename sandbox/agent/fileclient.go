@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -87,8 +88,14 @@ func (fc *fileCall) deliver(ch chunk) {
 	}
 }
 
+// ErrNoFiles: the agent is too old to serve file requests.
+var ErrNoFiles = errors.New("agent: the sandbox's agent does not serve file requests (an older version)")
+
 // startFile registers and sends one file request.
 func (c *Client) startFile(req FileRequest, fc *fileCall) (uint32, error) {
+	if !c.hello.Files {
+		return 0, ErrNoFiles
+	}
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return 0, err

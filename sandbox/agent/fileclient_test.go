@@ -116,3 +116,22 @@ func TestClientFileResultsAreHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestClientRefusesFilesOfAnOldAgent: an agent whose Ready does not offer
+// file requests would ignore them; the client refuses them at once.
+func TestClientRefusesFilesOfAnOldAgent(t *testing.T) {
+	hostR, agentW := io.Pipe()
+	agentR, hostW := io.Pipe()
+	go io.Copy(io.Discard, agentR)
+	go writeFrame(agentW, frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: 1}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, hostR, hostW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Close(); agentW.Close() }()
+	if _, err := c.StatFile(ctx, "/h", "a"); !errors.Is(err, ErrNoFiles) {
+		t.Fatalf("stat on an old agent: %v", err)
+	}
+}

@@ -80,7 +80,7 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 	signal.Notify(sigs)
 	go s.reap(sigs)
 	go s.worker()
-	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid()})); err != nil {
+	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true})); err != nil {
 		return err
 	}
 	var buf []byte

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -55,6 +56,9 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 	err = fn(c, done)
 	if err != nil && e.destroying.Load() {
 		return sandbox.ErrDestroyed
+	}
+	if errors.Is(err, agent.ErrNoFiles) {
+		return fmt.Errorf("kube: sandbox %s: %w: %w", name, err, sandbox.ErrNotSupported)
 	}
 	if err != nil {
 		return fmt.Errorf("kube: sandbox %s: %w", name, err)
