@@ -201,3 +201,49 @@ func TestAgentFiles(t *testing.T) {
 		t.Fatalf("stat after remove: %v", err)
 	}
 }
+
+// TestAgentListBounds: a listing whose names would not fit one frame ends
+// its pages early and pages on to the end; a directory past MaxDirEntries
+// is ErrTooManyFiles, not an unbounded read.
+func TestAgentListBounds(t *testing.T) {
+	c, home := startFileAgent(t)
+	ctx := context.Background()
+	long := func(ch byte) string { return strings.Repeat(string(ch), 250) }
+	dir := filepath.Join(home, long('a'), long('b'), long('c'))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s%04d", long('f'), i)), nil, 0o644)
+	}
+	var n, pages int
+	opts := homefs.ListOptions{}
+	for {
+		l, err := c.ListFiles(ctx, home, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(l.Files)
+		pages++
+		if !l.More {
+			break
+		}
+		opts.After = l.Next
+	}
+	if n != 1000 || pages < 2 {
+		t.Fatalf("%d files in %d pages, want 1000 in more than one", n, pages)
+	}
+
+	many := filepath.Join(home, "many")
+	os.Mkdir(many, 0o755)
+	for i := range homefs.MaxDirEntries + 1 {
+		f, err := os.Create(filepath.Join(many, fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if _, err := c.ListFiles(ctx, home, homefs.ListOptions{}); !errors.Is(err, homefs.ErrTooManyFiles) {
+		t.Fatalf("list of a directory with too many entries: %v", err)
+	}
+}
