@@ -2,24 +2,19 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/internal/ctxio"
 	"github.com/shellgate/shellgate/sandbox/home"
+	"github.com/shellgate/shellgate/sandbox/homefs"
 	"github.com/shellgate/shellgate/sandbox/mounts"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
@@ -42,43 +37,46 @@ import (
 var (
 	// ErrTooLarge is returned by ReadFile and OpenFile for a file over the
 	// caller's cap.
-	ErrTooLarge = errors.New("file too large")
+	ErrTooLarge = homefs.ErrTooLarge
 	// ErrNotRegular is returned for a path that is a FIFO, socket, device,
 	// directory or symlink.
-	ErrNotRegular = errors.New("not a regular file")
+	ErrNotRegular = homefs.ErrNotRegular
 	// ErrFileNotFound: nothing at that path in the home. It matches
 	// fs.ErrNotExist too.
-	ErrFileNotFound error = fileNotFound{}
+	ErrFileNotFound = homefs.ErrFileNotFound
 	// ErrBadPath: the path is not a relative path inside the home.
-	ErrBadPath = errors.New("bad path")
+	ErrBadPath = homefs.ErrBadPath
+	// ErrTooManyFiles: a directory of the home has more than MaxDirEntries
+	// entries.
+	ErrTooManyFiles = homefs.ErrTooManyFiles
 )
 
-type fileNotFound struct{}
+// The file types and bounds are homefs's, shared with the in-sandbox agent.
+type (
+	FileInfo    = homefs.FileInfo
+	ListOptions = homefs.ListOptions
+	FileList    = homefs.FileList
+)
 
-func (fileNotFound) Error() string        { return "no such file in the home" }
-func (fileNotFound) Is(target error) bool { return target == fs.ErrNotExist }
+const (
+	MaxListLimit  = homefs.MaxListLimit
+	MaxListDepth  = homefs.MaxListDepth
+	MaxListScan   = homefs.MaxListScan
+	MaxDirEntries = homefs.MaxDirEntries
+	MaxPathBytes  = homefs.MaxPathBytes
+)
 
-// sourceXattr marks a file the host wrote into a home (WriteFile). The
-// trusted namespace needs CAP_SYS_ADMIN on the host, so nothing inside a
-// sandbox can set or forge it; it goes with the file's inode, so a command
-// that replaces the file drops it.
-const sourceXattr = "trusted.shellgate.source"
+const (
+	sourceXattr      = homefs.SourceXattr
+	uploadTempPrefix = homefs.UploadTempPrefix
+)
 
-// uploadTempPrefix names the temporary file an upload is written to before
-// it is renamed into place; listings skip it.
-const uploadTempPrefix = ".shellgate-upload-"
-
-// FileInfo describes a regular file in a sandbox's home.
-type FileInfo struct {
-	// Path is relative to /workspace/home and '/'-separated, byte for byte
-	// as the file system has it: names may hold newlines or invalid UTF-8.
-	Path    string
-	Size    int64
-	ModTime time.Time
-	// Uploaded is set on a file the host wrote (WriteFile) and no command
-	// has replaced since.
-	Uploaded bool
-}
+var (
+	fileKind    = homefs.FileKind
+	openError   = homefs.OpenError
+	openBeneath = homefs.OpenBeneath
+	listDir     = homefs.ListDir
+)
 
 // withHome runs fn as one op on the named sandbox with the host path of
 // its mounted home (see the comment at the top of this file).
@@ -213,7 +211,7 @@ func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (F
 		if err := m.checkReserve(what); err != nil {
 			return err
 		}
-		if err := writeBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}); err != nil {
+		if err := homefs.WriteBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}, runtime.UID, runtime.GID); err != nil {
 			return err
 		}
 		f, fi, err := openBeneath(dir, clean)
@@ -224,80 +222,6 @@ func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (F
 		return f.Close()
 	})
 	return info, err
-}
-
-// writeBeneath writes r to clean inside dir, resolving every path
-// component beneath dir.
-func writeBeneath(dir, clean string, r io.Reader) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	if st, err := root.Lstat(clean); err == nil && !st.Mode().IsRegular() {
-		return fmt.Errorf("write %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-	}
-	parent := path.Dir(clean)
-	if parent != "." {
-		if err := root.MkdirAll(parent, 0o755); err != nil {
-			return openError("write", clean, err)
-		}
-		// Directories created here belong to the sandbox user too.
-		for d := parent; d != "."; d = path.Dir(d) {
-			root.Lchown(d, runtime.UID, runtime.GID)
-		}
-	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := path.Join(parent, uploadTempPrefix+hex.EncodeToString(rnd[:]))
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return openError("write", clean, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			root.Remove(tmp)
-		}
-	}()
-	_, err = io.Copy(f, r)
-	if err == nil {
-		err = f.Chown(runtime.UID, runtime.GID)
-	}
-	if err == nil {
-		// Best effort: a home without xattrs lists the file as a command's.
-		unix.Fsetxattr(int(f.Fd()), sourceXattr, []byte("user"), 0)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Rename(tmp, clean)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", clean, err)
-	}
-	committed = true
-	return nil
-}
-
-// fileKind names what a non-regular file is, for error messages.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSymlink != 0:
-		return "a symlink"
-	}
-	return "not a regular file: " + m.Type().String()
 }
 
 // ReadFile reads a regular file at rel inside the named sandbox's home; a
@@ -321,9 +245,15 @@ func (m *Manager) ReadFile(ctx context.Context, name, rel string, maxBytes int64
 type File struct {
 	FileInfo
 	r       io.Reader
-	f       *os.File
+	f       io.Closer
 	release func()
 	closed  bool
+}
+
+// NewFile is an open file of another backend: reads come from r (which
+// must yield exactly info.Size bytes), and Close closes r.
+func NewFile(info FileInfo, r io.ReadCloser) *File {
+	return &File{FileInfo: info, r: r, f: r, release: func() {}}
 }
 
 func (f *File) Read(p []byte) (int, error) {
@@ -406,59 +336,6 @@ func (s *stopReader) Read(p []byte) (int, error) {
 	return s.r.Read(p)
 }
 
-// openBeneath opens the regular file clean inside dir for reading.
-func openBeneath(dir, clean string) (*os.File, FileInfo, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, FileInfo{}, err
-	}
-	defer root.Close()
-	// Say plainly what a non-regular file is. No command runs while the
-	// sandbox's lock is held, so nothing swaps it before the open; the
-	// open is safe on its own anyway: O_NONBLOCK, so a FIFO does not wait
-	// for a writer, and O_NOFOLLOW, so a symlink is refused, not followed.
-	if st, err := root.Lstat(clean); err != nil {
-		return nil, FileInfo{}, openError("read", clean, err)
-	} else if !st.Mode().IsRegular() {
-		return nil, FileInfo{}, fmt.Errorf("read %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-	}
-	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, FileInfo{}, openError("read", clean, err)
-	}
-	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("read %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-	}
-	if err != nil {
-		f.Close()
-		return nil, FileInfo{}, err
-	}
-	info := FileInfo{Path: clean, Size: st.Size(), ModTime: st.ModTime(), Uploaded: uploaded(int(f.Fd()))}
-	return f, info, nil
-}
-
-// openError says what an open beneath the home ran into.
-func openError(op, clean string, err error) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("%s %s: %w", op, clean, ErrFileNotFound)
-	case errors.Is(err, syscall.ELOOP):
-		return fmt.Errorf("%s %s: %w (a symlink)", op, clean, ErrNotRegular)
-	case errors.Is(err, syscall.ENXIO):
-		return fmt.Errorf("%s %s: %w (a FIFO or socket)", op, clean, ErrNotRegular)
-	case strings.Contains(err.Error(), "path escapes from parent"):
-		return fmt.Errorf("%s %s: %w: it leads outside %s", op, clean, ErrBadPath, runtime.HomeDir)
-	}
-	return fmt.Errorf("%s %s: %w", op, clean, err)
-}
-
-func uploaded(fd int) bool {
-	var buf [8]byte
-	n, err := unix.Fgetxattr(fd, sourceXattr, buf[:])
-	return err == nil && string(buf[:n]) == "user"
-}
-
 // StatFile describes the regular file at rel inside the named sandbox's
 // home.
 func (m *Manager) StatFile(ctx context.Context, name, rel string) (FileInfo, error) {
@@ -486,33 +363,15 @@ func (m *Manager) RemoveFile(ctx context.Context, name, rel string) error {
 		return err
 	}
 	return m.withHome(ctx, name, func(ctx context.Context, dir string) error {
-		root, err := os.OpenRoot(dir)
-		if err != nil {
-			return err
-		}
-		defer root.Close()
-		st, err := root.Lstat(clean)
-		if err != nil {
-			return openError("remove", clean, err)
-		}
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("remove %s: %w (%s)", clean, ErrNotRegular, fileKind(st.Mode()))
-		}
-		// No command runs while the sandbox's lock is held, so nothing can
-		// swap the file between the check and the unlink (and unlink never
-		// follows a symlink either way).
-		if err := root.Remove(clean); err != nil {
-			return openError("remove", clean, err)
-		}
-		return nil
+		return homefs.RemoveBeneath(dir, clean)
 	})
 }
 
-// MaxPathBytes is the longest path a file call takes (Linux's PATH_MAX).
-const MaxPathBytes = 4096
+// HomeRelPath validates a path relative to /workspace/home (an absolute
+// path under /workspace/home is accepted too) and cleans it: what every
+// backend's file calls take.
+func HomeRelPath(p string) (string, error) { return homeRelPath(p) }
 
-// homeRelPath validates a path relative to /workspace/home (an absolute
-// path under /workspace/home is accepted too) and cleans it.
 func homeRelPath(p string) (string, error) {
 	for _, prefix := range []string{runtime.HomeDir + "/", runtime.DataAlias + "/"} {
 		if strings.HasPrefix(p, prefix) {
@@ -520,17 +379,5 @@ func homeRelPath(p string) (string, error) {
 			break
 		}
 	}
-	if p == "" || strings.ContainsRune(p, 0) || path.IsAbs(p) || len(p) > MaxPathBytes {
-		return "", fmt.Errorf("%w %q: want a relative path inside %s of at most %d bytes", ErrBadPath, p, runtime.HomeDir, MaxPathBytes)
-	}
-	clean := path.Clean(p)
-	if clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
-		return "", fmt.Errorf("%w %q: it leaves %s", ErrBadPath, p, runtime.HomeDir)
-	}
-	for _, part := range strings.Split(clean, "/") {
-		if len(part) > 255 {
-			return "", fmt.Errorf("%w: a name of %d bytes (the most is 255)", ErrBadPath, len(part))
-		}
-	}
-	return clean, nil
+	return homefs.CleanRel(p)
 }

@@ -85,7 +85,7 @@ func openKubeSandboxes(ctx context.Context, fc kube.FileConfig, idle time.Durati
 		b.Close()
 		return nil, fmt.Errorf("runtime (kubernetes): %w", err)
 	}
-	log.Warn("kubernetes sandboxes: no home archive is configured, so pods are never put to sleep (their homes would be lost) and live until their container is deleted; file operations are not supported on this backend yet")
+	log.Warn("kubernetes sandboxes: no home archive is configured, so pods are never put to sleep (their homes would be lost) and live until their container is deleted")
 	return kube.NewSandboxes(b, kube.SandboxesConfig{Shell: fc.Shell, IdleTimeout: idle}), nil
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/kube"
@@ -38,8 +40,10 @@ func newKubeEnv(t *testing.T) (*env, *kubetest.Cluster, *kubetest.TarArchiver) {
 // pod and runs commands with outcomes (exit codes, stderr, a timeout);
 // 3. a streamed exec delivers output as it comes; 4. sleep archives the
 // home, then deletes pod, secret and policy; 5. the next exec wakes a new
-// pod (its own, empty home) with the files restored; 6. file calls answer
-// 501 naming the backend, never a silent success; 7. delete removes the
+// pod (its own, empty home) with the files restored; 6. the file routes
+// (upload, list, download, promote, delete) and the gateway's changed-files
+// listing work through the pod's agent, refusing symlinks, FIFOs and
+// directories; 7. delete removes the
 // pod and its objects; 8. /healthz names the runtime.
 func TestKubeBackend(t *testing.T) {
 	e, c, arch := newKubeEnv(t)
@@ -117,19 +121,49 @@ func TestKubeBackend(t *testing.T) {
 		t.Fatalf("5: %d pods", p)
 	}
 
-	for _, req := range []struct{ method, path string }{
-		{"GET", "/api/v1/containers/kube/files"},
-		{"GET", "/api/v1/containers/kube/files/" + CFileID("data.txt") + "/content"},
-		{"DELETE", "/api/v1/containers/kube/files/" + CFileID("data.txt")},
-	} {
-		st, b := e.do(req.method, req.path, e.keyA, nil)
-		if st != http.StatusNotImplemented || !strings.Contains(envelope(t, st, b), "not supported on the kubernetes backend") {
-			t.Fatalf("6: %s %s: %d %s", req.method, req.path, st, b)
+	// 6. The file routes, through the pod's agent.
+	var up ContainerFile
+	st, b = e.upload("/api/v1/containers/kube/files", e.keyA, part{name: "path", content: "in/"}, part{name: "file", filename: "up.csv", content: "a,b\n1,2\n"})
+	if e.must(st, b, &up); up.Path != "in/up.csv" || up.Bytes != 8 {
+		t.Fatalf("6: upload: %s", b)
+	}
+	if r := e.exec(e.keyA, "kube", "cat in/up.csv"); r.Output[0].Stdout != "a,b\n1,2\n" {
+		t.Fatalf("6: the command sees the upload: %+v", r.Output[0])
+	}
+	if got := paths(e.listAll("/api/v1", "kube", 1, "")); !slices.Equal(got, []string{"data.txt", "in/up.csv"}) {
+		t.Fatalf("6: list: %q", got)
+	}
+	st, b, h := e.getRaw("/api/v1/containers/kube/files/"+CFileID("data.txt")+"/content", e.keyA)
+	if st != http.StatusOK || string(b) != "kept\n" || h.Get("Content-Length") != "5" {
+		t.Fatalf("6: download: %d %q %v", st, b, h)
+	}
+	var pf orFile
+	st, b = e.do("POST", "/api/v1/containers/kube/files/"+CFileID("in/up.csv")+"/promote", e.keyA, nil)
+	if e.must(st, b, &pf); pf.SizeBytes != 8 || pf.Filename != "up.csv" {
+		t.Fatalf("6: promote: %s", b)
+	}
+	st, b, _ = e.getRaw("/api/v1/files/"+pf.ID+"/content", e.keyA)
+	if st != http.StatusOK || string(b) != "a,b\n1,2\n" {
+		t.Fatalf("6: promoted content: %d %q", st, b)
+	}
+	e.exec(e.keyA, "kube", "ln -s /etc/passwd link && mkfifo fifo")
+	for _, rel := range []string{"link", "fifo", "in"} {
+		st, b, _ := e.getRaw("/api/v1/containers/kube/files/"+CFileID(rel)+"/content", e.keyA)
+		if st < 400 || st >= 500 || strings.Contains(string(b), "root:") {
+			t.Fatalf("6: download of %s: %d %.200s", rel, st, b)
 		}
 	}
-	st, b = e.upload("/api/v1/containers/kube/files", e.keyA, part{name: "file", filename: "up.txt", content: "u"})
-	if st != http.StatusNotImplemented {
-		t.Fatalf("6: upload: %d %s", st, b)
+	st, b = e.do("DELETE", "/api/v1/containers/kube/files/"+CFileID("data.txt"), e.keyA, nil)
+	e.must(st, b, nil)
+	if got := paths(e.listAll("/api/v1", "kube", 10, "")); !slices.Equal(got, []string{"in/up.csv"}) {
+		t.Fatalf("6: list after delete: %q", got)
+	}
+	// The gateway's changed-files listing of a call.
+	since := time.Now().Add(-time.Second)
+	e.exec(e.keyA, "kube", "echo new > new.txt")
+	gb := &gatewayBox{s: e.srv}
+	if ch := gb.changed(ctx, ctr.ID, since); len(ch) == 0 || ch[0].Path != "new.txt" || ch[0].Bytes != 4 {
+		t.Fatalf("6: changed files %+v", ch)
 	}
 
 	st, b = e.do("DELETE", "/api/v1/containers/kube", e.keyA, nil)

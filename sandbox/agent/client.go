@@ -66,6 +66,8 @@ type call struct {
 	onOutput OutputFunc
 	cbMu     sync.Mutex // held while onOutput runs
 	returned bool       // Exec returned: onOutput is not called any more
+
+	file *fileCall // set on a file request's call
 }
 
 // Dial waits for the agent's Ready frame on r and returns a client. r and w
@@ -147,7 +149,9 @@ func (c *Client) readLoop(r io.Reader) {
 	c.r.Close()
 	c.w.Close()
 	c.mu.Lock()
-	c.err = err
+	if c.err == nil {
+		c.err = err
+	}
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()
@@ -160,7 +164,7 @@ func (c *Client) readLoop(r io.Reader) {
 // handle checks one frame from the agent and routes it to its call.
 func (c *Client) handle(typ byte, id uint32, payload []byte) error {
 	switch typ {
-	case frameOutput, frameDone:
+	case frameOutput, frameDone, frameData, frameFileDone:
 	case frameReady:
 		return violation("a second ready frame")
 	default:
@@ -172,6 +176,15 @@ func (c *Client) handle(typ byte, id uint32, payload []byte) error {
 	c.mu.Unlock()
 	if !issued {
 		return violation("frame type %d for command %d, which was never sent", typ, id)
+	}
+	if cl != nil && (cl.file != nil) != (typ == frameData || typ == frameFileDone) {
+		return violation("frame type %d for request %d of the other kind", typ, id)
+	}
+	if typ == frameData || typ == frameFileDone {
+		if cl == nil {
+			return nil // canceled
+		}
+		return c.fileFrame(id, cl.file, typ, payload)
 	}
 	if typ == frameDone {
 		var res ExecResult

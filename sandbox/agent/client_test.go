@@ -27,7 +27,7 @@ func dialFake(t *testing.T) (*Client, *fakeAgent) {
 	hostR, agentW := io.Pipe()
 	agentR, hostW := io.Pipe()
 	f := &fakeAgent{in: agentR, out: agentW}
-	go writeFrame(agentW, frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: 1}))
+	go writeFrame(agentW, frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: 1, Files: true}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, hostR, hostW)

@@ -49,6 +49,10 @@ var errFrameSize = errors.New("frame too large")
 type Hello struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
+	// Files: the agent serves file requests (fileproto.go). An older
+	// agent (a pod image behind the gateway) leaves it unset and would
+	// ignore them, so the client refuses them with ErrNoFiles instead.
+	Files bool `json:"files,omitempty"`
 }
 
 // ProtocolVersion is bumped on any incompatible change of the frames.

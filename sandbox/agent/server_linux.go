@@ -80,7 +80,7 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 	signal.Notify(sigs)
 	go s.reap(sigs)
 	go s.worker()
-	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid()})); err != nil {
+	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true})); err != nil {
 		return err
 	}
 	var buf []byte
@@ -103,7 +103,13 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 			}
 			s.enqueue(job{id: id, req: req})
 		case frameCancel:
-			s.cancel(id)
+			if !s.cancelFile(id) {
+				s.cancel(id)
+			}
+		case frameFile:
+			s.startFile(id, payload)
+		case frameData:
+			s.fileData(id, payload)
 		}
 	}
 }
@@ -186,6 +192,8 @@ type server struct {
 	env     []string            // every command's environment: the agent's own
 	cred    *syscall.Credential // every command's user, nil: the agent's
 	nproc   int64               // the commands' RLIMIT_NPROC, 0 if not set
+
+	files fileOps // file requests in progress
 }
 
 func (s *server) send(typ byte, id uint32, payload ...[]byte) error {

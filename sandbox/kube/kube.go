@@ -471,6 +471,17 @@ func (b *Backend) Exec(ctx context.Context, id string, req agent.ExecRequest, on
 	return p.client.Exec(ctx, req, onOutput)
 }
 
+// Agent is the agent connection of sandbox id's pod.
+func (b *Backend) Agent(id string) (*agent.Client, error) {
+	b.mu.Lock()
+	p := b.awake[id]
+	b.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotAwake, id)
+	}
+	return p.client, nil
+}
+
 // Awake tells whether sandbox id has a pod served by this backend.
 func (b *Backend) Awake(id string) bool {
 	b.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -29,9 +28,9 @@ import (
 //     pod's home cannot outlive it, so Sleep is refused (ErrNotSupported)
 //     and nothing sleeps when idle: pods live until Destroy.
 //   - Destroy deletes the pod and its objects.
-//   - The file operations (list, stat, read, write, remove, upload) are not
-//     carried over the agent yet: they return errors matching
-//     sandbox.ErrNotSupported that name the operation.
+//   - The file operations (list, stat, read, write, remove, upload) are
+//     requests to the pod's agent, which does them beneath the home as
+//     the commands' user (see files.go); they wake a sleeping sandbox.
 //
 // A sandbox's record is this process's memory: after a restart a name is
 // known again from its first call (the server's container store is the
@@ -441,35 +440,4 @@ func (s *Sandboxes) sleepIdle() {
 			<-e.lock
 		}
 	}
-}
-
-// notSupported is the error of a file operation: the agent protocol does
-// not carry files yet.
-func notSupported(op, name string) error {
-	return fmt.Errorf("kube: %s in sandbox %s: file operations are not supported on the kubernetes backend yet: %w", op, name, sandbox.ErrNotSupported)
-}
-
-// HomeChanged is always true: no watch of a pod's home.
-func (s *Sandboxes) HomeChanged(context.Context, string) bool { return true }
-
-func (s *Sandboxes) ListFiles(_ context.Context, name string, _ sandbox.ListOptions) (sandbox.FileList, error) {
-	return sandbox.FileList{}, notSupported("listing files", name)
-}
-func (s *Sandboxes) StatFile(_ context.Context, name, rel string) (sandbox.FileInfo, error) {
-	return sandbox.FileInfo{}, notSupported("stat of "+rel, name)
-}
-func (s *Sandboxes) OpenFile(_ context.Context, name, rel string, _ int64) (*sandbox.File, error) {
-	return nil, notSupported("reading "+rel, name)
-}
-func (s *Sandboxes) ReadFile(_ context.Context, name, rel string, _ int64) ([]byte, error) {
-	return nil, notSupported("reading "+rel, name)
-}
-func (s *Sandboxes) WriteFile(_ context.Context, name, rel string, _ io.Reader) error {
-	return notSupported("writing "+rel, name)
-}
-func (s *Sandboxes) PutFile(_ context.Context, name, rel string, _ io.Reader) (sandbox.FileInfo, error) {
-	return sandbox.FileInfo{}, notSupported("uploading "+rel, name)
-}
-func (s *Sandboxes) RemoveFile(_ context.Context, name, rel string) error {
-	return notSupported("removing "+rel, name)
 }

@@ -27,8 +27,8 @@ func newSandboxes(t *testing.T, c *kubetest.Cluster, arch kube.Archiver) *kube.S
 
 // TestSandboxesRefuse: what the kube backend cannot do is an error naming
 // it, never a silent no-op: 1. bad and unknown names; 2. without an
-// Archiver, Sleep is refused and the pod (with its home) is kept; 3. every
-// file operation matches sandbox.ErrNotSupported and names itself; 4. after
+// Archiver, Sleep is refused and the pod (with its home) is kept; 3. file
+// calls on an unknown sandbox or a path out of the home are refused; 4. after
 // Close, calls are ErrClosed and Close keeps pods it could not archive.
 func TestSandboxesRefuse(t *testing.T) {
 	c := kubetest.NewCluster(t)
@@ -66,17 +66,11 @@ func TestSandboxesRefuse(t *testing.T) {
 		t.Fatalf("2: the home after a refused sleep: %+v %v", res, err)
 	}
 
-	for op, err := range map[string]error{
-		"listing files": func() error { _, err := s.ListFiles(ctx, "c1", sandbox.ListOptions{}); return err }(),
-		"stat of f":     func() error { _, err := s.StatFile(ctx, "c1", "f"); return err }(),
-		"reading f":     func() error { _, err := s.ReadFile(ctx, "c1", "f", 10); return err }(),
-		"writing f":     s.WriteFile(ctx, "c1", "f", strings.NewReader("x")),
-		"uploading f":   func() error { _, err := s.PutFile(ctx, "c1", "f", strings.NewReader("x")); return err }(),
-		"removing f":    s.RemoveFile(ctx, "c1", "f"),
-	} {
-		if !errors.Is(err, sandbox.ErrNotSupported) || !strings.Contains(err.Error(), op) || !strings.Contains(err.Error(), "kubernetes") {
-			t.Errorf("3: %s: %v", op, err)
-		}
+	if _, err := s.ListFiles(ctx, "nobody", sandbox.ListOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("3: files of an unknown sandbox: %v", err)
+	}
+	if _, err := s.ReadFile(ctx, "c1", "../etc/passwd", 1<<20); !errors.Is(err, sandbox.ErrBadPath) {
+		t.Fatalf("3: %v", err)
 	}
 
 	if err := s.Close(ctx); err != nil {
@@ -202,5 +196,72 @@ func TestSandboxesIdleSleep(t *testing.T) {
 	}
 	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat f"}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Fatalf("after the idle sleep: %+v %v", res, err)
+	}
+}
+
+// TestSandboxesFiles: the file calls reach the pod's home through its
+// agent: 1. what a command wrote reads back, an upload is what the next
+// command sees, and the listing has both; 2. symlinks out of the home,
+// FIFOs and directories are refused, and a file over the cap is
+// ErrTooLarge; 3. remove; 4. a file call on a sleeping sandbox wakes it
+// with its home.
+func TestSandboxesFiles(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	s := newSandboxes(t, c, kubetest.NewTarArchiver())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo from-cmd > f && mkdir d && ln -s /etc/passwd link && ln -s / root && mkfifo fifo"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if b, err := s.ReadFile(ctx, "c1", "f", 1<<20); err != nil || string(b) != "from-cmd\n" {
+		t.Fatalf("1: read %q %v", b, err)
+	}
+	fi, err := s.PutFile(ctx, "c1", "d/up.txt", strings.NewReader("uploaded"))
+	if err != nil || fi.Path != "d/up.txt" || fi.Size != 8 {
+		t.Fatalf("1: put %+v %v", fi, err)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat d/up.txt"}); err != nil || string(res.Stdout) != "uploaded" {
+		t.Fatalf("1: the command sees %+v %v", res, err)
+	}
+	l, err := s.ListFiles(ctx, "c1", sandbox.ListOptions{})
+	if err != nil || len(l.Files) != 2 || l.Files[0].Path != "d/up.txt" || l.Files[1].Path != "f" || l.More {
+		t.Fatalf("1: list %+v %v", l, err)
+	}
+	if l, err := s.ListFiles(ctx, "c1", sandbox.ListOptions{Limit: 1, Desc: true}); err != nil || len(l.Files) != 1 || l.Files[0].Path != "f" || !l.More || l.Next != "f" {
+		t.Fatalf("1: page %+v %v", l, err)
+	}
+
+	for path, want := range map[string]error{
+		"link": sandbox.ErrNotRegular, "fifo": sandbox.ErrNotRegular, "d": sandbox.ErrNotRegular,
+		"root/etc/passwd": sandbox.ErrBadPath, "nothing": sandbox.ErrFileNotFound,
+	} {
+		if _, err := s.ReadFile(ctx, "c1", path, 1<<20); !errors.Is(err, want) {
+			t.Errorf("2: read %s: %v, want %v", path, err, want)
+		}
+		if _, err := s.StatFile(ctx, "c1", path); !errors.Is(err, want) {
+			t.Errorf("2: stat %s: %v, want %v", path, err, want)
+		}
+	}
+	if _, err := s.OpenFile(ctx, "c1", "f", 3); !errors.Is(err, sandbox.ErrTooLarge) {
+		t.Fatalf("2: %v", err)
+	}
+
+	if err := s.RemoveFile(ctx, "c1", "f"); err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	if _, err := s.StatFile(ctx, "c1", "f"); !errors.Is(err, sandbox.ErrFileNotFound) {
+		t.Fatalf("3: %v", err)
+	}
+
+	if err := s.Sleep(ctx, "c1"); err != nil {
+		t.Fatalf("4: %v", err)
+	}
+	if b, err := s.ReadFile(ctx, "c1", "d/up.txt", 1<<20); err != nil || string(b) != "uploaded" {
+		t.Fatalf("4: read after sleep %q %v", b, err)
+	}
+	if st, _ := s.Status("c1"); st != sandbox.Running {
+		t.Fatalf("4: status %v", st)
 	}
 }
