@@ -1,17 +1,10 @@
 package kube_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,11 +16,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/agent"
-	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
@@ -278,118 +270,29 @@ func TestAllowlistNeedsProxy(t *testing.T) {
 	}
 }
 
-// cluster plays the kubelet for a fake clientset: each sandbox pod created
-// gets the real agent binary started from the pod's own command line (its
-// -listen moved to loopback) with the pod's Secret as its credentials, and
-// the pod is marked Ready at 127.0.0.1.
-type cluster struct {
-	t    *testing.T
-	cs   *fake.Clientset
-	port int32
-	mu   sync.Mutex
-	cmds []*exec.Cmd
-}
-
-func newCluster(t *testing.T) *cluster {
-	testenv.NeedRoot(t, "the agent runs as PID 1 of a PID namespace")
-	bin, err := agentbin.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := int32(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	c := &cluster{t: t, cs: fake.NewClientset(), port: port}
-	c.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
-		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
-		sec, err := c.cs.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, ns, p.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		dir := t.TempDir()
-		for k, v := range sec.(*corev1.Secret).Data {
-			os.WriteFile(filepath.Join(dir, k), v, 0o600)
-		}
-		args := append([]string(nil), p.Spec.Containers[0].Command[1:]...)
-		for i := range args {
-			switch args[i] {
-			case "-listen":
-				args[i+1] = "127.0.0.1" + args[i+1]
-			case "-credentials":
-				args[i+1] = dir
-			}
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-		stderr, _ := cmd.StderrPipe()
-		if err := cmd.Start(); err != nil {
-			return true, nil, err
-		}
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() && !strings.Contains(sc.Text(), "listening on") {
-		}
-		go io.Copy(io.Discard, stderr)
-		c.mu.Lock()
-		c.cmds = append(c.cmds, cmd)
-		c.mu.Unlock()
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-		return false, nil, nil
-	})
-	t.Cleanup(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, cmd := range c.cmds {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return c
-}
-
-// tarArchiver keeps homes in memory as base64 tar streams read and written
-// through the pod's agent: what an archiver sees of a pod.
-type tarArchiver struct {
+// failingArchiver is kubetest's archiver that can be made to fail and
+// records how many pods were in the namespace at each Archive.
+type failingArchiver struct {
+	*kubetest.TarArchiver
+	c        *kubetest.Cluster
 	mu       sync.Mutex
-	saved    map[string]string
 	fail     error
-	podsSeen []int // pods in the namespace when Archive ran
-	cs       *fake.Clientset
+	podsSeen []int
 }
 
-func (a *tarArchiver) Archive(ctx context.Context, id string, h kube.Home) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	pods, _ := a.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	a.podsSeen = append(a.podsSeen, len(pods.Items))
-	if a.fail != nil {
-		return a.fail
-	}
-	out, err := h.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "tar -C " + h.Dir() + " -cf - . | base64 -w0", Dir: "/"})
+func (a *failingArchiver) Archive(ctx context.Context, id string, h kube.Home) error {
+	pods, _, _, err := a.c.Objects(ctx)
 	if err != nil {
 		return err
 	}
-	if out.ExitCode != 0 {
-		return errors.New(string(out.Stderr))
-	}
-	a.saved[id] = string(out.Stdout)
-	return nil
-}
-
-func (a *tarArchiver) Restore(ctx context.Context, id string, h kube.Home) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.saved[id]
-	if !ok {
-		return nil
+	a.podsSeen = append(a.podsSeen, pods)
+	fail := a.fail
+	a.mu.Unlock()
+	if fail != nil {
+		return fail
 	}
-	out, err := h.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo " + s + " | base64 -d | tar -C " + h.Dir() + " -xf -", Dir: "/"})
-	if err == nil && out.ExitCode != 0 {
-		err = errors.New(string(out.Stderr))
-	}
-	return err
+	return a.TarArchiver.Archive(ctx, id, h)
 }
 
 // TestSleepWake, with the real agent over TLS: 1. wake, run a command that
@@ -398,11 +301,11 @@ func (a *tarArchiver) Restore(ctx context.Context, id string, h kube.Home) error
 // policy; 4. exec while asleep is ErrNotAwake; 5. wake makes a new pod with
 // the file restored.
 func TestSleepWake(t *testing.T) {
-	c := newCluster(t)
-	home := t.TempDir()
-	arch := &tarArchiver{saved: map[string]string{}, cs: c.cs}
-	b := newBackend(t, c.cs, func(cfg *kube.Config) {
-		cfg.AgentPort = c.port
+	c := kubetest.NewCluster(t)
+	home := c.HomeDir // each pod gets a new empty one (an emptyDir)
+	arch := &failingArchiver{TarArchiver: kubetest.NewTarArchiver(), c: c}
+	b := newBackend(t, c.CS, func(cfg *kube.Config) {
+		cfg.AgentPort = c.Port
 		cfg.HomeDir = home
 		cfg.Archiver = arch
 	})
@@ -423,31 +326,33 @@ func TestSleepWake(t *testing.T) {
 		t.Fatalf("1: %q %q", out.Stdout, out.Stderr)
 	}
 
+	arch.mu.Lock()
 	arch.fail = errors.New("bucket unreachable")
+	arch.mu.Unlock()
 	if err := b.Sleep(ctx, "c1"); !errors.Is(err, kube.ErrArchive) {
 		t.Fatalf("2: got %v, want ErrArchive", err)
 	}
-	if p, s, n := objects(t, c.cs); p != 1 || s != 1 || n != 1 || !b.Awake("c1") {
+	if p, s, n := objects(t, c.CS); p != 1 || s != 1 || n != 1 || !b.Awake("c1") {
 		t.Fatalf("2: after a failed archive: %d pods, %d secrets, %d policies, awake %v", p, s, n, b.Awake("c1"))
 	}
 	sh("true") // still served
+	arch.mu.Lock()
 	arch.fail = nil
+	arch.mu.Unlock()
 
 	if err := b.Sleep(ctx, "c1"); err != nil {
 		t.Fatalf("3: %v", err)
 	}
-	if got := arch.podsSeen; len(got) != 2 || got[1] != 1 {
+	if got := arch.podsSeen; len(got) != 2 || got[1] != 1 || arch.Archives != 1 {
 		t.Fatalf("3: pods when archiving: %v, want the pod there", got)
 	}
-	if p, s, n := objects(t, c.cs); p+s+n != 0 {
+	if p, s, n := objects(t, c.CS); p+s+n != 0 {
 		t.Fatalf("3: left %d pods, %d secrets, %d policies", p, s, n)
 	}
 	if _, err := b.Exec(ctx, "c1", agent.ExecRequest{Shell: []string{"/bin/true"}}, nil); !errors.Is(err, kube.ErrNotAwake) {
 		t.Fatalf("4: got %v", err)
 	}
 
-	os.RemoveAll(home) // the old pod's emptyDir is gone
-	os.Mkdir(home, 0o755)
 	if err := b.Wake(ctx, "c1", kube.Options{}); err != nil {
 		t.Fatalf("5: %v", err)
 	}
@@ -457,7 +362,7 @@ func TestSleepWake(t *testing.T) {
 	if err := b.Destroy(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if p, s, n := objects(t, c.cs); p+s+n != 0 {
+	if p, s, n := objects(t, c.CS); p+s+n != 0 {
 		t.Fatalf("destroy left %d pods, %d secrets, %d policies", p, s, n)
 	}
 }
