@@ -383,16 +383,20 @@ func Uploaded(fd int) bool {
 // MaxPathBytes is the longest path a file call takes (Linux's PATH_MAX).
 const MaxPathBytes = 4096
 
+// homeDir is where every backend's sandboxes see their home (the runtime
+// package's HomeDir; not imported, to keep the agent small), for errors.
+const homeDir = "/workspace/home"
+
 // CleanRel validates a path relative to a home and cleans it: not empty,
 // no NUL, not absolute, at most MaxPathBytes, not leaving the home, no
 // name over 255 bytes.
 func CleanRel(p string) (string, error) {
 	if p == "" || strings.ContainsRune(p, 0) || path.IsAbs(p) || len(p) > MaxPathBytes {
-		return "", fmt.Errorf("%w %q: want a relative path inside the home of at most %d bytes", ErrBadPath, p, MaxPathBytes)
+		return "", fmt.Errorf("%w %q: want a relative path inside %s of at most %d bytes", ErrBadPath, p, homeDir, MaxPathBytes)
 	}
 	clean := path.Clean(p)
 	if clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
-		return "", fmt.Errorf("%w %q: it leaves the home", ErrBadPath, p)
+		return "", fmt.Errorf("%w %q: it leaves %s", ErrBadPath, p, homeDir)
 	}
 	for _, part := range strings.Split(clean, "/") {
 		if len(part) > 255 {
