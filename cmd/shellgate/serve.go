@@ -71,7 +71,7 @@ func runServe(ctx context.Context, args []string) error {
 	nodeID := fs.String("node-id", "", "this replica's id among those sharing the database (env SHELLGATE_NODE_ID; default: the host name)")
 	advertise := fs.String("advertise-url", "", "the URL other replicas reach this one's API at, e.g. http://10.0.0.5:8080; setting it turns on routing across replicas: requests for a container awake on another replica are proxied there (env SHELLGATE_ADVERTISE_URL)")
 	heartbeat := fs.Duration("heartbeat", cluster.DefaultHeartbeat, "with --advertise-url: how often this replica renews its heartbeat; a replica silent for five heartbeats is dead")
-	providersPath := fs.String("config", "", "config file (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]; runtime: {backend: kubernetes, namespace, image, kubeconfig, runtime_class, egress_proxy, ...}); without providers the model gateway has none; without runtime sandboxes run on this machine")
+	providersPath := fs.String("config", "", "config file (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]; runtime: {backend: kubernetes, namespace, image, kubeconfig, runtime_class, egress_proxy, ...}; database: DSN; storage: s3://...); without providers the model gateway has none; without runtime sandboxes run on this machine")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
 		fs.PrintDefaults()
@@ -164,12 +164,12 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	st, stDesc, err := openStore(ctx, *database, *dataDir)
+	st, stDesc, err := openStore(ctx, orConfig(*database, databaseEnv, sc.database), *dataDir)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	files, err := openStorage(ctx, *storageSpec, *dataDir)
+	files, err := openStorage(ctx, orConfig(*storageSpec, storageEnv, sc.storage), *dataDir)
 	if err != nil {
 		return err
 	}

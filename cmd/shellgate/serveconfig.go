@@ -17,9 +17,14 @@ import (
 
 // serveConfig is a `serve --config` file split by reader: the model
 // providers and trace broadcast (upstream, broadcast) get the file without
-// its `runtime:` section, which selects the sandbox backend. A file may
-// hold any of them; unknown top-level keys are errors.
+// its `runtime:`, `database:` and `storage:` keys; `runtime:` selects the
+// sandbox backend, `database:` the store and `storage:` the file storage
+// (each as its flag, which wins, or its environment variable, which wins
+// over the file). A file may hold any of them; unknown top-level keys are
+// errors.
 type serveConfig struct {
+	// database and storage are what --database and --storage take.
+	database, storage string
 	// rest is the file without `runtime:`; nil when nothing else is in it.
 	rest []byte
 	// kube is set when `runtime:` selects Kubernetes.
@@ -31,13 +36,15 @@ func parseServeConfig(b []byte) (serveConfig, error) {
 		Providers yaml.Node `yaml:"providers"`
 		Broadcast yaml.Node `yaml:"broadcast"`
 		Runtime   yaml.Node `yaml:"runtime"`
+		Database  string    `yaml:"database"`
+		Storage   string    `yaml:"storage"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&top); err != nil {
-		return serveConfig{}, fmt.Errorf("not a valid config (top-level keys: providers, broadcast, runtime): %w", err)
+		return serveConfig{}, fmt.Errorf("not a valid config (top-level keys: providers, broadcast, runtime, database, storage): %w", err)
 	}
-	var sc serveConfig
+	sc := serveConfig{database: top.Database, storage: top.Storage}
 	if top.Runtime.Kind != 0 {
 		if top.Runtime.Kind != yaml.MappingNode {
 			return serveConfig{}, fmt.Errorf("runtime: want a mapping (backend: kubernetes, namespace, image, ...), line %d", top.Runtime.Line)
@@ -67,6 +74,16 @@ func parseServeConfig(b []byte) (serveConfig, error) {
 		sc.rest = raw
 	}
 	return sc, nil
+}
+
+// orConfig is a setting's value: its flag's when given, else nothing when
+// its environment variable is set (the opener reads it), else the config
+// file's.
+func orConfig(flagValue, env, fromFile string) string {
+	if flagValue != "" || os.Getenv(env) != "" {
+		return flagValue
+	}
+	return fromFile
 }
 
 // kubeCheckTimeout bounds serve's startup check of the API server.

@@ -21,7 +21,7 @@ import (
 // TestParseServeConfig: 1. a runtime-only file selects Kubernetes and has
 // no provider part; 2. providers, broadcast and runtime together split,
 // the provider part parsing as before; 3. no runtime: sandboxes here;
-// 4. bad files are errors naming the field.
+// 4. bad files are errors naming the field; 5. database and storage.
 func TestParseServeConfig(t *testing.T) {
 	sc, err := parseServeConfig([]byte("runtime:\n  backend: kubernetes\n  namespace: sg\n  image: sbx:1\n  egress_proxy: {service: egress, port: 3129}\n"))
 	if err != nil || sc.kube == nil || sc.kube.Namespace != "sg" || sc.kube.EgressProxy.Port != 3129 || sc.rest != nil {
@@ -44,7 +44,12 @@ runtime: {backend: kube, namespace: sg, image: sbx:1}
 	if err != nil || sc.kube != nil || sc.rest == nil {
 		t.Fatalf("3: %+v %v", sc, err)
 	}
+	sc, err = parseServeConfig([]byte("database: postgres://u@127.0.0.1:5432/sg\nstorage: s3://bucket/p?endpoint=http://127.0.0.1:9000\n"))
+	if err != nil || sc.database != "postgres://u@127.0.0.1:5432/sg" || sc.storage != "s3://bucket/p?endpoint=http://127.0.0.1:9000" || sc.kube != nil || sc.rest != nil {
+		t.Fatalf("5: database and storage: %+v %v", sc, err)
+	}
 	for in, want := range map[string]string{
+		"database: {url: x}\n":                                                          "top-level keys: providers, broadcast, runtime, database, storage",
 		"runtimes: {backend: kube}\n":                                                   "runtimes",
 		"runtime: kubernetes\n":                                                         "runtime: want a mapping",
 		"runtime: {backend: crun, namespace: a, image: b}\n":                            "runtime.backend",
@@ -143,5 +148,20 @@ func TestServeKubernetesConfig(t *testing.T) {
 	}
 	if !strings.Contains(body, `"runtime":"kubernetes/gvisor"`) {
 		t.Fatalf("3: /healthz %q", body)
+	}
+}
+
+// A flag wins over its environment variable, which wins over the file.
+func TestOrConfig(t *testing.T) {
+	t.Setenv("SHELLGATE_TEST_OR_CONFIG", "")
+	if got := orConfig("", "SHELLGATE_TEST_OR_CONFIG", "file"); got != "file" {
+		t.Errorf("nothing but the file: %q", got)
+	}
+	if got := orConfig("flag", "SHELLGATE_TEST_OR_CONFIG", "file"); got != "flag" {
+		t.Errorf("flag and file: %q", got)
+	}
+	t.Setenv("SHELLGATE_TEST_OR_CONFIG", "env")
+	if got := orConfig("", "SHELLGATE_TEST_OR_CONFIG", "file"); got != "" {
+		t.Errorf("env and file: %q, want \"\" (the opener reads the env)", got)
 	}
 }

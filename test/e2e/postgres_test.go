@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 )
 
@@ -92,4 +97,64 @@ func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
+}
+
+// TestServeConfigSelectsStoreAndStorage: `database:` and `storage:` in
+// the --config file select PostgreSQL and S3 as --database and --storage
+// would: a key made in that database works, nothing is written to
+// DATA/shellgate.db, and an uploaded file's bytes are served from the
+// bucket, not DATA/files.
+func TestServeConfigSelectsStoreAndStorage(t *testing.T) {
+	bin, data, env := serveBinary(t)
+	dsn := pgtest.NewDatabase(t)
+	bucket := s3test.NewBucket(t)
+	cfg := filepath.Join(t.TempDir(), "shellgate.yaml")
+	if err := os.WriteFile(cfg, []byte("database: "+dsn+"\nstorage: s3://"+bucket.Bucket+"/?endpoint="+bucket.Endpoint+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "AWS_ACCESS_KEY_ID="+bucket.AccessKey, "AWS_SECRET_ACCESS_KEY="+bucket.SecretKey)
+	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
+	key := createKey(t, bin, append(env, "SHELLGATE_DATABASE="+dsn))
+
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("file", "sales.csv")
+	fw.Write([]byte("region,revenue\nnorth,37.5\n"))
+	mw.WriteField("purpose", "user_data")
+	mw.Close()
+	req, _ := http.NewRequest("POST", base+"/api/v1/files", &body)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		ID string `json:"id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&f)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || f.ID == "" {
+		t.Fatalf("upload with the key from the configured database: %d %+v\n%s", resp.StatusCode, f, logs)
+	}
+	req, _ = http.NewRequest("GET", base+"/api/v1/files/"+f.ID+"/content", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(got) != "region,revenue\nnorth,37.5\n" {
+		t.Fatalf("download: %d %q", resp.StatusCode, got)
+	}
+	if _, err := os.Stat(filepath.Join(data, "shellgate.db")); !os.IsNotExist(err) {
+		t.Fatalf("DATA/shellgate.db exists with database: in the config: %v", err)
+	}
+	if local, _ := filepath.Glob(filepath.Join(data, "files", "file_*")); len(local) != 0 {
+		t.Fatalf("the file's bytes are on local disk with storage: in the config: %v", local)
+	}
+	if strings.Contains(logs.String(), dsn) {
+		t.Fatal("serve logged the DSN")
+	}
 }
