@@ -18,8 +18,8 @@ import (
 
 // startAgent runs the real agent binary as PID 1 of a new PID namespace on
 // the host (no container runtime), which is enough to test the protocol,
-// capping and process-tree kills.
-func startAgent(t *testing.T) *agent.Client {
+// capping and process-tree kills. args are the agent's flags.
+func startAgent(t *testing.T, args ...string) *agent.Client {
 	t.Helper()
 	testenv.NeedRoot(t, "a PID namespace")
 	bin, err := agentbin.Build()
@@ -28,7 +28,7 @@ func startAgent(t *testing.T) *agent.Client {
 	}
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

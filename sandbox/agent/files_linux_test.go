@@ -7,16 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/agent"
-	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/homefs"
 )
 
@@ -29,10 +26,6 @@ const fileUID = 65534
 func startFileAgent(t *testing.T) (*agent.Client, string) {
 	t.Helper()
 	testenv.NeedRoot(t, "a PID namespace and another user")
-	bin, err := agentbin.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
 	home := filepath.Join(t.TempDir(), "home")
 	if err := os.Mkdir(home, 0o700); err != nil {
 		t.Fatal(err)
@@ -42,26 +35,7 @@ func startFileAgent(t *testing.T) (*agent.Client, string) {
 	}
 	os.Chmod(filepath.Dir(home), 0o755)
 	os.Chmod(filepath.Dir(filepath.Dir(home)), 0o755)
-	inR, inW, _ := os.Pipe()
-	outR, outW, _ := os.Pipe()
-	cmd := exec.Command(bin, "-uid", fmt.Sprint(fileUID), "-gid", fmt.Sprint(fileUID))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	inR.Close()
-	outW.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := agent.Dial(ctx, outR, inW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		cmd.Wait()
-	})
+	c := startAgent(t, "-uid", fmt.Sprint(fileUID), "-gid", fmt.Sprint(fileUID))
 	return c, home
 }
 
