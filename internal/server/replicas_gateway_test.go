@@ -141,24 +141,8 @@ func TestReplicasGateway(t *testing.T) {
 	})
 
 	t.Run("05 billed once each, no 429", func(t *testing.T) {
-		var events int64
-		for range 100 {
-			byC, err := a.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			events = 0
-			for _, u := range byC {
-				if u.ContainerID == c.ID {
-					events += u.Events
-				}
-			}
-			if events == int64(billed) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if events != int64(billed) {
+		events := waitRows(t, a, c.ID, billed)
+		if events != billed {
 			t.Fatalf("%d usage rows for %d billed requests", events, billed)
 		}
 		if strings.Contains(b.logs.String(), `"status":429`) || strings.Contains(a.logs.String(), `"status":429`) {
@@ -232,6 +216,18 @@ func TestReplicasGateway(t *testing.T) {
 			t.Fatalf("%d usage rows, want %d", n, billed+2)
 		}
 	})
+}
+
+// waitRows waits up to 5 s for container id to have want usage rows (a
+// row is written as its call ends) and returns how many it has.
+func waitRows(t *testing.T, r *replica, id string, want int) int {
+	t.Helper()
+	n := countRows(t, r, id)
+	for i := 0; i < 100 && n != want; i++ {
+		time.Sleep(50 * time.Millisecond)
+		n = countRows(t, r, id)
+	}
+	return n
 }
 
 // countRows is the number of usage rows of container id.

@@ -16,7 +16,6 @@ import (
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/s3store"
 	"github.com/shellgate/shellgate/internal/s3store/s3test"
-	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/sandbox"
@@ -311,24 +310,9 @@ func TestReplicas(t *testing.T) {
 	t.Run("06 every call is billed once, on the replica that ran it", func(t *testing.T) {
 		// The streamed call ends when the client leaves: its row is
 		// written as it ends, so wait for the rows to settle.
-		var events int64
-		for range 100 {
-			byC, err := a.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			events = 0
-			for _, u := range byC {
-				if u.ContainerID == c.ID {
-					events += u.Events
-				}
-			}
-			if events == int64(calls) {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
+		if events := waitRows(t, a, c.ID, calls); events != calls {
+			t.Fatalf("%d usage rows for %d calls", events, calls)
 		}
-		t.Fatalf("%d usage rows for %d calls", events, calls)
 	})
 
 	t.Run("07 A dies with the container awake, mid-request: B takes it over from the archive", func(t *testing.T) {
