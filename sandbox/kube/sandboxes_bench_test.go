@@ -6,7 +6,6 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent"
-	"github.com/shellgate/shellgate/sandbox/kube"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
 )
 
@@ -17,12 +16,7 @@ import (
 // sandbox.Backend layer.
 func BenchmarkSandboxesExec(b *testing.B) {
 	c := kubetest.NewCluster(b)
-	be, err := kube.New(c.CS, c.Config())
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := kube.NewSandboxes(be, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}})
-	b.Cleanup(func() { s.Close(context.Background()) })
+	be, s := newBackendSandboxes(b, c, nil)
 	ctx := context.Background()
 	if _, err := s.Exec(ctx, "bench", sandbox.Command{Command: "true"}); err != nil {
 		b.Fatal(err)
@@ -49,12 +43,7 @@ func BenchmarkSandboxesExec(b *testing.B) {
 // them does, `cat` through Exec with a 2 MiB output cap.
 func BenchmarkSandboxesReadFile(b *testing.B) {
 	c := kubetest.NewCluster(b)
-	be, err := kube.New(c.CS, c.Config())
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := kube.NewSandboxes(be, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}})
-	b.Cleanup(func() { s.Close(context.Background()) })
+	_, s := newBackendSandboxes(b, c, nil)
 	ctx := context.Background()
 	if _, err := s.Exec(ctx, "bench", sandbox.Command{Command: "head -c 1048576 /dev/urandom > f"}); err != nil {
 		b.Fatal(err)

@@ -14,6 +14,14 @@ import (
 
 func newSandboxes(t *testing.T, c *kubetest.Cluster, arch kube.Archiver) *kube.Sandboxes {
 	t.Helper()
+	_, s := newBackendSandboxes(t, c, arch)
+	return s
+}
+
+// newBackendSandboxes is c's Backend and the Sandboxes on it, closed when
+// t ends.
+func newBackendSandboxes(t testing.TB, c *kubetest.Cluster, arch kube.Archiver) (*kube.Backend, *kube.Sandboxes) {
+	t.Helper()
 	cfg := c.Config()
 	cfg.Archiver = arch
 	b, err := kube.New(c.CS, cfg)
@@ -22,7 +30,7 @@ func newSandboxes(t *testing.T, c *kubetest.Cluster, arch kube.Archiver) *kube.S
 	}
 	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}})
 	t.Cleanup(func() { s.Close(context.Background()) })
-	return s
+	return b, s
 }
 
 // TestSandboxesRefuse: what the kube backend cannot do is an error naming
