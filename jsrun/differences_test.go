@@ -241,7 +241,7 @@ func TestConsoleKeptOnFailure(t *testing.T) {
 		`console.log('looping'); while (true) {}`:                               "looping\n",
 		`console.log('waiting'); await tools.sleep(60000, 1)`:                   "waiting\n",
 	} {
-		_, err := r.Run(context.Background(), Input{Source: src, HostFunctions: tools(&calls), Limits: Limits{Timeout: 300 * time.Millisecond}})
+		_, err := r.Run(context.Background(), Input{Source: src, HostFunctions: tools(&calls), Limits: Limits{Timeout: 2 * time.Second}})
 		e, ok := err.(*Error)
 		if !ok || e.Console != want {
 			t.Fatalf("%s: error %v with console %q, want %q", src, err, e.Console, want)

@@ -244,12 +244,12 @@ func TestLimits(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			start := time.Now()
+			// No wall-clock bound here (timings are not pass/fail on a
+			// shared machine): a case that hangs ends at the run's own
+			// deadline with CodeTimeout, which fails every case that
+			// expects another code.
 			_, err := r.Run(context.Background(), Input{Source: c.src, HostFunctions: hf, Limits: c.limits})
 			wantCode(t, err, c.code)
-			if d := time.Since(start); d > 10*time.Second {
-				t.Fatalf("took %s", d)
-			}
 		})
 	}
 }
