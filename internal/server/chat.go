@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/chat"
@@ -187,7 +188,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 				return
 			}
 		}
-		chat.Serve(r.Context(), w, raw, model, m)
+		noteCall(r.Context(), m, chat.Serve(r.Context(), w, raw, model, m))
 		return
 	}
 	name, _ := json.Marshal(m.Name)
@@ -197,7 +198,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
 		return
 	}
+	// The call, for the trace: from the request to the end of the copied
+	// answer; the pass-through does not read the answer, so the span has
+	// the status but no token counts.
+	call := gateway.UpstreamCall{Start: time.Now()}
+	defer func() {
+		call.End = time.Now()
+		noteCall(r.Context(), m, call)
+	}()
 	resp, err := fwd.Forward(r.Context(), out)
+	call.Err = err
 	if err != nil {
 		if ue, ok := gateway.AsUpstreamError(err); ok {
 			chatError(w, ue.Status, "", ue.Type, "%s", ue.Message)
@@ -211,6 +221,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		return
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		call.Err = &gateway.UpstreamError{Status: resp.StatusCode, Message: http.StatusText(resp.StatusCode)}
+	}
 	for _, h := range []string{"Content-Type", "Cache-Control", "X-Request-Id", "Openai-Processing-Ms", "Retry-After"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)

@@ -27,7 +27,7 @@ func chatEnv(t *testing.T, script *scripted.Script) (*env, *scripted.Server) {
 	return chatEnvTB(t, script)
 }
 
-func chatEnvTB(t testing.TB, script *scripted.Script) (*env, *scripted.Server) {
+func chatEnvTB(t testing.TB, script *scripted.Script, mod ...func(*Config)) (*env, *scripted.Server) {
 	t.Helper()
 	up := scripted.NewServer(script)
 	t.Cleanup(up.Close)
@@ -43,7 +43,7 @@ func chatEnvTB(t testing.TB, script *scripted.Script) (*env, *scripted.Server) {
 		upstream.Provider{Name: "oai", API: gateway.APIResponses, Endpoint: upstream.Endpoint{BaseURL: up.URL + "/v1"}},
 		upstream.Provider{Name: "down", API: gateway.APIChat, Endpoint: upstream.Endpoint{BaseURL: down}},
 	)
-	e := newEnv(t, "crun", "busybox", func(c *Config) { c.Models = models })
+	e := newEnv(t, "crun", "busybox", append([]func(*Config){func(c *Config) { c.Models = models }}, mod...)...)
 	return e, up
 }
 

@@ -34,6 +34,10 @@ type traceNote struct {
 	res   *gateway.Result
 	err   error
 	model string // the client's model name, for routes without a run
+	// call is the Chat Completions route's one upstream call (that route
+	// has no run), and callModel the model it went to.
+	call      *gateway.UpstreamCall
+	callModel gateway.Model
 }
 
 type traceNoteKey struct{}
@@ -42,6 +46,14 @@ type traceNoteKey struct{}
 func noteModel(ctx context.Context, model string) {
 	if n, ok := ctx.Value(traceNoteKey{}).(*traceNote); ok {
 		n.model = model
+	}
+}
+
+// noteCall records the upstream call of a route without a run (Chat
+// Completions) for the request's trace.
+func noteCall(ctx context.Context, m gateway.Model, c gateway.UpstreamCall) {
+	if n, ok := ctx.Value(traceNoteKey{}).(*traceNote); ok && !c.Start.IsZero() {
+		n.call, n.callModel = &c, m
 	}
 }
 
@@ -129,13 +141,20 @@ func requestSpan(api, method, route string, p Principal, start, end time.Time, s
 			a = append(a, semconv.ContainerID(res.ContainerID))
 		}
 		for _, c := range res.Calls {
-			root.Children = append(root.Children, callSpan(n.run, c))
+			root.Children = append(root.Children, callSpan(n.run.Model, c))
 		}
 		for _, it := range res.Items {
 			if it.Kind == gateway.ItemStep && !it.Step.Start.IsZero() {
 				root.Children = append(root.Children, stepSpan(it.Step))
 			}
 		}
+	}
+	if n.call != nil && n.run == nil {
+		a = append(a, semconv.GenAIProviderNameKey.String(n.callModel.Provider), attribute.String("shellgate.upstream.api", n.callModel.API))
+		if n.call.Err == nil {
+			a = append(a, usageAttrs(n.call.Usage)...)
+		}
+		root.Children = append(root.Children, callSpan(n.callModel, *n.call))
 	}
 	root.Attrs = a
 	return root
@@ -153,12 +172,12 @@ func usageAttrs(u gateway.Usage) []attribute.KeyValue {
 }
 
 // callSpan is one upstream call.
-func callSpan(run *gateway.Run, c gateway.UpstreamCall) broadcast.Span {
-	sp := broadcast.Span{Name: "chat " + run.Model.Name, Kind: trace.SpanKindClient, Start: c.Start, End: c.End}
+func callSpan(m gateway.Model, c gateway.UpstreamCall) broadcast.Span {
+	sp := broadcast.Span{Name: "chat " + m.Name, Kind: trace.SpanKindClient, Start: c.Start, End: c.End}
 	a := []attribute.KeyValue{
 		semconv.GenAIOperationNameChat,
-		semconv.GenAIProviderNameKey.String(run.Model.Provider),
-		semconv.GenAIRequestModel(run.Model.Name),
+		semconv.GenAIProviderNameKey.String(m.Provider),
+		semconv.GenAIRequestModel(m.Name),
 	}
 	if c.Err != nil {
 		typ := "error"

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/shellgate/shellgate/internal/broadcast/otlptest"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
+	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/tool"
 )
 
@@ -295,5 +297,83 @@ func TestRequestSpanErrors(t *testing.T) {
 	gone := requestSpan("messages", "POST", "/v1/messages", Principal{}, at(0), at(1), 200, true, &traceNote{})
 	if attrOf(gone.Attrs, "error.type") != "canceled" || gone.Error == "" {
 		t.Errorf("gone: %v", gone.Attrs)
+	}
+}
+
+// TestTraceChatCompletions: the Chat Completions route has no run, but its
+// trace has the upstream call all the same — for the pass-through to a
+// chat_completions provider (status, no token counts: the answer is
+// copied, not read), for one translated to a messages provider (token
+// counts from the adapter's turn) and for an upstream error.
+func TestTraceChatCompletions(t *testing.T) {
+	rcv := otlptest.NewReceiver()
+	t.Cleanup(rcv.Close)
+	bc, err := broadcast.New([]broadcast.Destination{{Type: broadcast.TypeOTLPHTTP, Endpoint: rcv.URL, Name: "r", MaxBatch: 1}}, broadcast.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		bc.Shutdown(ctx)
+	})
+	e, _ := chatEnvTB(t, &scripted.Script{Models: map[string][]scripted.Turn{
+		"m1":      {{Text: "pass-through", Usage: scripted.Usage{InputTokens: 12, OutputTokens: 3}}},
+		"sonnet":  {{Text: "translated", Usage: scripted.Usage{InputTokens: 21, OutputTokens: 4}}},
+		"limited": {{Error: &scripted.Error{Status: 429, Type: "rate_limit_exceeded", Message: "slow down"}}},
+	}}, func(c *Config) { c.Broadcast = bc })
+	for _, model := range []string{"local/m1", "claude/sonnet", "local/limited"} {
+		e.do("POST", "/v1/chat/completions", e.keyA, map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	}
+	waitMetric(t, e, `shellgate_broadcast_sent_total{destination="r"}`, 3)
+	spans := rcv.Spans()
+	type want struct {
+		status         int64
+		input, output  int64
+		callName, errT string
+	}
+	wants := map[string]want{
+		"m1":      {200, 0, 0, "chat m1", ""},
+		"sonnet":  {200, 21, 4, "chat sonnet", ""},
+		"limited": {429, 0, 0, "chat limited", "429"},
+	}
+	seen := 0
+	for _, root := range spans {
+		if root.Name != "POST /v1/chat/completions" {
+			continue
+		}
+		model := otlptest.Str(root.Attributes, "gen_ai.request.model")
+		_, name, _ := strings.Cut(model, "/")
+		w, ok := wants[name]
+		if !ok {
+			t.Fatalf("root span for model %q", model)
+		}
+		seen++
+		if otlptest.Int(root.Attributes, "http.response.status_code") != w.status || otlptest.Str(root.Attributes, "shellgate.api") != "chat_completions" {
+			t.Errorf("%s root: %v", model, root.Attributes)
+		}
+		var calls []*tracepb.Span
+		for _, s := range spans {
+			if bytes.Equal(s.ParentSpanId, root.SpanId) && bytes.Equal(s.TraceId, root.TraceId) {
+				calls = append(calls, s)
+			}
+		}
+		if len(calls) != 1 {
+			t.Fatalf("%s: %d child spans, want the upstream call", model, len(calls))
+		}
+		c := calls[0]
+		if c.Name != w.callName || c.Kind != tracepb.Span_SPAN_KIND_CLIENT || otlptest.Str(c.Attributes, "gen_ai.operation.name") != "chat" ||
+			c.StartTimeUnixNano < root.StartTimeUnixNano || c.EndTimeUnixNano > root.EndTimeUnixNano || c.StartTimeUnixNano > c.EndTimeUnixNano {
+			t.Errorf("%s call span %s %v %v", model, c.Name, c.Kind, c.Attributes)
+		}
+		if otlptest.Int(c.Attributes, "gen_ai.usage.input_tokens") != w.input || otlptest.Int(c.Attributes, "gen_ai.usage.output_tokens") != w.output {
+			t.Errorf("%s call tokens: %v", model, c.Attributes)
+		}
+		if got := otlptest.Str(c.Attributes, "error.type"); got != w.errT {
+			t.Errorf("%s call error.type %q, want %q", model, got, w.errT)
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("%d chat root spans of %d spans", seen, len(spans))
 	}
 }

@@ -338,26 +338,37 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 // Serve answers raw (a Chat Completions body asking for model, already
-// resolved to m) through m's adapter, streamed when the body says so.
-func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string, m gateway.Model) {
+// resolved to m) through m's adapter, streamed when the body says so. It
+// returns the upstream call it made, for the request's trace (a zero
+// Start when the body was refused before any call).
+func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string, m gateway.Model) (call gateway.UpstreamCall) {
 	req, opt, err := ParseRequest(raw, m.Name)
 	if err != nil {
 		writeErr(w, err)
-		return
+		return call
+	}
+	call.Start = time.Now()
+	turn := func(onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+		t, err := m.Upstream.Turn(ctx, req, onDelta)
+		call.End, call.Err = time.Now(), err
+		if t != nil {
+			call.ID, call.Model, call.Stop, call.Usage = t.ID, t.Model, t.Stop, t.Usage
+		}
+		return t, err
 	}
 	id := fmt.Sprintf("chatcmpl-%d", time.Now().UnixNano())
 	if !opt.Stream {
-		t, err := m.Upstream.Turn(ctx, req, nil)
+		t, err := turn(nil)
 		if err != nil {
 			if ctx.Err() == nil {
 				writeErr(w, err)
 			}
-			return
+			return call
 		}
 		b, _ := json.Marshal(Completion(t, id, model))
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(append(b, '\n'))
-		return
+		return call
 	}
 	created := time.Now().Unix()
 	flusher, _ := w.(http.Flusher)
@@ -396,21 +407,21 @@ func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string,
 			send(chunk(map[string]any{"tool_calls": []any{map[string]any{"index": callIndex[d.Index], "function": map[string]any{"arguments": d.Text}}}}, nil))
 		}
 	}
-	t, err := m.Upstream.Turn(ctx, req, onDelta)
+	t, err := turn(onDelta)
 	if err != nil {
 		if ctx.Err() != nil {
-			return
+			return call
 		}
 		if !started {
 			writeErr(w, err)
-			return
+			return call
 		}
 		msg, code := "upstream call failed", ""
 		if ue, ok := gateway.AsUpstreamError(err); ok {
 			msg, code = ue.Message, ue.Type
 		}
 		send(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": code}})
-		return
+		return call
 	}
 	if !started {
 		send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
@@ -423,4 +434,5 @@ func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string,
 	if flusher != nil {
 		flusher.Flush()
 	}
+	return call
 }
