@@ -46,6 +46,21 @@ func waitMetric(t *testing.T, e *env, series string, want float64) {
 	t.Fatalf("%s = %v, want %v", series, got, want)
 }
 
+// newBroadcast is a Broadcaster to dests, shut down when t ends.
+func newBroadcast(t *testing.T, dests ...broadcast.Destination) *broadcast.Broadcaster {
+	t.Helper()
+	bc, err := broadcast.New(dests, broadcast.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		bc.Shutdown(ctx)
+	})
+	return bc
+}
+
 // TestTraceBroadcast: a real Responses request whose (in-process,
 // scripted) model runs a shell call of two commands in a real sandbox,
 // broadcast to three OTLP/HTTP receivers on loopback — one healthy, one
@@ -57,19 +72,10 @@ func TestTraceBroadcast(t *testing.T) {
 	t.Cleanup(broken.Close)
 	hung.Hang()
 	broken.SetStatus(http.StatusInternalServerError)
-	bc, err := broadcast.New([]broadcast.Destination{
-		{Type: broadcast.TypeOTLPHTTP, Endpoint: good.URL, Name: "good", Headers: map[string]string{"X-Team": "gw"}},
-		{Type: broadcast.TypeOTLPHTTP, Endpoint: hung.URL, Name: "hung", QueueSize: 1, Timeout: time.Minute},
-		{Type: broadcast.TypeOTLPHTTP, Endpoint: broken.URL, Name: "broken", MaxBatch: 1},
-	}, broadcast.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		bc.Shutdown(ctx)
-	})
+	bc := newBroadcast(t,
+		broadcast.Destination{Type: broadcast.TypeOTLPHTTP, Endpoint: good.URL, Name: "good", Headers: map[string]string{"X-Team": "gw"}},
+		broadcast.Destination{Type: broadcast.TypeOTLPHTTP, Endpoint: hung.URL, Name: "hung", QueueSize: 1, Timeout: time.Minute},
+		broadcast.Destination{Type: broadcast.TypeOTLPHTTP, Endpoint: broken.URL, Name: "broken", MaxBatch: 1})
 	models := gatewaytest.Models{}
 	e := newEnv(t, "crun", "default", func(c *Config) { c.Models = models; c.Broadcast = bc })
 	e.srv.cfg.Logs = e.st.Logs() // as TestRequestLogs does
@@ -308,15 +314,7 @@ func TestRequestSpanErrors(t *testing.T) {
 func TestTraceChatCompletions(t *testing.T) {
 	rcv := otlptest.NewReceiver()
 	t.Cleanup(rcv.Close)
-	bc, err := broadcast.New([]broadcast.Destination{{Type: broadcast.TypeOTLPHTTP, Endpoint: rcv.URL, Name: "r", MaxBatch: 1}}, broadcast.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		bc.Shutdown(ctx)
-	})
+	bc := newBroadcast(t, broadcast.Destination{Type: broadcast.TypeOTLPHTTP, Endpoint: rcv.URL, Name: "r", MaxBatch: 1})
 	e, _ := chatEnvTB(t, &scripted.Script{Models: map[string][]scripted.Turn{
 		"m1":      {{Text: "pass-through", Usage: scripted.Usage{InputTokens: 12, OutputTokens: 3}}},
 		"sonnet":  {{Text: "translated", Usage: scripted.Usage{InputTokens: 21, OutputTokens: 4}}},
