@@ -205,7 +205,7 @@ type testHome struct {
 func (h testHome) Exec(ctx context.Context, req agent.ExecRequest) (agent.Output, error) {
 	return h.c.Exec(ctx, req, nil)
 }
-func (h testHome) Dir() string           { return h.dir }
+func (h testHome) Dir() string          { return h.dir }
 func (h testHome) Files() *agent.Client { return h.c }
 
 func putManifest(t *testing.T, obj homearchive.Objects, name string, m any) {
