@@ -48,7 +48,6 @@ import (
 	"os"
 	"path"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -186,7 +185,9 @@ func (a *Archiver) Validate(m *Manifest, name string) error {
 	prev := ""
 	for i, f := range m.Files {
 		p := string(f.Path)
-		if clean, err := homefs.CleanRel(p); err != nil || clean != p || strings.HasPrefix(p, "./") || p == "." {
+		// Archive never stores a name that is not UTF-8 (ErrName): the
+		// agent's write could not name it either.
+		if clean, err := homefs.CleanRel(p); err != nil || clean != p || p == "." || !utf8.ValidString(p) {
 			return bad("path %q is not a clean relative path inside the home", p)
 		}
 		if i > 0 && p <= prev {

@@ -281,6 +281,7 @@ func TestHostile(t *testing.T) {
 		{"dot", m(f(".", 2, sha("ok")))},
 		{"empty path", m(f("", 2, sha("ok")))},
 		{"NUL", m(f("a\x00b", 2, sha("ok")))},
+		{"not UTF-8", m(f("n\xffme", 2, sha("ok")))},
 		{"duplicate", m(ok, ok)},
 		{"out of order", m(f("z", 2, sha("ok")), ok)},
 		{"file and directory", m(f("a", 2, sha("ok")), f("a/b", 2, sha("ok")))},
