@@ -79,13 +79,14 @@ func run(t testing.TB, s *kube.Sandboxes, name, cmd string) string {
 	return string(res.Stdout)
 }
 
-// fill makes a home of an empty file, nested directories, a 5 MiB random
-// file, an executable, a name with a space, a symlink out of the home
+// fill makes a home of an empty file, nested directories, two files with
+// the same bytes, a 5 MiB random file, an executable, a name with a space, a symlink out of the home
 // and a FIFO.
 const fill = `set -e
 mkdir -p a/b/c/d empty-dir
 : > empty
 printf 'deep\n' > a/b/c/d/deep.txt
+cp a/b/c/d/deep.txt a/copy.txt
 head -c 5242880 /dev/urandom > big.bin
 printf '#!/bin/sh\necho hi\n' > a/run.sh && chmod 755 a/run.sh
 chmod 600 empty
@@ -100,8 +101,8 @@ const listing = `find . -type f -exec sh -c 'for f; do printf "%s %s " "$(stat -
 
 // TestSleepWake: 1. a sleep and wake keep every regular file byte-exact
 // with its mode, and leave out the symlink and the FIFO; 2. a second sleep
-// with one file changed puts one object (and the manifest) and deletes
-// the old one; 3. a new Sandboxes on the same cluster and store (a
+// with one file changed puts one object (and the manifest), and its old
+// bytes are deleted once no file has them; 3. a new Sandboxes on the same cluster and store (a
 // restarted gateway) restores the home; 4. Destroy deletes the archive.
 func TestSleepWake(t *testing.T) {
 	stores(t, func(t *testing.T, obj homearchive.Objects) {
@@ -115,8 +116,8 @@ func TestSleepWake(t *testing.T) {
 
 		run(t, s, "c1", fill)
 		before := run(t, s, "c1", listing)
-		if n := strings.Count(before, "\n"); n != 5 {
-			t.Fatalf("the pod lists %d files, want 5:\n%s", n, before)
+		if n := strings.Count(before, "\n"); n != 6 {
+			t.Fatalf("the pod lists %d files, want 6:\n%s", n, before)
 		}
 		// The host's own hash of the big file, read over the agent.
 		big, err := s.ReadFile(ctx, "c1", "big.bin", 10<<20)
@@ -137,7 +138,8 @@ func TestSleepWake(t *testing.T) {
 			t.Fatalf("1: %d pods after sleep", pods)
 		}
 		st := a.Stats()
-		// 4 distinct non-empty contents (deep, big, run.sh, odd name).
+		// 4 distinct non-empty contents (deep and its copy, big, run.sh,
+		// the name with a space): the copy is not put again.
 		if st.Puts != 4 || cnt.puts.Load() != 5 || st.BytesPut != 5<<20+5+18+3 {
 			t.Fatalf("1: first sleep: %+v, %d store puts", st, cnt.puts.Load())
 		}
@@ -156,11 +158,20 @@ func TestSleepWake(t *testing.T) {
 			t.Fatal(err)
 		}
 		st2 := a.Stats()
-		if st2.Puts-st.Puts != 1 || cnt.puts.Load()-p0 != 2 || st2.BytesPut-st.BytesPut != 10 || st2.Deletes-st.Deletes != 1 {
+		if st2.Puts-st.Puts != 1 || cnt.puts.Load()-p0 != 2 || st2.BytesPut-st.BytesPut != 10 || st2.Deletes-st.Deletes != 0 {
 			t.Fatalf("2: second sleep: %+v after %+v, %d store puts", st2, st, cnt.puts.Load()-p0)
 		}
 		if got := run(t, s, "c1", listing); got != changed {
 			t.Fatalf("2: home after wake:\n%s\nwant:\n%s", got, changed)
+		}
+		// The old bytes of deep.txt live on in the copy until it changes.
+		run(t, s, "c1", "cp a/b/c/d/deep.txt a/copy.txt")
+		changed = run(t, s, "c1", listing)
+		if err := s.Sleep(ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		if st3 := a.Stats(); st3.Puts != st2.Puts || st3.Deletes-st2.Deletes != 1 {
+			t.Fatalf("2: third sleep: %+v after %+v", st3, st2)
 		}
 		if err := s.Close(ctx); err != nil { // sleeps c1
 			t.Fatal(err)
@@ -171,7 +182,7 @@ func TestSleepWake(t *testing.T) {
 		if got := run(t, s2, "c1", listing); got != changed {
 			t.Fatalf("3: home after a restart:\n%s\nwant:\n%s", got, changed)
 		}
-		if a2.Stats().Gets != 4 {
+		if a2.Stats().Gets != 5 {
 			t.Fatalf("3: %+v", a2.Stats())
 		}
 
