@@ -69,8 +69,9 @@ image-oci: build
 	if [ -n "$(SANDBOX_ROOTFS)" ]; then $(GO) run ./cmd/ociimage -kind sandbox -o $(BIN)/oci/sandbox -rootfs "$(SANDBOX_ROOTFS)" -agent $(BIN)/shellgate-agent; fi
 
 # sandbox/kube's tests (client-go's fake clientset plus the real agent over
-# TLS) with the race detector; `make test` runs them without it above.
+# TLS), with its home archive (kubehome), with the race detector; `make
+# test` runs them without it above.
 test: test-kube-race
 .PHONY: test-kube-race
 test-kube-race:
-	$(GO) test -count=1 -race -timeout 10m ./sandbox/kube/
+	$(GO) test -count=1 -race -timeout 10m ./sandbox/kube/...

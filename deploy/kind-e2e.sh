@@ -15,8 +15,9 @@
 #   3. loads both images into the node, applies deploy/kubernetes/;
 #   4. runs sandbox/kube's tests against the cluster (SHELLGATE_KUBECONFIG),
 #      which wake a sandbox pod under RuntimeClass gvisor, run a command
-#      through the agent over TLS, check `dmesg` shows gVisor, sleep it and
-#      check the pod, Secret and NetworkPolicy are gone;
+#      through the agent over TLS, check `dmesg` shows gVisor, sleep it
+#      (its home archived by kubehome) and check the pod, Secret and
+#      NetworkPolicy are gone, wake it in a new pod with the file it wrote;
 #   5. waits for the gateway Deployment (serve with the ConfigMap's
 #      runtime: kubernetes), makes a key in it, and through its API creates
 #      a container, runs `id -u` and `dmesg` in its pod and deletes it.

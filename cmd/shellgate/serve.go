@@ -187,7 +187,10 @@ func runServe(ctx context.Context, args []string) error {
 	var mgr sandbox.Backend
 	if sc.kube != nil {
 		*img = sc.kube.Image
-		mgr, err = openKubeSandboxes(ctx, *sc.kube, *idle, log)
+		kh, kerr := files.kubeArchiver(*dataDir)
+		if err = kerr; err == nil {
+			mgr, err = openKubeSandboxes(ctx, *sc.kube, *idle, kh, log)
+		}
 	} else {
 		mgr, err = sandbox.Open(ctx, sandbox.Config{
 			DataDir:     *dataDir,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 )
 
 // serveConfig is a `serve --config` file split by reader: the model
@@ -91,8 +92,10 @@ const kubeCheckTimeout = 30 * time.Second
 
 // openKubeSandboxes connects to the cluster of fc and checks, before the
 // server starts, that the gateway's identity may do what sandboxes need.
-func openKubeSandboxes(ctx context.Context, fc kube.FileConfig, idle time.Duration, log *slog.Logger) (sandbox.Backend, error) {
-	b, _, err := fc.Connect(kube.Config{Logger: log})
+// Homes are archived by kubehome in homes (the server's storage), so pods
+// sleep after idle and a restarted gateway restores them.
+func openKubeSandboxes(ctx context.Context, fc kube.FileConfig, idle time.Duration, homes *kubehome.Archiver, log *slog.Logger) (sandbox.Backend, error) {
+	b, _, err := fc.Connect(kube.Config{Logger: log, Archiver: homes})
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +105,6 @@ func openKubeSandboxes(ctx context.Context, fc kube.FileConfig, idle time.Durati
 		b.Close()
 		return nil, fmt.Errorf("runtime (kubernetes): %w", err)
 	}
-	log.Warn("kubernetes sandboxes: no home archive is configured, so pods are never put to sleep (their homes would be lost) and live until their container is deleted")
 	return kube.NewSandboxes(b, kube.SandboxesConfig{Shell: fc.Shell, IdleTimeout: idle}), nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
+	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 )
 
 const (
@@ -30,8 +31,28 @@ func storageFlag(fs *flag.FlagSet) *string {
 type storage struct {
 	blobs   store.Blobs
 	archive sandbox.HomeArchive // nil: homes stay on this node
-	desc    string
-	close   func() error
+	// kubeHomes keeps the homes of sleeping Kubernetes sandboxes
+	// (kubehome): S3 under PREFIX/kubehomes/, else DATA/kubehomes.
+	kubeHomes  homearchive.Objects
+	archiveKey []byte // SHELLGATE_ARCHIVE_KEY, nil when unset
+	desc       string
+	close      func() error
+}
+
+// kubeHomesDir is the local kubehome key space's directory under the data
+// directory.
+const kubeHomesDir = "kubehomes"
+
+// archiveKey reads SHELLGATE_ARCHIVE_KEY: nil when unset.
+func archiveKey() ([]byte, error) {
+	k := os.Getenv(archiveKeyEnv)
+	if k == "" {
+		return nil, nil
+	}
+	if len(k) < 32 {
+		return nil, fmt.Errorf("%s must be at least 32 bytes (got %d)", archiveKeyEnv, len(k))
+	}
+	return []byte(k), nil
 }
 
 // openStorage opens the storage --storage (else $SHELLGATE_STORAGE) names,
@@ -46,7 +67,17 @@ func openStorage(ctx context.Context, spec, dataDir string) (*storage, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &storage{blobs: b, desc: dir, close: b.Close}, nil
+		homes, err := homearchive.NewDir(filepath.Join(dataDir, kubeHomesDir))
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		key, err := archiveKey()
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		return &storage{blobs: b, kubeHomes: homes, archiveKey: key, desc: dir, close: b.Close}, nil
 	}
 	cfg, err := s3store.ParseURL(spec)
 	if err != nil {
@@ -62,12 +93,23 @@ func openStorage(ctx context.Context, spec, dataDir string) (*storage, error) {
 		return nil, err
 	}
 	ar := homearchive.New(s.Objects("homes"))
-	if k := os.Getenv(archiveKeyEnv); k != "" {
-		if len(k) < 32 {
-			s.Close()
-			return nil, fmt.Errorf("%s must be at least 32 bytes (got %d)", archiveKeyEnv, len(k))
-		}
-		ar.Key = []byte(k)
+	key, err := archiveKey()
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
-	return &storage{blobs: s.Blobs(), archive: ar, desc: s.String(), close: s.Close}, nil
+	ar.Key = key
+	return &storage{blobs: s.Blobs(), archive: ar, kubeHomes: s.Objects(kubeHomesDir), archiveKey: key, desc: s.String(), close: s.Close}, nil
+}
+
+// kubeArchiver is the home archive of Kubernetes sandboxes in this
+// storage; large files are spooled under DATA/run while archived.
+func (s *storage) kubeArchiver(dataDir string) (*kubehome.Archiver, error) {
+	a := kubehome.New(s.kubeHomes)
+	a.Key = s.archiveKey
+	a.TempDir = filepath.Join(dataDir, "run")
+	if err := os.MkdirAll(a.TempDir, 0o700); err != nil {
+		return nil, err
+	}
+	return a, nil
 }

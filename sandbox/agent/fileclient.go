@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -182,7 +183,10 @@ func fileInfo(e *FileEntry, want string) (homefs.FileInfo, error) {
 	if e.Size < 0 {
 		return homefs.FileInfo{}, violation("a negative file size for %q", p)
 	}
-	return homefs.FileInfo{Path: p, Size: e.Size, ModTime: time.Unix(0, e.ModTime).UTC()}, nil
+	if e.Mode&^uint32(fs.ModePerm) != 0 {
+		return homefs.FileInfo{}, violation("mode %o of %q is more than permission bits", e.Mode, p)
+	}
+	return homefs.FileInfo{Path: p, Size: e.Size, ModTime: time.Unix(0, e.ModTime).UTC(), Mode: fs.FileMode(e.Mode)}, nil
 }
 
 // ListFiles lists one page of the regular files beneath home (the rules
@@ -337,12 +341,22 @@ func (r *fileReader) Close() error {
 // the commands' user, renamed into place once complete) and describes the
 // file written. maxBytes > 0 caps the bytes (homefs.ErrTooLarge past it).
 func (c *Client) PutFile(ctx context.Context, home, rel string, r io.Reader, maxBytes int64) (homefs.FileInfo, error) {
+	return c.PutFilePerm(ctx, home, rel, r, maxBytes, 0)
+}
+
+// PutFilePerm is PutFile that gives the file the permission bits perm
+// (0o777 at most; 0: the default). An agent too old to know modes writes
+// the default; the FileInfo returned says which the file got.
+func (c *Client) PutFilePerm(ctx context.Context, home, rel string, r io.Reader, maxBytes int64, perm fs.FileMode) (homefs.FileInfo, error) {
 	clean, err := homefs.CleanRel(rel)
 	if err != nil {
 		return homefs.FileInfo{}, err
 	}
+	if perm&^fs.ModePerm != 0 {
+		return homefs.FileInfo{}, fmt.Errorf("write %s: mode %v is more than permission bits", clean, perm)
+	}
 	fc := &fileCall{}
-	id, err := c.startFile(FileRequest{Op: FileWrite, Home: home, Path: clean, MaxBytes: max(maxBytes, 0)}, fc)
+	id, err := c.startFile(FileRequest{Op: FileWrite, Home: home, Path: clean, MaxBytes: max(maxBytes, 0), Mode: uint32(perm)}, fc)
 	if err != nil {
 		return homefs.FileInfo{}, err
 	}

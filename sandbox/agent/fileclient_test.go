@@ -39,6 +39,14 @@ func TestClientFileResultsAreHostile(t *testing.T) {
 		}, func(f *fakeAgent, id uint32) {
 			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Files: []FileEntry{entry("b", 1), entry("a", 1)}}))
 		}},
+		{"list mode past permission bits", func(c *Client) error {
+			_, err := c.ListFiles(context.Background(), "/h", homefs.ListOptions{})
+			return err
+		}, func(f *fakeAgent, id uint32) {
+			e := entry("a", 1)
+			e.Mode = 0o4755 // setuid: no file the home archive restores may carry it
+			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Files: []FileEntry{e}}))
+		}},
 		{"stat of another file", func(c *Client) error {
 			_, err := c.StatFile(context.Background(), "/h", "a")
 			return err

@@ -55,6 +55,8 @@ type FileRequest struct {
 	After []byte `json:"after,omitempty"`
 	Limit int    `json:"limit,omitempty"`
 	Desc  bool   `json:"desc,omitempty"`
+	// Mode is a write's permission bits (0o777 at most; 0: the default).
+	Mode uint32 `json:"mode,omitempty"`
 }
 
 // FileEntry is one regular file; paths are bytes (JSON strings would
@@ -63,6 +65,8 @@ type FileEntry struct {
 	Path    []byte `json:"path"`
 	Size    int64  `json:"size"`
 	ModTime int64  `json:"mtime_ns"`
+	// Mode is the permission bits (older agents send none).
+	Mode uint32 `json:"mode,omitempty"`
 }
 
 // FileResult is the outcome of a file request.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"runtime"
 	"sync"
 
@@ -107,7 +108,7 @@ func failed(err error) *FileResult {
 }
 
 func entry(fi homefs.FileInfo) FileEntry {
-	return FileEntry{Path: []byte(fi.Path), Size: fi.Size, ModTime: fi.ModTime.UnixNano()}
+	return FileEntry{Path: []byte(fi.Path), Size: fi.Size, ModTime: fi.ModTime.UnixNano(), Mode: uint32(fi.Mode.Perm())}
 }
 
 // doFile does one request on a locked thread and returns its final
@@ -168,7 +169,7 @@ func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) 
 		if req.MaxBytes > 0 {
 			r = &capReader{r: body, left: req.MaxBytes, what: clean}
 		}
-		if err := homefs.WriteBeneath(req.Home, clean, r, -1, -1); err != nil {
+		if err := homefs.WriteBeneathPerm(req.Home, clean, r, -1, -1, fs.FileMode(req.Mode)); err != nil {
 			return failed(err)
 		}
 		f, fi, err := homefs.OpenBeneath(req.Home, clean)

@@ -61,6 +61,8 @@ type FileInfo struct {
 	Path    string
 	Size    int64
 	ModTime time.Time
+	// Mode is the file's permission bits (0o777 at most).
+	Mode fs.FileMode
 	// Uploaded is set on a file the host wrote (WriteFile) and no command
 	// has replaced since.
 	Uploaded bool
@@ -220,6 +222,7 @@ func (w *walker) dir(fd int, prefix string, depth int) error {
 			Path:     e.key,
 			Size:     st.Size,
 			ModTime:  time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
+			Mode:     fs.FileMode(st.Mode & 0o777),
 			Uploaded: uploadedAt(fd, e.name),
 		})
 	}
@@ -355,7 +358,7 @@ func OpenBeneath(dir, clean string) (*os.File, FileInfo, error) {
 		f.Close()
 		return nil, FileInfo{}, err
 	}
-	info := FileInfo{Path: clean, Size: st.Size(), ModTime: st.ModTime(), Uploaded: Uploaded(int(f.Fd()))}
+	info := FileInfo{Path: clean, Size: st.Size(), ModTime: st.ModTime(), Mode: st.Mode().Perm(), Uploaded: Uploaded(int(f.Fd()))}
 	return f, info, nil
 }
 
@@ -413,6 +416,15 @@ func CleanRel(p string) (string, error) {
 // negative (a caller already writing as the owner), and the file is marked
 // with SourceXattr where the caller may set it.
 func WriteBeneath(dir, clean string, r io.Reader, uid, gid int) error {
+	return WriteBeneathPerm(dir, clean, r, uid, gid, 0)
+}
+
+// WriteBeneathPerm is WriteBeneath that gives the file the permission
+// bits perm (0o777 at most; 0: the default 0644 less the umask).
+func WriteBeneathPerm(dir, clean string, r io.Reader, uid, gid int, perm fs.FileMode) error {
+	if perm&^fs.ModePerm != 0 {
+		return fmt.Errorf("write %s: %w: mode %v is more than permission bits", clean, ErrBadPath, perm)
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -445,6 +457,9 @@ func WriteBeneath(dir, clean string, r io.Reader, uid, gid int) error {
 		}
 	}()
 	_, err = io.Copy(f, r)
+	if err == nil && perm != 0 {
+		err = f.Chmod(perm)
+	}
 	if err == nil && uid >= 0 {
 		err = f.Chown(uid, gid)
 	}

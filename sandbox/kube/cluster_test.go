@@ -1,6 +1,7 @@
 //go:build kube_e2e
 
-// The same flow as TestSleepWake on a real cluster, for deploy/kind-e2e.sh:
+// The same flow as TestSleepWake on a real cluster, for deploy/kind-e2e.sh,
+// with the home archived by kubehome in a local directory:
 //
 //	SHELLGATE_KUBECONFIG=... SHELLGATE_KUBE_IMAGE=shellgate-sandbox:dev go test -tags kube_e2e -run TestCluster ./sandbox/kube/
 //
@@ -26,7 +27,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 )
 
 func TestCluster(t *testing.T) {
@@ -62,7 +65,12 @@ func TestCluster(t *testing.T) {
 		}
 		return nil, fmt.Errorf("kubectl port-forward gave no local port")
 	}
-	b, err := kube.New(cs, kube.Config{Namespace: "shellgate", Image: os.Getenv("SHELLGATE_KUBE_IMAGE"), Dial: dial})
+	homes, err := homearchive.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := kubehome.New(homes)
+	b, err := kube.New(cs, kube.Config{Namespace: "shellgate", Image: os.Getenv("SHELLGATE_KUBE_IMAGE"), Dial: dial, Archiver: arch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +79,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Destroy(context.Background(), "e2e-1")
-	out, err := b.Exec(ctx, "e2e-1", agent.ExecRequest{Shell: []string{"/bin/bash", "-lc"}, Command: "id -u; dmesg | head -1; curl -sS -m 5 https://example.com >/dev/null && echo NET", Dir: kube.HomeDir, TimeoutMs: 30000}, nil)
+	out, err := b.Exec(ctx, "e2e-1", agent.ExecRequest{Shell: []string{"/bin/bash", "-lc"}, Command: "id -u; dmesg | head -1; mkdir -p d && printf kept > d/f && chmod 750 d/f; curl -sS -m 5 https://example.com >/dev/null && echo NET", Dir: kube.HomeDir, TimeoutMs: 30000}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,5 +92,19 @@ func TestCluster(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Pods("shellgate").Get(ctx, kube.ObjectName("e2e-1"), metav1.GetOptions{}); err == nil {
 		t.Fatal("pod still there after sleep")
+	}
+	// Wake in a new pod: the home comes back from the archive.
+	if err := b.Wake(ctx, "e2e-1", kube.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = b.Exec(ctx, "e2e-1", agent.ExecRequest{Shell: []string{"/bin/bash", "-lc"}, Command: "stat -c %a d/f; cat d/f", Dir: kube.HomeDir, TimeoutMs: 30000}, nil)
+	if err != nil || string(out.Stdout) != "750\nkept" {
+		t.Fatalf("home after wake: %q %q %v", out.Stdout, out.Stderr, err)
+	}
+	if err := b.Destroy(ctx, "e2e-1"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := arch.Load(ctx, "e2e-1"); m != nil || err != nil {
+		t.Fatalf("archive after destroy: %+v %v", m, err)
 	}
 }

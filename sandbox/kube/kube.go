@@ -68,15 +68,16 @@ const (
 
 // Archiver saves and restores sandbox homes across pods: Sleep calls
 // Archive before it deletes a pod, Wake calls Restore on the new pod before
-// any command. The S3 home archive implements it; the home is reached
-// through the pod's agent (Home), so an archiver may run a command in the
-// pod that uploads to or downloads from presigned URLs, and bytes never go
-// through the gateway.
+// any command, Destroy calls Delete. The home is reached through the pod's
+// agent (Home): its file requests, or a command. kubehome.Archiver keeps
+// homes in the server's storage.
 type Archiver interface {
 	Archive(ctx context.Context, id string, home Home) error
 	// Restore of a sandbox never archived returns nil and leaves the home
 	// empty.
 	Restore(ctx context.Context, id string, home Home) error
+	// Delete removes the archived home of id; none is not an error.
+	Delete(ctx context.Context, id string) error
 }
 
 // Home is one awake sandbox's home as an archiver sees it.
@@ -85,6 +86,8 @@ type Home interface {
 	Exec(ctx context.Context, req agent.ExecRequest) (agent.Output, error)
 	// Dir is the home's path in the pod.
 	Dir() string
+	// Files is the pod's agent, for its file requests beneath Dir.
+	Files() *agent.Client
 }
 
 // Dialer connects to a pod's agent; agent.DialTCP is the default.
@@ -520,7 +523,8 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 	return nil
 }
 
-// Destroy deletes sandbox id's objects without archiving.
+// Destroy deletes sandbox id's objects without archiving, then its
+// archived home (Archiver.Delete).
 func (b *Backend) Destroy(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -537,7 +541,15 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	if p != nil {
 		p.client.Close()
 	}
-	return b.deleteObjects(ctx, id)
+	if err := b.deleteObjects(ctx, id); err != nil {
+		return err
+	}
+	if b.cfg.Archiver != nil {
+		if err := b.cfg.Archiver.Delete(ctx, id); err != nil {
+			return fmt.Errorf("kube: destroy %s: archived home: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // deleteObjects deletes sandbox id's pod, network policy and secret;
@@ -584,7 +596,8 @@ type home struct {
 func (h home) Exec(ctx context.Context, req agent.ExecRequest) (agent.Output, error) {
 	return h.p.client.Exec(ctx, req, nil)
 }
-func (h home) Dir() string { return h.b.cfg.HomeDir }
+func (h home) Dir() string          { return h.b.cfg.HomeDir }
+func (h home) Files() *agent.Client { return h.p.client }
 
 func (b *Backend) secret(id string, c agent.Credentials) *corev1.Secret {
 	immutable := true

@@ -327,7 +327,7 @@ func (s *Sandboxes) Sleep(ctx context.Context, name string) error {
 // (its Exec returns sandbox.ErrDestroyed: closing the pod's connection
 // makes the agent kill it), and so are calls waiting for the sandbox;
 // calls made after Destroy returned see a new sandbox. The Archiver's copy
-// of the home is not deleted (Archiver has no Delete).
+// of the home is deleted too.
 func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
 	if !sandbox.ValidName(name) {
 		return fmt.Errorf("%w: %q", sandbox.ErrBadName, name)

@@ -193,14 +193,19 @@ func TestSandboxesIdleSleep(t *testing.T) {
 	if _, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo kept > f"}); err != nil {
 		t.Fatal(err)
 	}
+	// Status says Sleeping as soon as the pod is let go, just before its
+	// objects are deleted: wait for both.
 	for st, _ := s.Status("c1"); st != sandbox.Sleeping; st, _ = s.Status("c1") {
 		if ctx.Err() != nil {
 			t.Fatal("never slept")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
-		t.Fatalf("left %d pods, %d secrets, %d policies", p, sec, n)
+	for p, sec, n, _ := c.Objects(ctx); p+sec+n != 0; p, sec, n, _ = c.Objects(ctx) {
+		if ctx.Err() != nil {
+			t.Fatalf("left %d pods, %d secrets, %d policies", p, sec, n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat f"}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Fatalf("after the idle sleep: %+v %v", res, err)

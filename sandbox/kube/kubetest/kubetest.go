@@ -197,6 +197,13 @@ func (a *TarArchiver) Archive(ctx context.Context, id string, h kube.Home) error
 	return nil
 }
 
+func (a *TarArchiver) Delete(ctx context.Context, id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.saved, id)
+	return nil
+}
+
 func (a *TarArchiver) Restore(ctx context.Context, id string, h kube.Home) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
