@@ -42,6 +42,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
@@ -56,6 +57,9 @@ const (
 	LabelName       = "app.kubernetes.io/name"
 	AnnotationID    = "shellgate.dev/sandbox-id"
 	AnnotationAllow = "shellgate.dev/allowed-domains" // the allowlist, for the egress proxy
+	// AnnotationRestored is set on a pod once its home is restored: a
+	// replica that did not start the pod adopts it only then.
+	AnnotationRestored = "shellgate.dev/home-restored"
 	ManagedBy       = "shellgate"
 	SandboxApp      = "shellgate-sandbox"
 )
@@ -187,6 +191,21 @@ func (b *Backend) claim(id string) (release func(), err error) {
 type pod struct {
 	name   string
 	client *agent.Client
+	// uid and restarts are the pod's when it was dialled: a connection
+	// that ends while both are unchanged was taken over by another
+	// replica (the agent serves one host at a time), not lost.
+	uid      string
+	restarts int32
+}
+
+// live tells whether p's connection is still open.
+func (p *pod) live() bool {
+	select {
+	case <-p.client.Done():
+		return false
+	default:
+		return true
+	}
 }
 
 // New returns a backend using cs.
@@ -283,8 +302,14 @@ func (b *Backend) meta(id string) metav1.ObjectMeta {
 	}
 }
 
-// Wake starts sandbox id in a new pod and restores its home. Objects left
-// by an earlier gateway that died are replaced.
+// Wake connects this backend to sandbox id's pod: the pod another replica
+// (or an earlier life of this gateway) started, once Ready with its home
+// restored, with the credentials in its Secret; else a new pod, whose home
+// it restores. Any number of replicas may wake one sandbox at once: the
+// objects' names are the id's, so exactly one creates them (its Secret
+// create succeeds) and the others adopt its pod. Leftovers that never
+// became a usable pod within ReadyTimeout are deleted and replaced. Opts
+// apply to a new pod only.
 func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error) {
 	if err := checkID(id); err != nil {
 		return err
@@ -311,33 +336,174 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 	}
 	defer release()
 	b.mu.Lock()
-	if b.awake[id] != nil {
-		b.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrAwake, id)
+	if p := b.awake[id]; p != nil {
+		if p.live() {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %s", ErrAwake, id)
+		}
+		delete(b.awake, id) // taken over or lost: look again
 	}
 	b.mu.Unlock()
+	// Another replica may have the pod, or be starting it: the pod's name
+	// is the id's, so of two replicas waking one sandbox at once one
+	// creates the objects and the other meets AlreadyExists and adopts.
+	for attempt := 0; ; attempt++ {
+		p, err := b.adopt(ctx, id)
+		if err == nil {
+			b.keep(id, p)
+			return nil
+		}
+		if !errors.Is(err, errNoPod) || attempt == 2 {
+			return err
+		}
+		p, err = b.create(ctx, id, opts, lim, disk)
+		switch {
+		case errors.Is(err, errExists):
+			continue
+		case err != nil:
+			return err
+		}
+		b.keep(id, p)
+		return nil
+	}
+}
+
+// keep records p as sandbox id's connection.
+func (b *Backend) keep(id string, p *pod) {
+	b.mu.Lock()
+	if old := b.awake[id]; old != nil && old != p {
+		old.client.Close()
+	}
+	b.awake[id] = p
+	b.mu.Unlock()
+}
+
+// errNoPod: sandbox id has no pod (nor one being started) to adopt;
+// errExists: another replica created its objects first.
+var (
+	errNoPod  = errors.New("kube: no pod to adopt")
+	errExists = errors.New("kube: objects created by another replica")
+)
+
+// adopt connects to the pod another replica (or an earlier life of this
+// gateway) started for id, waiting while it starts: until it is Ready with
+// its home restored. errNoPod when there is none: no pod and no Secret, or
+// leftovers older than ReadyTimeout that never became a usable pod, which
+// it deletes.
+func (b *Backend) adopt(ctx context.Context, id string) (*pod, error) {
+	name := ObjectName(id)
+	deadline := time.Now().Add(b.cfg.ReadyTimeout)
+	t := time.NewTicker(b.cfg.PollInterval)
+	defer t.Stop()
+	last := ""
+	for {
+		kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			sec, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil, errNoPod
+			}
+			if err != nil {
+				return nil, fmt.Errorf("kube: get secret %s: %w", name, err)
+			}
+			if time.Since(sec.CreationTimestamp.Time) > b.cfg.ReadyTimeout {
+				return nil, b.stale(ctx, id, "a secret without a pod")
+			}
+			last = "a secret, no pod yet"
+		case err != nil:
+			return nil, fmt.Errorf("kube: get pod %s: %w", name, err)
+		case kp.DeletionTimestamp != nil:
+			last = "being deleted"
+		default:
+			ready, why, stuck := podState(kp)
+			if stuck {
+				return nil, b.stale(ctx, id, why)
+			}
+			if ready && kp.Status.PodIP != "" && kp.Annotations[AnnotationRestored] != "" {
+				return b.attach(ctx, id, kp)
+			}
+			last = why
+			if ready {
+				last = "home not restored yet"
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, b.stale(ctx, id, last)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// stale deletes sandbox id's objects that never became a usable pod.
+func (b *Backend) stale(ctx context.Context, id, why string) error {
+	b.cfg.Logger.Warn("deleting a sandbox's objects that never became a usable pod", "sandbox", id, "state", why)
+	if err := b.deleteObjects(ctx, id); err != nil {
+		return err
+	}
+	return errNoPod
+}
+
+// attach dials the agent of kp, sandbox id's ready pod, with the
+// credentials in its Secret.
+func (b *Backend) attach(ctx context.Context, id string, kp *corev1.Pod) (*pod, error) {
+	name := ObjectName(id)
+	sec, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kube: credentials of pod %s: %w", name, err)
+	}
+	creds := agent.Credentials{CertPEM: sec.Data[agent.CertFile], KeyPEM: sec.Data[agent.KeyFile], Token: sec.Data[agent.TokenFile]}
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+	defer cancel()
+	client, err := b.dialAgent(wctx, net.JoinHostPort(kp.Status.PodIP, strconv.Itoa(int(b.cfg.AgentPort))), creds)
+	if err != nil {
+		return nil, fmt.Errorf("kube: agent of pod %s: %w", name, err)
+	}
+	b.cfg.Logger.Info("sandbox pod adopted", "sandbox", id, "pod", name, "ip", kp.Status.PodIP)
+	return &pod{name: name, client: client, uid: string(kp.UID), restarts: restarts(kp)}, nil
+}
+
+func restarts(kp *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range kp.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
+}
+
+// create makes sandbox id's objects, waits for the pod, restores its home
+// and marks it restored. errExists when another replica's objects are
+// there first.
+func (b *Backend) create(ctx context.Context, id string, opts Options, lim runtime.Limits, disk int64) (p *pod, err error) {
 	creds, err := agent.NewCredentials()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	proxy := ""
 	if opts.Network.Enabled() {
 		svc, err := b.cs.CoreV1().Services(b.cfg.Egress.Namespace).Get(ctx, b.cfg.Egress.Service, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("kube: egress proxy service %s/%s: %w", b.cfg.Egress.Namespace, b.cfg.Egress.Service, err)
+			return nil, fmt.Errorf("kube: egress proxy service %s/%s: %w", b.cfg.Egress.Namespace, b.cfg.Egress.Service, err)
 		}
 		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			return fmt.Errorf("kube: egress proxy service %s/%s has no cluster IP", b.cfg.Egress.Namespace, b.cfg.Egress.Service)
+			return nil, fmt.Errorf("kube: egress proxy service %s/%s has no cluster IP", b.cfg.Egress.Namespace, b.cfg.Egress.Service)
 		}
 		proxy = "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(b.cfg.Egress.Port)))
 	}
-	// Leftovers of a gateway that died mid-sandbox: replaced, never reused
-	// (their credentials are gone with that gateway).
-	if err := b.deleteObjects(ctx, id); err != nil {
-		return err
+	// The Secret decides which replica starts the pod: the first to
+	// create it.
+	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, b.secret(id, creds), metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, errExists
+		}
+		return nil, fmt.Errorf("kube: create secret %s: %w", ObjectName(id), err)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && !errors.Is(err, errExists) {
 			// A cancelled ctx must not leave a pod running.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
@@ -346,37 +512,53 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 			}
 		}
 	}()
-	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, b.secret(id, creds), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kube: create secret %s: %w", ObjectName(id), err)
+	np := b.NetworkPolicy(id, opts.Network)
+	if _, err := b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		// Left by a replica that died: ours replaces it.
+		_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Update(ctx, np, metav1.UpdateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("kube: update network policy %s: %w", ObjectName(id), err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
 	}
-	if _, err := b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, b.NetworkPolicy(id, opts.Network), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// A pod left without its Secret (a replica died mid-sleep): its
+		// credentials are gone, so it is deleted with ours and the wake
+		// starts over.
+		if derr := b.deleteObjects(ctx, id); derr != nil {
+			return nil, derr
+		}
+		return nil, errExists
 	}
-	if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kube: create pod %s: %w", ObjectName(id), err)
+	if err != nil {
+		return nil, fmt.Errorf("kube: create pod %s: %w", ObjectName(id), err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
 	ip, err := b.waitReady(wctx, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client, err := b.dialAgent(wctx, net.JoinHostPort(ip, strconv.Itoa(int(b.cfg.AgentPort))), creds)
 	if err != nil {
-		return fmt.Errorf("kube: agent of pod %s: %w", ObjectName(id), err)
+		return nil, fmt.Errorf("kube: agent of pod %s: %w", ObjectName(id), err)
 	}
-	p := &pod{name: ObjectName(id), client: client}
+	p = &pod{name: ObjectName(id), client: client, uid: string(kp.UID)}
 	if b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Restore(ctx, id, home{b, p}); err != nil {
 			client.Close()
-			return fmt.Errorf("kube: restore home of %s: %w", id, err)
+			return nil, fmt.Errorf("kube: restore home of %s: %w", id, err)
 		}
 	}
-	b.mu.Lock()
-	b.awake[id] = p
-	b.mu.Unlock()
+	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationRestored + `":"true"}}}`)
+	if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Patch(ctx, p.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("kube: mark pod %s restored: %w", p.name, err)
+	}
 	b.cfg.Logger.Info("sandbox pod awake", "sandbox", id, "pod", p.name, "ip", ip)
-	return nil
+	return p, nil
 }
 
 // waitReady polls the pod until it is Ready and has an IP, failing fast
@@ -482,14 +664,69 @@ func (b *Backend) Agent(id string) (*agent.Client, error) {
 	return p.client, nil
 }
 
-// Awake tells whether sandbox id has a pod served by this backend.
+// Awake tells whether this backend has an open connection to sandbox
+// id's pod: it started or adopted the pod, and no other replica took the
+// agent over since.
 func (b *Backend) Awake(id string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.awake[id] != nil
+	p := b.awake[id]
+	return p != nil && p.live()
 }
 
-// Sleep archives sandbox id's home and then deletes its pod. When the
+// HasPod asks the API server whether sandbox id has a pod that is not
+// being deleted (started by any replica): one GET.
+func (b *Backend) HasPod(ctx context.Context, id string) (bool, error) {
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("kube: get pod %s: %w", ObjectName(id), err)
+	}
+	return kp.DeletionTimestamp == nil, nil
+}
+
+// Pods lists the sandbox ids that have a pod not being deleted, whichever
+// replica started it: one LIST.
+func (b *Backend) Pods(ctx context.Context) ([]string, error) {
+	l, err := b.cs.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelName + "=" + SandboxApp + "," + LabelManagedBy + "=" + ManagedBy})
+	if err != nil {
+		return nil, fmt.Errorf("kube: list pods: %w", err)
+	}
+	var ids []string
+	for _, kp := range l.Items {
+		if id := kp.Annotations[AnnotationID]; kp.DeletionTimestamp == nil && checkID(id) == nil && kp.Name == ObjectName(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// TakenOver tells, after sandbox id's connection ended, whether another
+// replica took the agent over (the same pod, Ready, its container not
+// restarted) rather than the pod being lost; the connection is forgotten
+// either way.
+func (b *Backend) TakenOver(ctx context.Context, id string) bool {
+	b.mu.Lock()
+	p := b.awake[id]
+	if p != nil && !p.live() {
+		delete(b.awake, id)
+	}
+	b.mu.Unlock()
+	if p == nil || p.live() {
+		return false
+	}
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	if err != nil || kp.DeletionTimestamp != nil || string(kp.UID) != p.uid || restarts(kp) != p.restarts {
+		return false
+	}
+	ready, _, _ := podState(kp)
+	return ready
+}
+
+// Sleep archives sandbox id's home and then deletes its pod, whichever
+// replica started it (Sleep adopts it first). When the
 // archive fails the pod is kept (still awake) and the error matches
 // ErrArchive: deleting it would lose the files.
 func (b *Backend) Sleep(ctx context.Context, id string) error {
@@ -501,8 +738,16 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 	b.mu.Lock()
 	p := b.awake[id]
 	b.mu.Unlock()
-	if p == nil {
-		return fmt.Errorf("%w: %s", ErrNotAwake, id)
+	if p == nil || !p.live() {
+		// Started by another replica, or taken over by one: the archive
+		// goes through a connection of our own.
+		var err error
+		if p, err = b.adopt(ctx, id); errors.Is(err, errNoPod) {
+			return fmt.Errorf("%w: %s", ErrNotAwake, id)
+		} else if err != nil {
+			return err
+		}
+		b.keep(id, p)
 	}
 	if b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Archive(ctx, id, home{b, p}); err != nil {
