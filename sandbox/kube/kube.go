@@ -407,7 +407,10 @@ func (b *Backend) adopt(ctx context.Context, id string) (*pod, error) {
 			if err != nil {
 				return nil, fmt.Errorf("kube: get secret %s: %w", name, err)
 			}
-			if time.Since(sec.CreationTimestamp.Time) > b.cfg.ReadyTimeout {
+			// Another replica's wake is between its Secret and its pod;
+			// a Secret older than a whole wake is a leftover (else, the
+			// deadline below says so).
+			if created := sec.CreationTimestamp.Time; !created.IsZero() && time.Since(created) > b.cfg.ReadyTimeout {
 				return nil, b.stale(ctx, id, "a secret without a pod")
 			}
 			last = "a secret, no pod yet"
