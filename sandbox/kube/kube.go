@@ -42,7 +42,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
@@ -57,9 +56,6 @@ const (
 	LabelName       = "app.kubernetes.io/name"
 	AnnotationID    = "shellgate.dev/sandbox-id"
 	AnnotationAllow = "shellgate.dev/allowed-domains" // the allowlist, for the egress proxy
-	// AnnotationRestored is set on a pod once its home is restored: a
-	// replica that did not start the pod adopts it only then.
-	AnnotationRestored = "shellgate.dev/home-restored"
 	ManagedBy       = "shellgate"
 	SandboxApp      = "shellgate-sandbox"
 )
@@ -274,6 +270,13 @@ func New(cs kubernetes.Interface, cfg Config) (*Backend, error) {
 // ids allow characters Kubernetes names do not, so the name is a hash.
 func ObjectName(id string) string { return "shellgate-" + idHash(id) }
 
+// RestoredName is the name of the empty Secret that marks sandbox id's pod
+// as restored: made once the home is in the pod, it tells other replicas
+// they may adopt the pod (their connection would cut a restore short).
+// Marks are Secrets because the gateway's role creates and deletes its
+// objects but never updates or patches them.
+func RestoredName(id string) string { return ObjectName(id) + "-restored" }
+
 func idHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:10])
@@ -423,11 +426,15 @@ func (b *Backend) adopt(ctx context.Context, id string) (*pod, error) {
 			if stuck {
 				return nil, b.stale(ctx, id, why)
 			}
-			if ready && kp.Status.PodIP != "" && kp.Annotations[AnnotationRestored] != "" {
-				return b.attach(ctx, id, kp)
-			}
 			last = why
-			if ready {
+			if ready && kp.Status.PodIP != "" {
+				_, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, RestoredName(id), metav1.GetOptions{})
+				switch {
+				case err == nil:
+					return b.attach(ctx, id, kp)
+				case !apierrors.IsNotFound(err):
+					return nil, fmt.Errorf("kube: get secret %s: %w", RestoredName(id), err)
+				}
 				last = "home not restored yet"
 			}
 		}
@@ -515,14 +522,22 @@ func (b *Backend) create(ctx context.Context, id string, opts Options, lim runti
 			}
 		}
 	}()
+	// A restored mark or network policy left by a replica that died
+	// mid-sleep is not this pod's: deleted first (the gateway may not
+	// update objects, only create and delete them).
+	grace := int64(0)
+	del := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	if err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, RestoredName(id), del); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("kube: delete secret %s: %w", RestoredName(id), err)
+	}
 	np := b.NetworkPolicy(id, opts.Network)
-	if _, err := b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		// Left by a replica that died: ours replaces it.
-		_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Update(ctx, np, metav1.UpdateOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("kube: update network policy %s: %w", ObjectName(id), err)
+	_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		if err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, np.Name, del); err == nil || apierrors.IsNotFound(err) {
+			_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{})
 		}
-	} else if err != nil {
+	}
+	if err != nil {
 		return nil, fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
 	}
 	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{})
@@ -555,8 +570,9 @@ func (b *Backend) create(ctx context.Context, id string, opts Options, lim runti
 			return nil, fmt.Errorf("kube: restore home of %s: %w", id, err)
 		}
 	}
-	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationRestored + `":"true"}}}`)
-	if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Patch(ctx, p.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	mark := &corev1.Secret{ObjectMeta: b.meta(id), Type: corev1.SecretTypeOpaque}
+	mark.Name = RestoredName(id)
+	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, mark, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		client.Close()
 		return nil, fmt.Errorf("kube: mark pod %s restored: %w", p.name, err)
 	}
@@ -788,7 +804,8 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	return b.deleteObjects(ctx, id)
 }
 
-// deleteObjects deletes sandbox id's pod, network policy and secret;
+// deleteObjects deletes sandbox id's restored mark, pod, network policy
+// and secret;
 // objects already gone are not an error.
 func (b *Backend) deleteObjects(ctx context.Context, id string) error {
 	name := ObjectName(id)
@@ -799,6 +816,8 @@ func (b *Backend) deleteObjects(ctx context.Context, id string) error {
 		kind string
 		fn   func() error
 	}{
+		// The restored mark first: once it is gone no replica adopts.
+		{"secret", func() error { return b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, RestoredName(id), del) }},
 		{"pod", func() error { return b.cs.CoreV1().Pods(b.cfg.Namespace).Delete(ctx, name, del) }},
 		{"network policy", func() error {
 			return b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, name, del)
