@@ -14,10 +14,19 @@
 //   - the Pod (pod.go), then waits for it to be Ready, dials its agent and
 //     restores the home through the Archiver.
 //
+// and then an empty Secret shellgate-<hash>-restored marking the home
+// restored.
+//
 // Sleep archives the home through the Archiver and deletes the objects
 // only once that succeeded (a failed archive keeps the pod, and the error
 // is returned). Wake after Sleep makes a new pod. Destroy deletes without
 // archiving.
+//
+// Any number of Backends (gateway replicas) share one namespace: Wake of a
+// sandbox whose pod another Backend started adopts that pod (its Secret
+// holds the agent's credentials), and of two Backends waking one sandbox
+// at once the first to create its Secret starts the pod and the other
+// adopts it. The agent serves one connection at a time, the newest.
 //
 // Example:
 //

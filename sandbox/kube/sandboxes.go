@@ -33,9 +33,16 @@ import (
 //     requests to the pod's agent, which does them beneath the home as
 //     the commands' user (see files.go); they wake a sleeping sandbox.
 //
-// A sandbox's record is this process's memory: after a restart a name is
-// known again from its first call (the server's container store is the
-// record of which containers exist), and its home from the Archiver.
+// Any number of Sandboxes (gateway replicas) on one cluster serve the same
+// sandboxes: a sandbox with a pod is known from the API server, whichever
+// replica started it, and its pod adopted on the first call here (see
+// Backend.Wake). A sleeping sandbox has nothing in the cluster: its name is
+// known from Create or its first command (the server's container store is
+// the record of which containers exist), and its home from the Archiver.
+// Calls on one sandbox run one at a time in this process; across replicas
+// the pod's agent serves one connection at a time, so a call here takes
+// the pod over from another replica, and a command cut short by such a
+// takeover ends with sandbox.ErrBusy, the pod and its home kept.
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
