@@ -246,3 +246,41 @@ func TestReplicasIdle(t *testing.T) {
 		t.Fatalf("after the idle sleep: %q", got)
 	}
 }
+
+// TestReplicasTakeover: a call through B while A runs a command in the
+// same pod takes the agent over: 1. A's command is stopped and its Exec
+// ends with sandbox.ErrBusy, not as a lost pod (the pod and its home are
+// kept, nothing deleted); 2. B's command runs; 3. A's next call adopts the
+// pod again, with the files.
+func TestReplicasTakeover(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mustExec(t, a, "c1", "echo kept > f")
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+		}})
+		done <- err
+	}()
+	<-started
+	if got := mustExec(t, b, "c1", "cat f"); got != "kept\n" {
+		t.Fatalf("2: %q", got)
+	}
+	if err := <-done; !errors.Is(err, sandbox.ErrBusy) || !strings.Contains(err.Error(), "took the sandbox's pod over") {
+		t.Fatalf("1: A's command ended with %v, want ErrBusy", err)
+	}
+	if p, sec, n, _ := c.Objects(ctx); p != 1 || sec != 2 || n != 1 || podCreates(c) != 1 {
+		t.Fatalf("1: %d pods, %d secrets, %d policies, %d pods created", p, sec, n, podCreates(c))
+	}
+	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" || podCreates(c) != 1 {
+		t.Fatalf("3: %q, %d pods created", got, podCreates(c))
+	}
+}
