@@ -10,8 +10,9 @@
 //	shellgate-agent -listen :7070 -credentials DIR [...]
 //
 // is the network mode of a Kubernetes pod: the agent serves TLS on the
-// address with DIR's tls.crt and tls.key, accepts the first connection
-// whose first frame carries DIR's token, serves it, and exits when it ends.
+// address with DIR's tls.crt and tls.key, serves a connection whose first
+// frame carries DIR's token (a newer such connection takes over from it),
+// and exits when the connection it serves ends.
 package main
 
 import (

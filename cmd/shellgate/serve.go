@@ -130,11 +130,11 @@ func runServe(ctx context.Context, args []string) error {
 			case "runtime", "image", "pool":
 				bad = errors.Join(bad, fmt.Errorf("--%s %w", f.Name, errKubeFlag))
 			case "advertise-url":
-				bad = errors.Join(bad, errors.New("--advertise-url: routing across replicas is not supported with the kubernetes runtime yet (run one gateway replica)"))
+				bad = errors.Join(bad, errors.New("--advertise-url: Kubernetes sandboxes need no routing between replicas (each one reaches every pod); leave it unset"))
 			}
 		})
 		if os.Getenv("SHELLGATE_ADVERTISE_URL") != "" {
-			bad = errors.Join(bad, errors.New("SHELLGATE_ADVERTISE_URL: routing across replicas is not supported with the kubernetes runtime yet (run one gateway replica)"))
+			bad = errors.Join(bad, errors.New("SHELLGATE_ADVERTISE_URL: Kubernetes sandboxes need no routing between replicas (each one reaches every pod); leave it unset"))
 		}
 		if bad != nil {
 			return bad

@@ -16,10 +16,16 @@ const maxHandshakes = 16
 
 // ServeTLS runs the agent's network mode on ln: it accepts connections,
 // authenticates each with c (TLS with c's certificate, then c's token, all
-// within AuthTimeout), serves the first one that authenticates with Serve
-// and returns when it ends. Connections that fail are closed and reported
-// to logf (which may be nil). The listener is closed before serving, so no
-// second host can connect to this agent.
+// within AuthTimeout) and serves one at a time with Serve; it returns when
+// the connection served ends. Connections that fail are closed and
+// reported to logf (which may be nil).
+//
+// A connection that authenticates while another is served takes over: the
+// served one is closed (its running command killed, as when a host hangs
+// up) and the new one served. Several gateway replicas holding the
+// sandbox's credentials (its Kubernetes Secret) reach the pod this way, one
+// at a time; nobody without the token can, and a peer still authenticating
+// never disturbs the host served.
 func ServeTLS(ln net.Listener, c Credentials, opts Options, logf func(format string, args ...any)) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -77,17 +83,28 @@ func ServeTLS(ln net.Listener, c Credentials, opts Options, logf func(format str
 	case err := <-acceptErr:
 		return fmt.Errorf("agent: accept: %w", err)
 	}
-	ln.Close()
-	if tc, ok := conn.(*tls.Conn); ok {
-		if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
-			tcp.SetKeepAlive(true)
-			tcp.SetKeepAlivePeriod(15 * time.Second)
+	defer ln.Close()
+	for {
+		if tc, ok := conn.(*tls.Conn); ok {
+			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+				tcp.SetKeepAlive(true)
+				tcp.SetKeepAlivePeriod(15 * time.Second)
+			}
+		}
+		served := make(chan error, 1)
+		go func(conn net.Conn) { served <- Serve(conn, conn, opts) }(conn)
+		select {
+		case err := <-served:
+			conn.Close()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case next := <-won:
+			logf("%s took over from %s", next.RemoteAddr(), conn.RemoteAddr())
+			conn.Close()
+			<-served // its commands are killed and reaped
+			conn = next
 		}
 	}
-	err = Serve(conn, conn, opts)
-	conn.Close()
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
 }

@@ -80,6 +80,16 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 	signal.Notify(sigs)
 	go s.reap(sigs)
 	go s.worker()
+	// Serve may run again in this process (ServeTLS: a new host taking
+	// over): once every command was killed and reaped (shutdown), this
+	// call's reaper, worker and /dev/null go, so the next call's reaper is
+	// the only one.
+	defer func() {
+		signal.Stop(sigs)
+		close(sigs)
+		close(s.queue)
+		unix.Close(devnull)
+	}()
 	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true})); err != nil {
 		return err
 	}

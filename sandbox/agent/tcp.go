@@ -16,8 +16,10 @@ package agent
 //     Only then does it send Ready: an unauthenticated peer never sees a
 //     frame.
 //
-// The agent serves one authenticated connection and exits when it ends,
-// like the stdio mode exits when its stdin closes (the pod restarts it).
+// The agent serves one authenticated connection at a time, the newest (a
+// gateway replica that connects takes the agent over from another), and
+// exits when the one it serves ends, like the stdio mode exits when its
+// stdin closes (the pod restarts it).
 
 import (
 	"context"

@@ -158,14 +158,32 @@ func TestTCPRefusesWithoutCredentials(t *testing.T) {
 		t.Fatalf("5: got %q exit %d", out.Stdout, out.ExitCode)
 	}
 
-	// 6. One host only: the listener is closed while it is served.
-	if c2, err := agent.DialTCP(ctx, addr, creds); err == nil {
-		c2.Close()
-		t.Fatal("6: a second connection was served")
+	// 6. A second host with the credentials takes over: the first one's
+	// connection is closed (a command it starts fails with ErrClosed) and
+	// the second one is served, in the same sandbox.
+	taken := filepath.Join(t.TempDir(), "taken")
+	if _, err := c.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo first > " + taken, Dir: "/"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := agent.DialTCP(ctx, addr, creds)
+	if err != nil {
+		t.Fatalf("6: %v", err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("6: the first host's connection is still open after a takeover")
+	}
+	if _, err := c.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "true", Dir: "/"}, nil); !errors.Is(err, agent.ErrClosed) {
+		t.Fatalf("6: the first host after the takeover: %v", err)
+	}
+	out, err = c2.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "cat " + taken, Dir: "/"}, nil)
+	if err != nil || string(out.Stdout) != "first\n" {
+		t.Fatalf("6: the second host: %q %v", out.Stdout, err)
 	}
 
-	// 7. The host closing ends the agent, as closing stdin does.
-	c.Close()
+	// 7. The host served closing ends the agent, as closing stdin does.
+	c2.Close()
 	select {
 	case err := <-exited:
 		if err != nil {

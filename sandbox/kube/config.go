@@ -141,7 +141,9 @@ func (fc FileConfig) Connect(cfg Config) (*Backend, kubernetes.Interface, error)
 // needed is every API permission the backend uses (deploy/kubernetes/02-rbac.yaml).
 var needed = []authorizationv1.ResourceAttributes{
 	{Resource: "pods", Verb: "create"}, {Resource: "pods", Verb: "get"}, {Resource: "pods", Verb: "delete"},
+	{Resource: "pods", Verb: "list"}, // Sandboxes.List: every replica's pods
 	{Resource: "secrets", Verb: "create"}, {Resource: "secrets", Verb: "delete"},
+	{Resource: "secrets", Verb: "get"}, // adopting another replica's pod
 	{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "create"},
 	{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "delete"},
 }

@@ -14,10 +14,19 @@
 //   - the Pod (pod.go), then waits for it to be Ready, dials its agent and
 //     restores the home through the Archiver.
 //
+// and then an empty Secret shellgate-<hash>-restored marking the home
+// restored.
+//
 // Sleep archives the home through the Archiver and deletes the objects
 // only once that succeeded (a failed archive keeps the pod, and the error
 // is returned). Wake after Sleep makes a new pod. Destroy deletes without
 // archiving.
+//
+// Any number of Backends (gateway replicas) share one namespace: Wake of a
+// sandbox whose pod another Backend started adopts that pod (its Secret
+// holds the agent's credentials), and of two Backends waking one sandbox
+// at once the first to create its Secret starts the pod and the other
+// adopts it. The agent serves one connection at a time, the newest.
 //
 // Example:
 //
@@ -190,6 +199,21 @@ func (b *Backend) claim(id string) (release func(), err error) {
 type pod struct {
 	name   string
 	client *agent.Client
+	// uid and restarts are the pod's when it was dialled: a connection
+	// that ends while both are unchanged was taken over by another
+	// replica (the agent serves one host at a time), not lost.
+	uid      string
+	restarts int32
+}
+
+// live tells whether p's connection is still open.
+func (p *pod) live() bool {
+	select {
+	case <-p.client.Done():
+		return false
+	default:
+		return true
+	}
 }
 
 // New returns a backend using cs.
@@ -258,6 +282,13 @@ func New(cs kubernetes.Interface, cfg Config) (*Backend, error) {
 // ids allow characters Kubernetes names do not, so the name is a hash.
 func ObjectName(id string) string { return "shellgate-" + idHash(id) }
 
+// RestoredName is the name of the empty Secret that marks sandbox id's pod
+// as restored: made once the home is in the pod, it tells other replicas
+// they may adopt the pod (their connection would cut a restore short).
+// Marks are Secrets because the gateway's role creates and deletes its
+// objects but never updates or patches them.
+func RestoredName(id string) string { return ObjectName(id) + "-restored" }
+
 func idHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:10])
@@ -286,8 +317,14 @@ func (b *Backend) meta(id string) metav1.ObjectMeta {
 	}
 }
 
-// Wake starts sandbox id in a new pod and restores its home. Objects left
-// by an earlier gateway that died are replaced.
+// Wake connects this backend to sandbox id's pod: the pod another replica
+// (or an earlier life of this gateway) started, once Ready with its home
+// restored, with the credentials in its Secret; else a new pod, whose home
+// it restores. Any number of replicas may wake one sandbox at once: the
+// objects' names are the id's, so exactly one creates them (its Secret
+// create succeeds) and the others adopt its pod. Leftovers that never
+// became a usable pod within ReadyTimeout are deleted and replaced. Opts
+// apply to a new pod only.
 func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error) {
 	if err := checkID(id); err != nil {
 		return err
@@ -314,33 +351,181 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 	}
 	defer release()
 	b.mu.Lock()
-	if b.awake[id] != nil {
-		b.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrAwake, id)
+	if p := b.awake[id]; p != nil {
+		if p.live() {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %s", ErrAwake, id)
+		}
+		delete(b.awake, id) // taken over or lost: look again
 	}
 	b.mu.Unlock()
+	// Another replica may have the pod, or be starting it: the pod's name
+	// is the id's, so of two replicas waking one sandbox at once one
+	// creates the objects and the other meets AlreadyExists and adopts.
+	for attempt := 0; ; attempt++ {
+		p, err := b.adopt(ctx, id)
+		if err == nil {
+			b.keep(id, p)
+			return nil
+		}
+		if !errors.Is(err, errNoPod) || attempt == 2 {
+			return err
+		}
+		p, err = b.create(ctx, id, opts, lim, disk)
+		switch {
+		case errors.Is(err, errExists):
+			continue
+		case err != nil:
+			return err
+		}
+		b.keep(id, p)
+		return nil
+	}
+}
+
+// keep records p as sandbox id's connection.
+func (b *Backend) keep(id string, p *pod) {
+	b.mu.Lock()
+	if old := b.awake[id]; old != nil && old != p {
+		old.client.Close()
+	}
+	b.awake[id] = p
+	b.mu.Unlock()
+}
+
+// errNoPod: sandbox id has no pod (nor one being started) to adopt;
+// errExists: another replica created its objects first.
+var (
+	errNoPod  = errors.New("kube: no pod to adopt")
+	errExists = errors.New("kube: objects created by another replica")
+)
+
+// adopt connects to the pod another replica (or an earlier life of this
+// gateway) started for id, waiting while it starts: until it is Ready with
+// its home restored. errNoPod when there is none: no pod and no Secret, or
+// leftovers older than ReadyTimeout that never became a usable pod, which
+// it deletes.
+func (b *Backend) adopt(ctx context.Context, id string) (*pod, error) {
+	name := ObjectName(id)
+	deadline := time.Now().Add(b.cfg.ReadyTimeout)
+	t := time.NewTicker(b.cfg.PollInterval)
+	defer t.Stop()
+	last := ""
+	for {
+		kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			sec, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil, errNoPod
+			}
+			if err != nil {
+				return nil, fmt.Errorf("kube: get secret %s: %w", name, err)
+			}
+			// Another replica's wake is between its Secret and its pod;
+			// a Secret older than a whole wake is a leftover (else, the
+			// deadline below says so).
+			if created := sec.CreationTimestamp.Time; !created.IsZero() && time.Since(created) > b.cfg.ReadyTimeout {
+				return nil, b.stale(ctx, id, "a secret without a pod")
+			}
+			last = "a secret, no pod yet"
+		case err != nil:
+			return nil, fmt.Errorf("kube: get pod %s: %w", name, err)
+		case kp.DeletionTimestamp != nil:
+			last = "being deleted"
+		default:
+			ready, why, stuck := podState(kp)
+			if stuck {
+				return nil, b.stale(ctx, id, why)
+			}
+			last = why
+			if ready && kp.Status.PodIP != "" {
+				_, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, RestoredName(id), metav1.GetOptions{})
+				switch {
+				case err == nil:
+					return b.attach(ctx, id, kp)
+				case !apierrors.IsNotFound(err):
+					return nil, fmt.Errorf("kube: get secret %s: %w", RestoredName(id), err)
+				}
+				last = "home not restored yet"
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, b.stale(ctx, id, last)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// stale deletes sandbox id's objects that never became a usable pod.
+func (b *Backend) stale(ctx context.Context, id, why string) error {
+	b.cfg.Logger.Warn("deleting a sandbox's objects that never became a usable pod", "sandbox", id, "state", why)
+	if err := b.deleteObjects(ctx, id); err != nil {
+		return err
+	}
+	return errNoPod
+}
+
+// attach dials the agent of kp, sandbox id's ready pod, with the
+// credentials in its Secret.
+func (b *Backend) attach(ctx context.Context, id string, kp *corev1.Pod) (*pod, error) {
+	name := ObjectName(id)
+	sec, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kube: credentials of pod %s: %w", name, err)
+	}
+	creds := agent.Credentials{CertPEM: sec.Data[agent.CertFile], KeyPEM: sec.Data[agent.KeyFile], Token: sec.Data[agent.TokenFile]}
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+	defer cancel()
+	client, err := b.dialAgent(wctx, net.JoinHostPort(kp.Status.PodIP, strconv.Itoa(int(b.cfg.AgentPort))), creds)
+	if err != nil {
+		return nil, fmt.Errorf("kube: agent of pod %s: %w", name, err)
+	}
+	b.cfg.Logger.Info("sandbox pod adopted", "sandbox", id, "pod", name, "ip", kp.Status.PodIP)
+	return &pod{name: name, client: client, uid: string(kp.UID), restarts: restarts(kp)}, nil
+}
+
+func restarts(kp *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range kp.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
+}
+
+// create makes sandbox id's objects, waits for the pod, restores its home
+// and marks it restored. errExists when another replica's objects are
+// there first.
+func (b *Backend) create(ctx context.Context, id string, opts Options, lim runtime.Limits, disk int64) (p *pod, err error) {
 	creds, err := agent.NewCredentials()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	proxy := ""
 	if opts.Network.Enabled() {
 		svc, err := b.cs.CoreV1().Services(b.cfg.Egress.Namespace).Get(ctx, b.cfg.Egress.Service, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("kube: egress proxy service %s/%s: %w", b.cfg.Egress.Namespace, b.cfg.Egress.Service, err)
+			return nil, fmt.Errorf("kube: egress proxy service %s/%s: %w", b.cfg.Egress.Namespace, b.cfg.Egress.Service, err)
 		}
 		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			return fmt.Errorf("kube: egress proxy service %s/%s has no cluster IP", b.cfg.Egress.Namespace, b.cfg.Egress.Service)
+			return nil, fmt.Errorf("kube: egress proxy service %s/%s has no cluster IP", b.cfg.Egress.Namespace, b.cfg.Egress.Service)
 		}
 		proxy = "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(b.cfg.Egress.Port)))
 	}
-	// Leftovers of a gateway that died mid-sandbox: replaced, never reused
-	// (their credentials are gone with that gateway).
-	if err := b.deleteObjects(ctx, id); err != nil {
-		return err
+	// The Secret decides which replica starts the pod: the first to
+	// create it.
+	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, b.secret(id, creds), metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, errExists
+		}
+		return nil, fmt.Errorf("kube: create secret %s: %w", ObjectName(id), err)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && !errors.Is(err, errExists) {
 			// A cancelled ctx must not leave a pod running.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
@@ -349,37 +534,62 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 			}
 		}
 	}()
-	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, b.secret(id, creds), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kube: create secret %s: %w", ObjectName(id), err)
+	// A restored mark or network policy left by a replica that died
+	// mid-sleep is not this pod's: deleted first (the gateway may not
+	// update objects, only create and delete them).
+	grace := int64(0)
+	del := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	if err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, RestoredName(id), del); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("kube: delete secret %s: %w", RestoredName(id), err)
 	}
-	if _, err := b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, b.NetworkPolicy(id, opts.Network), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
+	np := b.NetworkPolicy(id, opts.Network)
+	_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		if err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, np.Name, del); err == nil || apierrors.IsNotFound(err) {
+			_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{})
+		}
 	}
-	if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kube: create pod %s: %w", ObjectName(id), err)
+	if err != nil {
+		return nil, fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
+	}
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// A pod left without its Secret (a replica died mid-sleep): its
+		// credentials are gone, so it is deleted with ours and the wake
+		// starts over.
+		if derr := b.deleteObjects(ctx, id); derr != nil {
+			return nil, derr
+		}
+		return nil, errExists
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube: create pod %s: %w", ObjectName(id), err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
 	ip, err := b.waitReady(wctx, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client, err := b.dialAgent(wctx, net.JoinHostPort(ip, strconv.Itoa(int(b.cfg.AgentPort))), creds)
 	if err != nil {
-		return fmt.Errorf("kube: agent of pod %s: %w", ObjectName(id), err)
+		return nil, fmt.Errorf("kube: agent of pod %s: %w", ObjectName(id), err)
 	}
-	p := &pod{name: ObjectName(id), client: client}
+	p = &pod{name: ObjectName(id), client: client, uid: string(kp.UID)}
 	if b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Restore(ctx, id, home{b, p}); err != nil {
 			client.Close()
-			return fmt.Errorf("kube: restore home of %s: %w", id, err)
+			return nil, fmt.Errorf("kube: restore home of %s: %w", id, err)
 		}
 	}
-	b.mu.Lock()
-	b.awake[id] = p
-	b.mu.Unlock()
+	mark := &corev1.Secret{ObjectMeta: b.meta(id), Type: corev1.SecretTypeOpaque}
+	mark.Name = RestoredName(id)
+	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, mark, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		client.Close()
+		return nil, fmt.Errorf("kube: mark pod %s restored: %w", p.name, err)
+	}
 	b.cfg.Logger.Info("sandbox pod awake", "sandbox", id, "pod", p.name, "ip", ip)
-	return nil
+	return p, nil
 }
 
 // waitReady polls the pod until it is Ready and has an IP, failing fast
@@ -485,14 +695,69 @@ func (b *Backend) Agent(id string) (*agent.Client, error) {
 	return p.client, nil
 }
 
-// Awake tells whether sandbox id has a pod served by this backend.
+// Awake tells whether this backend has an open connection to sandbox
+// id's pod: it started or adopted the pod, and no other replica took the
+// agent over since.
 func (b *Backend) Awake(id string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.awake[id] != nil
+	p := b.awake[id]
+	return p != nil && p.live()
 }
 
-// Sleep archives sandbox id's home and then deletes its pod. When the
+// HasPod asks the API server whether sandbox id has a pod that is not
+// being deleted (started by any replica): one GET.
+func (b *Backend) HasPod(ctx context.Context, id string) (bool, error) {
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("kube: get pod %s: %w", ObjectName(id), err)
+	}
+	return kp.DeletionTimestamp == nil, nil
+}
+
+// Pods lists the sandbox ids that have a pod not being deleted, whichever
+// replica started it: one LIST.
+func (b *Backend) Pods(ctx context.Context) ([]string, error) {
+	l, err := b.cs.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelName + "=" + SandboxApp + "," + LabelManagedBy + "=" + ManagedBy})
+	if err != nil {
+		return nil, fmt.Errorf("kube: list pods: %w", err)
+	}
+	var ids []string
+	for _, kp := range l.Items {
+		if id := kp.Annotations[AnnotationID]; kp.DeletionTimestamp == nil && checkID(id) == nil && kp.Name == ObjectName(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// TakenOver tells, after sandbox id's connection ended, whether another
+// replica took the agent over (the same pod, Ready, its container not
+// restarted) rather than the pod being lost; the connection is forgotten
+// either way.
+func (b *Backend) TakenOver(ctx context.Context, id string) bool {
+	b.mu.Lock()
+	p := b.awake[id]
+	if p != nil && !p.live() {
+		delete(b.awake, id)
+	}
+	b.mu.Unlock()
+	if p == nil || p.live() {
+		return false
+	}
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	if err != nil || kp.DeletionTimestamp != nil || string(kp.UID) != p.uid || restarts(kp) != p.restarts {
+		return false
+	}
+	ready, _, _ := podState(kp)
+	return ready
+}
+
+// Sleep archives sandbox id's home and then deletes its pod, whichever
+// replica started it (Sleep adopts it first). When the
 // archive fails the pod is kept (still awake) and the error matches
 // ErrArchive: deleting it would lose the files.
 func (b *Backend) Sleep(ctx context.Context, id string) error {
@@ -504,8 +769,16 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 	b.mu.Lock()
 	p := b.awake[id]
 	b.mu.Unlock()
-	if p == nil {
-		return fmt.Errorf("%w: %s", ErrNotAwake, id)
+	if p == nil || !p.live() {
+		// Started by another replica, or taken over by one: the archive
+		// goes through a connection of our own.
+		var err error
+		if p, err = b.adopt(ctx, id); errors.Is(err, errNoPod) {
+			return fmt.Errorf("%w: %s", ErrNotAwake, id)
+		} else if err != nil {
+			return err
+		}
+		b.keep(id, p)
 	}
 	if b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Archive(ctx, id, home{b, p}); err != nil {
@@ -552,7 +825,8 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-// deleteObjects deletes sandbox id's pod, network policy and secret;
+// deleteObjects deletes sandbox id's restored mark, pod, network policy
+// and secret;
 // objects already gone are not an error.
 func (b *Backend) deleteObjects(ctx context.Context, id string) error {
 	name := ObjectName(id)
@@ -563,6 +837,8 @@ func (b *Backend) deleteObjects(ctx context.Context, id string) error {
 		kind string
 		fn   func() error
 	}{
+		// The restored mark first: once it is gone no replica adopts.
+		{"secret", func() error { return b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, RestoredName(id), del) }},
 		{"pod", func() error { return b.cs.CoreV1().Pods(b.cfg.Namespace).Delete(ctx, name, del) }},
 		{"network policy", func() error {
 			return b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, name, del)

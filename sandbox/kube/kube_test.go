@@ -332,7 +332,7 @@ func TestSleepWake(t *testing.T) {
 	if err := b.Sleep(ctx, "c1"); !errors.Is(err, kube.ErrArchive) {
 		t.Fatalf("2: got %v, want ErrArchive", err)
 	}
-	if p, s, n := objects(t, c.CS); p != 1 || s != 1 || n != 1 || !b.Awake("c1") {
+	if p, s, n := objects(t, c.CS); p != 1 || s != 2 || n != 1 || !b.Awake("c1") { // the credentials and the restored mark
 		t.Fatalf("2: after a failed archive: %d pods, %d secrets, %d policies, awake %v", p, s, n, b.Awake("c1"))
 	}
 	sh("true") // still served

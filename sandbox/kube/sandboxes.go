@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,9 +33,16 @@ import (
 //     requests to the pod's agent, which does them beneath the home as
 //     the commands' user (see files.go); they wake a sleeping sandbox.
 //
-// A sandbox's record is this process's memory: after a restart a name is
-// known again from its first call (the server's container store is the
-// record of which containers exist), and its home from the Archiver.
+// Any number of Sandboxes (gateway replicas) on one cluster serve the same
+// sandboxes: a sandbox with a pod is known from the API server, whichever
+// replica started it, and its pod adopted on the first call here (see
+// Backend.Wake). A sleeping sandbox has nothing in the cluster: its name is
+// known from Create or its first command (the server's container store is
+// the record of which containers exist), and its home from the Archiver.
+// Calls on one sandbox run one at a time in this process; across replicas
+// the pod's agent serves one connection at a time, so a call here takes
+// the pod over from another replica, and a command cut short by such a
+// takeover ends with sandbox.ErrBusy, the pod and its home kept.
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
@@ -137,12 +145,20 @@ func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry,
 	}
 	s.mu.Lock()
 	e := s.known[name]
-	if e == nil {
-		if !create {
-			s.mu.Unlock()
+	s.mu.Unlock()
+	if e == nil && !create {
+		// Another replica's sandbox is known by its pod.
+		has, err := s.b.HasPod(ctx, name)
+		if err != nil || !has {
 			s.inCalls.Done()
+			if err != nil {
+				return nil, nil, err
+			}
 			return nil, nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 		}
+	}
+	s.mu.Lock()
+	if e = s.known[name]; e == nil {
 		e = &entry{lock: make(chan struct{}, 1)}
 		e.lastUsed.Store(time.Now().UnixNano())
 		s.known[name] = e
@@ -219,6 +235,11 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	case err == nil:
 	case e.destroying.Load():
 		return sandbox.Result{}, sandbox.ErrDestroyed
+	case errors.Is(err, agent.ErrClosed) && s.b.TakenOver(context.WithoutCancel(ctx), name):
+		// A call through another replica connected to the pod, which
+		// serves one host at a time: this command was killed, the pod
+		// and its home are fine.
+		return sandbox.Result{}, fmt.Errorf("%w: another gateway replica took the sandbox's pod over during this command, which was stopped", sandbox.ErrBusy)
 	case errors.Is(err, agent.ErrClosed) || (ctx.Err() == nil && hostCtx.Err() != nil):
 		// The pod's agent went away or missed the timeout: the pod is
 		// given up and the next command starts a new one.
@@ -230,7 +251,11 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 		}
 		s.log.Warn("sandbox pod lost during a command", "sandbox", name, "err", err)
 		kept := "files in /workspace/home are kept"
-		if serr := s.sleepPod(context.WithoutCancel(ctx), name); serr != nil {
+		serr := errors.New("the connection to its agent is gone")
+		if s.b.Awake(name) {
+			serr = s.sleepPod(context.WithoutCancel(ctx), name)
+		}
+		if serr != nil {
 			s.log.Warn("sandbox pod could not be archived; deleting it", "sandbox", name, "err", serr)
 			kept = "files written since the sandbox last slept are lost"
 			if derr := s.b.Destroy(context.WithoutCancel(ctx), name); derr != nil {
@@ -257,7 +282,8 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	return res, nil
 }
 
-// sleepPod archives and deletes the named sandbox's pod, if it has one.
+// sleepPod archives and deletes the named sandbox's pod, if this process
+// has a connection to it.
 func (s *Sandboxes) sleepPod(ctx context.Context, name string) error {
 	if !s.b.Awake(name) {
 		return nil
@@ -268,17 +294,30 @@ func (s *Sandboxes) sleepPod(ctx context.Context, name string) error {
 	return s.b.Sleep(ctx, name)
 }
 
-// Status is Running while the sandbox has a pod served by this process,
-// else Sleeping; sandbox.ErrNotFound for a name this process does not know.
+// statusTimeout bounds the API server lookups of Status and List.
+const statusTimeout = 10 * time.Second
+
+// Status is Running while the sandbox has a pod, whichever replica started
+// it, else Sleeping; sandbox.ErrNotFound for a name with no pod that this
+// process does not know. A sandbox this process has no open connection to
+// costs one GET of its pod.
 func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
 	if !sandbox.ValidName(name) {
 		return "", sandbox.ErrBadName
 	}
+	if s.b.Awake(name) {
+		return sandbox.Running, nil
+	}
 	s.mu.Lock()
 	e := s.known[name]
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	has, err := s.b.HasPod(ctx, name)
 	switch {
-	case s.b.Awake(name):
+	case err != nil:
+		return "", err
+	case has:
 		return sandbox.Running, nil
 	case e != nil:
 		return sandbox.Sleeping, nil
@@ -286,23 +325,34 @@ func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
 	return "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 }
 
-// List returns the sandboxes this process knows, by name. QuotaBytes is
-// the default home size limit and LastUsed the last command's time; disk
+// List returns the sandboxes this process knows and those with a pod
+// (started by any replica: one LIST of the namespace's sandbox pods), by
+// name. QuotaBytes is the default home size limit and LastUsed the last
+// command's time through this process (zero for another replica's); disk
 // use is not measured.
 func (s *Sandboxes) List() ([]sandbox.Info, error) {
-	s.mu.Lock()
-	names := make([]string, 0, len(s.known))
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	pods, err := s.b.Pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	running := map[string]bool{}
 	used := map[string]time.Time{}
+	for _, n := range pods {
+		running[n] = true
+		used[n] = time.Time{}
+	}
+	s.mu.Lock()
 	for n, e := range s.known {
-		names = append(names, n)
 		used[n] = time.Unix(0, e.lastUsed.Load())
 	}
 	s.mu.Unlock()
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(used))
 	out := make([]sandbox.Info, 0, len(names))
 	for _, n := range names {
 		st := sandbox.Sleeping
-		if s.b.Awake(n) {
+		if running[n] || s.b.Awake(n) {
 			st = sandbox.Running
 		}
 		out = append(out, sandbox.Info{Name: n, Status: st, QuotaBytes: s.b.cfg.DiskBytes, LastUsed: used[n]})
@@ -318,6 +368,16 @@ func (s *Sandboxes) Sleep(ctx context.Context, name string) error {
 		return err
 	}
 	defer release()
+	if !s.b.Awake(name) {
+		// Another replica's pod, if any: Backend.Sleep adopts it.
+		if has, err := s.b.HasPod(ctx, name); err != nil || !has {
+			return err
+		}
+		if s.b.cfg.Archiver == nil {
+			return errNoArchive
+		}
+		return s.b.Sleep(ctx, name)
+	}
 	return s.sleepPod(ctx, name)
 }
 
@@ -341,10 +401,16 @@ func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
 	e := s.known[name]
 	s.mu.Unlock()
 	if e == nil {
+		has, herr := s.b.HasPod(dctx, name)
 		if err := s.b.Destroy(dctx, name); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
+		if herr != nil || !has {
+			// Unknown here and no pod: nothing to destroy (a sleeping
+			// sandbox of another replica has nothing in the cluster).
+			return fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
+		}
+		return nil
 	}
 	if !e.destroying.CompareAndSwap(false, true) {
 		// Another Destroy is under way: wait for it.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent"
+	"github.com/shellgate/shellgate/sandbox/kube"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
 )
 
@@ -62,6 +63,42 @@ func BenchmarkSandboxesReadFile(b *testing.B) {
 			if res, err := s.Exec(ctx, "bench", sandbox.Command{Command: "cat f", MaxBytes: 2 << 20}); err != nil || len(res.Stdout) != 1<<20 {
 				b.Fatal(len(res.Stdout), err)
 			}
+		}
+	})
+}
+
+// BenchmarkReplicasExec: one `exec /bin/true` per op in a pod started by
+// replica A, through A (its own connection: what a single replica does),
+// through B warm (B's connection, adopted before the loop) and through B
+// first (each op B adopts the pod anew after A took it back, untimed: a
+// GET of the pod and of its Secret, a TLS dial and the agent's takeover).
+func BenchmarkReplicasExec(b *testing.B) {
+	c := kubetest.NewCluster(b)
+	ra, rb := newReplica(b, c, nil, -1), newReplica(b, c, nil, -1)
+	ctx := context.Background()
+	run := func(b *testing.B, s *kube.Sandboxes) {
+		if res, err := s.Exec(ctx, "bench", sandbox.Command{Command: "exec /bin/true"}); err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+	}
+	run(b, ra)
+	b.Run("creator", func(b *testing.B) {
+		for b.Loop() {
+			run(b, ra)
+		}
+	})
+	b.Run("other-warm", func(b *testing.B) {
+		run(b, rb)
+		for b.Loop() {
+			run(b, rb)
+		}
+	})
+	b.Run("other-first", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			run(b, ra)
+			b.StartTimer()
+			run(b, rb)
 		}
 	})
 }

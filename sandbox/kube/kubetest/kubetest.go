@@ -42,6 +42,9 @@ const Namespace = "shellgate"
 // new empty directory bound over HomeDir: like a pod's emptyDir, a pod's
 // home starts empty and is gone with the pod. The pod is then Ready at
 // 127.0.0.1. Every pod listens on Port, so one pod runs at a time.
+// Deleting a pod kills its agent, as the kubelet would, so every gateway
+// connection to it breaks; any number of kube.Backends (gateway
+// replicas) may share one Cluster.
 type Cluster struct {
 	CS      *fake.Clientset
 	Port    int32
@@ -50,6 +53,7 @@ type Cluster struct {
 	t    testing.TB
 	mu   sync.Mutex
 	cmds []*exec.Cmd
+	pods map[string]*exec.Cmd // each pod's agent, by pod name
 }
 
 // Config is a kube.Config for the cluster's pods.
@@ -72,13 +76,22 @@ func NewCluster(t testing.TB) *Cluster {
 	}
 	port := int32(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	c := &Cluster{t: t, CS: fake.NewClientset(), Port: port, HomeDir: t.TempDir()}
+	c := &Cluster{t: t, CS: fake.NewClientset(), Port: port, HomeDir: t.TempDir(), pods: map[string]*exec.Cmd{}}
 	c.CS.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
 		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
 		if err := c.start(bin, p); err != nil {
 			return true, nil, err
 		}
 		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		return false, nil, nil
+	})
+	c.CS.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		c.mu.Lock()
+		if cmd := c.pods[a.(k8stesting.DeleteAction).GetName()]; cmd != nil {
+			cmd.Process.Kill()
+			delete(c.pods, a.(k8stesting.DeleteAction).GetName())
+		}
+		c.mu.Unlock()
 		return false, nil, nil
 	})
 	t.Cleanup(func() {
@@ -135,6 +148,7 @@ func (c *Cluster) start(bin string, p *corev1.Pod) error {
 	go io.Copy(io.Discard, stderr)
 	c.mu.Lock()
 	c.cmds = append(c.cmds, cmd)
+	c.pods[p.Name] = cmd
 	c.mu.Unlock()
 	if !listening {
 		return errors.New("agent did not start: " + strings.Join(lines, "\n"))
@@ -143,8 +157,21 @@ func (c *Cluster) start(bin string, p *corev1.Pod) error {
 }
 
 // KillAgents kills every agent started so far, as a pod's sandbox dying
-// would (their gateway connections break).
+// would (their gateway connections break), after counting a restart of
+// each pod's container, as the kubelet would (the agent is not started
+// again). The count comes first so that a gateway looking at the pod when
+// its connection breaks sees the restart.
 func (c *Cluster) KillAgents() {
+	pods, err := c.CS.CoreV1().Pods(Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		c.t.Error(err)
+	}
+	for _, p := range pods.Items {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sandbox", RestartCount: 1}}
+		if _, err := c.CS.CoreV1().Pods(Namespace).UpdateStatus(context.Background(), &p, metav1.UpdateOptions{}); err != nil {
+			c.t.Error(err)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cmd := range c.cmds {

@@ -1,0 +1,286 @@
+package kube_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
+)
+
+// Several gateway replicas on one cluster: each test's replicas are
+// kube.Sandboxes of their own (own Backend, own memory) sharing only the
+// fake API server, the pods' real agents and, when set, one Archiver (the
+// shared S3 of a real deployment).
+
+// newReplica is one more gateway replica on c, closed when t ends.
+func newReplica(t testing.TB, c *kubetest.Cluster, arch kube.Archiver, idle time.Duration) *kube.Sandboxes {
+	t.Helper()
+	cfg := c.Config()
+	if arch != nil {
+		cfg.Archiver = arch
+	}
+	b, err := kube.New(c.CS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: idle})
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// podCreates counts the pods created in c so far.
+func podCreates(c *kubetest.Cluster) int {
+	n := 0
+	for _, a := range c.CS.Actions() {
+		if ca, ok := a.(k8stesting.CreateAction); ok && a.GetVerb() == "create" && a.GetResource().Resource == "pods" && ca.GetSubresource() == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func mustExec(t *testing.T, s *kube.Sandboxes, name, command string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := s.Exec(ctx, name, sandbox.Command{Command: command})
+	if err != nil || res.ExitCode != 0 || res.Restarted {
+		t.Fatalf("%q: %+v %v", command, res, err)
+	}
+	return string(res.Stdout)
+}
+
+// TestReplicasAcross: a container created through replica A is served by
+// replica B from its pod and Secret in the API server: 1. B knows it (Status,
+// List) though it never saw it; 2. B's command sees A's file, in A's pod
+// (no second pod); 3. B's file calls reach the same home; 4. A, whose
+// connection B took over, connects again and sees B's writes.
+func TestReplicasAcross(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Create(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, a, "c1", "echo from-a > f")
+
+	if st, err := b.Status("c1"); err != nil || st != sandbox.Running {
+		t.Fatalf("1: status on B %v %v", st, err)
+	}
+	if l, err := b.List(); err != nil || len(l) != 1 || l[0].Name != "c1" || l[0].Status != sandbox.Running {
+		t.Fatalf("1: list on B %+v %v", l, err)
+	}
+	if got := mustExec(t, b, "c1", "cat f; echo from-b > g"); got != "from-a\n" {
+		t.Fatalf("2: B read %q", got)
+	}
+	if n := podCreates(c); n != 1 {
+		t.Fatalf("2: %d pods created, want A's only", n)
+	}
+	if data, err := b.ReadFile(ctx, "c1", "g", 1<<20); err != nil || string(data) != "from-b\n" {
+		t.Fatalf("3: %q %v", data, err)
+	}
+	if _, err := b.PutFile(ctx, "c1", "up", strings.NewReader("put-by-b")); err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	if got := mustExec(t, a, "c1", "cat g up"); got != "from-b\nput-by-b" {
+		t.Fatalf("4: A read %q", got)
+	}
+	if n := podCreates(c); n != 1 {
+		t.Fatalf("4: %d pods created", n)
+	}
+}
+
+// TestReplicasSleepWake: 1. B puts A's container to sleep (B adopts the pod
+// to archive through its own connection; the objects are deleted); 2. A
+// sees it sleeping; 3. A's next command wakes it in a new pod with the
+// files.
+func TestReplicasSleepWake(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	arch := kubetest.NewTarArchiver()
+	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mustExec(t, a, "c1", "echo kept > f")
+	if err := b.Sleep(ctx, "c1"); err != nil {
+		t.Fatalf("1: %v", err)
+	}
+	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 || arch.Archives != 1 {
+		t.Fatalf("1: left %d pods, %d secrets, %d policies; %d archives", p, sec, n, arch.Archives)
+	}
+	if st, err := a.Status("c1"); err != nil || st != sandbox.Sleeping {
+		t.Fatalf("2: %v %v", st, err)
+	}
+	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" {
+		t.Fatalf("3: %q", got)
+	}
+	if n := podCreates(c); n != 2 || arch.Restores != 1 {
+		t.Fatalf("3: %d pods created, %d restores", n, arch.Restores)
+	}
+}
+
+// TestReplicasWakeRace: A and B wake the same sleeping container at the
+// same moment, several times over: each round ends with exactly one pod
+// (one restore), whose home both then use.
+func TestReplicasWakeRace(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	arch := kubetest.NewTarArchiver()
+	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mustExec(t, a, "c1", "echo 0 > n")
+	if err := a.Sleep(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	// A sleeping sandbox has nothing in the cluster: B knows the name as
+	// the server's store tells it (Create), not from A.
+	if err := b.Create(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 3
+	for i := range rounds {
+		before, restores := podCreates(c), arch.Restores
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for j, s := range []*kube.Sandboxes{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// A file call wakes without running a command, so the two
+				// wakes meet without a takeover cutting a command short.
+				_, errs[j] = s.StatFile(ctx, "c1", "n")
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if p, _, _, _ := c.Objects(ctx); p != 1 || podCreates(c)-before != 1 || arch.Restores-restores != 1 {
+			t.Fatalf("round %d: %d pods, %d created, %d restores; want 1 each", i, p, podCreates(c)-before, arch.Restores-restores)
+		}
+		mustExec(t, a, "c1", "echo $(( $(cat n) + 1 )) > n")
+		mustExec(t, b, "c1", "echo $(( $(cat n) + 1 )) > n")
+		if err := b.Sleep(ctx, "c1"); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	if got := mustExec(t, b, "c1", "cat n"); got != "6\n" {
+		t.Fatalf("after %d rounds n = %q, want 6", rounds, got)
+	}
+}
+
+// TestReplicasDestroy: a container destroyed through A, while B has a
+// connection to its pod: 1. its objects are gone and B's connection
+// breaks (the pod's agent dies with the pod); 2. B no longer reports it
+// running; 3. B's next command starts a new, empty sandbox; 4. B's
+// Destroy of a container only A ever saw, awake, deletes its pod.
+func TestReplicasDestroy(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mustExec(t, a, "c1", "echo x > f")
+	mustExec(t, b, "c1", "cat f")
+	if err := a.Destroy(ctx, "c1"); err != nil {
+		t.Fatalf("1: %v", err)
+	}
+	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
+		t.Fatalf("1: left %d pods, %d secrets, %d policies", p, sec, n)
+	}
+	for st, _ := b.Status("c1"); st == sandbox.Running; st, _ = b.Status("c1") {
+		if ctx.Err() != nil {
+			t.Fatal("2: B still says running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := mustExec(t, b, "c1", "ls | wc -l"); got != "0\n" {
+		t.Fatalf("3: %q", got)
+	}
+
+	if err := b.Destroy(ctx, "c1"); err != nil { // kubetest runs one pod at a time
+		t.Fatal(err)
+	}
+	mustExec(t, a, "c2", "true") // B never saw c2
+	if err := b.Destroy(ctx, "c2"); err != nil {
+		t.Fatalf("4: %v", err)
+	}
+	if has, _ := b.Status("c2"); has == sandbox.Running {
+		t.Fatal("4: c2 still running")
+	}
+}
+
+// TestReplicasIdle: A's idle sleeper never puts to sleep the pod B keeps
+// using: B's connection took A's over, so A has no live connection and
+// leaves the pod to B; B's own sleeper does it once B stops. The busy
+// phase spans many of A's idle timeouts.
+func TestReplicasIdle(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	arch := kubetest.NewTarArchiver()
+	const idle = 200 * time.Millisecond
+	a, b := newReplica(t, c, arch, idle), newReplica(t, c, arch, idle)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mustExec(t, a, "c1", "echo 0 > n")
+	for range 20 { // 20 × 50ms: five idle timeouts of A
+		mustExec(t, b, "c1", "echo $(( $(cat n) + 1 )) > n")
+		time.Sleep(idle / 4)
+	}
+	if n := podCreates(c); n != 1 || arch.Archives != 0 {
+		t.Fatalf("%d pods created, %d archives while B used the pod: A slept it", n, arch.Archives)
+	}
+	for st, _ := b.Status("c1"); st != sandbox.Sleeping; st, _ = b.Status("c1") {
+		if ctx.Err() != nil {
+			t.Fatal("B's idle sleeper never slept it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := mustExec(t, a, "c1", "cat n"); got != "20\n" {
+		t.Fatalf("after the idle sleep: %q", got)
+	}
+}
+
+// TestReplicasTakeover: a call through B while A runs a command in the
+// same pod takes the agent over: 1. A's command is stopped and its Exec
+// ends with sandbox.ErrBusy, not as a lost pod (the pod and its home are
+// kept, nothing deleted); 2. B's command runs; 3. A's next call adopts the
+// pod again, with the files.
+func TestReplicasTakeover(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mustExec(t, a, "c1", "echo kept > f")
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+		}})
+		done <- err
+	}()
+	<-started
+	if got := mustExec(t, b, "c1", "cat f"); got != "kept\n" {
+		t.Fatalf("2: %q", got)
+	}
+	if err := <-done; !errors.Is(err, sandbox.ErrBusy) || !strings.Contains(err.Error(), "took the sandbox's pod over") {
+		t.Fatalf("1: A's command ended with %v, want ErrBusy", err)
+	}
+	if p, sec, n, _ := c.Objects(ctx); p != 1 || sec != 2 || n != 1 || podCreates(c) != 1 {
+		t.Fatalf("1: %d pods, %d secrets, %d policies, %d pods created", p, sec, n, podCreates(c))
+	}
+	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" || podCreates(c) != 1 {
+		t.Fatalf("3: %q, %d pods created", got, podCreates(c))
+	}
+}
