@@ -155,10 +155,12 @@ func (c *Client) readLoop(r io.Reader) {
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()
+	// Done first: a call that learns the connection ended finds Done
+	// closed too (a caller deciding what the end means looks at it).
+	close(c.done)
 	for _, cl := range pending {
 		close(cl.result)
 	}
-	close(c.done)
 }
 
 // handle checks one frame from the agent and routes it to its call.

@@ -741,6 +741,17 @@ func (b *Backend) Pods(ctx context.Context) ([]string, error) {
 func (b *Backend) TakenOver(ctx context.Context, id string) bool {
 	b.mu.Lock()
 	p := b.awake[id]
+	b.mu.Unlock()
+	if p != nil && p.live() {
+		// The caller saw the connection end; its reader may not have
+		// finished closing it yet.
+		select {
+		case <-p.client.Done():
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+	b.mu.Lock()
 	if p != nil && !p.live() {
 		delete(b.awake, id)
 	}

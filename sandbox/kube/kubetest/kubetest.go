@@ -52,8 +52,25 @@ type Cluster struct {
 
 	t    testing.TB
 	mu   sync.Mutex
-	cmds []*exec.Cmd
-	pods map[string]*exec.Cmd // each pod's agent, by pod name
+	cmds []*agentProc
+	pods map[string]*agentProc // each pod's agent, by pod name
+}
+
+// agentProc is one pod's agent process; done is closed once it has exited
+// (and so no longer holds the cluster's one agent port).
+type agentProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// kill ends the agent (PID 1 of its namespace: the whole pod) and waits
+// until it has exited, so that the next pod can listen on the port.
+func (a *agentProc) kill() {
+	a.cmd.Process.Kill()
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+	}
 }
 
 // Config is a kube.Config for the cluster's pods.
@@ -76,7 +93,7 @@ func NewCluster(t testing.TB) *Cluster {
 	}
 	port := int32(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	c := &Cluster{t: t, CS: fake.NewClientset(), Port: port, HomeDir: t.TempDir(), pods: map[string]*exec.Cmd{}}
+	c := &Cluster{t: t, CS: fake.NewClientset(), Port: port, HomeDir: t.TempDir(), pods: map[string]*agentProc{}}
 	c.CS.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
 		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
 		if err := c.start(bin, p); err != nil {
@@ -87,8 +104,8 @@ func NewCluster(t testing.TB) *Cluster {
 	})
 	c.CS.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
 		c.mu.Lock()
-		if cmd := c.pods[a.(k8stesting.DeleteAction).GetName()]; cmd != nil {
-			cmd.Process.Kill()
+		if ap := c.pods[a.(k8stesting.DeleteAction).GetName()]; ap != nil {
+			ap.kill()
 			delete(c.pods, a.(k8stesting.DeleteAction).GetName())
 		}
 		c.mu.Unlock()
@@ -97,9 +114,8 @@ func NewCluster(t testing.TB) *Cluster {
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for _, cmd := range c.cmds {
-			cmd.Process.Kill()
-			cmd.Wait()
+		for _, ap := range c.cmds {
+			ap.kill()
 		}
 	})
 	return c
@@ -145,10 +161,15 @@ func (c *Cluster) start(bin string, p *corev1.Pod) error {
 		listening = strings.Contains(sc.Text(), "listening on")
 		lines = append(lines, sc.Text())
 	}
-	go io.Copy(io.Discard, stderr)
+	ap := &agentProc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		io.Copy(io.Discard, stderr)
+		cmd.Wait()
+		close(ap.done)
+	}()
 	c.mu.Lock()
-	c.cmds = append(c.cmds, cmd)
-	c.pods[p.Name] = cmd
+	c.cmds = append(c.cmds, ap)
+	c.pods[p.Name] = ap
 	c.mu.Unlock()
 	if !listening {
 		return errors.New("agent did not start: " + strings.Join(lines, "\n"))
@@ -174,8 +195,8 @@ func (c *Cluster) KillAgents() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, cmd := range c.cmds {
-		cmd.Process.Kill()
+	for _, ap := range c.cmds {
+		ap.kill()
 	}
 }
 
