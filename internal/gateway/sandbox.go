@@ -70,7 +70,9 @@ type Sandbox interface {
 	// will be billed if the request ended now.
 	Cost() int64
 	// Close ends the session and records its bill in the usage ledger.
-	Close()
+	// A bill it could not record is an error (a 503 *RequestError): the
+	// request must not be answered as complete. Closing again does nothing.
+	Close() error
 }
 
 // ExecResult is what a shell call produced.
