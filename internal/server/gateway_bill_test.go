@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
@@ -24,16 +25,20 @@ import (
 
 // shellEcho is a model for any number of requests, concurrent ones
 // included: it runs cmd through the request's code tool (Responses'
-// shell, Messages' bash_code_execution), then answers with the result.
-type shellEcho struct{ cmd string }
+// shell, Messages' bash_code_execution; Gemini's code_execution runs the
+// Python code instead), then answers with the result.
+type shellEcho struct{ cmd, code string }
 
 func (m shellEcho) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
 	t := gatewaytest.EchoResult()
 	if gatewaytest.LastResult(req) == nil {
 		call := shellCall("c1", m.cmd)
 		for _, tl := range req.Tools {
-			if tl.Name == "bash_code_execution" {
-				call = gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": m.cmd})
+			switch tl.Name {
+			case gateway.BashCodeExecution:
+				call = gatewaytest.Call("toolu_1", gateway.BashCodeExecution, map[string]string{"command": m.cmd})
+			case gateway.CodeExecution:
+				call = gatewaytest.Call("c1", gateway.CodeExecution, map[string]string{"code": m.code})
 			}
 		}
 		t = gatewaytest.Turn{Parts: []gateway.Part{call}}
@@ -78,7 +83,8 @@ func (l *failingLedger) tries() map[string]int {
 // answered complete has exactly one usage row.
 func TestGatewayBillBeforeAnswer(t *testing.T) {
 	fl := &failingLedger{ids: map[string]int{}}
-	models := gatewaytest.Models{"echo": shellEcho{cmd: "echo ran"},
+	models := gatewaytest.Models{"echo": shellEcho{cmd: "echo ran", code: `print("ran")`},
+		"slow": shellEcho{cmd: "echo started; sleep 2"},
 		"text": gatewaytest.NewScript(gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("hello")}})}
 	e := newEnv(t, "crun", "default", func(c *Config) {
 		c.Models = models
@@ -90,6 +96,22 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 	ac := anthropic.NewClient(aoption.WithBaseURL(e.url+"/"), aoption.WithAPIKey(e.keyA), aoption.WithMaxRetries(0))
 	shellTool := option.WithJSONSet("tools", []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": c.ID}}})
 	msgParams := anthropic.MessageNewParams{Model: "echo/m", MaxTokens: 1000, Messages: userText("go"), Tools: codeExecTool}
+	gc := geminiClient(t, e, e.keyA)
+	// Gemini names the container by session (x-session-id: its name).
+	gcfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}},
+		HTTPOptions: &genai.HTTPOptions{Headers: http.Header{"X-Session-Id": {c.Name}}}}
+	geminiFailed := func(t *testing.T, err error) string {
+		var ge genai.APIError
+		if !errors.As(err, &ge) || ge.Code != http.StatusServiceUnavailable || ge.Status != "UNAVAILABLE" || !strings.Contains(ge.Message, "not billed") {
+			t.Fatalf("error %#v", err)
+		}
+		return "503"
+	}
+	geminiRan := func(t *testing.T, parts []*genai.Part) {
+		if _, text := partKinds(parts); !strings.Contains(text, "ran") {
+			t.Fatalf("parts %q", text)
+		}
+	}
 
 	// Each request, its outcome: "" when answered complete (with the
 	// command's output), else what the client saw.
@@ -182,6 +204,35 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 			t.Fatalf("events %v, err %v", events, err)
 			return ""
 		}},
+		{"Gemini", func(t *testing.T) string {
+			resp, err := gc.Models.GenerateContent(t.Context(), "echo/m", genai.Text("go"), gcfg)
+			if err != nil {
+				return geminiFailed(t, err)
+			}
+			geminiRan(t, resp.Candidates[0].Content.Parts)
+			return ""
+		}},
+		{"Gemini streamed", func(t *testing.T) string {
+			var parts []*genai.Part
+			var last *genai.GenerateContentResponse
+			for chunk, err := range gc.Models.GenerateContentStream(t.Context(), "echo/m", genai.Text("go"), gcfg) {
+				if err != nil {
+					if last != nil && len(last.Candidates) > 0 && last.Candidates[0].FinishReason != "" {
+						t.Fatalf("an error after the last chunk: %v", err)
+					}
+					return geminiFailed(t, err)
+				}
+				if len(chunk.Candidates) > 0 && chunk.Candidates[0].Content != nil {
+					parts = append(parts, chunk.Candidates[0].Content.Parts...)
+				}
+				last = chunk
+			}
+			if last == nil || len(last.Candidates) == 0 || last.Candidates[0].FinishReason != genai.FinishReasonStop {
+				t.Fatalf("the stream ended with %+v", last)
+			}
+			geminiRan(t, parts)
+			return ""
+		}},
 	}
 	rows := func() int {
 		t.Helper()
@@ -233,6 +284,34 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 			}
 		})
 	}
+	// A client that goes away mid-command: the command is killed, and the
+	// sandbox time it used is billed all the same, once.
+	t.Run("client gone mid-command, still billed", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		stream := oc.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "slow/m"}, option.WithJSONSet("input", "go"), shellTool)
+		for stream.Next() {
+			if stream.Current().Type == "response.shell_call_output_content.delta" {
+				cancel()
+			}
+		}
+		stream.Close()
+		if ctx.Err() == nil {
+			t.Fatal("the command's output never came")
+		}
+		want := len(requests) + 1
+		n := rows()
+		for i := 0; i < 100 && n != want; i++ {
+			time.Sleep(50 * time.Millisecond)
+			n = rows()
+		}
+		if n != want {
+			t.Fatalf("%d usage rows, want %d: the abandoned request billed once", n, want)
+		}
+		if tries := fl.tries(); len(tries) != 1 {
+			t.Fatalf("usage ids written: %v", tries)
+		}
+	})
 	// A request that ran no command has nothing to bill, and is answered.
 	t.Run("no command, no bill", func(t *testing.T) {
 		fl.fail.Store(true)
