@@ -61,9 +61,9 @@ func BenchmarkGatewayBill(b *testing.B) {
 			if stream {
 				name += "-streamed"
 			}
+			c := e.create(e.keyA, "bill-"+name)
+			e.exec(e.keyA, c.ID, "true") // starts it
 			b.Run(name, func(b *testing.B) {
-				c := e.create(e.keyA, "bill-"+name)
-				e.exec(e.keyA, c.ID, "true") // starts it
 				path, body, hdr := gatewayBody(api, c.ID, "", stream)
 				hdr.Set("Authorization", "Bearer "+e.keyA)
 				send := func(later bool) time.Duration {
