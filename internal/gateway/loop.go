@@ -184,8 +184,9 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		if box.sb != nil {
 			// Billed before the answer: a bill the ledger did not take
 			// fails the request (unless it failed already).
-			res.CostMicroUSD = box.sb.Cost()
-			if cerr := box.sb.Close(); cerr != nil && err == nil {
+			cerr := box.sb.Close()
+			res.CostMicroUSD = box.sb.Cost() // what Close billed
+			if cerr != nil && err == nil {
 				err = cerr
 			}
 		}

@@ -196,6 +196,8 @@ type gatewayBox struct {
 	// useID is the request's usage event: every attempt to write its bill
 	// writes this one id, so a retried write cannot bill it twice.
 	useID string
+	// billed is the cost Close billed (written or not).
+	billed int64
 }
 
 var _ gateway.Sandbox = (*gatewayBox)(nil)
@@ -444,6 +446,9 @@ func (b *gatewayBox) Cost() int64 {
 	if b.first.IsZero() {
 		return 0
 	}
+	if b.closed {
+		return b.billed
+	}
 	return metering.Charge(b.first, time.Now(), b.start).CostMicroUSD
 }
 
@@ -464,6 +469,7 @@ func (b *gatewayBox) Close() error {
 	b.closed = true
 	now := time.Now()
 	bill := metering.Charge(b.first, now, b.start)
+	b.billed = bill.CostMicroUSD
 	ctx := context.Background()
 	var err error
 	for i := range billTries {
