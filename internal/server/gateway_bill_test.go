@@ -91,6 +91,8 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 		fl.Ledger = c.Ledger
 		c.Ledger = fl
 	})
+	e.srv.cfg.Logs = e.st.Logs() // the request logs say what ran
+	e.setLogging(t, e.keyA, map[string]any{"enabled": true})
 	c := e.create(e.keyA, "billed")
 	oc := openai.NewClient(option.WithBaseURL(e.url+"/v1/"), option.WithAPIKey(e.keyA), option.WithMaxRetries(0))
 	ac := anthropic.NewClient(aoption.WithBaseURL(e.url+"/"), aoption.WithAPIKey(e.keyA), aoption.WithMaxRetries(0))
@@ -269,6 +271,21 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 	}
 	if n := rows(); n != 0 {
 		t.Fatalf("%d usage rows while the ledger took none", n)
+	}
+	// Each unbilled request's log says it failed, why, and what ran.
+	logs := e.requestLogs(t, e.keyA, "")
+	if len(logs.Data) != len(requests) {
+		t.Fatalf("%d request logs for %d requests", len(logs.Data), len(requests))
+	}
+	for _, l := range logs.Data {
+		r := e.logRecord(t, e.keyA, l.ID)
+		ran := false
+		for _, it := range r.Items {
+			ran = ran || it.Command != "" && strings.Contains(it.Stdout, "ran")
+		}
+		if l.Status != "failed" || !strings.Contains(r.Error, "not billed") || !ran || l.ContainerID == nil || *l.ContainerID != c.ID {
+			t.Errorf("%s log: status %s (%d), error %q, items %+v", l.API, l.Status, l.HTTPStatus, r.Error, r.Items)
+		}
 	}
 	fl.fail.Store(false)
 	for i, r := range requests {
