@@ -155,8 +155,11 @@ func WithObserver(ctx context.Context, obs Observer) context.Context {
 
 // Execute runs the loop: upstream turn, server tool calls, repeat, until
 // the model answers, calls a client tool, or the budget ends it. The
-// request's sandbox session is closed (and billed) before Execute returns.
-// On error the Result holds what was done before it.
+// request's sandbox session is closed (and billed) before Execute returns,
+// so before the frontend answers: a bill the ledger did not take is
+// Execute's error (when the run had none), and the frontend answers it
+// instead of the completion. On error the Result holds what was done
+// before it.
 func Execute(ctx context.Context, run *Run) (*Result, error) {
 	res, err := execute(ctx, run)
 	if obs, ok := ctx.Value(observerKey{}).(Observer); ok && obs != nil {
@@ -165,7 +168,7 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 	return res, err
 }
 
-func execute(ctx context.Context, run *Run) (*Result, error) {
+func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	max := run.MaxToolCalls
 	if max <= 0 || max > MaxToolCalls {
 		max = DefaultMaxToolCalls
@@ -175,12 +178,17 @@ func execute(ctx context.Context, run *Run) (*Result, error) {
 	for _, name := range slices.Sorted(maps.Keys(run.ServerTools)) {
 		req.Tools = append(req.Tools, run.ServerTools[name].Function())
 	}
-	res := &Result{}
+	res = &Result{}
 	box := &lazyBox{run: run}
 	defer func() {
 		if box.sb != nil {
-			res.CostMicroUSD = box.sb.Cost()
-			box.sb.Close()
+			// Billed before the answer: a bill the ledger did not take
+			// fails the request (unless it failed already).
+			cerr := box.sb.Close()
+			res.CostMicroUSD = box.sb.Cost() // what Close billed
+			if cerr != nil && err == nil {
+				err = cerr
+			}
 		}
 	}()
 	finalTurn := false

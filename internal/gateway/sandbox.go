@@ -67,10 +67,13 @@ type Sandbox interface {
 	// (for Messages' bash_code_execution_output file ids) and returns its id.
 	Promote(ctx context.Context, path string) (string, error)
 	// Cost is the request's sandbox cost so far, in micro-dollars, as it
-	// will be billed if the request ended now.
+	// will be billed if the request ended now; after Close, what Close
+	// billed.
 	Cost() int64
 	// Close ends the session and records its bill in the usage ledger.
-	Close()
+	// A bill it could not record is an error (a 503 *RequestError): the
+	// request must not be answered as complete. Closing again does nothing.
+	Close() error
 }
 
 // ExecResult is what a shell call produced.

@@ -152,7 +152,10 @@ type WorkspaceFiles interface {
 
 // Ledger is the usage ledger: what each call cost, per workspace.
 type Ledger interface {
-	Record(ctx context.Context, p Principal, containerID string, at time.Time, kind string, bill metering.Bill) error
+	// Record writes one bill. id names the usage event ("": a new one):
+	// recording an id again records nothing more, so a write retried after
+	// a lost connection cannot bill twice.
+	Record(ctx context.Context, p Principal, id, containerID string, at time.Time, kind string, bill metering.Bill) error
 	// Totals sums the principal's charges with from <= at < to per UTC
 	// day (oldest first) and per container (by id).
 	Totals(ctx context.Context, p Principal, from, to time.Time) (byDay, byContainer []UsageTotal, err error)

@@ -174,26 +174,33 @@ func (s *Server) settleNow(ctx context.Context, p Principal, c Container, first 
 	if first.IsZero() {
 		return bill, nil
 	}
-	return bill, s.record(context.WithoutCancel(ctx), p, c, now, kind, bill)
+	return bill, s.record(context.WithoutCancel(ctx), p, "", c, now, kind, bill)
 }
 
 // errUnbilled is a call whose commands ran but whose bill the ledger did
 // not take (the database is unreachable).
 var errUnbilled = errors.New("the usage ledger is unavailable")
 
-// record writes a call's bill (kind "exec" or "eval") to the ledger and
-// the container's last use (on the server's clock). A failed ledger write
-// is logged and returned (errUnbilled).
-func (s *Server) record(ctx context.Context, p Principal, c Container, now time.Time, kind string, bill metering.Bill) error {
-	id := c.ID
-	var err error
-	if s.cfg.Ledger != nil {
-		if err = s.cfg.Ledger.Record(ctx, p, id, now, kind, bill); err != nil {
-			s.log.ErrorContext(ctx, "recording usage failed", "container", id, "cost_micro_usd", bill.CostMicroUSD, "err", err)
-			err = fmt.Errorf("%w: %v", errUnbilled, err)
-		}
-	}
+// record writes a call's bill (kind "exec", "eval" or "response") to the
+// ledger as usage event useID ("": a new one) and the container's last use
+// (on the server's clock). A failed ledger write is logged and returned
+// (errUnbilled).
+func (s *Server) record(ctx context.Context, p Principal, useID string, c Container, now time.Time, kind string, bill metering.Bill) error {
+	err := s.writeBill(ctx, p, useID, c.ID, now, kind, bill)
 	s.touch(ctx, p, c, s.now())
+	return err
+}
+
+// writeBill is record's ledger write alone.
+func (s *Server) writeBill(ctx context.Context, p Principal, useID, id string, now time.Time, kind string, bill metering.Bill) error {
+	if s.cfg.Ledger == nil {
+		return nil
+	}
+	err := s.cfg.Ledger.Record(ctx, p, useID, id, now, kind, bill)
+	if err != nil {
+		s.log.ErrorContext(ctx, "recording usage failed", "container", id, "kind", kind, "cost_micro_usd", bill.CostMicroUSD, "err", err)
+		err = fmt.Errorf("%w: %v", errUnbilled, err)
+	}
 	return err
 }
 

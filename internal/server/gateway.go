@@ -129,7 +129,7 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 	// this is the request's use of the container.
 	now := s.now()
 	s.touch(ctx, p, c, now)
-	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch, key: g.key}, nil
+	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch, key: g.key, useID: store.NewID("use")}, nil
 }
 
 func hasStatus(err error, status int) bool {
@@ -193,6 +193,11 @@ type gatewayBox struct {
 	start  metering.Start // what the first command found
 	closed bool
 	key    http.Header // the client's key headers, for remoteExec
+	// useID is the request's usage event: every attempt to write its bill
+	// writes this one id, so a retried write cannot bill it twice.
+	useID string
+	// billed is the cost Close billed (written or not).
+	billed int64
 }
 
 var _ gateway.Sandbox = (*gatewayBox)(nil)
@@ -441,21 +446,60 @@ func (b *gatewayBox) Cost() int64 {
 	if b.first.IsZero() {
 		return 0
 	}
+	if b.closed {
+		return b.billed
+	}
 	return metering.Charge(b.first, time.Now(), b.start).CostMicroUSD
 }
 
-// Close bills the request, from its first command to now, to the ledger.
-func (b *gatewayBox) Close() {
+// Close bills the request, from its first command to now, to the ledger,
+// before the request is answered (the loop closes the session before
+// Execute returns). The write is tried billTries times, always as the
+// request's one usage event (useID); when none succeeds the error is a
+// 503 *gateway.RequestError: the frontends answer it in their API's error
+// envelope (or end the stream with their error event) instead of the
+// completion, so no request is answered complete without its bill.
+func (b *gatewayBox) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed || b.first.IsZero() {
 		b.closed = true
-		return
+		return nil
 	}
 	b.closed = true
 	now := time.Now()
-	b.s.record(context.Background(), b.p, b.c, now, "response", metering.Charge(b.first, now, b.start))
+	bill := metering.Charge(b.first, now, b.start)
+	b.billed = bill.CostMicroUSD
+	ctx := context.Background()
+	var err error
+	for i := range billTries {
+		if i > 0 {
+			time.Sleep(billBackoff << (i - 1))
+		}
+		if err = b.s.writeBill(ctx, b.p, b.useID, b.c.ID, now, "response", bill); err == nil {
+			break
+		}
+	}
+	b.s.touch(ctx, b.p, b.c, b.s.now())
+	if err != nil {
+		return fmt.Errorf("%w (usage %s, container %s): %w", errGatewayUnbilled, b.useID, b.c.ID, err)
+	}
+	return nil
 }
+
+// billTries bounds the attempts at writing a gateway request's bill
+// (each one retried by the store itself after a lost connection), and
+// billBackoff is the wait before the second (doubling after it): about
+// 0.3 s for a database to come back before the request fails.
+const (
+	billTries   = 3
+	billBackoff = 100 * time.Millisecond
+)
+
+// errGatewayUnbilled answers a gateway request whose commands ran but
+// whose bill the ledger did not take.
+var errGatewayUnbilled = &gateway.RequestError{Status: http.StatusServiceUnavailable,
+	Message: "The commands of this request ran, but their usage could not be recorded (the database is unavailable), so the request is not billed and its answer is withheld; try again."}
 
 // utf8Output adapts the agent's output callback to text: at most maxBytes
 // per stream, and never a UTF-8 character split across two calls.

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	_ "github.com/jackc/pgx/v5/stdlib" // the admin connection that kills the replicas' ones
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/store"
 )
 
@@ -135,6 +143,193 @@ func TestReplicasDatabaseConnectionLoss(t *testing.T) {
 	for id, n := range answered {
 		if got[id] != n {
 			t.Errorf("container %s: %d usage rows for %d calls answered 200", id, got[id], n)
+		}
+	}
+}
+
+// gwOutcome is how a gateway request ended, as its official client saw
+// it: answered complete (200, or a stream ending with its completion
+// event) with text, or failed with the API's own error (its envelope or
+// its stream's error event), or failed otherwise.
+type gwOutcome struct {
+	complete, enveloped bool
+	text                string // the answer (complete) or the error
+}
+
+// gatewayKinds names the requests gatewayRequest sends.
+var gatewayKinds = []string{"responses", "responses streamed", "messages", "messages streamed"}
+
+// gatewayRequest sends one gateway request of kind (an index of
+// gatewayKinds) for container id through the server at url with the
+// official client of its API, to model, which runs a command in it.
+func gatewayRequest(ctx context.Context, kind int, url, key, model, id string) gwOutcome {
+	oc := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	ac := anthropic.NewClient(aoption.WithBaseURL(url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+	shellTool := option.WithJSONSet("tools", []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": id}}})
+	msg := anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 1000, Messages: userText("go"), Tools: codeExecTool}
+	failed := func(err error) gwOutcome {
+		var oe *openai.Error
+		var ae *anthropic.Error
+		switch {
+		case errors.As(err, &oe):
+			return gwOutcome{enveloped: oe.Message != "", text: oe.RawJSON()}
+		case errors.As(err, &ae):
+			return gwOutcome{enveloped: strings.Contains(ae.RawJSON(), `"type":"error"`), text: ae.RawJSON()}
+		}
+		return gwOutcome{enveloped: strings.Contains(err.Error(), `"type":"error"`), text: err.Error()}
+	}
+	switch kind {
+	case 0:
+		resp, err := oc.Responses.New(ctx, responses.ResponseNewParams{Model: model}, option.WithJSONSet("input", "go"), shellTool)
+		if err != nil {
+			return failed(err)
+		}
+		return gwOutcome{complete: resp.Status == "completed", text: resp.RawJSON()}
+	case 1:
+		stream := oc.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: model}, option.WithJSONSet("input", "go"), shellTool)
+		defer stream.Close()
+		var last responses.ResponseStreamEventUnion
+		for stream.Next() {
+			last = stream.Current()
+		}
+		if err := stream.Err(); err != nil {
+			return failed(err)
+		}
+		switch last.Type {
+		case "response.completed":
+			return gwOutcome{complete: true, text: last.RawJSON()}
+		case "response.failed":
+			return gwOutcome{enveloped: last.Response.Error.Message != "", text: last.RawJSON()}
+		}
+		return gwOutcome{text: "the stream ended with " + last.Type}
+	case 2:
+		m, err := ac.Messages.New(ctx, msg, aoption.WithJSONSet("container", id))
+		if err != nil {
+			return failed(err)
+		}
+		return gwOutcome{complete: m.StopReason == anthropic.StopReasonEndTurn, text: m.RawJSON()}
+	default:
+		stream := ac.Messages.NewStreaming(ctx, msg, aoption.WithJSONSet("container", id))
+		defer stream.Close()
+		var text strings.Builder
+		last := ""
+		for stream.Next() {
+			ev := stream.Current()
+			last = ev.Type
+			text.WriteString(ev.RawJSON())
+		}
+		if err := stream.Err(); err != nil {
+			return failed(err)
+		}
+		return gwOutcome{complete: last == "message_stop", text: text.String()}
+	}
+}
+
+// Gateway requests while the database connections die: each request the
+// client saw answered complete after its command ran has its usage row,
+// and a request whose bill could not be written is the API's 503 or its
+// stream's error event, never a completion. Through B for a container
+// awake on A (replayed to A, billed there only) and on B for B's own.
+func TestReplicasGatewayDatabaseConnectionLoss(t *testing.T) {
+	cl := newTestCluster(t, false)
+	// The command's output, not its text: a result that shows it ran.
+	models := gatewaytest.Models{"echo": shellEcho{cmd: "echo gw-$((6*7))"}}
+	a := cl.replica(t, "node-a", func(c *Config) { c.Models = models })
+	b := cl.replica(t, "node-b", func(c *Config) { c.Models = models })
+	key := a.keyA
+	ca, cb := a.create(key, "gw-a"), b.create(key, "gw-b")
+	a.exec(key, "gw-a", "true") // awake on A
+	b.exec(key, "gw-b", "true") // awake on B
+	admin, err := sql.Open("pgx", cl.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	admin.SetMaxOpenConns(1)
+	kill := func() int {
+		var n int
+		if err := admin.QueryRowContext(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	type count struct{ ran, complete, enveloped, other int }
+	var mu sync.Mutex
+	counts := map[string]*count{ca.ID: {ran: 1}, cb.ID: {ran: 1}} // the execs above
+	var others []string
+	send := func(via *replica, id string, kind int) {
+		o := gatewayRequest(t.Context(), kind, via.url, key, "echo/m", id)
+		mu.Lock()
+		defer mu.Unlock()
+		c := counts[id]
+		switch {
+		case o.complete && strings.Contains(o.text, "gw-42"):
+			c.ran++
+		case o.complete:
+			c.complete++ // its step failed before its command ran: nothing to bill
+		case o.enveloped:
+			c.enveloped++
+		default:
+			c.other++
+			others = append(others, fmt.Sprintf("%s %s: %s", gatewayKinds[kind], id, o.text))
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, x := range []struct {
+		via *replica
+		id  string
+	}{{b, ca.ID}, {b, cb.ID}} {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				send(x.via, x.id, i%len(gatewayKinds))
+			}
+		})
+	}
+	killed := 0
+	for range 5 {
+		time.Sleep(300 * time.Millisecond)
+		killed += kill()
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if killed == 0 {
+		t.Fatal("no backend was terminated")
+	}
+	// The requests after it all succeed, each kind, each way.
+	kill()
+	for kind := range gatewayKinds {
+		for _, id := range []string{ca.ID, cb.ID} {
+			o := gatewayRequest(t.Context(), kind, b.url, key, "echo/m", id)
+			if !o.complete || !strings.Contains(o.text, "gw-42") {
+				t.Fatalf("%s after the connections died: %s", gatewayKinds[kind], o.text)
+			}
+			counts[id].ran++
+		}
+	}
+	for _, o := range others {
+		// A request may fail while its connection dies, but visibly, in
+		// its API's error shape.
+		t.Errorf("a failure that is not the API's error: %s", o)
+	}
+	a.srv.WaitCalls(t.Context())
+	b.srv.WaitCalls(t.Context())
+	for id, c := range counts {
+		rows := countRows(t, a, id)
+		t.Logf("%s: %d backends terminated; answered complete after running: %d, complete without running: %d, API errors: %d; usage rows: %d",
+			id, killed, c.ran, c.complete, c.enveloped, rows)
+		// Every completion that ran has its row; a row more can only be
+		// a request whose bill was written but reported failed (its
+		// connection died after the commit, every retry too): answered
+		// with an error, never a completion.
+		if rows < c.ran || rows > c.ran+c.enveloped {
+			t.Errorf("container %s: %d usage rows for %d requests answered complete after running a command (%d API errors)", id, rows, c.ran, c.enveloped)
 		}
 	}
 }

@@ -178,8 +178,8 @@ func (b StoreBackend) Expire(ctx context.Context, id string, lastActive time.Tim
 	return ok, mapErr(err)
 }
 
-func (b StoreBackend) Record(ctx context.Context, p Principal, containerID string, at time.Time, kind string, bill metering.Bill) error {
-	return mapErr(b.St.Usage().Record(ctx, store.UsageEvent{Scope: scope(p), ContainerID: containerID, At: at,
+func (b StoreBackend) Record(ctx context.Context, p Principal, id, containerID string, at time.Time, kind string, bill metering.Bill) error {
+	return mapErr(b.St.Usage().Record(ctx, store.UsageEvent{ID: id, Scope: scope(p), ContainerID: containerID, At: at,
 		MeteredMillis: bill.MeteredMillis, BilledMillis: bill.BilledMillis, CostMicroUSD: bill.CostMicroUSD, Kind: kind}))
 }
 

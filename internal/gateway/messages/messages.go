@@ -84,7 +84,7 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 			return
 		}
 		rd.named = &containerField{ID: sb.ContainerID(), ExpiresAt: sb.ExpiresAt().UTC().Format(time.RFC3339)}
-		sb.Close()
+		sb.Close() // nothing ran in it: nothing to bill
 	}
 	if !p.stream {
 		res, err := gateway.Execute(ctx, p.run)

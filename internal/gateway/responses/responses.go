@@ -110,10 +110,12 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 			f.writeErr(ctx, w, err)
 			return
 		}
-		// Closed (and billed) when the request ends, however it ends.
+		// The loop closes (and bills) it before Execute returns, once it
+		// used it: the bill is written before the answer. A request that
+		// ends before the loop used it ran nothing: nothing to bill.
 		defer box.Close()
 		containerID = box.ContainerID()
-		run.Sandboxes = opened{Sandboxes: sbx, box: keepOpen{box}}
+		run.Sandboxes = opened{Sandboxes: sbx, box: box}
 		run.ServerTools = map[string]gateway.ServerTool{shellFunction: gateway.ShellTool{Name: shellFunction}}
 	}
 	m := newMeta(p, containerID)
@@ -180,8 +182,3 @@ type opened struct {
 func (o opened) Open(context.Context, identity.Request, gateway.OpenOptions) (gateway.Sandbox, error) {
 	return o.box, nil
 }
-
-// keepOpen leaves closing to Serve, which opened it.
-type keepOpen struct{ gateway.Sandbox }
-
-func (keepOpen) Close() {}
