@@ -403,13 +403,9 @@ func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 	defer call.close()
 	g := newGeminiTurn(onDelta)
 	if onDelta == nil {
-		b, err := call.readAll(ctx)
-		if err != nil {
-			return nil, err
-		}
 		var r geminiAnswer
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, badAnswer(err)
+		if err := call.decode(ctx, &r); err != nil {
+			return nil, err
 		}
 		if err := g.add(&r); err != nil {
 			return nil, err
