@@ -171,8 +171,14 @@ type stepView struct {
 // viewCall reads a call's arguments for display (commands as far as they
 // parse), before it runs.
 func viewCall(call gateway.ToolCall) stepView {
+	a, err := tool.ParseShellArgs([]byte(call.Arguments))
+	return viewArgs(call, a, err == nil)
+}
+
+// viewArgs is viewCall with the call's arguments parsed (ok: they parsed).
+func viewArgs(call gateway.ToolCall, a tool.ShellArgs, ok bool) stepView {
 	v := stepView{call: call, action: shellActionOut{Commands: []string{}}}
-	if a, err := tool.ParseShellArgs([]byte(call.Arguments)); err == nil {
+	if ok {
 		if a.Commands != nil {
 			v.action.Commands = a.Commands
 		}
@@ -181,9 +187,15 @@ func viewCall(call gateway.ToolCall) stepView {
 	return v
 }
 
-// viewStep is a finished step.
+// viewStep is a finished step. The shell tool kept the arguments it
+// parsed: they are not parsed again when they are the call's.
 func viewStep(s *gateway.Step) stepView {
-	v := viewCall(s.Call)
+	var v stepView
+	if d, ok := s.Result.Detail.(*gateway.ShellDetail); ok && d.ArgsOf != "" && d.ArgsOf == s.Call.Arguments {
+		v = viewArgs(s.Call, d.Args, true)
+	} else {
+		v = viewCall(s.Call)
+	}
 	if d, ok := s.Result.Detail.(*gateway.ShellDetail); ok {
 		v.outputs, v.changed = d.Outputs, d.Changed
 	}
