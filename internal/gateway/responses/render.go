@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
@@ -20,7 +21,9 @@ import (
 func newID(prefix string) string {
 	var b [24]byte
 	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
+	id := make([]byte, len(prefix)+hex.EncodedLen(len(b)))
+	hex.Encode(id[copy(id, prefix):], b[:])
+	return string(id)
 }
 
 // Item id prefixes, as the live API uses them where it has the item.
@@ -151,12 +154,30 @@ type routerItem struct {
 }
 
 func raw(v any) json.RawMessage {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v) // the item types always encode
-	return bytes.TrimRight(buf.Bytes(), "\n")
+	e := itemEncoders.Get().(*itemEncoder)
+	defer itemEncoders.Put(e)
+	e.buf.Reset()
+	e.enc.Encode(v) // the item types always encode
+	out := bytes.Clone(bytes.TrimRight(e.buf.Bytes(), "\n"))
+	if e.buf.Cap() > 64<<10 {
+		e.buf = bytes.Buffer{} // a large item's buffer is not kept
+	}
+	return out
 }
+
+// itemEncoder is a JSON encoder without HTML escaping and its buffer,
+// reused by raw (an item's bytes are copied out).
+type itemEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var itemEncoders = sync.Pool{New: func() any {
+	e := &itemEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
 
 // stepView is a step as the items show it.
 type stepView struct {

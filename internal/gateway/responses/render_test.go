@@ -2,6 +2,7 @@ package responses
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/gateway"
@@ -30,5 +31,24 @@ func TestViewStepReusesArgs(t *testing.T) {
 	v := viewStep(&gateway.Step{Call: gateway.ToolCall{Arguments: `{"commands":["original"]}`}, Result: gateway.StepResult{Detail: other}})
 	if len(v.action.Commands) != 1 || v.action.Commands[0] != "original" {
 		t.Errorf("arguments kept for another text were shown: %+v", v.action)
+	}
+}
+
+// TestNewIDAndRaw: ids are the prefix and 48 lowercase hex digits, all
+// different; raw's pooled encoder gives each item its own bytes, without
+// HTML escaping or a trailing newline.
+func TestNewIDAndRaw(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id := newID(prefixMessage)
+		if len(id) != len(prefixMessage)+48 || !strings.HasPrefix(id, prefixMessage) || strings.Trim(id[len(prefixMessage):], "0123456789abcdef") != "" || seen[id] {
+			t.Fatalf("bad id %q", id)
+		}
+		seen[id] = true
+	}
+	a, b := raw(map[string]string{"t": "<a&b>"}), raw([]int{1, 2})
+	c := raw(strings.Repeat("x", 100<<10))
+	if string(a) != `{"t":"<a&b>"}` || string(b) != `[1,2]` || len(c) != 100<<10+2 {
+		t.Errorf("raw: %s %s %d", a, b, len(c))
 	}
 }
