@@ -38,8 +38,12 @@ type StepResult struct {
 
 // ShellDetail is the result of a shell call.
 type ShellDetail struct {
-	Args        tool.ShellArgs // as the model wrote them (zero when unparsable)
-	Plan        tool.Plan      // as clamped; empty when refused
+	Args tool.ShellArgs // as the model wrote them (zero when unparsable)
+	// ArgsOf is the arguments text Args were parsed from ("" when they
+	// were not): a frontend showing the call reuses Args when its call's
+	// arguments are this text instead of parsing them again.
+	ArgsOf      string
+	Plan        tool.Plan // as clamped; empty when refused
 	ContainerID string
 	Outputs     []tool.CommandOutput
 	Changed     []ChangedFile
@@ -81,7 +85,7 @@ func (t ShellTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onO
 	d := &ShellDetail{}
 	args, err := tool.ParseShellArgs([]byte(call.Arguments))
 	if err == nil {
-		d.Args = args
+		d.Args, d.ArgsOf = args, call.Arguments
 		d.Plan, err = args.Plan()
 	}
 	if err != nil {

@@ -294,14 +294,14 @@ func (c *call) Exec(ctx context.Context, name string, cmd sandbox.Command) (sand
 		c.first = time.Time{}
 		c.mu.Unlock()
 	}
-	outcome := "error"
+	outcome := 2 // commandOutcomes: error
 	if err == nil {
-		outcome = "exit"
+		outcome = 0 // exit
 		if res.TimedOut {
-			outcome = "timeout"
+			outcome = 1 // timeout
 		}
 	}
-	c.s.metrics.commands.WithLabelValues(outcome).Observe(time.Since(t0).Seconds())
+	c.s.metrics.observeCommand(outcome, time.Since(t0).Seconds())
 	if err == nil && c.ev != nil {
 		o := tool.Output(res, c.maxChars)
 		c.ev.push("command.completed", struct {

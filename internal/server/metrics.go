@@ -1,6 +1,8 @@
 package server
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -13,13 +15,32 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	commands *prometheus.HistogramVec
-	inflight prometheus.Gauge
-	expired  prometheus.Counter
+	// commandBy caches commands' child per outcome (commandOutcomes):
+	// WithLabelValues hashes the label and looks it up on every call. A
+	// child is made on first use, so /metrics lists only the outcomes seen.
+	commandBy [len(commandOutcomes)]atomic.Pointer[prometheus.Observer]
+	inflight  prometheus.Gauge
+	expired   prometheus.Counter
 	// proxied: requests sent on to the node their container is awake on.
 	proxied prometheus.Counter
 
 	guardDetections, guardRequests *prometheus.CounterVec
 	requestLogs                    *prometheus.CounterVec
+}
+
+// commandOutcomes are the values of shellgate_command_duration_seconds'
+// outcome label.
+var commandOutcomes = [...]string{"exit", "timeout", "error"}
+
+// observeCommand records a command's duration under commandOutcomes[i].
+func (m *metrics) observeCommand(i int, seconds float64) {
+	o := m.commandBy[i].Load()
+	if o == nil {
+		c := m.commands.WithLabelValues(commandOutcomes[i])
+		o = &c
+		m.commandBy[i].Store(o)
+	}
+	(*o).Observe(seconds)
 }
 
 func newMetrics(mgr sandbox.Backend) *metrics {

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
@@ -20,7 +21,9 @@ import (
 func newID(prefix string) string {
 	var b [24]byte
 	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
+	id := make([]byte, len(prefix)+hex.EncodedLen(len(b)))
+	hex.Encode(id[copy(id, prefix):], b[:])
+	return string(id)
 }
 
 // Item id prefixes, as the live API uses them where it has the item.
@@ -151,12 +154,30 @@ type routerItem struct {
 }
 
 func raw(v any) json.RawMessage {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v) // the item types always encode
-	return bytes.TrimRight(buf.Bytes(), "\n")
+	e := itemEncoders.Get().(*itemEncoder)
+	defer itemEncoders.Put(e)
+	e.buf.Reset()
+	e.enc.Encode(v) // the item types always encode
+	out := bytes.Clone(bytes.TrimRight(e.buf.Bytes(), "\n"))
+	if e.buf.Cap() > 64<<10 {
+		e.buf = bytes.Buffer{} // a large item's buffer is not kept
+	}
+	return out
 }
+
+// itemEncoder is a JSON encoder without HTML escaping and its buffer,
+// reused by raw (an item's bytes are copied out).
+type itemEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var itemEncoders = sync.Pool{New: func() any {
+	e := &itemEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
 
 // stepView is a step as the items show it.
 type stepView struct {
@@ -171,8 +192,14 @@ type stepView struct {
 // viewCall reads a call's arguments for display (commands as far as they
 // parse), before it runs.
 func viewCall(call gateway.ToolCall) stepView {
+	a, err := tool.ParseShellArgs([]byte(call.Arguments))
+	return viewArgs(call, a, err == nil)
+}
+
+// viewArgs is viewCall with the call's arguments parsed (ok: they parsed).
+func viewArgs(call gateway.ToolCall, a tool.ShellArgs, ok bool) stepView {
 	v := stepView{call: call, action: shellActionOut{Commands: []string{}}}
-	if a, err := tool.ParseShellArgs([]byte(call.Arguments)); err == nil {
+	if ok {
 		if a.Commands != nil {
 			v.action.Commands = a.Commands
 		}
@@ -181,9 +208,15 @@ func viewCall(call gateway.ToolCall) stepView {
 	return v
 }
 
-// viewStep is a finished step.
+// viewStep is a finished step. The shell tool kept the arguments it
+// parsed: they are not parsed again when they are the call's.
 func viewStep(s *gateway.Step) stepView {
-	v := viewCall(s.Call)
+	var v stepView
+	if d, ok := s.Result.Detail.(*gateway.ShellDetail); ok && d.ArgsOf != "" && d.ArgsOf == s.Call.Arguments {
+		v = viewArgs(s.Call, d.Args, true)
+	} else {
+		v = viewCall(s.Call)
+	}
 	if d, ok := s.Result.Detail.(*gateway.ShellDetail); ok {
 		v.outputs, v.changed = d.Outputs, d.Changed
 	}

@@ -199,13 +199,9 @@ func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gate
 	}
 	defer call.close()
 	if onDelta == nil {
-		b, err := call.readAll(ctx)
-		if err != nil {
-			return nil, err
-		}
 		var cc chatAnswer
-		if err := json.Unmarshal(b, &cc); err != nil {
-			return nil, badAnswer(err)
+		if err := call.decode(ctx, &cc); err != nil {
+			return nil, err
 		}
 		return chatTurn(&cc)
 	}

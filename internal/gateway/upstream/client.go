@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
@@ -186,16 +187,40 @@ func (c *call) fail(ctx context.Context, err error) error {
 	return &gateway.UpstreamError{Status: http.StatusBadGateway, Type: "connection_error", Message: "upstream connection failed: " + err.Error()}
 }
 
-// readAll reads a non-streamed answer, capped.
-func (c *call) readAll(ctx context.Context) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(c.resp.Body, maxAnswer+1))
-	if err != nil {
-		return nil, c.fail(ctx, err)
+// answerBufs are the buffers non-streamed answers are read into: the
+// decoded views copy what they keep (encoding/json copies strings and
+// RawMessages), so a buffer is reused once its answer is decoded.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledAnswer is the largest buffer put back in answerBufs (a rare
+// huge answer's buffer is left to the GC rather than kept).
+const maxPooledAnswer = 1 << 20
+
+// decode reads a non-streamed answer, capped, and decodes it into v: the
+// exchange's error (see fail) when the read fails, badAnswer when it does
+// not decode.
+func (c *call) decode(ctx context.Context, v any) error {
+	buf := answerBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledAnswer {
+			buf.Reset()
+			answerBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if n := c.resp.ContentLength; n > 0 && n <= maxAnswer {
+		buf.Grow(int(n) + 1) // +1: ReadFrom wants room to see EOF
 	}
-	if len(b) > maxAnswer {
-		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream answer larger than %d bytes", maxAnswer)}
+	if _, err := buf.ReadFrom(io.LimitReader(c.resp.Body, maxAnswer+1)); err != nil {
+		return c.fail(ctx, err)
 	}
-	return b, nil
+	if buf.Len() > maxAnswer {
+		return &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream answer larger than %d bytes", maxAnswer)}
+	}
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
+		return badAnswer(err)
+	}
+	return nil
 }
 
 // errorFromBody is an upstream error answer as an *UpstreamError: the

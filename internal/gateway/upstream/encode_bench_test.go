@@ -8,6 +8,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 )
@@ -72,6 +73,7 @@ func BenchmarkEncodeRun(b *testing.B) {
 var answerBodies = map[string]string{
 	gateway.APIResponses: `{"id":"resp_1","object":"response","created_at":1760000000,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"gpt-5","output":[{"id":"rs_1","type":"reasoning","summary":[]},{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"commands\":[\"python3 -c 'print(1)'\"]}","call_id":"call_1","name":"shell"}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":"medium","summary":null},"store":false,"temperature":1.0,"text":{"format":{"type":"text"},"verbosity":"medium"},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":0},"output_tokens":40,"output_tokens_details":{"reasoning_tokens":10},"total_tokens":1240},"user":null,"metadata":{}}`,
 	gateway.APIChat:      `{"id":"chatcmpl-1","object":"chat.completion","created":1760000000,"model":"gpt-4.1","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"commands\":[\"python3 -c 'print(1)'\"]}"}}],"annotations":[]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1200,"completion_tokens":40,"total_tokens":1240,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_1"}`,
+	gateway.APIGemini:    `{"candidates":[{"content":{"role":"model","parts":[{"text":"Let me look."},{"functionCall":{"id":"call_1","name":"code_execution","args":{"code":"print(1)"}},"thoughtSignature":"c2lnbmF0dXJl"}]},"finishReason":"STOP","index":0,"safetyRatings":[{"category":"HARM_CATEGORY_HATE_SPEECH","probability":"NEGLIGIBLE"},{"category":"HARM_CATEGORY_DANGEROUS_CONTENT","probability":"NEGLIGIBLE"}]}],"usageMetadata":{"promptTokenCount":1200,"candidatesTokenCount":40,"totalTokenCount":1240,"promptTokensDetails":[{"modality":"TEXT","tokenCount":1200}]},"modelVersion":"gemini-2.5-flash","responseId":"r_1","createTime":"2026-12-01T10:00:00.123456Z"}`,
 	gateway.APIMessages:  `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Let me look."},{"type":"tool_use","id":"toolu_1","name":"bash_code_execution","input":{"command":"python3 -c 'print(1)'"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1200,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":40,"service_tier":"standard"}}`,
 }
 
@@ -82,6 +84,7 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 		gateway.APIResponses: func(d []byte) error { var v responses.Response; return json.Unmarshal(d, &v) },
 		gateway.APIChat:      func(d []byte) error { var v openai.ChatCompletion; return json.Unmarshal(d, &v) },
 		gateway.APIMessages:  func(d []byte) error { var v anthropic.Message; return json.Unmarshal(d, &v) },
+		gateway.APIGemini:    func(d []byte) error { var v genai.GenerateContentResponse; return json.Unmarshal(d, &v) },
 	}
 	lean := map[string]func([]byte) error{
 		gateway.APIResponses: func(d []byte) error {
@@ -101,9 +104,9 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 			return err
 		},
 		gateway.APIMessages: func(d []byte) error { var v messagesAnswer; return json.Unmarshal(d, &v) },
+		gateway.APIGemini:   func(d []byte) error { var v geminiAnswer; return json.Unmarshal(d, &v) },
 	}
-	// (the Gemini adapter decodes into the genai SDK's plain structs)
-	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages} {
+	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages, gateway.APIGemini} {
 		body := []byte(answerBodies[api])
 		var sdkNs float64
 		for _, k := range []string{"sdk", "lean"} {

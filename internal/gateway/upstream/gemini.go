@@ -258,7 +258,46 @@ func newGeminiTurn(onDelta func(gateway.Delta)) *geminiTurn {
 	return &geminiTurn{text: -1, onDelta: onDelta}
 }
 
-func (g *geminiTurn) add(r *genai.GenerateContentResponse) error {
+// geminiAnswer is a generateContent answer (or a streamed chunk): the
+// fields geminiTurn reads, under genai.GenerateContentResponse's JSON
+// names and types, decoded with encoding/json (see answers.go). The SDK's
+// type decodes every field of every candidate and part (safety ratings,
+// thought signatures, times) and, through its UnmarshalJSON, validates
+// the whole answer twice. Elements are values, not pointers: a null
+// candidate or part reads as an empty one.
+type geminiAnswer struct {
+	ResponseID     string            `json:"responseId"`
+	ModelVersion   string            `json:"modelVersion"`
+	Candidates     []geminiCandidate `json:"candidates"`
+	PromptFeedback *struct {
+		BlockReason genai.BlockedReason `json:"blockReason"`
+	} `json:"promptFeedback"`
+	UsageMetadata *struct {
+		CachedContentTokenCount int32 `json:"cachedContentTokenCount"`
+		CandidatesTokenCount    int32 `json:"candidatesTokenCount"`
+		PromptTokenCount        int32 `json:"promptTokenCount"`
+		ThoughtsTokenCount      int32 `json:"thoughtsTokenCount"`
+	} `json:"usageMetadata"`
+}
+
+type geminiCandidate struct {
+	FinishReason genai.FinishReason `json:"finishReason"`
+	Content      *struct {
+		Parts []geminiAnswerPart `json:"parts"`
+	} `json:"content"`
+}
+
+type geminiAnswerPart struct {
+	Thought      bool   `json:"thought"`
+	Text         string `json:"text"`
+	FunctionCall *struct {
+		ID   string         `json:"id"`
+		Args map[string]any `json:"args"`
+		Name string         `json:"name"`
+	} `json:"functionCall"`
+}
+
+func (g *geminiTurn) add(r *geminiAnswer) error {
 	if !g.gotFirst {
 		g.gotFirst = true
 		g.t.ID, g.t.Model = r.ResponseID, r.ModelVersion
@@ -284,7 +323,8 @@ func (g *geminiTurn) add(r *genai.GenerateContentResponse) error {
 	if c.Content == nil {
 		return nil
 	}
-	for _, p := range c.Content.Parts {
+	for i := range c.Content.Parts {
+		p := &c.Content.Parts[i]
 		switch {
 		case p.Thought:
 			// Thought summaries are not the answer.
@@ -363,13 +403,9 @@ func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 	defer call.close()
 	g := newGeminiTurn(onDelta)
 	if onDelta == nil {
-		b, err := call.readAll(ctx)
-		if err != nil {
+		var r geminiAnswer
+		if err := call.decode(ctx, &r); err != nil {
 			return nil, err
-		}
-		var r genai.GenerateContentResponse
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, badAnswer(err)
 		}
 		if err := g.add(&r); err != nil {
 			return nil, err
@@ -391,7 +427,7 @@ func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 		if ue := streamError(ev.data); ue != nil {
 			return nil, ue
 		}
-		var r genai.GenerateContentResponse
+		var r geminiAnswer
 		if err := json.Unmarshal(ev.data, &r); err != nil {
 			return nil, badAnswer(err)
 		}

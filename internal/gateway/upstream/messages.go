@@ -309,13 +309,9 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 	}
 	defer call.close()
 	if onDelta == nil {
-		b, err := call.readAll(ctx)
-		if err != nil {
-			return nil, err
-		}
 		var m messagesAnswer
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, badAnswer(err)
+		if err := call.decode(ctx, &m); err != nil {
+			return nil, err
 		}
 		t := &gateway.Turn{ID: m.ID, Model: m.Model, Stop: messagesStop(m.StopReason),
 			Usage: gateway.Usage{

@@ -254,13 +254,9 @@ func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func
 	}
 	defer call.close()
 	if onDelta == nil {
-		b, err := call.readAll(ctx)
-		if err != nil {
-			return nil, err
-		}
 		var r responsesAnswer
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, badAnswer(err)
+		if err := call.decode(ctx, &r); err != nil {
+			return nil, err
 		}
 		return responsesTurn(&r)
 	}
