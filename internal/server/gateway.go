@@ -295,19 +295,17 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		b.mu.Unlock()
 		var err error
 		res.Outputs, err = tool.RunShell(ctx, run, c.ID, p)
-		if errors.Is(err, sandbox.ErrBusy) && len(res.Outputs) == 0 && b.key != nil {
+		if rf, ok := b.moved(ctx, c.ID, err); ok && len(res.Outputs) == 0 {
 			// The container woke on another node after this request was
 			// routed: the call runs there, through its exec API, and is
 			// billed there.
-			if rt, rerr := b.s.cfg.Cluster.Route(ctx, c.ID); rerr == nil && rt.Where == cluster.Proxy {
-				if unbilled {
-					b.mu.Lock()
-					b.first = time.Time{}
-					b.mu.Unlock()
-				}
-				res.Outputs, err = b.s.remoteExec(ctx, b.key, rt, c.ID, p, onOutput)
-				return err
+			if unbilled {
+				b.mu.Lock()
+				b.first = time.Time{}
+				b.mu.Unlock()
 			}
+			res.Outputs, res.Changed, err = b.remoteExec(ctx, rf, p, onOutput)
+			return err
 		}
 		// The home is listed only when its watch saw a change: a command
 		// that wrote nothing costs no walk of the home.
@@ -317,6 +315,42 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		return gatewayErr(err)
 	})
 	return res, err
+}
+
+// moved reports where container id is when a local step on it met
+// sandbox.ErrBusy because it woke on another live node after this request
+// was routed: the step is sent there (remoteExec, remoteFiles).
+func (b *gatewayBox) moved(ctx context.Context, id string, err error) (remoteFiles, bool) {
+	if !errors.Is(err, sandbox.ErrBusy) || b.key == nil {
+		return remoteFiles{}, false
+	}
+	rt, rerr := b.s.cfg.Cluster.Route(ctx, id)
+	if rerr != nil || rt.Where != cluster.Proxy {
+		return remoteFiles{}, false
+	}
+	return remoteFiles{s: b.s, key: b.key, rt: rt, id: id}, true
+}
+
+// remoteExec runs p on the node rf names, and lists the files the call
+// changed there: the owner's listing before and after it, compared
+// (changedSince). A listing that fails costs the report, not the call.
+func (b *gatewayBox) remoteExec(ctx context.Context, rf remoteFiles, p tool.Plan, onOutput func(cmd, stream int, text string)) ([]tool.CommandOutput, []gateway.ChangedFile, error) {
+	before, lerr := rf.list(ctx)
+	outs, err := b.s.remoteExec(ctx, b.key, rf.rt, rf.id, p, onOutput)
+	if err != nil || len(outs) == 0 {
+		return outs, nil, err
+	}
+	var after map[string]remoteEntry
+	if lerr == nil {
+		after, lerr = rf.list(context.WithoutCancel(ctx))
+	}
+	if lerr != nil {
+		if !errors.Is(lerr, sandbox.ErrNotSupported) {
+			b.s.log.WarnContext(ctx, "listing the files a call changed on the container's node failed", "container", rf.id, "node", rf.rt.Node, "err", lerr)
+		}
+		return outs, nil, nil
+	}
+	return outs, changedSince(before, after), nil
 }
 
 // maxChanged is how many changed files a result lists.
@@ -382,6 +416,13 @@ func (b *gatewayBox) ReadFile(ctx context.Context, path string, maxBytes int64) 
 	err := b.hold(ctx, func(c Container) error {
 		var err error
 		data, err = b.s.mgr.ReadFile(ctx, c.ID, path, maxBytes)
+		if rf, ok := b.moved(ctx, c.ID, err); ok {
+			rel, perr := sandbox.HomeRelPath(path)
+			if perr != nil {
+				return perr
+			}
+			data, err = rf.readFile(ctx, rel, maxBytes)
+		}
 		return gatewayErr(err)
 	})
 	return data, err
@@ -395,6 +436,14 @@ func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) er
 			if err = b.s.mgr.Create(ctx, c.ID); err == nil {
 				err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
 			}
+		}
+		if rf, ok := b.moved(ctx, c.ID, err); ok {
+			// Refused before reading r: the owner gets all of it.
+			rel, perr := sandbox.HomeRelPath(path)
+			if perr != nil {
+				return perr
+			}
+			err = rf.writeFile(ctx, rel, r)
 		}
 		return gatewayErr(err)
 	})
@@ -414,6 +463,13 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 				_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
 			}
 		}
+		if rf, ok := b.moved(ctx, c.ID, err); ok {
+			clean, perr := sandbox.HomeRelPath(rel)
+			if perr != nil {
+				return perr
+			}
+			return gatewayErr(rf.copyIn(ctx, fileID, clean))
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return &gateway.RequestError{Status: http.StatusNotFound, Param: "file_id", Message: fmt.Sprintf("No file found with id %q.", fileID)}
 		}
@@ -427,6 +483,13 @@ func (b *gatewayBox) Promote(ctx context.Context, rel string) (string, error) {
 	err := b.hold(ctx, func(c Container) error {
 		f, err := b.s.PromoteContainerFile(ctx, b.p, c.ID, rel)
 		id = f.ID
+		if rf, ok := b.moved(ctx, c.ID, err); ok {
+			clean, perr := sandbox.HomeRelPath(rel)
+			if perr != nil {
+				return perr
+			}
+			id, err = rf.promote(ctx, clean)
+		}
 		if errors.Is(err, store.ErrTooLarge) && !errors.Is(err, sandbox.ErrTooLarge) {
 			return fmt.Errorf("%w: %v", sandbox.ErrTooLarge, err)
 		}
