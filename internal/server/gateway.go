@@ -193,6 +193,9 @@ type gatewayBox struct {
 	start  metering.Start // what the first command found
 	closed bool
 	key    http.Header // the client's key headers, for remoteExec
+	// elsewhere: a step of this request found the container awake on
+	// another node (see away).
+	elsewhere bool
 }
 
 var _ gateway.Sandbox = (*gatewayBox)(nil)
@@ -294,6 +297,10 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		unbilled := b.first.IsZero()
 		b.mu.Unlock()
 		var err error
+		if rf, ok := b.away(ctx, c.ID); ok {
+			res.Outputs, res.Changed, err = b.remoteExec(ctx, rf, p, onOutput)
+			return err
+		}
 		res.Outputs, err = tool.RunShell(ctx, run, c.ID, p)
 		if rf, ok := b.moved(ctx, c.ID, err); ok && len(res.Outputs) == 0 {
 			// The container woke on another node after this request was
@@ -324,8 +331,30 @@ func (b *gatewayBox) moved(ctx context.Context, id string, err error) (remoteFil
 	if !errors.Is(err, sandbox.ErrBusy) || b.key == nil {
 		return remoteFiles{}, false
 	}
-	rt, rerr := b.s.cfg.Cluster.Route(ctx, id)
-	if rerr != nil || rt.Where != cluster.Proxy {
+	return b.route(ctx, id)
+}
+
+// away is moved before the step: once a step of this request found the
+// container on another node, the next ones read its location first (one
+// indexed read) instead of meeting the claim again (a failed claim costs
+// more), and go there while it is there.
+func (b *gatewayBox) away(ctx context.Context, id string) (remoteFiles, bool) {
+	b.mu.Lock()
+	elsewhere := b.elsewhere
+	b.mu.Unlock()
+	if !elsewhere {
+		return remoteFiles{}, false
+	}
+	return b.route(ctx, id)
+}
+
+func (b *gatewayBox) route(ctx context.Context, id string) (remoteFiles, bool) {
+	rt, err := b.s.cfg.Cluster.Route(ctx, id)
+	proxy := err == nil && rt.Where == cluster.Proxy
+	b.mu.Lock()
+	b.elsewhere = proxy
+	b.mu.Unlock()
+	if !proxy {
 		return remoteFiles{}, false
 	}
 	return remoteFiles{s: b.s, key: b.key, rt: rt, id: id}, true
@@ -415,8 +444,12 @@ func (b *gatewayBox) ReadFile(ctx context.Context, path string, maxBytes int64) 
 	var data []byte
 	err := b.hold(ctx, func(c Container) error {
 		var err error
-		data, err = b.s.mgr.ReadFile(ctx, c.ID, path, maxBytes)
-		if rf, ok := b.moved(ctx, c.ID, err); ok {
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			data, err = b.s.mgr.ReadFile(ctx, c.ID, path, maxBytes)
+			rf, remote = b.moved(ctx, c.ID, err)
+		}
+		if remote {
 			rel, perr := sandbox.HomeRelPath(path)
 			if perr != nil {
 				return perr
@@ -430,14 +463,19 @@ func (b *gatewayBox) ReadFile(ctx context.Context, path string, maxBytes int64) 
 
 func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) error {
 	return b.hold(ctx, func(c Container) error {
-		err := b.s.mgr.WriteFile(ctx, c.ID, path, r)
-		if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
-			// A new container has no home until it first starts.
-			if err = b.s.mgr.Create(ctx, c.ID); err == nil {
-				err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
+		var err error
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
+			if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+				// A new container has no home until it first starts.
+				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
+					err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
+				}
 			}
+			rf, remote = b.moved(ctx, c.ID, err)
 		}
-		if rf, ok := b.moved(ctx, c.ID, err); ok {
+		if remote {
 			// Refused before reading r: the owner gets all of it.
 			rel, perr := sandbox.HomeRelPath(path)
 			if perr != nil {
@@ -456,14 +494,19 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 	}
 	rel := path.Join(dir, fi.Name)
 	err = b.hold(ctx, func(c Container) error {
-		_, err := b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
-		if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
-			// A new container has no home until it first starts.
-			if err = b.s.mgr.Create(ctx, c.ID); err == nil {
-				_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+		var err error
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+			if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+				// A new container has no home until it first starts.
+				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
+					_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+				}
 			}
+			rf, remote = b.moved(ctx, c.ID, err)
 		}
-		if rf, ok := b.moved(ctx, c.ID, err); ok {
+		if remote {
 			clean, perr := sandbox.HomeRelPath(rel)
 			if perr != nil {
 				return perr
@@ -481,9 +524,15 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 func (b *gatewayBox) Promote(ctx context.Context, rel string) (string, error) {
 	var id string
 	err := b.hold(ctx, func(c Container) error {
-		f, err := b.s.PromoteContainerFile(ctx, b.p, c.ID, rel)
-		id = f.ID
-		if rf, ok := b.moved(ctx, c.ID, err); ok {
+		var err error
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			var f store.File
+			f, err = b.s.PromoteContainerFile(ctx, b.p, c.ID, rel)
+			id = f.ID
+			rf, remote = b.moved(ctx, c.ID, err)
+		}
+		if remote {
 			clean, perr := sandbox.HomeRelPath(rel)
 			if perr != nil {
 				return perr
