@@ -357,7 +357,7 @@ func (b *gatewayBox) route(ctx context.Context, id string) (remoteFiles, bool) {
 	if !proxy {
 		return remoteFiles{}, false
 	}
-	return remoteFiles{s: b.s, key: b.key, rt: rt, id: id}, true
+	return remoteFiles{from: b.s.cfg.Cluster.ID(), proxied: b.s.metrics.proxied, key: b.key, rt: rt, id: id}, true
 }
 
 // remoteExec runs p on the node rf names, and lists the files the call

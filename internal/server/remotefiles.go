@@ -17,6 +17,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/store"
@@ -37,10 +39,11 @@ import (
 
 // remoteFiles is the file API of container id on the node in rt.
 type remoteFiles struct {
-	s   *Server
-	key http.Header
-	rt  cluster.Route
-	id  string
+	from    string             // this node's id, the hop header's value
+	proxied prometheus.Counter // counts each request sent
+	key     http.Header
+	rt      cluster.Route
+	id      string
 }
 
 // Caps on what the owner may send back: an error's body, one file's
@@ -65,8 +68,8 @@ func (n remoteFiles) do(ctx context.Context, method, suffix string, body io.Read
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	req.Header.Set(HopHeader, n.s.cfg.Cluster.ID())
-	n.s.metrics.proxied.Inc()
+	req.Header.Set(HopHeader, n.from)
+	n.proxied.Inc()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
