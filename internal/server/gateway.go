@@ -198,6 +198,9 @@ type gatewayBox struct {
 	useID string
 	// billed is the cost Close billed (written or not).
 	billed int64
+	// elsewhere: a step of this request found the container awake on
+	// another node (see away).
+	elsewhere bool
 }
 
 var _ gateway.Sandbox = (*gatewayBox)(nil)
@@ -299,20 +302,22 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		unbilled := b.first.IsZero()
 		b.mu.Unlock()
 		var err error
+		if rf, ok := b.away(ctx, c.ID); ok {
+			res.Outputs, res.Changed, err = b.remoteExec(ctx, rf, p, onOutput)
+			return err
+		}
 		res.Outputs, err = tool.RunShell(ctx, run, c.ID, p)
-		if errors.Is(err, sandbox.ErrBusy) && len(res.Outputs) == 0 && b.key != nil {
+		if rf, ok := b.moved(ctx, c.ID, err); ok && len(res.Outputs) == 0 {
 			// The container woke on another node after this request was
 			// routed: the call runs there, through its exec API, and is
 			// billed there.
-			if rt, rerr := b.s.cfg.Cluster.Route(ctx, c.ID); rerr == nil && rt.Where == cluster.Proxy {
-				if unbilled {
-					b.mu.Lock()
-					b.first = time.Time{}
-					b.mu.Unlock()
-				}
-				res.Outputs, err = b.s.remoteExec(ctx, b.key, rt, c.ID, p, onOutput)
-				return err
+			if unbilled {
+				b.mu.Lock()
+				b.first = time.Time{}
+				b.mu.Unlock()
 			}
+			res.Outputs, res.Changed, err = b.remoteExec(ctx, rf, p, onOutput)
+			return err
 		}
 		// The home is listed only when its watch saw a change: a command
 		// that wrote nothing costs no walk of the home.
@@ -322,6 +327,64 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 		return gatewayErr(err)
 	})
 	return res, err
+}
+
+// moved reports where container id is when a local step on it met
+// sandbox.ErrBusy because it woke on another live node after this request
+// was routed: the step is sent there (remoteExec, remoteFiles).
+func (b *gatewayBox) moved(ctx context.Context, id string, err error) (remoteFiles, bool) {
+	if !errors.Is(err, sandbox.ErrBusy) || b.key == nil {
+		return remoteFiles{}, false
+	}
+	return b.route(ctx, id)
+}
+
+// away is moved before the step: once a step of this request found the
+// container on another node, the next ones read its location first (one
+// indexed read) instead of meeting the claim again (a failed claim costs
+// more), and go there while it is there.
+func (b *gatewayBox) away(ctx context.Context, id string) (remoteFiles, bool) {
+	b.mu.Lock()
+	elsewhere := b.elsewhere
+	b.mu.Unlock()
+	if !elsewhere {
+		return remoteFiles{}, false
+	}
+	return b.route(ctx, id)
+}
+
+func (b *gatewayBox) route(ctx context.Context, id string) (remoteFiles, bool) {
+	rt, err := b.s.cfg.Cluster.Route(ctx, id)
+	proxy := err == nil && rt.Where == cluster.Proxy
+	b.mu.Lock()
+	b.elsewhere = proxy
+	b.mu.Unlock()
+	if !proxy {
+		return remoteFiles{}, false
+	}
+	return remoteFiles{from: b.s.cfg.Cluster.ID(), proxied: b.s.metrics.proxied, key: b.key, rt: rt, id: id}, true
+}
+
+// remoteExec runs p on the node rf names, and lists the files the call
+// changed there: the owner's listing before and after it, compared
+// (changedSince). A listing that fails costs the report, not the call.
+func (b *gatewayBox) remoteExec(ctx context.Context, rf remoteFiles, p tool.Plan, onOutput func(cmd, stream int, text string)) ([]tool.CommandOutput, []gateway.ChangedFile, error) {
+	before, lerr := rf.list(ctx)
+	outs, err := b.s.remoteExec(ctx, b.key, rf.rt, rf.id, p, onOutput)
+	if err != nil || len(outs) == 0 {
+		return outs, nil, err
+	}
+	var after map[string]remoteEntry
+	if lerr == nil {
+		after, lerr = rf.list(context.WithoutCancel(ctx))
+	}
+	if lerr != nil {
+		if !errors.Is(lerr, sandbox.ErrNotSupported) {
+			b.s.log.WarnContext(ctx, "listing the files a call changed on the container's node failed", "container", rf.id, "node", rf.rt.Node, "err", lerr)
+		}
+		return outs, nil, nil
+	}
+	return outs, changedSince(before, after), nil
 }
 
 // maxChanged is how many changed files a result lists.
@@ -386,7 +449,18 @@ func (b *gatewayBox) ReadFile(ctx context.Context, path string, maxBytes int64) 
 	var data []byte
 	err := b.hold(ctx, func(c Container) error {
 		var err error
-		data, err = b.s.mgr.ReadFile(ctx, c.ID, path, maxBytes)
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			data, err = b.s.mgr.ReadFile(ctx, c.ID, path, maxBytes)
+			rf, remote = b.moved(ctx, c.ID, err)
+		}
+		if remote {
+			rel, perr := sandbox.HomeRelPath(path)
+			if perr != nil {
+				return perr
+			}
+			data, err = rf.readFile(ctx, rel, maxBytes)
+		}
 		return gatewayErr(err)
 	})
 	return data, err
@@ -394,12 +468,25 @@ func (b *gatewayBox) ReadFile(ctx context.Context, path string, maxBytes int64) 
 
 func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) error {
 	return b.hold(ctx, func(c Container) error {
-		err := b.s.mgr.WriteFile(ctx, c.ID, path, r)
-		if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
-			// A new container has no home until it first starts.
-			if err = b.s.mgr.Create(ctx, c.ID); err == nil {
-				err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
+		var err error
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
+			if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+				// A new container has no home until it first starts.
+				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
+					err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
+				}
 			}
+			rf, remote = b.moved(ctx, c.ID, err)
+		}
+		if remote {
+			// Refused before reading r: the owner gets all of it.
+			rel, perr := sandbox.HomeRelPath(path)
+			if perr != nil {
+				return perr
+			}
+			err = rf.writeFile(ctx, rel, r)
 		}
 		return gatewayErr(err)
 	})
@@ -412,12 +499,24 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 	}
 	rel := path.Join(dir, fi.Name)
 	err = b.hold(ctx, func(c Container) error {
-		_, err := b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
-		if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
-			// A new container has no home until it first starts.
-			if err = b.s.mgr.Create(ctx, c.ID); err == nil {
-				_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+		var err error
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+			if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+				// A new container has no home until it first starts.
+				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
+					_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+				}
 			}
+			rf, remote = b.moved(ctx, c.ID, err)
+		}
+		if remote {
+			clean, perr := sandbox.HomeRelPath(rel)
+			if perr != nil {
+				return perr
+			}
+			return gatewayErr(rf.copyIn(ctx, fileID, clean))
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			return &gateway.RequestError{Status: http.StatusNotFound, Param: "file_id", Message: fmt.Sprintf("No file found with id %q.", fileID)}
@@ -430,8 +529,21 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 func (b *gatewayBox) Promote(ctx context.Context, rel string) (string, error) {
 	var id string
 	err := b.hold(ctx, func(c Container) error {
-		f, err := b.s.PromoteContainerFile(ctx, b.p, c.ID, rel)
-		id = f.ID
+		var err error
+		rf, remote := b.away(ctx, c.ID)
+		if !remote {
+			var f store.File
+			f, err = b.s.PromoteContainerFile(ctx, b.p, c.ID, rel)
+			id = f.ID
+			rf, remote = b.moved(ctx, c.ID, err)
+		}
+		if remote {
+			clean, perr := sandbox.HomeRelPath(rel)
+			if perr != nil {
+				return perr
+			}
+			id, err = rf.promote(ctx, clean)
+		}
 		if errors.Is(err, store.ErrTooLarge) && !errors.Is(err, sandbox.ErrTooLarge) {
 			return fmt.Errorf("%w: %v", sandbox.ErrTooLarge, err)
 		}

@@ -12,6 +12,9 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
+	"github.com/shellgate/shellgate/internal/identity"
+	"github.com/shellgate/shellgate/internal/tool"
+	"github.com/shellgate/shellgate/sandbox"
 )
 
 // BenchmarkReplicas measures routing across two replicas on one
@@ -200,5 +203,60 @@ func BenchmarkReplicasGateway(b *testing.B) {
 	b.Run("responses/forwarded", func(b *testing.B) { run(b, bb) })
 	if n := len(mb["s"].(*gatewaytest.Script).Requests()); n != 0 {
 		b.Fatalf("B called the model %d times", n)
+	}
+}
+
+// BenchmarkReplicasFileStep: a gateway file step — the text editor's
+// view of a 64 KiB file (gatewayBox.ReadFile, what view calls) — on a
+// container awake on B, from a request served by B (local: the home is
+// read here) and from one served by A, where the container woke on B
+// after the request was routed (moved: the step goes to B's file API,
+// node to node). Beside them, what a model would otherwise do for the same
+// bytes: `cat` the file through the shell (bash-cat/local, a warm exec on
+// B; 64 KiB is the shell tool's output cap, so it is all shown).
+//
+// go test ./internal/server -run '^$' -bench BenchmarkReplicasFileStep -benchtime 200x
+func BenchmarkReplicasFileStep(b *testing.B) {
+	cl := newTestCluster(b, true)
+	a, bb := cl.replica(b, "node-a"), cl.replica(b, "node-b")
+	key := a.keyA
+	c := a.create(key, "fstep")
+	a.exec(key, "fstep", "head -c 65536 /dev/urandom | base64 -w 76 | head -c 65536 > view.txt")
+	if err := a.mgr.Sleep(b.Context(), c.ID); err != nil {
+		b.Fatal(err)
+	}
+	bb.exec(key, "fstep", "true") // moved: awake on B
+	p := Principal{Account: "acme", Workspace: "a"}
+	hdr := http.Header{"Authorization": {"Bearer " + key}}
+	step := func(b *testing.B, via *replica) {
+		sb, err := gatewaySandboxes{s: via.srv, p: p, key: hdr}.Open(b.Context(), identity.Request{ContainerReference: c.ID}, gateway.OpenOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Close()
+		for b.Loop() {
+			data, err := sb.ReadFile(b.Context(), "view.txt", gateway.MaxEditorFile)
+			if err != nil || len(data) != 65536 {
+				b.Fatalf("%d bytes, %v", len(data), err)
+			}
+		}
+	}
+	b.Run("view-64KiB/local", func(b *testing.B) { step(b, bb) })
+	b.Run("view-64KiB/moved", func(b *testing.B) { step(b, a) })
+	b.Run("bash-cat/local", func(b *testing.B) {
+		sb, err := gatewaySandboxes{s: bb.srv, p: p, key: hdr}.Open(b.Context(), identity.Request{ContainerReference: c.ID}, gateway.OpenOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Close()
+		for b.Loop() {
+			res, err := sb.Exec(b.Context(), tool.Plan{Commands: []string{"cat view.txt"}, TimeoutMs: tool.DefaultTimeoutMs, MaxOutputLength: 65536}, nil)
+			if err != nil || len(res.Outputs) != 1 || len(res.Outputs[0].Stdout) != 65536 {
+				b.Fatalf("%v %v", res.Outputs, err)
+			}
+		}
+	})
+	if st, _ := a.mgr.Status(c.ID); st == sandbox.Running {
+		b.Fatal("A woke the container")
 	}
 }

@@ -2,7 +2,9 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
@@ -26,9 +29,12 @@ import (
 // own scripted models, so a model call on the wrong replica shows.
 func TestReplicasGateway(t *testing.T) {
 	cl := newTestCluster(t, true)
+	cl.image = "default" // python3, for Gemini's code execution
 	ma, mb := gatewaytest.Models{}, gatewaytest.Models{}
-	a := cl.replica(t, "node-a", func(c *Config) { c.Models = ma })
-	b := cl.replica(t, "node-b", func(c *Config) { c.Models = mb })
+	// Workspace files in the bucket, as --storage s3://… keeps them: one
+	// uploaded through a replica is copied in on another.
+	a := cl.replica(t, "node-a", func(c *Config) { c.Models, c.Blobs = ma, cl.s3.Blobs() })
+	b := cl.replica(t, "node-b", func(c *Config) { c.Models, c.Blobs = mb, cl.s3.Blobs() })
 	key := a.keyA
 	c := a.create(key, "gw")
 	a.exec(key, "gw", "echo only-on-a > /tmp/only-here") // A's sandbox's own layer
@@ -140,6 +146,43 @@ func TestReplicasGateway(t *testing.T) {
 		billed++
 	})
 
+	t.Run("04b Gemini through B by x-session-id, streamed and not", func(t *testing.T) {
+		// Gemini names its container by session only (x-session-id).
+		gc, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: key, Backend: genai.BackendGeminiAPI,
+			HTTPOptions: genai.HTTPOptions{BaseURL: b.url + "/", Headers: http.Header{"X-Session-Id": {"gw"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
+		pyTurns := []gatewaytest.Turn{{Parts: []gateway.Part{gatewaytest.Call("c1", "code_execution",
+			map[string]string{"code": "print(open('/tmp/only-here').read(), end='')"})}}, gatewaytest.EchoResult()}
+		want := "[code:PYTHON result:OUTCOME_OK text]"
+
+		onA, onB := script("g1", pyTurns...)
+		resp, err := gc.Models.GenerateContent(t.Context(), "g1/m", genai.Text("go"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds, text := partKinds(resp.Candidates[0].Content.Parts)
+		if fmt.Sprint(kinds) != want || !strings.Contains(text, "only-on-a") {
+			t.Fatalf("parts %v, text %q", kinds, text)
+		}
+		servedByA(t, onA, onB)
+
+		onA, onB = script("g2", pyTurns...)
+		var parts []*genai.Part
+		for chunk, err := range gc.Models.GenerateContentStream(t.Context(), "g2/m", genai.Text("go"), cfg) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, chunk.Candidates[0].Content.Parts...)
+		}
+		if kinds, text := partKinds(parts); fmt.Sprint(kinds) != want || !strings.Contains(text, "only-on-a") {
+			t.Fatalf("streamed parts %v, text %q", kinds, text)
+		}
+		servedByA(t, onA, onB)
+	})
+
 	t.Run("05 billed once each, no 429", func(t *testing.T) {
 		events := waitRows(t, a, c.ID, billed)
 		if events != billed {
@@ -215,6 +258,125 @@ func TestReplicasGateway(t *testing.T) {
 		if n := countRows(t, a, c.ID); n != billed+2 {
 			t.Fatalf("%d usage rows, want %d", n, billed+2)
 		}
+	})
+
+	// moveMidRequest sleeps the container everywhere, so that a request
+	// reaching A is served there; the script's first turn then wakes it
+	// on B (an exec through B, which leaves /tmp/only-b in B's sandbox)
+	// before it asks for first.
+	moveMidRequest := func(t *testing.T, first gateway.Part) gatewaytest.Turn {
+		t.Helper()
+		for _, r := range []*replica{a, b} {
+			if err := ignoreNotFound(r.mgr.Sleep(t.Context(), c.ID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		billed = countRows(t, a, c.ID)
+		return gatewaytest.Turn{Reply: func(*gateway.Request) *gateway.Turn {
+			if st, body := b.do("POST", "/api/v1/containers/gw/exec", key, map[string]any{"commands": []string{"echo woke-on-b > /tmp/only-b"}}); st != 200 {
+				t.Errorf("waking on B: %d %s", st, body)
+			}
+			return &gateway.Turn{Parts: []gateway.Part{first}}
+		}}
+	}
+	// stayedOnB checks that A never woke the container and that the
+	// request's command ran on B, billed there once (with the exec that
+	// woke it: two rows); A bills nothing for the request.
+	stayedOnB := func(t *testing.T) {
+		t.Helper()
+		if st, _ := a.mgr.Status(c.ID); st == sandbox.Running {
+			t.Fatal("A woke the container")
+		}
+		if loc := a.location(t, c.ID); loc != "node-b" {
+			t.Fatalf("located at %q", loc)
+		}
+		if n := waitRows(t, a, c.ID, billed+2); n != billed+2 {
+			t.Fatalf("%d usage rows, want %d", n, billed+2)
+		}
+		if strings.Contains(b.logs.String(), `"status":429`) || strings.Contains(a.logs.String(), `"status":429`) {
+			t.Fatal("a 429 in the replicas' logs")
+		}
+	}
+
+	t.Run("08 Messages: the file steps of a container that moved mid-request run on its new node", func(t *testing.T) {
+		up := struct {
+			ID string `json:"id"`
+		}{}
+		st, body := a.upload("/api/v1/files", key, part{name: "file", filename: "in.csv", content: "x,y\n1,2\n"}, part{name: "purpose", content: "user_data"})
+		if err := json.Unmarshal(body, &up); st != 200 || err != nil {
+			t.Fatalf("%d %s", st, body)
+		}
+		editor := func(id string, args map[string]any) gateway.Part {
+			return gatewaytest.Call(id, "text_editor_code_execution", args)
+		}
+		onA, onB := script("m3",
+			moveMidRequest(t, editor("t1", map[string]any{"command": "create", "path": "notes/moved.txt", "file_text": "alpha\nbeta\n"})),
+			gatewaytest.Turn{Parts: []gateway.Part{editor("t2", map[string]any{"command": "view", "path": "/workspace/home/notes/moved.txt"})}},
+			gatewaytest.Turn{Parts: []gateway.Part{editor("t3", map[string]any{"command": "str_replace", "path": "notes/moved.txt", "old_str": "beta", "new_str": "BETA"})}},
+			gatewaytest.Turn{Parts: []gateway.Part{editor("t4", map[string]any{"command": "view", "path": "missing.txt"})}},
+			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("t5", "bash_code_execution", map[string]string{
+				"command": `cat notes/moved.txt "$INPUT_DIR/in.csv" /tmp/only-b && cp notes/moved.txt out.txt`})}},
+			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}})
+		ca := anthropic.NewClient(aoption.WithBaseURL(a.url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+		m, err := ca.Messages.New(t.Context(), anthropic.MessageNewParams{Model: "m3/m", MaxTokens: 1000, Tools: codeExecTool,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("edit"), anthropic.NewContainerUploadBlock(up.ID))}},
+			aoption.WithJSONSet("container", c.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := blocks(t, m)
+		if len(bs) != 11 || bs[10]["text"] != "done" {
+			t.Fatalf("%d blocks: %s", len(bs), m.RawJSON())
+		}
+		content := func(i int) map[string]any { c, _ := bs[2*i+1]["content"].(map[string]any); return c }
+		for i, w := range []map[string]any{
+			{"type": "text_editor_code_execution_create_result", "is_file_update": false},
+			{"type": "text_editor_code_execution_view_result", "content": "alpha\nbeta", "file_type": "text", "num_lines": 2.0, "start_line": 1.0, "total_lines": 2.0},
+			{"type": "text_editor_code_execution_str_replace_result", "old_start": 2.0, "old_lines": 1.0, "new_start": 2.0, "new_lines": 1.0, "lines": []any{"-beta", "+BETA"}},
+			{"type": "text_editor_code_execution_tool_result_error", "error_code": "file_not_found", "error_message": "missing.txt does not exist"},
+		} {
+			if got := content(i); !reflect.DeepEqual(got, w) {
+				t.Errorf("step %d: got %v\nwant %v", i+1, got, w)
+			}
+		}
+		bash := content(4)
+		outs, _ := bash["content"].([]any)
+		if bash["stdout"] != "alpha\nBETA\nx,y\n1,2\nwoke-on-b\n" || len(outs) != 1 {
+			t.Fatalf("bash step: %v", bash)
+		}
+		if n, m := len(onA.Requests()), len(onB.Requests()); n != 6 || m != 0 {
+			t.Fatalf("model calls: %d on A, %d on B; want 6 on A only", n, m)
+		}
+		// The files are in the home on B; the output file was promoted
+		// there into the shared workspace files.
+		if st, body := b.do("GET", "/api/v1/containers/gw/files/"+CFileID("notes/moved.txt")+"/content", key, nil); st != 200 || string(body) != "alpha\nBETA\n" {
+			t.Fatalf("notes/moved.txt on B: %d %q", st, body)
+		}
+		id, _ := outs[0].(map[string]any)["file_id"].(string)
+		if st, body := a.do("GET", "/api/v1/files/"+id+"/content", key, nil); st != 200 || string(body) != "alpha\nBETA\n" {
+			t.Fatalf("promoted output file %q: %d %q", id, st, body)
+		}
+		stayedOnB(t)
+	})
+
+	t.Run("09 Responses: the changed files of a call on a container that moved mid-request", func(t *testing.T) {
+		onA, onB := script("r5", moveMidRequest(t, shellCall("c1", "mkdir -p out && printf report > out/report.txt && printf abc > out.txt")), gatewaytest.EchoResult())
+		oa := openai.NewClient(option.WithBaseURL(a.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+		resp, err := oa.Responses.New(t.Context(), responses.ResponseNewParams{Model: "r5/m"},
+			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The new file and the rewritten one; not the files left as they were.
+		text := resp.OutputText()
+		if !strings.Contains(text, `{"path":"/workspace/home/out/report.txt","bytes":6}`) || !strings.Contains(text, `{"path":"/workspace/home/out.txt","bytes":3}`) ||
+			strings.Contains(text, "notes/moved.txt") || strings.Count(text, `"path"`) != 2 {
+			t.Fatalf("%s", resp.RawJSON())
+		}
+		if n, m := len(onA.Requests()), len(onB.Requests()); n != 2 || m != 0 {
+			t.Fatalf("model calls: %d on A, %d on B", n, m)
+		}
+		stayedOnB(t)
 	})
 }
 

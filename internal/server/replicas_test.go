@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -39,6 +40,8 @@ type replica struct {
 type testCluster struct {
 	dsn     string
 	objects homearchive.Objects // nil: no archive
+	image   string              // the replicas' sandbox image; "" is busybox
+	s3      *s3store.Store      // the bucket of objects; nil: no archive
 }
 
 func newTestCluster(t testing.TB, portable bool) *testCluster {
@@ -49,7 +52,7 @@ func newTestCluster(t testing.TB, portable bool) *testCluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s3.Close() })
-		c.objects = s3.Objects("homes")
+		c.objects, c.s3 = s3.Objects("homes"), s3
 	}
 	return c
 }
@@ -87,7 +90,7 @@ func (c *testCluster) replica(t testing.TB, id string, mut ...func(*Config)) *re
 	if c.objects != nil {
 		inner = homearchive.New(c.objects)
 	}
-	mgr, data := sandboxtest.Open(t, "crun", "busybox", func(cfg *sandbox.Config) { cfg.HomeArchive = r.node.Archive(inner) })
+	mgr, data := sandboxtest.Open(t, "crun", cmp.Or(c.image, "busybox"), func(cfg *sandbox.Config) { cfg.HomeArchive = r.node.Archive(inner) })
 	r.env = newServerOnStore(t, mgr, data, st, append(mut, func(cfg *Config) { cfg.Cluster = r.node })...)
 	hmu.Lock()
 	h = r.srv.Handler()
