@@ -410,7 +410,9 @@ func (s *Server) shapeLog(rl *reqLog) store.RequestLog {
 	switch {
 	case rl.blocked:
 		rec.Status = "blocked"
-	case rl.gone:
+	case rl.gone && (rl.err == nil || errors.Is(rl.err, context.Canceled)):
+		// The client left first. (One that left after reading a
+		// stream's error event, which ends the stream, failed.)
 		rec.Status = "incomplete"
 	case rl.err != nil || rec.HTTPStatus >= 400:
 		rec.Status = "failed"
