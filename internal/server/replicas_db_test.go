@@ -33,19 +33,7 @@ func TestReplicasDatabaseConnectionLoss(t *testing.T) {
 	a, b := cl.replica(t, "node-a"), cl.replica(t, "node-b")
 	key := a.keyA
 	ca, cb := a.create(key, "on-a"), b.create(key, "on-b")
-	admin, err := sql.Open("pgx", cl.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	admin.SetMaxOpenConns(1)
-	kill := func() int {
-		var n int
-		if err := admin.QueryRowContext(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	kill := backendKiller(t, cl.dsn)
 	execOnce := func(r *replica, ref, cmd string) (int, string) {
 		body := fmt.Sprintf(`{"commands":[%q]}`, cmd)
 		req, _ := http.NewRequest("POST", r.url+"/api/v1/containers/"+ref+"/exec", strings.NewReader(body))
@@ -240,19 +228,7 @@ func TestReplicasGatewayDatabaseConnectionLoss(t *testing.T) {
 	ca, cb := a.create(key, "gw-a"), b.create(key, "gw-b")
 	a.exec(key, "gw-a", "true") // awake on A
 	b.exec(key, "gw-b", "true") // awake on B
-	admin, err := sql.Open("pgx", cl.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	admin.SetMaxOpenConns(1)
-	kill := func() int {
-		var n int
-		if err := admin.QueryRowContext(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	kill := backendKiller(t, cl.dsn)
 	type count struct{ ran, complete, enveloped, other int }
 	var mu sync.Mutex
 	counts := map[string]*count{ca.ID: {ran: 1}, cb.ID: {ran: 1}} // the execs above
@@ -331,5 +307,25 @@ func TestReplicasGatewayDatabaseConnectionLoss(t *testing.T) {
 		if rows < c.ran || rows > c.ran+c.enveloped {
 			t.Errorf("container %s: %d usage rows for %d requests answered complete after running a command (%d API errors)", id, rows, c.ran, c.enveloped)
 		}
+	}
+}
+
+// backendKiller returns a function that terminates every other connection
+// to dsn's database (the replicas' pooled ones) and says how many, over an
+// admin connection of its own, closed when t ends.
+func backendKiller(t *testing.T, dsn string) func() int {
+	t.Helper()
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	admin.SetMaxOpenConns(1)
+	return func() int {
+		var n int
+		if err := admin.QueryRowContext(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 }
