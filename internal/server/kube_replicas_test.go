@@ -19,8 +19,12 @@ import (
 // through A is run through B in A's pod (one pod, A's file, a warm start);
 // 2. B's file routes reach the same home, and A then sees B's upload;
 // 3. both report it running; put to sleep through B's manager, both report
-// it sleeping, and A's next call wakes it with its files; 4. deleted
-// through A, its pod is gone and B answers 404.
+// it sleeping, and A's next call wakes it with its files; 4. asleep
+// again, a replica started since (C: never saw it) reports it sleeping,
+// and its file routes list and read its files (waking it), not an empty
+// home; asleep again, replica D's first command finds the files and is
+// billed as a wake, not a new container; 5. deleted through A, its pod
+// is gone and B answers 404.
 func TestKubeReplicas(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	c := kubetest.NewCluster(t)
@@ -96,16 +100,40 @@ func TestKubeReplicas(t *testing.T) {
 		t.Fatalf("3: woken through A: %+v, %d restores", r.Output[0], arch.Restores)
 	}
 
+	if err := a.mgr.Sleep(ctx, ctr.ID); err != nil {
+		t.Fatalf("4: %v", err)
+	}
+	cr := replica()
+	if s := status(cr); s != "sleeping" || pods() != 0 {
+		t.Fatalf("4: status %q on C, %d pods", s, pods())
+	}
+	if got := paths(cr.listAll("/api/v1", "kube", 10, "")); !slices.Equal(got, []string{"f", "in/up.txt"}) {
+		t.Fatalf("4: list through C: %q", got)
+	}
+	if st, body, _ := cr.getRaw("/api/v1/containers/"+ctr.ID+"/files/"+CFileID("f")+"/content", key); st != http.StatusOK || string(body) != "from-a\n" {
+		t.Fatalf("4: content through C: %d %q", st, body)
+	}
+	if pods() != 1 || arch.Restores != 2 {
+		t.Fatalf("4: %d pods, %d restores after C's file calls", pods(), arch.Restores)
+	}
+	if err := cr.mgr.Sleep(ctx, ctr.ID); err != nil {
+		t.Fatalf("4: %v", err)
+	}
+	d := replica()
+	if r := d.exec(key, "kube", "cat f"); r.Output[0].Stdout != "from-a\n" || r.Usage.ContainerStart != "woken" {
+		t.Fatalf("4: through D: %+v %+v", r.Output[0], r.Usage)
+	}
+
 	if st, body := a.do("DELETE", "/api/v1/containers/kube", key, nil); st != http.StatusOK {
-		t.Fatalf("4: %d %s", st, body)
+		t.Fatalf("5: %d %s", st, body)
 	}
 	if pods() != 0 {
-		t.Fatalf("4: %d pods", pods())
+		t.Fatalf("5: %d pods", pods())
 	}
 	if st, _ := b.do("GET", "/api/v1/containers/kube", key, nil); st != http.StatusNotFound {
-		t.Fatalf("4: B answers %d", st)
+		t.Fatalf("5: B answers %d", st)
 	}
 	if s, _ := b.mgr.Status(ctr.ID); s == sandbox.Running {
-		t.Fatal("4: B's manager still runs it")
+		t.Fatal("5: B's manager still runs it")
 	}
 }

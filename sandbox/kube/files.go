@@ -19,8 +19,9 @@ import (
 //
 // Unlike on this machine, where a sleeping sandbox's home is mounted
 // alone, a file call on a sleeping sandbox wakes its pod (its home lives
-// in the Archiver while it sleeps). An unknown name is sandbox.ErrNotFound:
-// file calls never create a sandbox. Files are never marked Uploaded: the
+// in the Archiver while it sleeps), on any replica: one that never saw the
+// sandbox finds it by its pod or archived home. A name with neither,
+// unknown here, is sandbox.ErrNotFound: file calls never create a sandbox. Files are never marked Uploaded: the
 // mark is a trusted xattr only the host can set, and no host writes a
 // pod's home.
 

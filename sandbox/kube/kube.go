@@ -87,6 +87,10 @@ type Archiver interface {
 	Restore(ctx context.Context, id string, home Home) error
 	// Delete removes the archived home of id; none is not an error.
 	Delete(ctx context.Context, id string) error
+	// Has reports whether id has an archived home, cheaply (no home is
+	// read): how a gateway replica that never saw a sleeping sandbox
+	// knows it exists. A home whose Delete failed is still archived.
+	Has(ctx context.Context, id string) (bool, error)
 }
 
 // Home is one awake sandbox's home as an archiver sees it.

@@ -284,3 +284,100 @@ func TestReplicasTakeover(t *testing.T) {
 		t.Fatalf("3: %q, %d pods created", got, podCreates(c))
 	}
 }
+
+// TestReplicasAsleepUnseen: a container A created, wrote to and put to
+// sleep is found by replicas that never saw it (B, and C: a gateway
+// restarted, a new Sandboxes on the same cluster and archive), as A knows
+// it: 1. Status sleeping, with no pod made; 2. a file call wakes it with
+// A's file (stat, list, read), and it is then listed; 3. on C a write
+// wakes it too, and A's next command sees it; 4. a name never created
+// stays not found on B (Status, file calls, Sleep, Destroy); 5. asleep
+// again, destroyed through D, a replica that never saw it: its archive is
+// deleted and new replicas no longer find it.
+func TestReplicasAsleepUnseen(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	arch := kubetest.NewTarArchiver()
+	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Create(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, a, "c1", "mkdir d && echo kept > d/f")
+	if err := a.Sleep(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	// C starts after the sleep, as a gateway restarted since.
+	cr := newReplica(t, c, arch, -1)
+	created := podCreates(c)
+
+	for i, s := range []*kube.Sandboxes{b, cr} {
+		if st, err := s.Status("c1"); err != nil || st != sandbox.Sleeping {
+			t.Fatalf("1: replica %d: status %q %v", i, st, err)
+		}
+		if l, err := s.List(); err != nil || len(l) != 1 || l[0].Name != "c1" || l[0].Status != sandbox.Sleeping || !l[0].LastUsed.IsZero() {
+			t.Fatalf("1: replica %d: list %+v %v", i, l, err)
+		}
+	}
+	if n := podCreates(c); n != created {
+		t.Fatalf("1: status made %d pods", n-created)
+	}
+
+	fi, err := b.StatFile(ctx, "c1", "d/f")
+	if err != nil || fi.Size != 5 {
+		t.Fatalf("2: stat on B: %+v %v", fi, err)
+	}
+	l, err := b.ListFiles(ctx, "c1", sandbox.ListOptions{})
+	if err != nil || len(l.Files) != 1 || l.Files[0].Path != "d/f" {
+		t.Fatalf("2: files on B: %+v %v", l, err)
+	}
+	if got, err := b.ReadFile(ctx, "c1", "d/f", 1<<20); err != nil || string(got) != "kept\n" {
+		t.Fatalf("2: read on B: %q %v", got, err)
+	}
+	if st, err := b.Status("c1"); err != nil || st != sandbox.Running || podCreates(c) != created+1 || arch.Restores != 1 {
+		t.Fatalf("2: after B's file calls: %q %v, %d pods created, %d restores", st, err, podCreates(c)-created, arch.Restores)
+	}
+	if err := b.Sleep(ctx, "c1"); err != nil {
+		t.Fatalf("2: %v", err)
+	}
+
+	if err := cr.WriteFile(ctx, "c1", "d/g", strings.NewReader("by-c")); err != nil {
+		t.Fatalf("3: write on C: %v", err)
+	}
+	if err := cr.RemoveFile(ctx, "c1", "d/f"); err != nil {
+		t.Fatalf("3: remove on C: %v", err)
+	}
+	if got := mustExec(t, a, "c1", "ls d; cat d/g"); got != "g\nby-c" {
+		t.Fatalf("3: A sees %q", got)
+	}
+
+	if _, err := b.Status("never"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("4: status of a name never created: %v", err)
+	}
+	if _, err := b.ListFiles(ctx, "never", sandbox.ListOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("4: files of a name never created: %v", err)
+	}
+	if err := b.Sleep(ctx, "never"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("4: sleep of a name never created: %v", err)
+	}
+	if err := b.Destroy(ctx, "never"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("4: destroy of a name never created: %v", err)
+	}
+
+	if err := a.Sleep(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	d := newReplica(t, c, arch, -1) // knows nothing yet
+	if err := d.Destroy(ctx, "c1"); err != nil {
+		t.Fatalf("5: destroy of a sleeping container on a replica that never saw it: %v", err)
+	}
+	if has, _ := arch.Has(ctx, "c1"); has {
+		t.Fatal("5: archive kept")
+	}
+	if _, err := newReplica(t, c, arch, -1).Status("c1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("5: status after destroy: %v", err)
+	}
+	if _, err := newReplica(t, c, arch, -1).StatFile(ctx, "c1", "d/g"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("5: stat after destroy: %v", err)
+	}
+}

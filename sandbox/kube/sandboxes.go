@@ -36,9 +36,14 @@ import (
 // Any number of Sandboxes (gateway replicas) on one cluster serve the same
 // sandboxes: a sandbox with a pod is known from the API server, whichever
 // replica started it, and its pod adopted on the first call here (see
-// Backend.Wake). A sleeping sandbox has nothing in the cluster: its name is
-// known from Create or its first command (the server's container store is
-// the record of which containers exist), and its home from the Archiver.
+// Backend.Wake). A sleeping sandbox has nothing in the cluster: its home is
+// in the Archiver, which is how a replica that never saw it (or restarted
+// since) knows it exists (Archiver.Has, once per name: a name found there
+// is remembered as if created here). Status, file calls, Sleep and
+// Destroy then treat it as the replica that put it to sleep does. List
+// answers the sandboxes this process knows and those with a pod, not the
+// whole archive: the server's container store is the record of which
+// containers exist.
 // Calls on one sandbox run one at a time in this process; across replicas
 // the pod's agent serves one connection at a time, so a call here takes
 // the pod over from another replica, and a command cut short by such a
@@ -147,8 +152,9 @@ func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry,
 	e := s.known[name]
 	s.mu.Unlock()
 	if e == nil && !create {
-		// Another replica's sandbox is known by its pod.
-		has, err := s.b.HasPod(ctx, name)
+		// Another replica's sandbox is known by its pod, or asleep by
+		// its archived home.
+		has, err := s.exists(ctx, name)
 		if err != nil || !has {
 			s.inCalls.Done()
 			if err != nil {
@@ -157,13 +163,7 @@ func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry,
 			return nil, nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 		}
 	}
-	s.mu.Lock()
-	if e = s.known[name]; e == nil {
-		e = &entry{lock: make(chan struct{}, 1)}
-		e.lastUsed.Store(time.Now().UnixNano())
-		s.known[name] = e
-	}
-	s.mu.Unlock()
+	e = s.remember(name, time.Now().UnixNano())
 	select {
 	case e.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -176,6 +176,43 @@ func (s *Sandboxes) hold(ctx context.Context, name string, create bool) (*entry,
 		return nil, nil, sandbox.ErrDestroyed
 	}
 	return e, release, nil
+}
+
+// remember makes name known here, last used at used (UnixNano; 0 for
+// unknown) unless it was known.
+func (s *Sandboxes) remember(name string, used int64) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.known[name]
+	if e == nil {
+		e = &entry{lock: make(chan struct{}, 1)}
+		e.lastUsed.Store(used)
+		s.known[name] = e
+	}
+	return e
+}
+
+// exists reports whether the named sandbox, unknown here, exists in the
+// cluster: it has a pod (awake on any replica) or an archived home
+// (asleep).
+func (s *Sandboxes) exists(ctx context.Context, name string) (bool, error) {
+	has, err := s.b.HasPod(ctx, name)
+	if err != nil || has {
+		return has, err
+	}
+	return s.archived(ctx, name)
+}
+
+// archived reports whether the Archiver holds the named sandbox's home.
+func (s *Sandboxes) archived(ctx context.Context, name string) (bool, error) {
+	if s.b.cfg.Archiver == nil {
+		return false, nil
+	}
+	has, err := s.b.cfg.Archiver.Has(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("kube: sandbox %s: looking for its archived home: %w", name, err)
+	}
+	return has, nil
 }
 
 // Create records the named sandbox; its pod starts with its first command.
@@ -298,9 +335,11 @@ func (s *Sandboxes) sleepPod(ctx context.Context, name string) error {
 const statusTimeout = 10 * time.Second
 
 // Status is Running while the sandbox has a pod, whichever replica started
-// it, else Sleeping; sandbox.ErrNotFound for a name with no pod that this
-// process does not know. A sandbox this process has no open connection to
-// costs one GET of its pod.
+// it, else Sleeping; sandbox.ErrNotFound for a name with no pod and no
+// archived home that this process does not know. A sandbox this process
+// has no open connection to costs one GET of its pod; one unknown here
+// with no pod also one Archiver.Has, the first time only (a name found
+// archived is remembered).
 func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
 	if !sandbox.ValidName(name) {
 		return "", sandbox.ErrBadName
@@ -322,6 +361,14 @@ func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
 	case e != nil:
 		return sandbox.Sleeping, nil
 	}
+	switch asleep, err := s.archived(ctx, name); {
+	case err != nil:
+		return "", err
+	case asleep:
+		// Last use unknown, as for another replica's sandbox in List.
+		s.remember(name, 0)
+		return sandbox.Sleeping, nil
+	}
 	return "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 }
 
@@ -329,7 +376,9 @@ func (s *Sandboxes) Status(name string) (sandbox.Status, error) {
 // (started by any replica: one LIST of the namespace's sandbox pods), by
 // name. QuotaBytes is the default home size limit and LastUsed the last
 // command's time through this process (zero for another replica's); disk
-// use is not measured.
+// use is not measured. A sleeping sandbox this process never used is
+// listed once a call or Status found its archived home; the archive is
+// not listed.
 func (s *Sandboxes) List() ([]sandbox.Info, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
@@ -345,7 +394,11 @@ func (s *Sandboxes) List() ([]sandbox.Info, error) {
 	}
 	s.mu.Lock()
 	for n, e := range s.known {
-		used[n] = time.Unix(0, e.lastUsed.Load())
+		if u := e.lastUsed.Load(); u != 0 {
+			used[n] = time.Unix(0, u)
+		} else {
+			used[n] = time.Time{}
+		}
 	}
 	s.mu.Unlock()
 	names := slices.Sorted(maps.Keys(used))
@@ -401,13 +454,13 @@ func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
 	e := s.known[name]
 	s.mu.Unlock()
 	if e == nil {
-		has, herr := s.b.HasPod(dctx, name)
+		has, herr := s.exists(dctx, name)
 		if err := s.b.Destroy(dctx, name); err != nil {
 			return err
 		}
 		if herr != nil || !has {
-			// Unknown here and no pod: nothing to destroy (a sleeping
-			// sandbox of another replica has nothing in the cluster).
+			// Unknown here, no pod and no archived home: nothing to
+			// destroy.
 			return fmt.Errorf("%w: %s", sandbox.ErrNotFound, name)
 		}
 		return nil

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/shellgate/shellgate/internal/s3store"
+	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
@@ -100,4 +102,49 @@ func BenchmarkArchiveRestore(b *testing.B) {
 			tarArchive("same.tar")
 		}
 	})
+}
+
+// BenchmarkHas: how a replica that never saw a sleeping sandbox finds it
+// (kube.Sandboxes asks once per name): Has, one existence check of the
+// manifest, against the other way to know the home is archived, Load
+// (read, parse and check the manifest), for a home of 100 files archived
+// in a local key space and in S3 (versitygw on loopback).
+func BenchmarkHas(b *testing.B) {
+	dir, err := homearchive.NewDir(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s3, err := s3store.Open(context.Background(), s3test.NewBucket(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s3.Close() })
+	c := kubetest.NewCluster(b)
+	for _, st := range []struct {
+		name string
+		obj  homearchive.Objects
+	}{{"dir", dir}, {"s3", s3.Objects("kubehomes")}} {
+		a := kubehome.New(st.obj)
+		a.TempDir = b.TempDir()
+		_, s := newSandboxes(b, c, a)
+		run(b, s, "asleep", "for i in $(seq 100); do echo $i > f$i; done")
+		if err := s.Close(context.Background()); err != nil { // archives it
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.Run(st.name+"/has", func(b *testing.B) {
+			for b.Loop() {
+				if ok, err := a.Has(ctx, "asleep"); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+		b.Run(st.name+"/load", func(b *testing.B) {
+			for b.Loop() {
+				if m, err := a.Load(ctx, "asleep"); m == nil || len(m.Files) != 100 || err != nil {
+					b.Fatal(m, err)
+				}
+			}
+		})
+	}
 }

@@ -556,6 +556,20 @@ func (v *verifier) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Has reports whether name has a stored manifest: one existence check
+// (a HEAD on S3), the manifest neither read nor verified. A name Archive
+// refuses has none.
+func (a *Archiver) Has(ctx context.Context, name string) (bool, error) {
+	if checkName(name) != nil {
+		return false, nil
+	}
+	ok, err := a.obj.Exists(ctx, manifestKey(name))
+	if err != nil {
+		return false, fmt.Errorf("kubehome: looking for the archive of %s: %w", name, err)
+	}
+	return ok, nil
+}
+
 // Delete removes everything archived of name (kube.Backend.Destroy).
 func (a *Archiver) Delete(ctx context.Context, name string) error {
 	if err := checkName(name); err != nil {

@@ -179,6 +179,13 @@ func TestSleepWake(t *testing.T) {
 
 		a2 := kubehome.New(obj)
 		_, s2 := newSandboxes(t, c, a2)
+		// The restarted gateway finds the sleeping c1 by its manifest.
+		if has, err := a2.Has(ctx, "c1"); !has || err != nil {
+			t.Fatalf("3: Has %v %v", has, err)
+		}
+		if st, err := s2.Status("c1"); st != sandbox.Sleeping || err != nil {
+			t.Fatalf("3: status after a restart %q %v", st, err)
+		}
 		if got := run(t, s2, "c1", listing); got != changed {
 			t.Fatalf("3: home after a restart:\n%s\nwant:\n%s", got, changed)
 		}
@@ -198,6 +205,12 @@ func TestSleepWake(t *testing.T) {
 		}
 		if m, err := a2.Load(ctx, "c1"); m != nil || err != nil {
 			t.Fatalf("4: %+v %v", m, err)
+		}
+		if has, err := a2.Has(ctx, "c1"); has || err != nil {
+			t.Fatalf("4: Has after destroy %v %v", has, err)
+		}
+		if has, err := a2.Has(ctx, "../c1"); has || err != nil {
+			t.Fatalf("4: Has of a name no archive can hold %v %v", has, err)
 		}
 		// A new c1 starts empty.
 		if out := run(t, s2, "c1", "find . -type f | wc -l"); strings.TrimSpace(out) != "0" {

@@ -252,6 +252,13 @@ func (a *TarArchiver) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+func (a *TarArchiver) Has(ctx context.Context, id string) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.saved[id]
+	return ok, nil
+}
+
 func (a *TarArchiver) Restore(ctx context.Context, id string, h kube.Home) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
