@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
 	"github.com/shellgate/shellgate/sandbox"
-	"github.com/shellgate/shellgate/sandbox/kube"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
 )
 
@@ -30,14 +28,7 @@ func TestKubeReplicas(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
 	replica := func() *env {
-		cfg := c.Config()
-		cfg.Archiver = arch
-		b, err := kube.New(c.CS, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sbx := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: -1})
-		t.Cleanup(func() { sbx.Close(context.Background()) })
+		_, sbx := c.Sandboxes(t, arch, -1)
 		st, err := sqlstore.OpenPostgres(t.Context(), dsn)
 		if err != nil {
 			t.Fatal(err)

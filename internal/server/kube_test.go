@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
-	"github.com/shellgate/shellgate/sandbox/kube"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
 )
 
@@ -22,14 +20,7 @@ func newKubeEnv(t *testing.T) (*env, *kubetest.Cluster, *kubetest.TarArchiver) {
 	t.Helper()
 	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
-	cfg := c.Config()
-	cfg.Archiver = arch
-	b, err := kube.New(c.CS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sbx := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: -1})
-	t.Cleanup(func() { sbx.Close(context.Background()) })
+	_, sbx := c.Sandboxes(t, arch, -1)
 	e := newServerOn(t, sbx, t.TempDir())
 	newTestServer(t, e)
 	return e, c, arch

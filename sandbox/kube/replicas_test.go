@@ -23,16 +23,7 @@ import (
 // newReplica is one more gateway replica on c, closed when t ends.
 func newReplica(t testing.TB, c *kubetest.Cluster, arch kube.Archiver, idle time.Duration) *kube.Sandboxes {
 	t.Helper()
-	cfg := c.Config()
-	if arch != nil {
-		cfg.Archiver = arch
-	}
-	b, err := kube.New(c.CS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: idle})
-	t.Cleanup(func() { s.Close(context.Background()) })
+	_, s := c.Sandboxes(t, arch, idle)
 	return s
 }
 

@@ -22,14 +22,7 @@ func newSandboxes(t *testing.T, c *kubetest.Cluster, arch kube.Archiver) *kube.S
 // t ends.
 func newBackendSandboxes(t testing.TB, c *kubetest.Cluster, arch kube.Archiver) (*kube.Backend, *kube.Sandboxes) {
 	t.Helper()
-	cfg := c.Config()
-	cfg.Archiver = arch
-	b, err := kube.New(c.CS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}})
-	t.Cleanup(func() { s.Close(context.Background()) })
+	b, s := c.Sandboxes(t, arch, 0)
 	return b, s
 }
 
@@ -179,15 +172,8 @@ func TestSandboxesDestroyCutsShort(t *testing.T) {
 // command wakes it with the files.
 func TestSandboxesIdleSleep(t *testing.T) {
 	c := kubetest.NewCluster(t)
-	cfg := c.Config()
 	arch := kubetest.NewTarArchiver()
-	cfg.Archiver = arch
-	b, err := kube.New(c.CS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { s.Close(context.Background()) })
+	_, s := c.Sandboxes(t, arch, 200*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo kept > f"}); err != nil {

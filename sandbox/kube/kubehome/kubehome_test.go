@@ -57,15 +57,7 @@ func stores(t *testing.T, fn func(t *testing.T, obj homearchive.Objects)) {
 
 func newSandboxes(t testing.TB, c *kubetest.Cluster, arch kube.Archiver) (*kube.Backend, *kube.Sandboxes) {
 	t.Helper()
-	cfg := c.Config()
-	cfg.Archiver = arch
-	b, err := kube.New(c.CS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: -1})
-	t.Cleanup(func() { s.Close(context.Background()) })
-	return b, s
+	return c.Sandboxes(t, arch, -1)
 }
 
 func run(t testing.TB, s *kube.Sandboxes, name, cmd string) string {

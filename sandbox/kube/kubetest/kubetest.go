@@ -275,3 +275,20 @@ func (a *TarArchiver) Restore(ctx context.Context, id string, h kube.Home) error
 	}
 	return err
 }
+
+// Sandboxes is a kube.Backend on c, keeping homes with arch (nil: none),
+// and the Sandboxes on it (shell /bin/sh -c; idle is
+// SandboxesConfig.IdleTimeout: 0 the default, negative never), closed
+// when t ends.
+func (c *Cluster) Sandboxes(t testing.TB, arch kube.Archiver, idle time.Duration) (*kube.Backend, *kube.Sandboxes) {
+	t.Helper()
+	cfg := c.Config()
+	cfg.Archiver = arch
+	b, err := kube.New(c.CS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := kube.NewSandboxes(b, kube.SandboxesConfig{Shell: []string{"/bin/sh", "-c"}, IdleTimeout: idle})
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return b, s
+}
