@@ -84,12 +84,7 @@ func TestReplicasDatabaseConnectionLoss(t *testing.T) {
 			}
 		})
 	}
-	killed := 0
-	for range 5 {
-		time.Sleep(200 * time.Millisecond)
-		killed += kill()
-	}
-	time.Sleep(200 * time.Millisecond)
+	killed := killRounds(kill, 200*time.Millisecond)
 	close(stop)
 	wg.Wait()
 	if killed == 0 {
@@ -267,12 +262,7 @@ func TestReplicasGatewayDatabaseConnectionLoss(t *testing.T) {
 			}
 		})
 	}
-	killed := 0
-	for range 5 {
-		time.Sleep(300 * time.Millisecond)
-		killed += kill()
-	}
-	time.Sleep(300 * time.Millisecond)
+	killed := killRounds(kill, 300*time.Millisecond)
 	close(stop)
 	wg.Wait()
 	if killed == 0 {
@@ -328,4 +318,16 @@ func backendKiller(t *testing.T, dsn string) func() int {
 		}
 		return n
 	}
+}
+
+// killRounds terminates the replicas' backends five times, every apart,
+// while traffic runs, waits every more and says how many it terminated.
+func killRounds(kill func() int, every time.Duration) int {
+	killed := 0
+	for range 5 {
+		time.Sleep(every)
+		killed += kill()
+	}
+	time.Sleep(every)
+	return killed
 }

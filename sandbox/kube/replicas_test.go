@@ -249,19 +249,7 @@ func TestReplicasTakeover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "echo kept > f")
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) {
-			select {
-			case <-started:
-			default:
-				close(started)
-			}
-		}})
-		done <- err
-	}()
-	<-started
+	done := startCommand(ctx, a, "c1", "echo go; sleep 30")
 	if got := mustExec(t, b, "c1", "cat f"); got != "kept\n" {
 		t.Fatalf("2: %q", got)
 	}

@@ -137,19 +137,7 @@ func TestSandboxesDestroyCutsShort(t *testing.T) {
 	s := newSandboxes(t, c, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 50", OnOutput: func(byte, []byte) {
-			select {
-			case <-started:
-			default:
-				close(started)
-			}
-		}})
-		done <- err
-	}()
-	<-started
+	done := startCommand(ctx, s, "c1", "echo go; sleep 50")
 	if err := s.Destroy(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
@@ -263,4 +251,28 @@ func TestSandboxesFiles(t *testing.T) {
 	if st, _ := s.Status("c1"); st != sandbox.Running {
 		t.Fatalf("4: status %v", st)
 	}
+}
+
+// startCommand runs command in sandbox name in the background and returns
+// once it has written its first output; the channel gets Exec's error
+// when it ends.
+func startCommand(ctx context.Context, s *kube.Sandboxes, name, command string) <-chan error {
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(ctx, name, sandbox.Command{Command: command, OnOutput: func(byte, []byte) {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+		}})
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		done <- err // ended before any output: the caller sees why
+	}
+	return done
 }
