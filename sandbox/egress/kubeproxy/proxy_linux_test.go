@@ -48,7 +48,7 @@ type env struct {
 	recs []egress.Record
 }
 
-func newEnv(t *testing.T, cfg egress.ExplicitConfig) *env {
+func newEnv(t testing.TB, cfg egress.ExplicitConfig) *env {
 	testenv.NeedRoot(t, "the test internet's network namespace")
 	e := &env{in: egresstest.New(t), cs: fake.NewClientset()}
 	var err error
@@ -86,7 +86,7 @@ func newEnv(t *testing.T, cfg egress.ExplicitConfig) *env {
 // waitWatch returns once the informer's watch is live: the fake API
 // server does not replay what happened between its list and its watch, so
 // a pod created then would never be seen.
-func (e *env) waitWatch(t *testing.T) {
+func (e *env) waitWatch(t testing.TB) {
 	for i := 0; ; i++ {
 		ip := fmt.Sprintf("127.0.1.%d", 1+i)
 		e.addPod(t, fmt.Sprintf("sentinel-%d", i), ip, node, corev1.PodRunning, `["allowed.test"]`)
@@ -123,7 +123,7 @@ func pod(name, ip, nodeName string, phase corev1.PodPhase, allow string) *corev1
 	return p
 }
 
-func (e *env) addPod(t *testing.T, name, ip, nodeName string, phase corev1.PodPhase, allow string) {
+func (e *env) addPod(t testing.TB, name, ip, nodeName string, phase corev1.PodPhase, allow string) {
 	t.Helper()
 	if _, err := e.cs.CoreV1().Pods(ns).Create(context.Background(), pod(name, ip, nodeName, phase, allow), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func (e *env) addPod(t *testing.T, name, ip, nodeName string, phase corev1.PodPh
 }
 
 // seen waits until the proxy's view of ip satisfies ok.
-func (e *env) seen(t *testing.T, ip string, ok func(id string, p egress.Policy, err error) bool) {
+func (e *env) seen(t testing.TB, ip string, ok func(id string, p egress.Policy, err error) bool) {
 	t.Helper()
 	if !e.eventually(func() bool { return ok(e.pods.Client(netip.MustParseAddr(ip))) }, 10*time.Second) {
 		id, p, err := e.pods.Client(netip.MustParseAddr(ip))
@@ -140,7 +140,7 @@ func (e *env) seen(t *testing.T, ip string, ok func(id string, p egress.Policy, 
 }
 
 // dial connects to the proxy from src.
-func (e *env) dial(t *testing.T, src string) net.Conn {
+func (e *env) dial(t testing.TB, src string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp4", e.proxy)
@@ -153,7 +153,7 @@ func (e *env) dial(t *testing.T, src string) net.Conn {
 
 // request sends a raw request head from src and reads the answer; on 200
 // to a CONNECT the connection stays open for the tunnel.
-func (e *env) request(t *testing.T, src, head string) (*http.Response, string, net.Conn, *bufio.Reader) {
+func (e *env) request(t testing.TB, src, head string) (*http.Response, string, net.Conn, *bufio.Reader) {
 	t.Helper()
 	c := e.dial(t, src)
 	if _, err := io.WriteString(c, head); err != nil {
@@ -175,7 +175,7 @@ func (e *env) request(t *testing.T, src, head string) (*http.Response, string, n
 
 // refused checks that a CONNECT from src is refused with status and a
 // body containing why.
-func (e *env) refused(t *testing.T, src, target string, status int, why string) {
+func (e *env) refused(t testing.TB, src, target string, status int, why string) {
 	t.Helper()
 	resp, body, _, _ := e.request(t, src, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
 	if resp.StatusCode != status || !strings.Contains(body, why) {
@@ -193,7 +193,7 @@ func (e *env) client(src string) *http.Client {
 	}}
 }
 
-func get(t *testing.T, c *http.Client, u string) string {
+func get(t testing.TB, c *http.Client, u string) string {
 	t.Helper()
 	resp, err := c.Get(u)
 	if err != nil {
