@@ -172,3 +172,27 @@ func TestEgressProxyCommand(t *testing.T) {
 		t.Fatal("4: egress-proxy did not stop")
 	}
 }
+
+// TestEgressProxyManifest: the DaemonSet's arguments are flags the command
+// takes (it then fails only for want of a cluster).
+func TestEgressProxyManifest(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/kubernetes/04-egress-proxy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "args: "); ok {
+			if err := json.Unmarshal([]byte(v), &args); err != nil {
+				t.Fatalf("args %s: %v", v, err)
+			}
+		}
+	}
+	if len(args) < 2 || args[0] != "egress-proxy" {
+		t.Fatalf("the DaemonSet runs %q, want egress-proxy", args)
+	}
+	err = commands[args[0]].run(context.Background(), append(args[1:], "--kubeconfig", filepath.Join(t.TempDir(), "none")))
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("egress-proxy %q: %v, want only the missing kubeconfig", args[1:], err)
+	}
+}
