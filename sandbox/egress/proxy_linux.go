@@ -179,6 +179,9 @@ func (h *handler) handle(c *net.TCPConn, k kind) {
 		}
 		return
 	}
+	if req.absolute {
+		head = oneRequest(head)
+	}
 	var up *net.TCPConn
 	if connect {
 		if h.explicit {
@@ -720,6 +723,42 @@ func parseHTTPHead(b []byte) (httpHead, error) {
 		return httpHead{}, err
 	}
 	return httpHead{host: h, port: 80}, nil
+}
+
+// oneRequest rewrites an absolute-form request's head so that its
+// connection ends with the response (Connection: close) and drops the
+// headers meant for the proxy. Clients keep a connection to a proxy alive
+// and send it requests for other hosts, but the connection is spliced to
+// the first request's server: without this, a later request for another
+// host would reach that server (never another address, but not the host
+// asked for either, and never checked against the policy).
+func oneRequest(buf []byte) []byte {
+	i := bytes.Index(buf, []byte("\r\n\r\n"))
+	if i < 0 {
+		return buf
+	}
+	lines := bytes.Split(buf[:i], []byte("\r\n"))
+	out := make([]byte, 0, len(buf)+32)
+	out = append(append(out, lines[0]...), "\r\n"...)
+	dropping := false
+	for _, l := range lines[1:] {
+		if len(l) > 0 && (l[0] == ' ' || l[0] == '\t') { // a folded line continues the header before it
+			if !dropping {
+				out = append(append(out, l...), "\r\n"...)
+			}
+			continue
+		}
+		k, _, _ := bytes.Cut(l, []byte(":"))
+		switch strings.ToLower(strings.TrimSpace(string(k))) {
+		case "connection", "proxy-connection", "keep-alive", "proxy-authorization":
+			dropping = true
+			continue
+		}
+		dropping = false
+		out = append(append(out, l...), "\r\n"...)
+	}
+	out = append(out, "Connection: close\r\n\r\n"...)
+	return append(out, buf[i+4:]...)
 }
 
 // splitHostPort splits "host[:port]"; def < 0 means the port is required.

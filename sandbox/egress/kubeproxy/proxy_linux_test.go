@@ -261,6 +261,18 @@ func TestExplicitProxy(t *testing.T) {
 		if got, want := get(t, c, "http://api.allowed.test/x"), egresstest.Reply("api.allowed.test", "api.allowed.test", ""); got != want {
 			t.Errorf("http: %q, want %q", got, want)
 		}
+		// One client, connections to the proxy kept alive: each request
+		// reaches its own host's server, or none.
+		for _, h := range []string{"allowed.test", "api.allowed.test", "allowed.test"} {
+			if got, want := get(t, c, "http://"+h+"/"), egresstest.Reply(h, h, ""); got != want {
+				t.Errorf("http, one client: %q, want %q", got, want)
+			}
+		}
+		if resp, err := c.Get("http://other.test/"); err != nil || resp.StatusCode != 403 {
+			t.Errorf("http://other.test/ after allowed ones: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
 		c.CloseIdleConnections()
 		resp, body, _, _ := e.request(t, podA, "GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n")
 		if resp.StatusCode != 403 || !strings.Contains(body, "other.test is not in this sandbox's network allowlist") {
