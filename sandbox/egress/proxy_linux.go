@@ -195,6 +195,9 @@ func (h *handler) handle(c *net.TCPConn, k kind) {
 		c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
 		head = nil
 		if port == 443 {
+			// The client's time for its ClientHello starts now, not
+			// before resolving (and, explicit, dialling).
+			c.SetReadDeadline(time.Now().Add(helloTimeout))
 			// The tunnel must carry TLS for the name it was opened for.
 			var sni string
 			head, sni, err = readClientHello(c)
