@@ -21,6 +21,8 @@
 #   5. waits for the gateway Deployment (serve with the ConfigMap's
 #      runtime: kubernetes), makes a key in it, and through its API creates
 #      a container, runs `id -u` and `dmesg` in its pod and deletes it.
+#   6. waits for the egress proxy DaemonSet (`shellgate egress-proxy`):
+#      ready once it has listed the node's sandbox pods (RBAC works).
 #
 # Usage: deploy/kind-e2e.sh [--keep]     (--keep: leave the cluster)
 # Needs: docker, kind, kubectl, skopeo (to turn the OCI layouts into
@@ -99,4 +101,9 @@ out=$(curl -fsS -H "Authorization: Bearer $KEY" -d '{"commands":["id -u","dmesg 
 grep -q '"stdout":"1000\\n"' <<<"$out" || { echo "kind-e2e: exec through the gateway: $out" >&2; exit 1; }
 grep -q 'gVisor' <<<"$out" || { echo "kind-e2e: not under gVisor: $out" >&2; exit 1; }
 curl -fsS -X DELETE -H "Authorization: Bearer $KEY" http://127.0.0.1:18080/api/v1/containers/e2e >/dev/null
+
+echo "== 6. the egress proxy"
+kubectl -n shellgate rollout status ds/shellgate-egress --timeout=5m
+kubectl -n shellgate logs ds/shellgate-egress | grep -q '"msg":"egress proxy listening"' \
+	|| { echo "kind-e2e: the egress proxy did not start" >&2; exit 1; }
 echo "kind-e2e: OK"

@@ -71,14 +71,12 @@ const (
 // Engine gives sandboxes their networks: slots, veths, firewall rules and
 // the egress endpoint. One per process; safe for concurrent use.
 type Engine struct {
-	cfg     Config
-	log     *slog.Logger
-	fw      firewall
-	metrics *metrics
-	dialer  net.Dialer
-	res     *net.Resolver
-	mu      sync.Mutex
-	nets    map[*Net]struct{}
+	cfg Config
+	fw  firewall
+	reporter
+	upstream
+	mu   sync.Mutex
+	nets map[*Net]struct{}
 }
 
 // New checks that the host can enforce policies (root, a firewall) and
@@ -105,13 +103,9 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	hosts := map[string][]netip.Addr{}
-	for h, a := range cfg.Hosts {
-		hosts[Normalize(h)] = a
-	}
-	cfg.Hosts = hosts
-	e := &Engine{cfg: cfg, log: cfg.Logger, fw: fw, metrics: newMetrics(), nets: map[*Net]struct{}{}, res: net.DefaultResolver}
-	e.dialer = net.Dialer{Timeout: cfg.DialTimeout}
+	e := &Engine{cfg: cfg, fw: fw, nets: map[*Net]struct{}{},
+		reporter: reporter{metrics: newMetrics(), log: cfg.Logger, onConn: cfg.OnConn},
+		upstream: newUpstream(cfg.Hosts, cfg.AllowPrivate, cfg.Pool, cfg.DialTimeout)}
 	return e, nil
 }
 
@@ -140,9 +134,10 @@ type Net struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	// ctx ends when the network closes: lookups and dials in flight stop.
-	ctx    context.Context
-	cancel context.CancelFunc
-	closed bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	closed  bool
+	handler handler
 }
 
 // Link describes what reads the sandbox's end of its veth.
@@ -176,6 +171,7 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 	n = &Net{e: e, policy: policy, slot: s, nsPath: nsPath, conns: map[net.Conn]struct{}{}}
 	n.SetID(id)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.handler = handler{ctx: n.ctx, owner: n, up: &e.upstream, report: e.report}
 	n.host, n.sandbox = addrs(e.cfg.Pool, s.n)
 	defer func() {
 		if err != nil {
@@ -301,6 +297,17 @@ func (n *Net) track(c net.Conn) bool {
 	}
 	n.conns[c] = struct{}{}
 	return true
+}
+
+// client: every connection of the network is its sandbox's.
+func (n *Net) client(net.Conn) (string, Policy, error) {
+	n.mu.Lock()
+	busy := len(n.conns) > maxConns
+	n.mu.Unlock()
+	if busy {
+		return n.ID(), n.policy, errBusy
+	}
+	return n.ID(), n.policy, nil
 }
 
 func (n *Net) untrack(c net.Conn) {

@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -45,8 +47,15 @@ func (e *Engine) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{e.metrics.conns, e.metrics.bytes, e.metrics.dns}
 }
 
+// reporter counts, logs and hands on records.
+type reporter struct {
+	metrics *metrics
+	log     *slog.Logger
+	onConn  func(Record)
+}
+
 // report counts a record, logs it and hands it to Config.OnConn.
-func (e *Engine) report(r Record) {
+func (e *reporter) report(r Record) {
 	if r.Kind != "dns" {
 		e.metrics.conns.WithLabelValues(r.Kind, r.Verdict).Inc()
 		e.metrics.bytes.WithLabelValues("sent").Add(float64(r.Sent))
@@ -54,7 +63,7 @@ func (e *Engine) report(r Record) {
 	}
 	e.log.Info("egress", "sandbox", r.Sandbox, "kind", r.Kind, "host", r.Host, "port", r.Port,
 		"verdict", r.Verdict, "reason", r.Reason, "sent", r.Sent, "received", r.Received, "upstream", r.Upstream)
-	if e.cfg.OnConn != nil {
-		e.cfg.OnConn(r)
+	if e.onConn != nil {
+		e.onConn(r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -52,7 +53,7 @@ func (n *Net) serve(l net.Listener, k kind) {
 			go func() {
 				defer n.wg.Done()
 				defer n.untrack(c)
-				n.handle(c.(*net.TCPConn), k)
+				n.handler.handle(c.(*net.TCPConn), k)
 			}()
 		}
 	}()
@@ -67,19 +68,44 @@ func reset(c net.Conn) {
 	c.Close()
 }
 
+// owner is what accepted a connection: a sandbox's Net (the local engine)
+// or the Explicit proxy (Kubernetes mode). Both share handle, so both apply
+// the same rules.
+type owner interface {
+	// client says which sandbox c comes from and what it may reach; an
+	// error refuses the connection with its text (errBusy: at once).
+	client(c net.Conn) (id string, p Policy, err error)
+	// track registers a connection to close with the owner; false once
+	// it is closing.
+	track(c net.Conn) bool
+	untrack(c net.Conn)
+}
+
+// errBusy: the client has too many connections in flight.
+var errBusy = errors.New("too many connections")
+
+// handler is how connections of one owner are handled.
+type handler struct {
+	ctx    context.Context // ends when the owner closes: lookups and dials stop
+	owner  owner
+	up     *upstream
+	report func(Record)
+	// explicit: an explicit HTTP proxy only (CONNECT, absolute-form
+	// http://); every refusal before the tunnel is an HTTP error response.
+	explicit bool
+}
+
 // handle decides one connection and, if allowed, splices it to upstream.
-func (n *Net) handle(c *net.TCPConn, k kind) {
-	e := n.e
-	rec := Record{Sandbox: n.ID(), Start: time.Now()}
+func (h *handler) handle(c *net.TCPConn, k kind) {
+	rec := Record{Start: time.Now()}
 	defer func() {
 		rec.Duration = time.Since(rec.Start)
-		e.report(rec)
+		h.report(rec)
 	}()
-	n.mu.Lock()
-	busy := len(n.conns) > maxConns
-	n.mu.Unlock()
-	if busy {
-		rec.Kind, rec.Verdict, rec.Reason = "tcp", Denied, "too many connections"
+	id, policy, who := h.owner.client(c)
+	rec.Sandbox = id
+	if who == errBusy {
+		rec.Kind, rec.Verdict, rec.Reason = "tcp", Denied, who.Error()
 		reset(c)
 		return
 	}
@@ -89,6 +115,7 @@ func (n *Net) handle(c *net.TCPConn, k kind) {
 		host    string
 		port    int
 		connect bool
+		req     httpHead
 		err     error
 	)
 	switch k {
@@ -97,7 +124,6 @@ func (n *Net) handle(c *net.TCPConn, k kind) {
 		head, host, err = readClientHello(c)
 	case kindHTTP:
 		rec.Kind, port = "http", 80
-		var req httpHead
 		head, req, err = readHTTPHead(c)
 		if err == nil {
 			host, port, connect = req.host, req.port, req.connect
@@ -107,24 +133,34 @@ func (n *Net) handle(c *net.TCPConn, k kind) {
 		}
 	}
 	rec.Host, rec.Port = host, port
-	deny := func(why string) {
-		rec.Verdict, rec.Reason = Denied, why
-		if connect {
-			c.Write([]byte("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nshellgate: " + why + "\n"))
+	// refuse ends the connection before any tunnel: with an HTTP error
+	// where the client speaks to a proxy, else with a reset.
+	refuse := func(status int, verdict, why string) {
+		rec.Verdict, rec.Reason = verdict, why
+		if h.explicit || (connect && verdict == Denied) {
+			fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nshellgate: %s\n", status, http.StatusText(status), why)
 			c.Close()
 			return
 		}
 		reset(c)
 	}
-	if err != nil {
-		deny(err.Error())
+	deny := func(why string) { refuse(http.StatusForbidden, Denied, why) }
+	switch {
+	case err != nil:
+		refuse(http.StatusBadRequest, Denied, err.Error())
+		return
+	case h.explicit && !connect && !req.absolute:
+		refuse(http.StatusMethodNotAllowed, Denied, "this is an HTTP proxy: send CONNECT host:443 or an absolute-form http:// request")
+		return
+	case who != nil:
+		deny(who.Error())
 		return
 	}
 	if port != 80 && port != 443 {
 		deny(fmt.Sprintf("port %d is not allowed (only 80 and 443)", port))
 		return
 	}
-	if !n.policy.Allows(host) {
+	if !policy.Allows(host) {
 		if _, ipErr := netip.ParseAddr(strings.Trim(host, "[]")); ipErr == nil {
 			deny(fmt.Sprintf("%s is an IP address; only allowlisted hostnames are reachable", host))
 		} else {
@@ -132,22 +168,36 @@ func (n *Net) handle(c *net.TCPConn, k kind) {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, e.cfg.DialTimeout)
-	addrs, why, err := e.resolve(ctx, host)
+	ctx, cancel := context.WithTimeout(h.ctx, h.up.timeout)
+	addrs, why, err := h.up.resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
 		cancel()
 		if why != "" {
 			deny(why)
 		} else {
-			rec.Verdict, rec.Reason = Failed, fmt.Sprintf("resolve %s: %v", host, err)
-			reset(c)
+			refuse(http.StatusBadGateway, Failed, fmt.Sprintf("resolve %s: %v", host, err))
 		}
 		return
 	}
+	if req.absolute {
+		head = oneRequest(head)
+	}
+	var up *net.TCPConn
 	if connect {
+		if h.explicit {
+			// Connect before answering, so a failure is a clear 502.
+			if up, err = h.up.dial(ctx, addrs, port); err != nil {
+				cancel()
+				refuse(http.StatusBadGateway, Failed, err.Error())
+				return
+			}
+		}
 		c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
 		head = nil
 		if port == 443 {
+			// The client's time for its ClientHello starts now, not
+			// before resolving (and, explicit, dialling).
+			c.SetReadDeadline(time.Now().Add(helloTimeout))
 			// The tunnel must carry TLS for the name it was opened for.
 			var sni string
 			head, sni, err = readClientHello(c)
@@ -158,25 +208,29 @@ func (n *Net) handle(c *net.TCPConn, k kind) {
 				cancel()
 				rec.Verdict, rec.Reason = Denied, err.Error()
 				reset(c)
+				if up != nil {
+					reset(up)
+				}
 				return
 			}
 		}
 	}
-	up, err := e.dial(ctx, addrs, port)
+	if up == nil {
+		up, err = h.up.dial(ctx, addrs, port)
+	}
 	cancel()
 	if err != nil {
-		rec.Verdict, rec.Reason = Failed, err.Error()
-		reset(c)
+		refuse(http.StatusBadGateway, Failed, err.Error())
 		return
 	}
 	rec.Verdict, rec.Upstream = Allowed, up.RemoteAddr().String()
 	c.SetReadDeadline(time.Time{})
-	if !n.track(up) {
+	if !h.owner.track(up) {
 		reset(up)
 		reset(c)
 		return
 	}
-	defer n.untrack(up)
+	defer h.owner.untrack(up)
 	if len(head) > 0 {
 		if _, err := up.Write(head); err != nil {
 			rec.Reason = err.Error()
@@ -283,12 +337,36 @@ func pump(dst, src *net.TCPConn) (int64, error) {
 	}
 }
 
+// upstream resolves allowed names and connects to them, refusing the
+// addresses no sandbox may reach. The engine and the Explicit proxy share
+// it.
+type upstream struct {
+	hosts        map[string][]netip.Addr // Config.Hosts, normalized
+	allowPrivate []netip.Prefix
+	pool         netip.Prefix // sandboxes' addresses (invalid: none)
+	timeout      time.Duration
+	res          *net.Resolver
+	dialer       net.Dialer
+}
+
+func newUpstream(hosts map[string][]netip.Addr, allowPrivate []netip.Prefix, pool netip.Prefix, timeout time.Duration) upstream {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	hs := map[string][]netip.Addr{}
+	for h, a := range hosts {
+		hs[Normalize(h)] = a
+	}
+	return upstream{hosts: hs, allowPrivate: allowPrivate, pool: pool, timeout: timeout,
+		res: net.DefaultResolver, dialer: net.Dialer{Timeout: timeout}}
+}
+
 // resolve finds the addresses of an allowed host and keeps those the
 // sandbox may reach. why is set when the name resolved only to refused
 // addresses.
-func (e *Engine) resolve(ctx context.Context, host string) (ok []netip.Addr, why string, err error) {
+func (e *upstream) resolve(ctx context.Context, host string) (ok []netip.Addr, why string, err error) {
 	host = Normalize(host)
-	all, static := e.cfg.Hosts[host]
+	all, static := e.hosts[host]
 	if !static {
 		if all, err = e.res.LookupNetIP(ctx, "ip", host); err != nil {
 			return nil, "", err
@@ -331,19 +409,19 @@ var (
 )
 
 // refused says why the proxy must not connect to a (empty: it may).
-func (e *Engine) refused(a netip.Addr, local map[netip.Addr]bool) string {
+func (e *upstream) refused(a netip.Addr, local map[netip.Addr]bool) string {
 	for _, m := range metadata {
 		if a == m {
 			return "a cloud metadata address"
 		}
 	}
-	if e.cfg.Pool.Contains(a) {
+	if e.pool.Contains(a) {
 		return "a sandbox address"
 	}
 	if local[a] {
 		return "an address of this host"
 	}
-	for _, p := range e.cfg.AllowPrivate {
+	for _, p := range e.allowPrivate {
 		if p.Contains(a) {
 			return ""
 		}
@@ -398,7 +476,7 @@ func readLocalAddrs() map[netip.Addr]bool {
 }
 
 // dial connects to the first address that answers.
-func (e *Engine) dial(ctx context.Context, addrs []netip.Addr, port int) (*net.TCPConn, error) {
+func (e *upstream) dial(ctx context.Context, addrs []netip.Addr, port int) (*net.TCPConn, error) {
 	var errs []error
 	for _, a := range addrs {
 		c, err := e.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
@@ -565,9 +643,10 @@ func parseSNI(b []byte) (string, error) {
 
 // httpHead is what the proxy needs from a request head.
 type httpHead struct {
-	host    string
-	port    int
-	connect bool
+	host     string
+	port     int
+	connect  bool
+	absolute bool // an absolute-form http:// target
 }
 
 // readHTTPHead reads up to the end of the request head and finds where the
@@ -635,7 +714,7 @@ func parseHTTPHead(b []byte) (httpHead, error) {
 				return httpHead{}, fmt.Errorf("Host header %q differs from the request's host %s", hostHdr[0], h)
 			}
 		}
-		return httpHead{host: h, port: p}, nil
+		return httpHead{host: h, port: p, absolute: true}, nil
 	}
 	if len(hostHdr) == 0 || hostHdr[0] == "" {
 		return httpHead{}, errors.New("HTTP request without a Host header")
@@ -647,6 +726,42 @@ func parseHTTPHead(b []byte) (httpHead, error) {
 		return httpHead{}, err
 	}
 	return httpHead{host: h, port: 80}, nil
+}
+
+// oneRequest rewrites an absolute-form request's head so that its
+// connection ends with the response (Connection: close) and drops the
+// headers meant for the proxy. Clients keep a connection to a proxy alive
+// and send it requests for other hosts, but the connection is spliced to
+// the first request's server: without this, a later request for another
+// host would reach that server (never another address, but not the host
+// asked for either, and never checked against the policy).
+func oneRequest(buf []byte) []byte {
+	i := bytes.Index(buf, []byte("\r\n\r\n"))
+	if i < 0 {
+		return buf
+	}
+	lines := bytes.Split(buf[:i], []byte("\r\n"))
+	out := make([]byte, 0, len(buf)+32)
+	out = append(append(out, lines[0]...), "\r\n"...)
+	dropping := false
+	for _, l := range lines[1:] {
+		if len(l) > 0 && (l[0] == ' ' || l[0] == '\t') { // a folded line continues the header before it
+			if !dropping {
+				out = append(append(out, l...), "\r\n"...)
+			}
+			continue
+		}
+		k, _, _ := bytes.Cut(l, []byte(":"))
+		switch strings.ToLower(strings.TrimSpace(string(k))) {
+		case "connection", "proxy-connection", "keep-alive", "proxy-authorization":
+			dropping = true
+			continue
+		}
+		dropping = false
+		out = append(append(out, l...), "\r\n"...)
+	}
+	out = append(out, "Connection: close\r\n\r\n"...)
+	return append(out, buf[i+4:]...)
 }
 
 // splitHostPort splits "host[:port]"; def < 0 means the port is required.

@@ -21,3 +21,14 @@ func FuzzParseHTTPHead(f *testing.F) {
 	f.Add([]byte("CONNECT a.com:443 HTTP/1.1\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) { parseHTTPHead(b) })
 }
+
+// TestOneRequest: an absolute-form head leaves with Connection: close and
+// without the proxy's headers (folded lines of a dropped header included);
+// the bytes after the head are kept.
+func TestOneRequest(t *testing.T) {
+	in := "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic x\r\n y\r\nX-A: 1\r\n 2\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\nBODY"
+	want := "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\n 2\r\nConnection: close\r\n\r\nBODY"
+	if got := string(oneRequest([]byte(in))); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
