@@ -91,14 +91,14 @@ func (fc FileConfig) RESTConfig() (*rest.Config, error) {
 	if fc.Kubeconfig == "" {
 		rc, err := rest.InClusterConfig()
 		if err != nil {
-			return nil, fmt.Errorf("runtime: no kubeconfig and not in a cluster: %w", err)
+			return nil, fmt.Errorf("no kubeconfig and not in a cluster: %w", err)
 		}
 		return rc, nil
 	}
 	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: fc.Kubeconfig}
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: fc.Context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("runtime.kubeconfig %s: %w", fc.Kubeconfig, err)
+		return nil, fmt.Errorf("kubeconfig %s: %w", fc.Kubeconfig, err)
 	}
 	return rc, nil
 }
@@ -108,7 +108,7 @@ func (fc FileConfig) RESTConfig() (*rest.Config, error) {
 func (fc FileConfig) Connect(cfg Config) (*Backend, kubernetes.Interface, error) {
 	rc, err := fc.RESTConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("runtime: %w", err) // the serve config's section
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
