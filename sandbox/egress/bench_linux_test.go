@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/egress/egresstest"
@@ -61,42 +59,9 @@ func client(ns, addr string) *http.Client {
 // (cpu-ratio; the server, the proxy and both clients are all in it).
 func BenchmarkDownload(b *testing.B) {
 	in, _, n := benchEnv(b)
-	paths := [2]*http.Client{
+	egresstest.CompareDownloads(b, "http://allowed.test/big",
 		client("", netip.AddrPortFrom(in.Addr("allowed.test"), 80).String()),
-		client(n.NetNS(), netip.AddrPortFrom(n.HostAddr(), 80).String()),
-	}
-	var wall, cpu [2]time.Duration
-	for i := 0; i < b.N; i++ {
-		for j := range 2 {
-			p := (i + j) % 2
-			c0, t0 := cpuTime(b), time.Now()
-			resp, err := paths[p].Get("http://allowed.test/big")
-			if err != nil {
-				b.Fatal(err)
-			}
-			k, err := io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err != nil || k != egresstest.BigSize {
-				b.Fatalf("%d bytes, %v", k, err)
-			}
-			wall[p] += time.Since(t0)
-			cpu[p] += cpuTime(b) - c0
-		}
-	}
-	mbs := func(d time.Duration) float64 { return float64(b.N) * egresstest.BigSize / d.Seconds() / 1e6 }
-	b.ReportMetric(mbs(wall[0]), "direct-MB/s")
-	b.ReportMetric(mbs(wall[1]), "proxy-MB/s")
-	b.ReportMetric(wall[0].Seconds()/wall[1].Seconds(), "ratio")
-	b.ReportMetric(cpu[1].Seconds()/cpu[0].Seconds(), "cpu-ratio")
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		client(n.NetNS(), netip.AddrPortFrom(n.HostAddr(), 80).String()))
 }
 
 // BenchmarkConnect is one new connection and a small request, directly and

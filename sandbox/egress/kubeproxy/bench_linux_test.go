@@ -3,15 +3,12 @@ package kubeproxy_test
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/shellgate/shellgate/sandbox/egress"
@@ -57,39 +54,7 @@ func BenchmarkExplicitDownload(b *testing.B) {
 	}
 	for _, scheme := range []string{"http", "https"} {
 		b.Run(scheme, func(b *testing.B) {
-			paths := [2]*http.Client{direct(scheme), proxied()}
-			var wall, cpu [2]time.Duration
-			for i := 0; i < b.N; i++ {
-				for j := range 2 {
-					p := (i + j) % 2
-					c0, t0 := cpuTime(b), time.Now()
-					resp, err := paths[p].Get(scheme + "://allowed.test/big")
-					if err != nil {
-						b.Fatal(err)
-					}
-					k, err := io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err != nil || k != egresstest.BigSize {
-						b.Fatalf("%d bytes, %v", k, err)
-					}
-					wall[p] += time.Since(t0)
-					cpu[p] += cpuTime(b) - c0
-				}
-			}
-			mbs := func(d time.Duration) float64 { return float64(b.N) * egresstest.BigSize / d.Seconds() / 1e6 }
-			b.ReportMetric(mbs(wall[0]), "direct-MB/s")
-			b.ReportMetric(mbs(wall[1]), "proxy-MB/s")
-			b.ReportMetric(wall[0].Seconds()/wall[1].Seconds(), "ratio")
-			b.ReportMetric(cpu[1].Seconds()/cpu[0].Seconds(), "cpu-ratio")
+			egresstest.CompareDownloads(b, scheme+"://allowed.test/big", direct(scheme), proxied())
 		})
 	}
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
