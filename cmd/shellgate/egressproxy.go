@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -50,16 +49,10 @@ func runEgressProxy(ctx context.Context, args []string) error {
 	if *maxConns <= 0 || *maxPerPod <= 0 || *dialTimeout <= 0 {
 		return errors.New("--max-conns, --max-conns-per-pod and --dial-timeout must be positive")
 	}
-	var h slog.Handler
-	switch *logFormat {
-	case "json":
-		h = slog.NewJSONHandler(os.Stderr, nil)
-	case "text":
-		h = slog.NewTextHandler(os.Stderr, nil)
-	default:
-		return fmt.Errorf("--log-format %q: want json or text", *logFormat)
+	log, err := newLogger(*logFormat)
+	if err != nil {
+		return err
 	}
-	log := slog.New(h)
 
 	rc, err := kube.FileConfig{Kubeconfig: *kubeconfig, Context: *kubeContext}.RESTConfig()
 	if err != nil {

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
@@ -70,4 +71,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "shellgate %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
+}
+
+// newLogger is the server commands' logger on stderr in format (--log-format:
+// json or text).
+func newLogger(format string) (*slog.Logger, error) {
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, nil)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", format)
 }

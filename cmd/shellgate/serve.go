@@ -92,16 +92,10 @@ func runServe(ctx context.Context, args []string) error {
 		return errors.New("--max-cpus, --max-memory-mb, --max-processes and --max-disk-mb must not be negative")
 	}
 	maxLimits := server.Limits{CPUMillis: int64(*maxCPUs * 1000), MemoryBytes: *maxMemMB << 20, Processes: *maxProcs, DiskBytes: *maxDiskMB << 20}
-	var h slog.Handler
-	switch *logFormat {
-	case "json":
-		h = slog.NewJSONHandler(os.Stderr, nil)
-	case "text":
-		h = slog.NewTextHandler(os.Stderr, nil)
-	default:
-		return fmt.Errorf("--log-format %q: want json or text", *logFormat)
+	log, err := newLogger(*logFormat)
+	if err != nil {
+		return err
 	}
-	log := slog.New(h)
 	var models gateway.Models
 	var dests []broadcast.Destination
 	var sc serveConfig
