@@ -53,14 +53,7 @@ func podsAPIServer(t *testing.T, pods ...corev1.Pod) (kubeconfig string, selecto
 		}
 	}))
 	t.Cleanup(srv.Close)
-	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "`+srv.URL+`"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600)
+	kubeconfig = writeKubeconfig(t, srv.URL)
 	return kubeconfig, selectors
 }
 

@@ -83,14 +83,7 @@ func apiServer(t *testing.T, allowed bool) (kubeconfig string, reviews *atomic.I
 			"status": map[string]any{"allowed": allowed}})
 	}))
 	t.Cleanup(srv.Close)
-	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "`+srv.URL+`"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600)
+	kubeconfig = writeKubeconfig(t, srv.URL)
 	return kubeconfig, reviews
 }
 
@@ -164,4 +157,21 @@ func TestOrConfig(t *testing.T) {
 	if got := orConfig("", "SHELLGATE_TEST_OR_CONFIG", "file"); got != "" {
 		t.Errorf("env and file: %q, want \"\" (the opener reads the env)", got)
 	}
+}
+
+// writeKubeconfig writes a kubeconfig for the API server at url (a token
+// user, one context) and returns its path.
+func writeKubeconfig(t *testing.T, url string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+url+`"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
