@@ -39,7 +39,6 @@ type Backend interface {
 // Files are the file operations on a sandbox's home (paths relative to
 // /workspace/home, confined to it).
 type Files interface {
-	HomeChanged(ctx context.Context, name string) bool
 	ListFiles(ctx context.Context, name string, opts ListOptions) (FileList, error)
 	StatFile(ctx context.Context, name, rel string) (FileInfo, error)
 	OpenFile(ctx context.Context, name, rel string, maxBytes int64) (*File, error)

@@ -8,25 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// HomeChanged says whether anything may have changed in the named
-// sandbox's home since the previous call: false only when the sandbox is
-// awake and its home's watch (fanotify on the home's filesystem) saw no
-// write, close after writing, creation, rename or attribute change since
-// then, so a caller can skip listing the home. Everything else — asleep,
-// no watch, the first question after a wake, an overflowing queue — says
-// true. Writes through a shared mapping that is never closed are not seen
-// (mmap writers close their files when their process ends).
-func (m *Manager) HomeChanged(ctx context.Context, name string) bool {
-	changed := true
-	m.withBox(ctx, name, func(ctx context.Context, b *box) error {
-		if b.inst != nil {
-			changed = b.inst.watch.changed()
-		}
-		return nil
-	})
-	return changed
-}
-
 // ListFiles returns one page of the regular files beneath the named
 // sandbox's home, in lexicographic byte order of their paths (descending
 // with Desc). The walk opens every directory relative to its parent with

@@ -360,6 +360,12 @@ type Command struct {
 	MaxBytes int
 	// OnOutput, if set, sees output as it is produced.
 	OnOutput agent.OutputFunc
+	// CheckHome asks whether the home may have changed since the previous
+	// check (Result.HomeUnchanged): the home's watch is drained after the
+	// command, in the same call, so a caller can skip listing the home
+	// after a command that wrote nothing. Without it the watch is left as
+	// it is: the next check still sees this command's writes.
+	CheckHome bool
 }
 
 // Result is one command's output and outcome.
@@ -384,6 +390,17 @@ type Result struct {
 	// hit) or its agent broke the protocol. The home is intact; the next
 	// command runs in a fresh sandbox. Stderr says why when that is known.
 	Restarted bool
+	// HomeUnchanged is set, for a Command with CheckHome, only when the
+	// sandbox stayed awake and its home's watch (fanotify on the home's
+	// filesystem) saw no write, close after writing, creation, rename or
+	// attribute change since the previous check, by this command or
+	// anything else (a file upload). Its zero value means "changed or
+	// unknown": every doubt (no watch, the first check after a wake, an
+	// overflowing queue, a restarted sandbox, a backend without a watch)
+	// leaves it false, and the caller lists the home. Writes through a
+	// shared mapping that is never closed are not seen (mmap writers close
+	// their files when their process ends).
+	HomeUnchanged bool
 }
 
 // hostGrace is how long past a command's own timeout the host waits for the
@@ -476,6 +493,9 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	}
 	if err := m.checkReserve("sandbox " + b.name); errors.Is(err, ErrDiskReserve) {
 		res.Stderr = append(res.Stderr, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)
+	}
+	if cmd.CheckHome {
+		res.HomeUnchanged = !inst.watch.changed()
 	}
 	return res, nil
 }

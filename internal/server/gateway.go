@@ -320,8 +320,12 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 			return err
 		}
 		// The home is listed only when its watch saw a change: a command
-		// that wrote nothing costs no walk of the home.
-		if len(res.Outputs) > 0 && b.s.mgr.HomeChanged(context.WithoutCancel(ctx), c.ID) {
+		// that wrote nothing costs no walk of the home. Each command's own
+		// call drained the watch after it (sandbox.Command.CheckHome), so
+		// the OR of their answers is what one check at the end would say;
+		// a backend without a watch, or a command that failed, says
+		// "changed".
+		if len(res.Outputs) > 0 && run.homeChanged {
 			res.Changed = b.changed(context.WithoutCancel(ctx), c.ID, since)
 		}
 		return gatewayErr(err)
@@ -423,6 +427,9 @@ type gatewayCall struct {
 	box      *gatewayBox
 	onOutput func(cmd, stream int, text string)
 	n        int
+	// homeChanged: some command's result did not say its home was
+	// unchanged (sandbox.Result.HomeUnchanged).
+	homeChanged bool
 }
 
 func (c *gatewayCall) Exec(ctx context.Context, name string, cmd sandbox.Command) (sandbox.Result, error) {
@@ -442,7 +449,12 @@ func (c *gatewayCall) Exec(ctx context.Context, name string, cmd sandbox.Command
 		start := time.Now()
 		defer func() { rl.timed(cmd.Command, time.Since(start)) }()
 	}
-	return c.call.Exec(ctx, name, cmd)
+	cmd.CheckHome = true
+	res, err := c.call.Exec(ctx, name, cmd)
+	if !res.HomeUnchanged {
+		c.homeChanged = true
+	}
+	return res, err
 }
 
 func (b *gatewayBox) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,47 @@ func TestGatewayLoop(t *testing.T) {
 			gatewaytest.Turn{Reply: answerWithResult})
 		if err != nil || res2.ContainerID != res.ContainerID || !strings.Contains(res2.Items[1].Text, `kept\n`) {
 			t.Fatalf("second request: %+v %v", res2, err)
+		}
+	})
+
+	t.Run("the files a step's commands wrote are reported, by any of its commands", func(t *testing.T) {
+		res, script, err := runLoop(t, e, pa, identity.Request{BodySessionID: "changes"}, 0,
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo a > a.txt")}},
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c2", "cat a.txt", "true")}},
+			// The write is in the first command, the last one writes
+			// nothing: the step still reports it.
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c3", "mkdir -p d && echo bb > d/b.txt", "true")}},
+			gatewaytest.Turn{Parts: []gateway.Part{shellCall("c4", "true")}},
+			gatewaytest.Turn{Reply: answerWithResult})
+		if err != nil || len(res.Items) != 5 {
+			t.Fatalf("%+v %v", res, err)
+		}
+		want := [][]string{{"a.txt"}, nil, {"d/b.txt"}, nil}
+		reqs := script.Requests()
+		for i, w := range want {
+			d := res.Items[i].Step.Result.Detail.(*gateway.ShellDetail)
+			var got []string
+			for _, f := range d.Changed {
+				got = append(got, f.Path)
+			}
+			if !slices.Equal(got, w) {
+				t.Errorf("step %d: changed %q, want %q", i+1, got, w)
+			}
+			// What the model read says the same.
+			var seen struct {
+				Files []struct {
+					Path  string `json:"path"`
+					Bytes int64  `json:"bytes"`
+				} `json:"files_changed"`
+			}
+			if err := json.Unmarshal([]byte(lastResultText(&reqs[i+1])), &seen); err != nil || len(seen.Files) != len(w) {
+				t.Errorf("step %d: the model saw %q (%v)", i+1, lastResultText(&reqs[i+1]), err)
+			}
+			for j, f := range seen.Files {
+				if f.Path != "/workspace/home/"+w[j] {
+					t.Errorf("step %d: the model saw %+v", i+1, f)
+				}
+			}
 		}
 	})
 

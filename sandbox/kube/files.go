@@ -67,9 +67,6 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 	return nil
 }
 
-// HomeChanged is always true: no watch of a pod's home.
-func (s *Sandboxes) HomeChanged(context.Context, string) bool { return true }
-
 // ListFiles lists one page of the regular files of the named sandbox's
 // home (sandbox.Manager.ListFiles' rules and order).
 func (s *Sandboxes) ListFiles(ctx context.Context, name string, opts sandbox.ListOptions) (sandbox.FileList, error) {

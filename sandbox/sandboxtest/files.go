@@ -312,10 +312,24 @@ echo ok`)
 		}
 	})
 
-	t.Run("08 HomeChanged sees what commands write and only that", func(t *testing.T) {
+	t.Run("08 CheckHome sees what commands write and only that", func(t *testing.T) {
 		const box = "watched"
+		// check runs cmd, asking (or not) whether the home changed.
+		check := func(cmd string, ask bool) sandbox.Result {
+			t.Helper()
+			res, err := m.Exec(ctx, box, sandbox.Command{Command: cmd, TimeoutMs: 60_000, MaxBytes: 1 << 16, CheckHome: ask})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("%s: %+v %v", cmd, res, err)
+			}
+			if !ask && res.HomeUnchanged {
+				t.Errorf("%s: HomeUnchanged without CheckHome", cmd)
+			}
+			return res
+		}
 		Run(t, m, box, "true")
-		m.HomeChanged(ctx, box) // the first question after a wake is always yes
+		if check("true", true).HomeUnchanged {
+			t.Error("the first check after a wake said unchanged")
+		}
 		steps := []struct {
 			cmd     string
 			changed bool
@@ -342,36 +356,44 @@ echo ok`)
 			if i == 0 {
 				continue
 			}
-			if o := Run(t, m, box, s.cmd); exitCode(o) != 0 {
-				t.Fatalf("%s: %+v %q", s.cmd, o.Outcome, o.Stderr)
-			}
-			got := m.HomeChanged(ctx, box)
+			got := !check(s.cmd, true).HomeUnchanged
 			switch {
 			case s.changed && !got:
 				// A missed change would hide a file a command wrote.
-				t.Errorf("after %q: HomeChanged = false", s.cmd)
+				t.Errorf("after %q: HomeUnchanged = true", s.cmd)
 			case !s.changed && got && rt == "runsc" && (s.cmd != "true" || steps[i-1].cmd != "true"):
 				// gVisor's gofer writes back late and updates times of
 				// files the sandbox only read: a needless listing, not a
 				// miss; a command that touches no file of the home after
 				// one that did not either is still a no.
-				t.Logf("after %q: HomeChanged = true under runsc", s.cmd)
+				t.Logf("after %q: HomeUnchanged = false under runsc", s.cmd)
 			case !s.changed && got:
-				t.Errorf("after %q: HomeChanged = true, want false", s.cmd)
+				t.Errorf("after %q: HomeUnchanged = false, want true", s.cmd)
 			}
 		}
-		// Host-side writes count too; a sleeping sandbox is always "changed".
+		// A command that does not ask leaves the watch as it is: the next
+		// one that asks still sees the earlier write.
+		check("echo 4 > quiet.txt", false)
+		check("true", false)
+		if check("true", true).HomeUnchanged {
+			t.Error("a write by a command that did not ask was lost")
+		}
+		if !check("true", true).HomeUnchanged && rt != "runsc" {
+			t.Error("after the write was reported: HomeUnchanged = false")
+		}
+		// Host-side writes count too.
 		if err := m.WriteFile(ctx, box, "up.txt", strings.NewReader("x")); err != nil {
 			t.Fatal(err)
 		}
-		if !m.HomeChanged(ctx, box) {
+		if check("true", true).HomeUnchanged {
 			t.Error("an upload was not seen")
 		}
+		// A sandbox woken from sleep has a fresh watch: changed.
 		if err := m.Sleep(ctx, box); err != nil {
 			t.Fatal(err)
 		}
-		if !m.HomeChanged(ctx, box) {
-			t.Error("asleep: HomeChanged = false")
+		if check("true", true).HomeUnchanged {
+			t.Error("after a wake: HomeUnchanged = true")
 		}
 	})
 
