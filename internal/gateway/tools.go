@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unsafe"
 
+	"github.com/shellgate/shellgate/internal/jsonw"
 	"github.com/shellgate/shellgate/internal/tool"
 )
 
@@ -137,22 +140,67 @@ func ErrorCode(err error) string {
 // container id, one entry per command and the files changed. The same text
 // is produced for a replayed call, so a conversation reads the same to the
 // model whether it was run in this request or an earlier one.
+//
+// It is written by hand, byte for byte what json.Marshal makes of
+//
+//	struct {
+//		ContainerID string               `json:"container_id,omitempty"`
+//		Output      []tool.CommandOutput `json:"output"` // never null
+//		Files       []struct {
+//			Path  string `json:"path"` // under /workspace/home/
+//			Bytes int64  `json:"bytes"`
+//		} `json:"files_changed,omitempty"`
+//	}
+//
+// (tools_test.go keeps that encoder and compares): it runs once per tool
+// step, where json.Marshal's reflection cost more than the text.
 func ShellResultText(containerID string, outs []tool.CommandOutput, changed []ChangedFile) string {
-	type file struct {
-		Path  string `json:"path"`
-		Bytes int64  `json:"bytes"`
+	// One allocation: room for the fixed text, the strings and an eighth
+	// more for escapes (output with more grows the buffer), returned
+	// without a copy.
+	n := 64 + len(containerID) + 96*len(changed)
+	for _, o := range outs {
+		n += 96 + (len(o.Stdout)+len(o.Stderr))*9/8 + len(o.Outcome.Type)
 	}
-	v := struct {
-		ContainerID string               `json:"container_id,omitempty"`
-		Output      []tool.CommandOutput `json:"output"`
-		Files       []file               `json:"files_changed,omitempty"`
-	}{ContainerID: containerID, Output: outs}
-	if v.Output == nil {
-		v.Output = []tool.CommandOutput{}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	if containerID != "" {
+		b = append(b, `"container_id":`...)
+		b = jsonw.AppendString(b, containerID)
+		b = append(b, ',')
 	}
-	for _, f := range changed {
-		v.Files = append(v.Files, file{Path: "/workspace/home/" + strings.TrimPrefix(f.Path, "/"), Bytes: f.Bytes})
+	b = append(b, `"output":[`...)
+	for i, o := range outs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"stdout":`...)
+		b = jsonw.AppendString(b, o.Stdout)
+		b = append(b, `,"stderr":`...)
+		b = jsonw.AppendString(b, o.Stderr)
+		b = append(b, `,"outcome":{"type":`...)
+		b = jsonw.AppendString(b, o.Outcome.Type)
+		if o.Outcome.ExitCode != nil {
+			b = append(b, `,"exit_code":`...)
+			b = strconv.AppendInt(b, int64(*o.Outcome.ExitCode), 10)
+		}
+		b = append(b, "}}"...)
 	}
-	b, _ := json.Marshal(v)
-	return string(b)
+	b = append(b, ']')
+	if len(changed) > 0 {
+		b = append(b, `,"files_changed":[`...)
+		for i, f := range changed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"path":`...)
+			b = jsonw.AppendString(b, "/workspace/home/"+strings.TrimPrefix(f.Path, "/"))
+			b = append(b, `,"bytes":`...)
+			b = strconv.AppendInt(b, f.Bytes, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, '}')
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
 }

@@ -1,0 +1,33 @@
+package jsonw_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/shellgate/shellgate/internal/jsonw"
+	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
+)
+
+func TestAppendStringIsEncodingJSON(t *testing.T) {
+	for _, s := range jsonwtest.Strings() {
+		check(t, s)
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range jsonwtest.Strings()[:30] {
+		f.Add(s)
+	}
+	f.Fuzz(check)
+}
+
+func check(t *testing.T, s string) {
+	want, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := jsonw.AppendString([]byte("prefix"), s)
+	if string(got[:6]) != "prefix" || string(got[6:]) != string(want) {
+		t.Fatalf("AppendString(%q) = %q, want %q", s, got, want)
+	}
+}
