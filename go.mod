@@ -9,6 +9,7 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/dustin/go-humanize v1.1.0
 	github.com/evanw/esbuild v0.28.2
+	github.com/go-json-experiment/json v1.27.2
 	github.com/go-sourcemap/sourcemap v2.1.4+incompatible
 	github.com/google/nftables v0.3.0
 	github.com/jackc/pgx/v5 v5.13.0

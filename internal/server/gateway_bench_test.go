@@ -136,10 +136,12 @@ func replays(model *scripted.Server) []replay {
 }
 
 // gatewaySteps are the two request sizes of BenchmarkGatewayStep: the
-// overhead of a step is the slope between them. Ten steps apart, the noise
-// of one request's wall time (scheduling on shared CPUs) is divided by ten
-// in the slope.
-var gatewaySteps = [2]int{1, 11}
+// overhead of a step is the slope between them. Twenty steps apart, the
+// noise of one request's wall time (scheduling on shared CPUs) is divided
+// by twenty in the slope; 21 steps stay within max_tool_calls (30), and
+// the longer conversation (each step re-sends everything before it) is
+// charged to the gateway, as a real run's would be.
+var gatewaySteps = [2]int{1, 21}
 
 // stepSample is one iteration's measure of a request size: the gateway's
 // request minus its direct equivalent, in wall time, CPU time and heap

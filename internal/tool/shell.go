@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dustin/go-humanize"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -45,10 +46,12 @@ func invalid(format string, a ...any) error {
 // raw (text after it is ignored).
 func ParseShellArgs(raw []byte) (ShellArgs, error) {
 	var a ShellArgs
-	// The common case, arguments that are one JSON value, without a
-	// Decoder's buffer and copy of raw; anything else (trailing text, an
-	// error) takes the Decoder's path, whose results and errors these are.
-	if json.Unmarshal(raw, &a) == nil {
+	// The common case, arguments that are one JSON value, in one pass
+	// (the encoding/json/v2 module's v1 API: encoding/json's semantics,
+	// without its separate validating scan) and without a Decoder's buffer
+	// and copy of raw; anything else (trailing text, an error) takes
+	// encoding/json's Decoder path, whose results and errors these are.
+	if jsonv1.Unmarshal(raw, &a) == nil {
 		return a, nil
 	}
 	a = ShellArgs{}

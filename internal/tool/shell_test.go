@@ -1,7 +1,9 @@
 package tool
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -106,5 +108,29 @@ func TestOutputShaping(t *testing.T) {
 	}
 	if o := Output(sandbox.Result{TimedOut: true}, 10); o.Outcome.Type != "timeout" || o.Outcome.ExitCode != nil {
 		t.Errorf("timeout outcome: %+v", o.Outcome)
+	}
+}
+
+// TestParseShellArgsMatchesDecoder: the one-pass decoder of the common
+// case gives what encoding/json's Decoder (the path every error takes)
+// gives, on arguments a model or an attacker may send.
+func TestParseShellArgsMatchesDecoder(t *testing.T) {
+	corpus := []string{
+		`{"commands":["ls"]}`, `{"commands":[]}`, `{"commands":null}`, `{}`, `null`, `[]`, `"x"`, `1`, ``, ` `,
+		`{"commands":["a","b"],"timeout_ms":1,"max_output_length":2}`, `{"Commands":["case"]}`, `{"COMMANDS":["case"],"Timeout_MS":5}`,
+		`{"commands":["a"],"commands":["b"]}`, `{"commands":["\ud800"]}`, "{\"commands\":[\"\xff\xfe\"]}", `{"commands":["\u0000"]}`,
+		`{"commands":["ls"],"timeout_ms":1.0}`, `{"commands":["ls"],"timeout_ms":1e3}`, `{"commands":["ls"],"timeout_ms":-0}`,
+		`{"commands":["ls"],"timeout_ms":9223372036854775808}`, `{"commands":["ls"],"timeout_ms":null}`, `{"commands":["ls"],"extra":{"a":[1,2,{}]}}`,
+		`{"commands":[1]}`, `{"commands":["ls",null]}`, `{"commands":{"0":"ls"}}`, `{"commands":["ls"]`, `{"commands":["ls"]}}`,
+		`{"commands":["ls"]} trailing`, `  {"commands":["ls"]}  `, `{"commands":["ls"],}`, `{'commands':['ls']}`, `{"commands":["a\"b\\c\/d\n"]}`,
+		`{"max_output_length":"1","commands":["ls"]}`, `{"commands":["ls"],"timeout_ms":true}`, strings.Repeat(`[`, 10001) + strings.Repeat(`]`, 10001),
+	}
+	for _, in := range corpus {
+		got, gerr := ParseShellArgs([]byte(in))
+		var want ShellArgs
+		werr := json.NewDecoder(strings.NewReader(in)).Decode(&want)
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) && gerr == nil {
+			t.Errorf("%.60q: got %+v, %v; encoding/json: %+v, %v", in, got, gerr, want, werr)
+		}
 	}
 }

@@ -523,16 +523,40 @@ type renderer struct {
 	id    string
 }
 
+// The parts of a step, as structs whose fields are in the order
+// encoding/json writes a map's keys (sorted): the bytes are those of the
+// maps the other parts are (TestStepPartsBytes), without building and
+// sorting four maps a step.
+type (
+	textPart struct {
+		Text string `json:"text"`
+	}
+	codePart struct {
+		ExecutableCode executableCode `json:"executableCode"`
+	}
+	executableCode struct {
+		Code     string `json:"code"`
+		Language string `json:"language"`
+	}
+	resultPart struct {
+		CodeExecutionResult codeResult `json:"codeExecutionResult"`
+	}
+	codeResult struct {
+		Outcome genai.Outcome `json:"outcome"`
+		Output  string        `json:"output"`
+	}
+)
+
 // stepParts are a code run's executableCode and codeExecutionResult.
-func stepParts(s *gateway.Step) (code, result map[string]any) {
+func stepParts(s *gateway.Step) (codePart, resultPart) {
 	var a struct {
 		Code string `json:"code"`
 	}
 	json.Unmarshal([]byte(s.Call.Arguments), &a)
-	return map[string]any{"executableCode": map[string]any{"language": "PYTHON", "code": a.Code}}, map[string]any{"codeExecutionResult": stepResult(s)}
+	return codePart{executableCode{Code: a.Code, Language: "PYTHON"}}, resultPart{stepResult(s)}
 }
 
-func stepResult(s *gateway.Step) map[string]any {
+func stepResult(s *gateway.Step) codeResult {
 	outcome, output := genai.OutcomeFailed, s.Result.Content
 	if d, ok := s.Result.Detail.(*gateway.CodeExecDetail); ok {
 		switch c := d.Content.(type) {
@@ -548,7 +572,7 @@ func stepResult(s *gateway.Step) map[string]any {
 			}
 		}
 	}
-	return map[string]any{"outcome": outcome, "output": output}
+	return codeResult{Outcome: outcome, Output: output}
 }
 
 func callPart(c *gateway.ToolCall) map[string]any {
@@ -601,7 +625,7 @@ func (rd *renderer) response(res *gateway.Result) map[string]any {
 		switch it.Kind {
 		case gateway.ItemText:
 			if it.Text != "" {
-				parts = append(parts, map[string]any{"text": it.Text})
+				parts = append(parts, textPart{it.Text})
 			}
 		case gateway.ItemClientCall:
 			parts = append(parts, callPart(it.Call))
@@ -640,7 +664,7 @@ func (s *streamer) send(v any) {
 
 func (s *streamer) TextDelta(text string) {
 	if text != "" {
-		s.send(s.rd.chunk([]any{map[string]any{"text": text}}, nil))
+		s.send(s.rd.chunk([]any{textPart{text}}, nil))
 	}
 }
 func (s *streamer) TextDone(string) {}
@@ -653,7 +677,7 @@ func (s *streamer) StepStart(st *gateway.Step) {
 }
 func (s *streamer) StepOutput(*gateway.Step, int, int, string) {}
 func (s *streamer) StepDone(st *gateway.Step) {
-	s.send(s.rd.chunk([]any{map[string]any{"codeExecutionResult": stepResult(st)}}, nil))
+	s.send(s.rd.chunk([]any{resultPart{stepResult(st)}}, nil))
 }
 
 // finish sends the last chunk: no parts, the finish reason and usage.

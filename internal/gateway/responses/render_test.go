@@ -1,6 +1,9 @@
 package responses
 
 import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -50,5 +53,92 @@ func TestNewIDAndRaw(t *testing.T) {
 	c := raw(strings.Repeat("x", 100<<10))
 	if string(a) != `{"t":"<a&b>"}` || string(b) != `[1,2]` || len(c) != 100<<10+2 {
 		t.Errorf("raw: %s %s %d", a, b, len(c))
+	}
+}
+
+// TestEncodeResponse: the response splices its items in with exactly the
+// bytes encoding/json writes for the whole object, streamed and not, with
+// strings before the output field that hold the sequence the splice
+// looks for.
+func TestEncodeResponse(t *testing.T) {
+	hostile := []string{"", `,"output":null`, `x","output":null,"y`, "\"\\\n\u2028<>&\xff", strings.Repeat(`,"output":null`, 50)}
+	items := [][]json.RawMessage{nil, {}, {json.RawMessage(`{"type":"message","content":[{"text":",\"output\":null"}]}`)},
+		{raw(map[string]any{"a": 1}), raw([]any{"b", nil}), raw("c")}}
+	n := 0
+	for _, h := range hostile {
+		for _, its := range items {
+			h := h
+			p := &parsed{model: h, instructions: &h, user: h, metadata: map[string]string{h: h}}
+			m := newMeta(p, h)
+			for _, fail := range []*apiError{nil, {Status: 500, Message: h}} {
+				r := m.response("completed", its, &gateway.Result{}, fail)
+				r.ID = h
+				want := raw(r)
+				if its == nil {
+					// Execute's nil output renders as [] (renderOutput's
+					// is never nil).
+					r.Output = []json.RawMessage{}
+					want = raw(r)
+					r.Output = nil
+				}
+				if got := encodeResponse(r); !bytes.Equal(got, want) {
+					t.Fatalf("encodeResponse:\n got %s\nwant %s", got, want)
+				}
+				if !json.Valid(want) {
+					t.Fatalf("not JSON: %s", want)
+				}
+				// Streamed: the same bytes as the event map.
+				var w1, w2 httptest.ResponseRecorder
+				w1.Body, w2.Body = new(bytes.Buffer), new(bytes.Buffer)
+				s1, s2 := newStreamer(&w1, m), newStreamer(&w2, m)
+				s1.seq, s2.seq = 7, 7
+				r.Output = its
+				if its == nil {
+					r.Output = []json.RawMessage{}
+				}
+				s1.emit("response.completed", event{"response": r})
+				s2.emitResponse("response.completed", r)
+				if w1.Body.String() != w2.Body.String() || s2.seq != 8 {
+					t.Fatalf("emitResponse:\n got %s\nwant %s", w2.Body, w1.Body)
+				}
+				n++
+			}
+		}
+	}
+	t.Logf("%d responses", n)
+}
+
+// BenchmarkEncodeResponse: the response of an 11-step shell run (22
+// items) encoded whole by encoding/json (raw) and with its items spliced
+// in (encodeResponse, what the frontend does).
+func BenchmarkEncodeResponse(b *testing.B) {
+	call := raw(shellCallItem{ID: "sh_0123456789abcdef0123456789abcdef0123456789abcdef", Type: "shell_call", Status: "completed", CallID: "call_0123456789abcdef",
+		Action: shellActionOut{Commands: []string{"python3 -c 'import pandas as pd; print(pd.read_csv(\"/mnt/data/sales.csv\").describe())'"}},
+		Environment: containerRef{Type: "container_reference", ContainerID: "cntr_0123456789abcdef0123456789abcdef"}})
+	code := 0
+	out := raw(shellOutputItem{ID: "sho_0123456789abcdef0123456789abcdef0123456789abcdef", Type: "shell_call_output", Status: "completed", CallID: "call_0123456789abcdef",
+		Output: []tool.CommandOutput{{Stdout: strings.Repeat("count  12.000000\nmean   5.500000\n", 8), Outcome: tool.Outcome{Type: "exit", ExitCode: &code}}}})
+	var items []json.RawMessage
+	for range 11 {
+		items = append(items, call, out)
+	}
+	instr := "You are a data analyst."
+	r := newMeta(&parsed{model: "openai/gpt-5", instructions: &instr}, "cntr_0123456789abcdef0123456789abcdef").response("completed", items, &gateway.Result{}, nil)
+	var ns [2]float64
+	for i, k := range []string{"raw", "spliced"} {
+		b.Run(k, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if k == "raw" {
+					raw(r)
+				} else {
+					encodeResponse(r)
+				}
+			}
+			ns[i] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			if i == 1 && ns[0] > 0 {
+				b.ReportMetric(ns[1]/ns[0], "spliced/raw")
+			}
+		})
 	}
 }

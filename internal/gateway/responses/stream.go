@@ -72,6 +72,11 @@ func (s *streamer) emit(typ string, ev event) {
 	s.seq++
 	s.buf.Reset()
 	fmt.Fprintf(&s.buf, "event: %s\ndata: %s\n\n", typ, raw(ev))
+	s.write()
+}
+
+// write sends the event in s.buf and flushes it.
+func (s *streamer) write() {
 	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
 		s.broken = true
 		return
@@ -79,6 +84,20 @@ func (s *streamer) emit(typ string, ev event) {
 	if err := http.NewResponseController(s.w).Flush(); err != nil {
 		s.broken = true
 	}
+}
+
+// emitResponse is emit(typ, event{"response": r}) (the same bytes: a
+// map's keys are written sorted) with r encoded by encodeResponse, so
+// that the items are not encoded a second time.
+func (s *streamer) emitResponse(typ string, r *response) {
+	if s.broken {
+		return
+	}
+	seq := s.seq
+	s.seq++
+	s.buf.Reset()
+	fmt.Fprintf(&s.buf, "event: %s\ndata: {\"response\":%s,\"sequence_number\":%d,\"type\":%s}\n\n", typ, encodeResponse(r), seq, raw(typ))
+	s.write()
 }
 
 // start sends the headers, response.created and response.in_progress.
@@ -244,12 +263,12 @@ func (s *streamer) complete(res *gateway.Result) {
 	if r.Status == "incomplete" {
 		typ = "response.incomplete"
 	}
-	s.emit(typ, event{"response": r})
+	s.emitResponse(typ, r)
 }
 
 // fail ends the stream with response.failed, the error in the response.
 func (s *streamer) fail(e *apiError, res *gateway.Result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.emit("response.failed", event{"response": s.m.response("failed", s.output(), res, e)})
+	s.emitResponse("response.failed", s.m.response("failed", s.output(), res, e))
 }

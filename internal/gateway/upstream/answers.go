@@ -74,7 +74,7 @@ type responsesEvent struct {
 func rawString(raw json.RawMessage) string {
 	var s string
 	if len(raw) > 0 && raw[0] == '"' {
-		json.Unmarshal(raw, &s)
+		unmarshal(raw, &s)
 	}
 	return s
 }

@@ -263,7 +263,7 @@ func chatStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*
 			return nil, ue
 		}
 		var ch chatChunk
-		if err := json.Unmarshal(ev.data, &ch); err != nil {
+		if err := unmarshal(ev.data, &ch); err != nil {
 			return nil, badAnswer(err)
 		}
 		if t.ID == "" {
@@ -342,14 +342,14 @@ func streamError(data []byte) error {
 	var v struct {
 		Error json.RawMessage `json:"error"`
 	}
-	if json.Unmarshal(data, &v) != nil || len(v.Error) == 0 || string(v.Error) == "null" {
+	if unmarshal(data, &v) != nil || len(v.Error) == 0 || string(v.Error) == "null" {
 		return nil
 	}
 	ue := errorFromBody(http.StatusBadGateway, data)
 	var code struct {
 		Code int `json:"code"`
 	}
-	if json.Unmarshal(v.Error, &code) == nil && code.Code >= 400 && code.Code <= 599 {
+	if unmarshal(v.Error, &code) == nil && code.Code >= 400 && code.Code <= 599 {
 		ue.Status = code.Code
 	}
 	return ue

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/shellgate/shellgate/internal/gateway"
 )
 
@@ -187,6 +189,14 @@ func (c *call) fail(ctx context.Context, err error) error {
 	return &gateway.UpstreamError{Status: http.StatusBadGateway, Type: "connection_error", Message: "upstream connection failed: " + err.Error()}
 }
 
+// unmarshal is encoding/json's Unmarshal with the same semantics — it is
+// the v1 API of the encoding/json/v2 module, which is what encoding/json
+// itself becomes in Go 1.27 — at about half the cost: it decodes in one
+// pass where encoding/json scans the whole value once to validate it and
+// again to decode it, and allocates a fifth as much. Every answer and
+// streamed event of a step is decoded with it (BenchmarkDecodeAnswer).
+func unmarshal(data []byte, v any) error { return jsonv1.Unmarshal(data, v) }
+
 // answerBufs are the buffers non-streamed answers are read into: the
 // decoded views copy what they keep (encoding/json copies strings and
 // RawMessages), so a buffer is reused once its answer is decoded.
@@ -217,7 +227,7 @@ func (c *call) decode(ctx context.Context, v any) error {
 	if buf.Len() > maxAnswer {
 		return &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream answer larger than %d bytes", maxAnswer)}
 	}
-	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
+	if err := unmarshal(buf.Bytes(), v); err != nil {
 		return badAnswer(err)
 	}
 	return nil
@@ -239,12 +249,12 @@ func errorFromBody(status int, body []byte) *gateway.UpstreamError {
 		Code    json.RawMessage `json:"code"`
 		Status  string          `json:"status"` // Gemini's
 	}
-	if json.Unmarshal(body, &env) == nil && len(env.Error) > 0 {
-		if json.Unmarshal(env.Error, &detail) == nil {
+	if unmarshal(body, &env) == nil && len(env.Error) > 0 {
+		if unmarshal(env.Error, &detail) == nil {
 			ue.Message, ue.Type = detail.Message, detail.Type
 			if ue.Type == "" {
 				var code string
-				if json.Unmarshal(detail.Code, &code) == nil {
+				if unmarshal(detail.Code, &code) == nil {
 					ue.Type = code
 				} else {
 					ue.Type = detail.Status
@@ -252,7 +262,7 @@ func errorFromBody(status int, body []byte) *gateway.UpstreamError {
 			}
 		} else {
 			var s string
-			if json.Unmarshal(env.Error, &s) == nil {
+			if unmarshal(env.Error, &s) == nil {
 				ue.Message = s
 			}
 		}
@@ -386,7 +396,7 @@ func schema(raw json.RawMessage) (map[string]any, error) {
 		return map[string]any{"type": "object", "properties": map[string]any{}}, nil
 	}
 	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("tool parameters are not a JSON object: %w", err)
 	}
 	return m, nil

@@ -78,7 +78,9 @@ var answerBodies = map[string]string{
 }
 
 // BenchmarkDecodeAnswer decodes one answer into the official SDK's type
-// (sdk) and into the adapter's lean view (lean), and reports lean ÷ sdk.
+// (sdk), into the adapter's lean view with encoding/json (lean-encjson)
+// and with the package's unmarshal (lean, what the adapters do), and
+// reports lean ÷ sdk and lean ÷ lean-encjson.
 func BenchmarkDecodeAnswer(b *testing.B) {
 	sdk := map[string]func([]byte) error{
 		gateway.APIResponses: func(d []byte) error { var v responses.Response; return json.Unmarshal(d, &v) },
@@ -86,45 +88,44 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 		gateway.APIMessages:  func(d []byte) error { var v anthropic.Message; return json.Unmarshal(d, &v) },
 		gateway.APIGemini:    func(d []byte) error { var v genai.GenerateContentResponse; return json.Unmarshal(d, &v) },
 	}
-	lean := map[string]func([]byte) error{
-		gateway.APIResponses: func(d []byte) error {
-			var v responsesAnswer
-			if err := json.Unmarshal(d, &v); err != nil {
+	leanWith := func(dec func([]byte, any) error) map[string]func([]byte) error {
+		return map[string]func([]byte) error{
+			gateway.APIResponses: func(d []byte) error {
+				var v responsesAnswer
+				if err := dec(d, &v); err != nil {
+					return err
+				}
+				_, err := responsesTurn(&v)
 				return err
-			}
-			_, err := responsesTurn(&v)
-			return err
-		},
-		gateway.APIChat: func(d []byte) error {
-			var v chatAnswer
-			if err := json.Unmarshal(d, &v); err != nil {
+			},
+			gateway.APIChat: func(d []byte) error {
+				var v chatAnswer
+				if err := dec(d, &v); err != nil {
+					return err
+				}
+				_, err := chatTurn(&v)
 				return err
-			}
-			_, err := chatTurn(&v)
-			return err
-		},
-		gateway.APIMessages: func(d []byte) error { var v messagesAnswer; return json.Unmarshal(d, &v) },
-		gateway.APIGemini:   func(d []byte) error { var v geminiAnswer; return json.Unmarshal(d, &v) },
+			},
+			gateway.APIMessages: func(d []byte) error { var v messagesAnswer; return dec(d, &v) },
+			gateway.APIGemini:   func(d []byte) error { var v geminiAnswer; return dec(d, &v) },
+		}
 	}
+	kinds := map[string]map[string]func([]byte) error{"sdk": sdk, "lean-encjson": leanWith(json.Unmarshal), "lean": leanWith(unmarshal)}
 	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages, gateway.APIGemini} {
 		body := []byte(answerBodies[api])
-		var sdkNs float64
-		for _, k := range []string{"sdk", "lean"} {
-			f := sdk[api]
-			if k == "lean" {
-				f = lean[api]
-			}
+		ns := map[string]float64{}
+		for _, k := range []string{"sdk", "lean-encjson", "lean"} {
+			f := kinds[k][api]
 			b.Run(api+"/"+k, func(b *testing.B) {
 				for b.Loop() {
 					if err := f(body); err != nil {
 						b.Fatal(err)
 					}
 				}
-				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-				if k == "sdk" {
-					sdkNs = ns
-				} else if sdkNs > 0 {
-					b.ReportMetric(ns/sdkNs, "lean/sdk")
+				ns[k] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				if k == "lean" && ns["sdk"] > 0 && ns["lean-encjson"] > 0 {
+					b.ReportMetric(ns[k]/ns["sdk"], "lean/sdk")
+					b.ReportMetric(ns[k]/ns["lean-encjson"], "lean/encjson")
 				}
 			})
 		}

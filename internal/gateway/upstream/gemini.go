@@ -164,7 +164,7 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 					}
 				case gateway.PartToolCall:
 					var args map[string]any
-					if json.Unmarshal([]byte(part.Call.Arguments), &args) != nil {
+					if unmarshal([]byte(part.Call.Arguments), &args) != nil {
 						// Gemini's calls carry an object: arguments that
 						// were not one go back as the text the model wrote.
 						args = map[string]any{"_raw_arguments": part.Call.Arguments}
@@ -428,7 +428,7 @@ func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 			return nil, ue
 		}
 		var r geminiAnswer
-		if err := json.Unmarshal(ev.data, &r); err != nil {
+		if err := unmarshal(ev.data, &r); err != nil {
 			return nil, badAnswer(err)
 		}
 		if err := g.add(&r); err != nil {

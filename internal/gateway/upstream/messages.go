@@ -381,11 +381,11 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 					Message string `json:"message"`
 				} `json:"error"`
 			}
-			json.Unmarshal(ev.data, &e)
+			unmarshal(ev.data, &e)
 			return nil, &gateway.UpstreamError{Status: anthropicStatus(e.Error.Type), Type: e.Error.Type, Message: e.Error.Message}
 		}
 		var e messagesEvent
-		if err := json.Unmarshal(ev.data, &e); err != nil {
+		if err := unmarshal(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -189,7 +188,7 @@ func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 		switch it.Type {
 		case "message":
 			var content []responsesContent
-			if err := json.Unmarshal(it.Content, &content); len(it.Content) > 0 && err != nil {
+			if err := unmarshal(it.Content, &content); len(it.Content) > 0 && err != nil {
 				return nil, badAnswer(err)
 			}
 			var text strings.Builder
@@ -284,7 +283,7 @@ func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta
 			return nil, truncated("response.completed")
 		}
 		var e responsesEvent
-		if err := json.Unmarshal(ev.data, &e); err != nil {
+		if err := unmarshal(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {
