@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/shellgate/shellgate/internal/jsonw"
 	"github.com/shellgate/shellgate/internal/tool"
@@ -202,5 +201,5 @@ func ShellResultText(containerID string, outs []tool.CommandOutput, changed []Ch
 		b = append(b, ']')
 	}
 	b = append(b, '}')
-	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
+	return string(b)
 }

@@ -3,11 +3,12 @@ package upstream
 import (
 	"encoding/json"
 	"reflect"
-	"unicode/utf8"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
+
+	"github.com/shellgate/shellgate/internal/jsonw"
 )
 
 // Lean encoders of the conversation elements a tool step adds: the model's
@@ -35,11 +36,11 @@ func leanResponsesItem(b []byte, u *responses.ResponseInputItemUnionParam) ([]by
 			return b, false
 		}
 		b = append(b, `{"arguments":`...)
-		b = appendString(b, fc.Arguments)
+		b = jsonw.AppendString(b, fc.Arguments)
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, fc.CallID)
+		b = jsonw.AppendString(b, fc.CallID)
 		b = append(b, `,"name":`...)
-		b = appendString(b, fc.Name)
+		b = jsonw.AppendString(b, fc.Name)
 		return append(b, `,"type":"function_call"}`...), true
 	case u.OfFunctionCallOutput != nil:
 		o := u.OfFunctionCallOutput
@@ -50,9 +51,9 @@ func leanResponsesItem(b []byte, u *responses.ResponseInputItemUnionParam) ([]by
 			return b, false
 		}
 		b = append(b, `{"output":`...)
-		b = appendString(b, o.Output.OfString.Value)
+		b = jsonw.AppendString(b, o.Output.OfString.Value)
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, o.CallID.Value)
+		b = jsonw.AppendString(b, o.CallID.Value)
 		return append(b, `,"type":"function_call_output"}`...), true
 	}
 	return b, false
@@ -106,11 +107,11 @@ func leanBlock(b []byte, u *anthropic.ContentBlockParamUnion) ([]byte, bool) {
 			return b, false
 		}
 		b = append(b, `{"id":`...)
-		b = appendString(b, t.ID)
+		b = jsonw.AppendString(b, t.ID)
 		b = append(b, `,"input":`...)
 		b = append(b, in...)
 		b = append(b, `,"name":`...)
-		b = appendString(b, t.Name)
+		b = jsonw.AppendString(b, t.Name)
 		return append(b, `,"type":"tool_use"}`...), true
 	case u.OfToolResult != nil:
 		r := u.OfToolResult
@@ -120,7 +121,7 @@ func leanBlock(b []byte, u *anthropic.ContentBlockParamUnion) ([]byte, bool) {
 		}
 		start := len(b)
 		b = append(b, `{"tool_use_id":`...)
-		b = appendString(b, r.ToolUseID)
+		b = jsonw.AppendString(b, r.ToolUseID)
 		if r.IsError.Valid() {
 			b = append(b, `,"is_error":`...)
 			if r.IsError.Value {
@@ -156,7 +157,7 @@ func leanText(b []byte, t *anthropic.TextBlockParam) ([]byte, bool) {
 		return b, false
 	}
 	b = append(b, `{"text":`...)
-	b = appendString(b, t.Text)
+	b = jsonw.AppendString(b, t.Text)
 	return append(b, `,"type":"text"}`...), true
 }
 
@@ -178,60 +179,6 @@ func compactJSON(raw []byte) bool {
 	return true
 }
 
-// appendString appends s as a JSON string the way encoding/json writes it
-// (HTML-safe: <, > and & escaped; U+2028, U+2029 escaped; invalid UTF-8
-// as U+FFFD).
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
 
 // leanGeminiContent appends the JSON of c when it is a content of text,
 // functionCall and text-only functionResponse parts (the model's call and
@@ -257,7 +204,7 @@ func leanGeminiContent(b []byte, c **genai.Content) ([]byte, bool) {
 	b = append(b, ']')
 	if (*c).Role != "" {
 		b = append(b, `,"role":`...)
-		b = appendString(b, (*c).Role)
+		b = jsonw.AppendString(b, (*c).Role)
 	}
 	return append(b, '}'), true
 }
@@ -275,7 +222,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 		sep := false
 		if fc.ID != "" {
 			b = append(b, `"id":`...)
-			b = appendString(b, fc.ID)
+			b = jsonw.AppendString(b, fc.ID)
 			sep = true
 		}
 		if len(fc.Args) > 0 {
@@ -295,7 +242,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `"name":`...)
-			b = appendString(b, fc.Name)
+			b = jsonw.AppendString(b, fc.Name)
 		}
 		return append(b, `}}`...), true
 	case p.FunctionResponse != nil:
@@ -314,25 +261,25 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 		b = append(b, `{"functionResponse":{`...)
 		if fr.ID != "" {
 			b = append(b, `"id":`...)
-			b = appendString(b, fr.ID)
+			b = jsonw.AppendString(b, fr.ID)
 			b = append(b, ',')
 		}
 		if fr.Name != "" {
 			b = append(b, `"name":`...)
-			b = appendString(b, fr.Name)
+			b = jsonw.AppendString(b, fr.Name)
 			b = append(b, ',')
 		}
 		b = append(b, `"response":{"`...)
 		b = append(b, key...)
 		b = append(b, `":`...)
-		b = appendString(b, text)
+		b = jsonw.AppendString(b, text)
 		return append(b, `}}}`...), true
 	default:
 		if p.Text == "" || !onlyFields(p, geminiTextPartFields) {
 			return b, false
 		}
 		b = append(b, `{"text":`...)
-		b = appendString(b, p.Text)
+		b = jsonw.AppendString(b, p.Text)
 		return append(b, '}'), true
 	}
 }

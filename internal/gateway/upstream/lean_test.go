@@ -3,7 +3,6 @@ package upstream
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -11,22 +10,12 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
+
+	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
 )
 
 // leanStrings are texts that exercise every escaping rule.
-func leanStrings() []string {
-	ss := []string{"", "plain", `quote " backslash \ slash /`, "<script>&amp;</script>", "\b\f\n\r\t\x00\x01\x1f\x7f",
-		"é ü 中文 🙂", "\u2028 \u2029", "bad \xff\xfe utf8 \xc3", "\xed\xa0\x80 surrogate", `{"commands":["ls -la"]}`}
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 300 {
-		b := make([]byte, r.IntN(40))
-		for i := range b {
-			b[i] = byte(r.IntN(256))
-		}
-		ss = append(ss, string(b))
-	}
-	return ss
-}
+func leanStrings() []string { return jsonwtest.Strings() }
 
 func TestLeanMatchesSDK(t *testing.T) {
 	check := func(t *testing.T, what string, lean func([]byte) ([]byte, bool), v any, wantLean bool) {
