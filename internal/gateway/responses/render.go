@@ -540,7 +540,7 @@ func encodeResponse(r *response) []byte {
 	if i < 0 {
 		return raw(r) // cannot happen: the struct has the field, without omitempty
 	}
-	n := len(b) + len(items) + 2
+	n := len(b) + len(items) + 3 // +1: room for writeJSON's newline
 	for _, it := range items {
 		n += len(it)
 	}
