@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/shellgate/shellgate/internal/jsonw"
 	"github.com/shellgate/shellgate/internal/tool"
@@ -201,5 +202,7 @@ func ShellResultText(containerID string, outs []tool.CommandOutput, changed []Ch
 		b = append(b, ']')
 	}
 	b = append(b, '}')
-	return string(b)
+	// b is local and never written again: its bytes become the string
+	// without a copy, as strings.Builder.String does.
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
