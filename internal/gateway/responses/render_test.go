@@ -113,7 +113,7 @@ func TestEncodeResponse(t *testing.T) {
 // in (encodeResponse, what the frontend does).
 func BenchmarkEncodeResponse(b *testing.B) {
 	call := raw(shellCallItem{ID: "sh_0123456789abcdef0123456789abcdef0123456789abcdef", Type: "shell_call", Status: "completed", CallID: "call_0123456789abcdef",
-		Action: shellActionOut{Commands: []string{"python3 -c 'import pandas as pd; print(pd.read_csv(\"/mnt/data/sales.csv\").describe())'"}},
+		Action:      shellActionOut{Commands: []string{"python3 -c 'import pandas as pd; print(pd.read_csv(\"/mnt/data/sales.csv\").describe())'"}},
 		Environment: containerRef{Type: "container_reference", ContainerID: "cntr_0123456789abcdef0123456789abcdef"}})
 	code := 0
 	out := raw(shellOutputItem{ID: "sho_0123456789abcdef0123456789abcdef0123456789abcdef", Type: "shell_call_output", Status: "completed", CallID: "call_0123456789abcdef",

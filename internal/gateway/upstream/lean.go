@@ -179,7 +179,6 @@ func compactJSON(raw []byte) bool {
 	return true
 }
 
-
 // leanGeminiContent appends the JSON of c when it is a content of text,
 // functionCall and text-only functionResponse parts (the model's call and
 // its result). genai's types hold maps and slices, so they are not
