@@ -14,9 +14,6 @@ import (
 	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
 )
 
-// leanStrings are texts that exercise every escaping rule.
-func leanStrings() []string { return jsonwtest.Strings() }
-
 func TestLeanMatchesSDK(t *testing.T) {
 	check := func(t *testing.T, what string, lean func([]byte) ([]byte, bool), v any, wantLean bool) {
 		t.Helper()
@@ -47,7 +44,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		check(t, fmt.Sprintf("%+v", m), func(b []byte) ([]byte, bool) { return leanMessage(b, &m) }, m, wantLean)
 	}
 	t.Run("responses", func(t *testing.T) {
-		for _, s := range leanStrings() {
+		for _, s := range jsonwtest.Strings() {
 			responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCall: &responses.ResponseFunctionToolCallParam{
 				CallID: "call_" + s, Name: s, Arguments: s}}, true)
 			out := responses.ResponseInputItemFunctionCallOutputParam{CallID: param.NewOpt(s)}
@@ -70,7 +67,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 			Role: responses.EasyInputMessageRoleUser, Content: responses.EasyInputMessageContentUnionParam{OfString: param.NewOpt("hi")}}}, false)
 	})
 	t.Run("messages", func(t *testing.T) {
-		for _, s := range leanStrings() {
+		for _, s := range jsonwtest.Strings() {
 			input := toolInput(s) // what MessagesParams puts there, valid or not
 			messageCase(t, anthropic.NewAssistantMessage(anthropic.NewTextBlock(s), anthropic.NewToolUseBlock("toolu_"+s, input, s)), true)
 			tr := anthropic.ToolResultBlockParam{ToolUseID: s, IsError: anthropic.Bool(len(s)%2 == 0)}
@@ -94,7 +91,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		check(t, fmt.Sprintf("%+v", c), func(b []byte) ([]byte, bool) { return leanGeminiContent(b, &c) }, c, wantLean)
 	}
 	t.Run("gemini", func(t *testing.T) {
-		for i, s := range leanStrings() {
+		for i, s := range jsonwtest.Strings() {
 			// The arguments as geminiParams makes them: the model's JSON
 			// decoded, or the text it wrote when that is not an object.
 			var args map[string]any
