@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
-	"net"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,18 +22,26 @@ import (
 // Completions pass-through and the model list over HTTP.
 func TestServeProviders(t *testing.T) {
 	bin, data, env := serveBinary(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The model listens on a port of its own choosing and prints it, so
+	// no other process can take it between choosing and binding.
+	up := exec.Command(bin, "scripted-upstream", "--addr", "127.0.0.1:0")
+	stderr, err := up.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	upAddr := ln.Addr().String()
-	ln.Close()
-	up := exec.Command(bin, "scripted-upstream", "--addr", upAddr)
-	var upLogs bytes.Buffer
-	up.Stderr = &upLogs
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
 	}
+	r := bufio.NewReader(stderr)
+	first, err := r.ReadString('\n')
+	m := regexp.MustCompile(`on http://(127\.0\.0\.1:\d+)/v1`).FindStringSubmatch(first)
+	if m == nil {
+		up.Process.Kill()
+		t.Fatalf("scripted-upstream's first line: %q (%v)", first, err)
+	}
+	upAddr := m[1]
+	var upLogs lockedBuffer
+	go io.Copy(&upLogs, r)
 	upDone := make(chan error, 1)
 	go func() { upDone <- up.Wait() }()
 	t.Cleanup(func() {
@@ -71,6 +82,25 @@ func TestServeProviders(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "providers.x.api") {
 		t.Errorf("bad config: %v %s", err, out)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer written by one goroutine while the
+// test may read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func toJSON(v any) string {

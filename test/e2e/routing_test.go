@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -24,13 +23,9 @@ func TestServeRouting(t *testing.T) {
 		"AWS_ACCESS_KEY_ID="+bucket.AccessKey, "AWS_SECRET_ACCESS_KEY="+bucket.SecretKey)
 	// Each address is chosen first, so that its URL can be advertised.
 	node := func(id, data string) (string, *exec.Cmd, chan error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		base, srv, exited, logs := startServeAt(t, bin, data, env, addr, "--node-id", id, "--advertise-url", "http://"+addr)
+		base, srv, exited, logs := startServeFor(t, bin, data, env, func(addr string) []string {
+			return []string{"--node-id", id, "--advertise-url", "http://" + addr}
+		})
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("%s's log:\n%s", id, logs.String())

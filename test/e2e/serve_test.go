@@ -72,19 +72,45 @@ func createKey(t *testing.T, bin string, env []string) string {
 // loopback port and waits for /healthz. exited reports the process's end.
 func startServe(t *testing.T, bin, data string, env []string, extra ...string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
 	t.Helper()
+	return startServeFor(t, bin, data, env, func(string) []string { return extra })
+}
+
+// startServeFor is startServe whose extra flags may name its address
+// (--advertise-url). A port is chosen by binding :0 and closing it, so
+// until serve binds it another process (an outgoing connection of a test
+// running beside this one takes its local port from the same range) may
+// take it: serve then exits with "address already in use", and a new
+// port is tried.
+func startServeFor(t *testing.T, bin, data string, env []string, extra func(addr string) []string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		base, srv, exited, logs, inUse := tryServe(t, bin, data, env, addr, extra(addr))
+		if !inUse {
+			return base, srv, exited, logs
+		}
+		if attempt == 5 {
+			t.Fatalf("serve found its port taken five times: %s", logs)
+		}
+		t.Logf("%s was taken before serve bound it; trying another port", addr)
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return startServeAt(t, bin, data, env, addr, extra...)
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
-// startServeAt is startServe on a given address.
-func startServeAt(t *testing.T, bin, data string, env []string, addr string, extra ...string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer) {
+// tryServe starts serve on addr and waits for /healthz; inUse reports
+// that serve ended because addr was taken.
+func tryServe(t *testing.T, bin, data string, env []string, addr string, extra []string) (base string, srv *exec.Cmd, exited chan error, logs *bytes.Buffer, inUse bool) {
 	t.Helper()
-
 	srv = exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", data, "--runtime", "crun", "--image", "busybox", "--pool", "0"}, extra...)...)
 	srv.Env = env
 	logs = &bytes.Buffer{}
@@ -108,10 +134,21 @@ func startServeAt(t *testing.T, bin, data string, env []string, addr string, ext
 	})
 	base = "http://" + addr
 	for i := 0; ; i++ {
-		if resp, err := http.Get(base + "/healthz"); err == nil {
+		select {
+		case err := <-exited:
+			exited <- err
+			// logs is complete: Wait returns after stderr is copied.
+			if strings.Contains(logs.String(), "address already in use") {
+				return base, srv, exited, logs, true
+			}
+			t.Fatalf("serve ended before it answered /healthz (%v): %s", err, logs)
+		default:
+		}
+		// Bounded: whatever holds the port before serve does may never answer.
+		if resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(base + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return base, srv, exited, logs, false
 			}
 		}
 		if i == 300 {
@@ -119,8 +156,6 @@ func startServeAt(t *testing.T, bin, data string, env []string, addr string, ext
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-
-	return base, srv, exited, logs
 }
 
 // keyFor makes a key with `shellgate keys create`, which prints it as its
