@@ -42,10 +42,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -657,24 +660,50 @@ func podState(p *corev1.Pod) (ready bool, why string, stuck bool) {
 	return false, why, false
 }
 
-// dialAgent retries until the agent listens: Ready means the container
-// started, not that the agent's socket is open yet.
+// dialAgent retries until the agent listens (Ready means the container
+// started, not that the agent's socket is open yet) and, a few times, a
+// handshake that another replica's connection cut short.
 func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credentials) (*agent.Client, error) {
-	for {
+	for cuts := 0; ; {
 		client, err := b.cfg.Dial(ctx, addr, c)
 		if err == nil {
 			return client, nil
 		}
 		var ne *net.OpError
-		if !errors.As(err, &ne) || ne.Op != "dial" {
+		switch {
+		case errors.As(err, &ne) && ne.Op == "dial":
+			// not listening yet: wait for it
+		case cutShort(err) && cuts < maxHandshakeCuts:
+			// The agent serves the newest connection: another replica's,
+			// made during this handshake, took it before its Ready. That
+			// replica may be retrying too: a random wait keeps the two
+			// from meeting again.
+			cuts++
+		default:
 			return nil, err // reached something that refused us: no retry
+		}
+		wait := b.cfg.PollInterval
+		if cuts > 0 {
+			wait = time.Duration(rand.Int64N(int64(2*b.cfg.PollInterval) + 1))
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(b.cfg.PollInterval):
+		case <-time.After(wait):
 		}
 	}
+}
+
+// maxHandshakeCuts is how many times a connection to an agent that ended
+// during its handshake is made again: as often as another replica may
+// take the agent over at the same moment, not so often that an agent
+// refusing the credentials (it closes the connection too) is retried
+// for long.
+const maxHandshakeCuts = 5
+
+// cutShort tells whether err ended a connection that the peer closed.
+func cutShort(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // Exec runs one command in sandbox id's pod.

@@ -146,7 +146,9 @@ func TestReplicasWakeRace(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				// A file call wakes without running a command, so the two
-				// wakes meet without a takeover cutting a command short.
+				// wakes meet without a takeover cutting a command short;
+				// a stat cut short by the other's takeover (the agent
+				// serves one host at a time) is tried again.
 				_, errs[j] = s.StatFile(ctx, "c1", "n")
 			}()
 		}

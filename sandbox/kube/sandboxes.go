@@ -47,7 +47,9 @@ import (
 // Calls on one sandbox run one at a time in this process; across replicas
 // the pod's agent serves one connection at a time, so a call here takes
 // the pod over from another replica, and a command cut short by such a
-// takeover ends with sandbox.ErrBusy, the pod and its home kept.
+// takeover ends with sandbox.ErrBusy, the pod and its home kept (a file
+// call that changes nothing is tried again a few times first; one that
+// writes ends with ErrBusy).
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
