@@ -109,30 +109,50 @@ func TestServeKubernetesConfig(t *testing.T) {
 	}
 
 	kc, _ = apiServer(t, true)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, []string{"--data-dir", t.TempDir(), "--addr", addr, "--log-format", "text", "--config", write(kc)})
-	}()
+	cfgFile := write(kc)
 	var body string
-	for i := 0; i < 200; i++ {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
+	var cancel context.CancelFunc
+	var done chan error
+	// The port is chosen by binding :0 and closing it: until serve binds
+	// it, another process may take it, and then another one is tried.
+	for attempt := 1; body == ""; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("3: serve ended: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		addr := l.Addr().String()
+		l.Close()
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(t.Context())
+		done = make(chan error, 1)
+		go func() {
+			done <- runServe(ctx, []string{"--data-dir", t.TempDir(), "--addr", addr, "--log-format", "text", "--config", cfgFile})
+		}()
+		client := &http.Client{Timeout: 2 * time.Second}
+		retry := false
+	poll:
+		for i := 0; i < 200; i++ {
+			resp, err := client.Get("http://" + addr + "/healthz")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+				break
+			}
+			select {
+			case err := <-done:
+				cancel()
+				if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+					retry = true
+					break poll
+				}
+				t.Fatalf("3: serve ended: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if body == "" && !retry {
+			cancel()
+			t.Fatalf("3: serve did not answer /healthz within 10s: %v", <-done)
 		}
 	}
 	cancel()
