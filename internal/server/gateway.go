@@ -294,10 +294,11 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 	var res gateway.ExecResult
 	err := b.hold(ctx, func(c Container) error {
 		run := &gatewayCall{call: call{s: b.s, id: c.ID, maxChars: p.MaxOutputLength}, box: b, onOutput: onOutput}
-		// ext4 keeps nanoseconds; a file written by the call has a newer
-		// modification time than this (a command may set an older one with
-		// touch -d: then it is not reported, which is all that costs).
-		since := time.Now().Add(-time.Millisecond)
+		// A file written by the call has a modification time not before
+		// this (fileClock: the kernel's own clock for it; a command may set
+		// an older one with touch -d: then it is not reported, which is all
+		// that costs).
+		since := fileClock()
 		b.mu.Lock()
 		unbilled := b.first.IsZero()
 		b.mu.Unlock()
@@ -394,7 +395,7 @@ func (b *gatewayBox) remoteExec(ctx context.Context, rf remoteFiles, p tool.Plan
 // maxChanged is how many changed files a result lists.
 const maxChanged = 10
 
-// changed lists the regular files of the home modified since t, newest
+// changed lists the regular files of the home modified at or after t, newest
 // first, at most maxChanged, looking at the first sandbox.MaxListLimit
 // files of the home (a home with more is reported incompletely rather
 // than walked whole after every call).
@@ -409,7 +410,7 @@ func (b *gatewayBox) changed(ctx context.Context, id string, t time.Time) []gate
 	}
 	var out []gateway.ChangedFile
 	for _, f := range l.Files {
-		if f.ModTime.After(t) {
+		if !f.ModTime.Before(t) {
 			out = append(out, gateway.ChangedFile{ID: CFileID(f.Path), Path: f.Path, Bytes: f.Size, ModTime: f.ModTime})
 		}
 	}
