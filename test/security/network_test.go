@@ -125,9 +125,13 @@ func networkCases(t *testing.T, rt string) {
 		})
 		// By name too: allowed names that resolve to refused addresses.
 		out := run("star", "for h in meta.test meta6.test private.test self.test; do curl -s --max-time 10 -o /dev/null http://$h/; echo $h $?; done")
+		// Normally the proxy takes the connection and resets it once it
+		// sees the name's address is refused (56, 52); once in many full
+		// runs a connection was refused before it (7, could not connect):
+		// not reached either way.
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if !strings.HasSuffix(l, " 56") && !strings.HasSuffix(l, " 52") {
-				t.Errorf("%q: want a reset (56 or 52)", l)
+			if !strings.HasSuffix(l, " 56") && !strings.HasSuffix(l, " 52") && !strings.HasSuffix(l, " 7") {
+				t.Errorf("%q: want a reset (56 or 52) or a refused connection (7)", l)
 			}
 		}
 	})
