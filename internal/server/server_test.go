@@ -20,6 +20,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
+	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
@@ -39,24 +40,7 @@ type env struct {
 	data string // the data directory
 	keyA string // account acme, workspace a
 	keyB string // account acme, workspace b
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testenv.Buffer
 }
 
 // newServer builds a server on runtime rt and image img without serving it.
@@ -81,7 +65,7 @@ func newServerOn(t testing.TB, mgr sandbox.Backend, data string, mut ...func(*Co
 // opened itself.
 func newServerOnStore(t testing.TB, mgr sandbox.Backend, data string, st *sqlstore.DB, mut ...func(*Config)) *env {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	b := StoreBackend{St: st}
 	runner, err := jsrun.NewRunner(jsrun.Config{Secret: []byte(strings.Repeat("k", 32)), Store: st.Continuations(), Audience: "shellgate-eval", OrderedObjects: true})
 	if err != nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"os"
@@ -10,10 +9,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/testenv"
 )
 
 // TestServeProviders runs the binary as the README's Providers section
@@ -40,7 +40,7 @@ func TestServeProviders(t *testing.T) {
 		t.Fatalf("scripted-upstream's first line: %q (%v)", first, err)
 	}
 	upAddr := m[1]
-	var upLogs lockedBuffer
+	var upLogs testenv.Buffer
 	go io.Copy(&upLogs, r)
 	upDone := make(chan error, 1)
 	go func() { upDone <- up.Wait() }()
@@ -82,25 +82,6 @@ func TestServeProviders(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "providers.x.api") {
 		t.Errorf("bad config: %v %s", err, out)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer written by one goroutine while the
-// test may read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func toJSON(v any) string {
