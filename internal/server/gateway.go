@@ -198,6 +198,12 @@ type gatewayBox struct {
 	useID string
 	// billed is the cost Close billed (written or not).
 	billed int64
+	// known are files of the home whose current version (path and
+	// modification time) is no news: written through the host by this
+	// request (an upload, an editor call) or already reported. Files are
+	// stamped by a clock that advances once a tick (fileClock), so one
+	// written in the same tick just before a call would look written by it.
+	known map[string]time.Time
 	// elsewhere: a step of this request found the container awake on
 	// another node (see away).
 	elsewhere bool
@@ -395,7 +401,8 @@ func (b *gatewayBox) remoteExec(ctx context.Context, rf remoteFiles, p tool.Plan
 // maxChanged is how many changed files a result lists.
 const maxChanged = 10
 
-// changed lists the regular files of the home modified at or after t, newest
+// changed lists the regular files of the home modified at or after t and
+// not known at that version (gatewayBox.known), newest
 // first, at most maxChanged, looking at the first sandbox.MaxListLimit
 // files of the home (a home with more is reported incompletely rather
 // than walked whole after every call).
@@ -409,14 +416,22 @@ func (b *gatewayBox) changed(ctx context.Context, id string, t time.Time) []gate
 		return nil
 	}
 	var out []gateway.ChangedFile
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, f := range l.Files {
-		if !f.ModTime.Before(t) {
+		if m, ok := b.known[f.Path]; !f.ModTime.Before(t) && !(ok && m.Equal(f.ModTime)) {
 			out = append(out, gateway.ChangedFile{ID: CFileID(f.Path), Path: f.Path, Bytes: f.Size, ModTime: f.ModTime})
 		}
 	}
 	slices.SortFunc(out, func(x, y gateway.ChangedFile) int { return y.ModTime.Compare(x.ModTime) })
 	if len(out) > maxChanged {
 		out = out[:maxChanged]
+	}
+	if len(out) > 0 && b.known == nil {
+		b.known = map[string]time.Time{}
+	}
+	for _, f := range out {
+		b.known[f.Path] = f.ModTime
 	}
 	return out
 }
@@ -491,6 +506,9 @@ func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) er
 					err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
 				}
 			}
+			if err == nil {
+				b.wrote(ctx, c.ID, path)
+			}
 			rf, remote = b.moved(ctx, c.ID, err)
 		}
 		if remote {
@@ -503,6 +521,21 @@ func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) er
 		}
 		return gatewayErr(err)
 	})
+}
+
+// wrote records the file at rel, just written through the host, as known
+// (a failed stat leaves it reportable, which is all that costs).
+func (b *gatewayBox) wrote(ctx context.Context, id, rel string) {
+	fi, err := b.s.mgr.StatFile(ctx, id, rel)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.known == nil {
+		b.known = map[string]time.Time{}
+	}
+	b.known[fi.Path] = fi.ModTime
 }
 
 func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, error) {
@@ -521,6 +554,9 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
 					_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
 				}
+			}
+			if err == nil {
+				b.wrote(ctx, c.ID, rel)
 			}
 			rf, remote = b.moved(ctx, c.ID, err)
 		}
