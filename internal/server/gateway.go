@@ -427,11 +427,8 @@ func (b *gatewayBox) changed(ctx context.Context, id string, t time.Time) []gate
 	if len(out) > maxChanged {
 		out = out[:maxChanged]
 	}
-	if len(out) > 0 && b.known == nil {
-		b.known = map[string]time.Time{}
-	}
 	for _, f := range out {
-		b.known[f.Path] = f.ModTime
+		b.know(f.Path, f.ModTime)
 	}
 	return out
 }
@@ -532,10 +529,15 @@ func (b *gatewayBox) wrote(ctx context.Context, id, rel string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.know(fi.Path, fi.ModTime)
+}
+
+// know records path's version as known; b.mu is held.
+func (b *gatewayBox) know(path string, mtime time.Time) {
 	if b.known == nil {
 		b.known = map[string]time.Time{}
 	}
-	b.known[fi.Path] = fi.ModTime
+	b.known[path] = mtime
 }
 
 func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, error) {
