@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
@@ -100,7 +99,7 @@ func (s *Sandboxes) retryTakenOver(ctx context.Context, call func() error) error
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(rand.Int64N(int64(2*s.b.cfg.PollInterval) + 1))):
+		case <-time.After(s.b.randomWait()):
 		}
 		err = call()
 	}

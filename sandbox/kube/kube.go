@@ -684,7 +684,7 @@ func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credential
 		}
 		wait := b.cfg.PollInterval
 		if cuts > 0 {
-			wait = time.Duration(rand.Int64N(int64(2*b.cfg.PollInterval) + 1))
+			wait = b.randomWait()
 		}
 		select {
 		case <-ctx.Done():
@@ -692,6 +692,13 @@ func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credential
 		case <-time.After(wait):
 		}
 	}
+}
+
+// randomWait is a wait between 0 and twice the poll interval, before
+// trying again what another replica's call cut short: that replica may be
+// trying again too, and at a fixed interval the two would meet again.
+func (b *Backend) randomWait() time.Duration {
+	return time.Duration(rand.Int64N(int64(2*b.cfg.PollInterval) + 1))
 }
 
 // maxHandshakeCuts is how many times a connection to an agent that ended
