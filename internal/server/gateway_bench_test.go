@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -154,18 +155,132 @@ type stepSample struct {
 	// each side (the commands themselves, whose jitter under load is most
 	// of wall's noise).
 	bare time.Duration
+	// own and exch are each step's own time and upstream exchange (see
+	// stepClock), [0] the gateway's and [1] the direct side's.
+	own, exch [2][]time.Duration
 }
 
-// timedExec is an Executor that adds up the time its commands take.
+// timedExec is an Executor that adds up the time its commands take, and
+// records each in clock.
 type timedExec struct {
-	ex tool.Executor
-	d  time.Duration
+	ex    tool.Executor
+	d     time.Duration
+	clock *stepClock
 }
 
 func (t *timedExec) Exec(ctx context.Context, name string, cmd sandbox.Command) (sandbox.Result, error) {
 	t0 := time.Now()
 	res, err := t.ex.Exec(ctx, name, cmd)
 	t.d += time.Since(t0)
+	t.clock.add(true, t0, time.Now())
+	return res, err
+}
+
+// stepClock is the timeline of the request being measured: its upstream
+// exchanges (from the HTTP client's RoundTrip to the answer's last byte
+// read) and its commands (Manager.Exec), in order. What a side does in a
+// step beyond the command and the upstream call is the gap between the
+// model's answer and the next request to the model, less the commands run
+// in it: on the gateway's side, decoding the answer, the loop, the tool's
+// bookkeeping, the result and encoding the next request; on the direct
+// side, the library's RunShell (the same Manager.Exec) and nothing else.
+type stepClock struct {
+	mu     sync.Mutex
+	events []clockEvent
+}
+
+type clockEvent struct {
+	cmd        bool // else an upstream exchange
+	start, end time.Time
+}
+
+func (c *stepClock) add(cmd bool, start, end time.Time) {
+	c.mu.Lock()
+	c.events = append(c.events, clockEvent{cmd, start, end})
+	c.mu.Unlock()
+}
+
+// take returns the events recorded since the last take and forgets them.
+func (c *stepClock) take() []clockEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ev := c.events
+	c.events = nil
+	return ev
+}
+
+// stepGaps splits a request's timeline into its steps: for each exchange after
+// the first, own is the gap since the previous exchange's answer less the
+// commands in it, exch the exchange's own duration.
+func stepGaps(ev []clockEvent) (own, exch []time.Duration) {
+	var prev time.Time
+	var cmds time.Duration
+	for _, e := range ev {
+		switch {
+		case e.cmd:
+			cmds += e.end.Sub(e.start)
+		case !prev.IsZero():
+			own = append(own, e.start.Sub(prev)-cmds)
+			exch = append(exch, e.end.Sub(e.start))
+			fallthrough
+		default:
+			prev, cmds = e.end, 0
+		}
+	}
+	return own, exch
+}
+
+// clockTransport records each exchange of its client in clock: from
+// RoundTrip to the read that ends the answer's body (or its Close).
+type clockTransport struct {
+	rt    http.RoundTripper
+	clock *stepClock
+}
+
+func (t clockTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.rt.RoundTrip(r)
+	if err == nil {
+		resp.Body = &clockBody{ReadCloser: resp.Body, start: start, clock: t.clock}
+	}
+	return resp, err
+}
+
+type clockBody struct {
+	io.ReadCloser
+	start time.Time
+	clock *stepClock
+	done  bool
+}
+
+func (b *clockBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.done {
+		b.done = true
+		b.clock.add(false, b.start, time.Now())
+	}
+	return n, err
+}
+
+func (b *clockBody) Close() error {
+	if !b.done {
+		b.done = true
+		b.clock.add(false, b.start, time.Now())
+	}
+	return b.ReadCloser.Close()
+}
+
+// clockBackend is the server's sandbox backend with each command recorded
+// in clock (around the same Manager.Exec as timedExec's).
+type clockBackend struct {
+	sandbox.Backend
+	clock *stepClock
+}
+
+func (c clockBackend) Exec(ctx context.Context, name string, cmd sandbox.Command) (sandbox.Result, error) {
+	t0 := time.Now()
+	res, err := c.Backend.Exec(ctx, name, cmd)
+	c.clock.add(true, t0, time.Now())
 	return res, err
 }
 
@@ -215,9 +330,31 @@ func commandTime(b *testing.B, s *Server) time.Duration {
 // varies by milliseconds from one run to the next, which no pairing of
 // gateway and direct requests cancels; without it the estimate is stable
 // enough to compare with a 100 µs target.
+//
+// step-own-µs measures the same thing step by step instead of as a slope:
+// each side's timeline (stepClock: every upstream exchange, from the HTTP
+// client's RoundTrip to its answer's last byte, and every Manager.Exec)
+// gives, for each step, the time from the model's answer to the next
+// request to the model less the commands in between; step-own-µs is the
+// median, over every step of every request, of the gateway's value less
+// its direct twin's for the same step (step-gw-µs and step-direct-µs are
+// the two sides' own medians). It leaves out what the slope also charges
+// to the gateway outside the steps (rendering and writing a longer answer
+// at the end), and step-exch-µs shows whether the gateway's exchanges
+// themselves take longer than the direct side's (median difference, same
+// steps). Hundreds of short intervals, each measured where it happens, make
+// it far steadier than the slope between two requests' wall times.
 func BenchmarkGatewayStep(b *testing.B) {
 	var ps []upstream.Provider
 	var models [2]*scripted.Server
+	clock := &stepClock{}
+	// Both sides' upstream clients: the same transport settings, each
+	// exchange recorded.
+	newClient := func() *http.Client {
+		return &http.Client{Transport: clockTransport{rt: &http.Transport{MaxIdleConnsPerHost: 8}, clock: clock}}
+	}
+	upClient := newClient()
+	b.Cleanup(upClient.CloseIdleConnections)
 	for i, n := range gatewaySteps {
 		models[i] = scripted.NewServer(stepScript(n))
 		b.Cleanup(models[i].Close)
@@ -227,12 +364,17 @@ func BenchmarkGatewayStep(b *testing.B) {
 				base = models[i].URL + "/v1beta"
 			}
 			ps = append(ps, upstream.Provider{Name: fmt.Sprintf("%s%d", api, n), API: api,
-				Endpoint: upstream.Endpoint{BaseURL: base, APIKey: "sk-scripted", Timeout: 30 * time.Second}})
+				Endpoint: upstream.Endpoint{BaseURL: base, APIKey: "sk-scripted", Timeout: 30 * time.Second, Client: upClient}})
 		}
 	}
-	e := newEnv(b, "crun", "busybox", func(c *Config) { c.Models = upstream.NewProviders(ps...) })
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	e := newEnv(b, "crun", "busybox", func(c *Config) {
+		c.Models = upstream.NewProviders(ps...)
+		c.Sandboxes = clockBackend{Backend: c.Sandboxes, clock: clock}
+	})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}} // the client's, to the gateway
 	b.Cleanup(client.CloseIdleConnections)
+	directClient := newClient() // the direct side's, to the model
+	b.Cleanup(directClient.CloseIdleConnections)
 	for _, api := range []string{"responses", "messages", "gemini"} {
 		b.Run(api, func(b *testing.B) {
 			c := e.create(e.keyA, "bench-"+api)
@@ -265,10 +407,10 @@ func BenchmarkGatewayStep(b *testing.B) {
 				if len(rs) != n+1 {
 					b.Fatalf("the gateway made %d upstream calls, want %d", len(rs), n+1)
 				}
-				timed := &timedExec{ex: e.mgr}
+				timed := &timedExec{ex: e.mgr, clock: clock}
 				direct := func() {
 					for i, r := range rs {
-						if err := post(client, model.URL+r.path, r.body, r.hdr); err != nil {
+						if err := post(directClient, model.URL+r.path, r.body, r.hdr); err != nil {
 							b.Fatal(err)
 						}
 						if i < n {
@@ -288,25 +430,32 @@ func BenchmarkGatewayStep(b *testing.B) {
 					if swap {
 						order = []int{1, 0}
 					}
+					var own, exch [2][]time.Duration
 					for _, k := range order {
 						f := []func(){viaGateway, direct}[k]
 						x0 := commandTime(b, e.srv)
 						timed.d = 0
+						clock.take()
 						a0, c0, t0 := allocs(), cpuTime(), time.Now()
 						f()
 						wall[k], cpu[k], objs[k] = time.Since(t0), cpuTime()-c0, allocs()-a0
+						own[k], exch[k] = stepGaps(clock.take())
+						if len(own[k]) != n {
+							b.Fatalf("the timeline has %d steps, want %d", len(own[k]), n)
+						}
 						cmds[k] = timed.d
 						if k == 0 {
 							cmds[k] = commandTime(b, e.srv) - x0
 						}
 					}
 					return stepSample{wall: wall[0] - wall[1], cpu: cpu[0] - cpu[1], allocs: int64(objs[0]) - int64(objs[1]),
-						gw: wall[0], dir: wall[1], bare: (wall[0] - cmds[0]) - (wall[1] - cmds[1])}
+						gw: wall[0], dir: wall[1], bare: (wall[0] - cmds[0]) - (wall[1] - cmds[1]), own: own, exch: exch}
 				}
 			}
 			steps := gatewaySteps[1] - gatewaySteps[0]
 			var perStep, perReq, cpuStep, cpuReq, objStep, objReq, bareStep, bareReq []float64
 			var gw, dir []time.Duration
+			var ownGw, ownDir, ownDiff, exchDiff []float64
 			// The order of the gateway request and its direct twin
 			// alternates from one iteration to the next, so that neither
 			// side always gets the warmer caches of running second.
@@ -321,6 +470,13 @@ func BenchmarkGatewayStep(b *testing.B) {
 				cpuStep, cpuReq = append(cpuStep, cs), append(cpuReq, us(s0.cpu)-cs)
 				objStep, objReq = append(objStep, os), append(objReq, float64(s0.allocs)-os)
 				gw, dir = append(gw, s1.gw), append(dir, s1.dir)
+				for _, s := range []stepSample{s0, s1} {
+					for k := range s.own[0] {
+						ownGw, ownDir = append(ownGw, us(s.own[0][k])), append(ownDir, us(s.own[1][k]))
+						ownDiff = append(ownDiff, us(s.own[0][k]-s.own[1][k]))
+						exchDiff = append(exchDiff, us(s.exch[0][k]-s.exch[1][k]))
+					}
+				}
 				bs := us(s1.bare-s0.bare) / float64(steps)
 				bareStep, bareReq = append(bareStep, bs), append(bareReq, us(s0.bare)-bs)
 			}
@@ -331,6 +487,10 @@ func BenchmarkGatewayStep(b *testing.B) {
 			b.ReportMetric(median(perReq), "overhead-µs/request")
 			b.ReportMetric(median(bareStep), "excl-cmd-µs/step")
 			b.ReportMetric(median(bareReq), "excl-cmd-µs/request")
+			b.ReportMetric(median(ownGw), "step-gw-µs")
+			b.ReportMetric(median(ownDir), "step-direct-µs")
+			b.ReportMetric(median(ownDiff), "step-own-µs")
+			b.ReportMetric(median(exchDiff), "step-exch-µs")
 			b.ReportMetric(median(cpuStep), "cpu-µs/step")
 			b.ReportMetric(median(cpuReq), "cpu-µs/request")
 			b.ReportMetric(median(objStep), "allocs/step")
