@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
@@ -362,9 +361,7 @@ func streamError(data []byte) error {
 // between two reads of the body; closing the body releases the call.
 // Errors are those of Turn: *gateway.UpstreamError 502/504, or ctx's.
 func (c *Chat) Forward(ctx context.Context, body []byte) (*http.Response, error) {
-	cl := &call{limit: c.timeout()}
-	cl.ctx, cl.cancel = context.WithCancelCause(ctx)
-	cl.timer = time.AfterFunc(cl.limit, func() { cl.cancel(errTimeout) })
+	cl := c.startCall(ctx)
 	req, err := http.NewRequestWithContext(cl.ctx, http.MethodPost, c.url("/chat/completions"), bytes.NewReader(body))
 	if err != nil {
 		cl.close()

@@ -106,23 +106,35 @@ var jsonContentType = []string{"application/json"}
 var errTimeout = errors.New("upstream timeout")
 
 // call is one HTTP exchange with the upstream, bounded by the provider's
-// timeout: the timer runs until the answer is read (non-streamed) or is
-// reset by every event (streamed, via touch).
+// timeout: its deadline (see watch) runs until the answer is read
+// (non-streamed) or is restarted by every event (streamed, via touch).
 type call struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer
 	limit  time.Duration
 	resp   *http.Response
 	body   io.Closer // resp's own body, when resp.Body was replaced (Forward)
+
+	// The call's place in its watch (w.mu guards them).
+	w          *watch
+	deadline   time.Time
+	watched    bool
+	prev, next *call
+}
+
+// startCall starts an exchange bounded by e's timeout.
+func (e *Endpoint) startCall(ctx context.Context) *call {
+	c := &call{limit: e.timeout()}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	c.w = watchFor(c.limit)
+	c.w.add(c)
+	return c
 }
 
 // post sends body to path and returns the exchange with a 2xx answer, or
 // the error the adapter returns (an *UpstreamError or ctx's error).
 func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.Header) (*call, error) {
-	c := &call{limit: e.timeout()}
-	c.ctx, c.cancel = context.WithCancelCause(ctx)
-	c.timer = time.AfterFunc(c.limit, func() { c.cancel(errTimeout) })
+	c := e.startCall(ctx)
 	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, e.url(path), bytes.NewReader(body))
 	if err != nil {
 		c.close()
@@ -156,12 +168,12 @@ func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.
 }
 
 // touch restarts the timeout (a streamed event arrived).
-func (c *call) touch() { c.timer.Reset(c.limit) }
+func (c *call) touch() { c.w.touch(c) }
 
-// close ends the exchange: the timer stopped, the body closed, the
+// close ends the exchange: the deadline removed, the body closed, the
 // request's context released.
 func (c *call) close() {
-	c.timer.Stop()
+	c.w.remove(c)
 	switch {
 	case c.body != nil:
 		c.body.Close()
