@@ -9,13 +9,19 @@ import "unicode/utf8"
 // AppendString appends s as a JSON string the way encoding/json writes it
 // (HTML-safe: <, > and & escaped; U+2028, U+2029 escaped; invalid UTF-8
 // as U+FFFD).
-func AppendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte { return appendString(b, s, true) }
+
+// AppendStringNoHTML is AppendString as an encoding/json Encoder with
+// SetEscapeHTML(false) writes it: <, > and & as they are.
+func AppendStringNoHTML(b []byte, s string) []byte { return appendString(b, s, false) }
+
+func appendString(b []byte, s string, escapeHTML bool) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!escapeHTML || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}

@@ -1,7 +1,9 @@
 package jsonw_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/jsonw"
@@ -22,6 +24,16 @@ func FuzzAppendString(f *testing.F) {
 }
 
 func check(t *testing.T, s string) {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(jsonw.AppendStringNoHTML(nil, s)), strings.TrimSuffix(buf.String(), "\n"); got != want {
+		t.Fatalf("AppendStringNoHTML(%q) = %q, want %q", s, got, want)
+	}
 	want, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
