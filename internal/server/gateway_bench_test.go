@@ -331,19 +331,23 @@ func commandTime(b *testing.B, s *Server) time.Duration {
 // gateway and direct requests cancels; without it the estimate is stable
 // enough to compare with a 100 µs target.
 //
-// step-own-µs measures the same thing step by step instead of as a slope:
-// each side's timeline (stepClock: every upstream exchange, from the HTTP
-// client's RoundTrip to its answer's last byte, and every Manager.Exec)
-// gives, for each step, the time from the model's answer to the next
-// request to the model less the commands in between; step-own-µs is the
-// median, over every step of every request, of the gateway's value less
-// its direct twin's for the same step (step-gw-µs and step-direct-µs are
-// the two sides' own medians). It leaves out what the slope also charges
-// to the gateway outside the steps (rendering and writing a longer answer
-// at the end), and step-exch-µs shows whether the gateway's exchanges
-// themselves take longer than the direct side's (median difference, same
-// steps). Hundreds of short intervals, each measured where it happens, make
-// it far steadier than the slope between two requests' wall times.
+// step-total-µs measures the same thing step by step instead of as a
+// slope: each side's timeline (stepClock: every upstream exchange, from the
+// HTTP client's RoundTrip to its answer's last byte, and every
+// Manager.Exec) gives, for each step, the time from the model's answer to
+// the next request to the model less the commands in between (its own
+// time) and the next exchange's duration; step-total-µs is the median,
+// over every step of every request, of the gateway's own time plus
+// exchange less its direct twin's for the same step. Its two parts are
+// step-own-µs (the own times' difference: decoding, the loop, the tool's
+// bookkeeping, encoding) and step-exch-µs (the exchanges' difference: the
+// same bytes, so only what the gateway's state does to the HTTP exchange,
+// e.g. which threads are awake), each a median of per-step differences;
+// step-gw-µs and step-direct-µs are the two sides' own times. It leaves
+// out what the slope also charges to the gateway outside the steps
+// (rendering and writing a longer answer at the end). Hundreds of short
+// intervals, each measured where it happens, make it steadier than the
+// slope between two requests' wall times.
 func BenchmarkGatewayStep(b *testing.B) {
 	var ps []upstream.Provider
 	var models [2]*scripted.Server
@@ -455,7 +459,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 			steps := gatewaySteps[1] - gatewaySteps[0]
 			var perStep, perReq, cpuStep, cpuReq, objStep, objReq, bareStep, bareReq []float64
 			var gw, dir []time.Duration
-			var ownGw, ownDir, ownDiff, exchDiff []float64
+			var ownGw, ownDir, ownDiff, exchDiff, totalDiff []float64
 			// The order of the gateway request and its direct twin
 			// alternates from one iteration to the next, so that neither
 			// side always gets the warmer caches of running second.
@@ -475,6 +479,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 						ownGw, ownDir = append(ownGw, us(s.own[0][k])), append(ownDir, us(s.own[1][k]))
 						ownDiff = append(ownDiff, us(s.own[0][k]-s.own[1][k]))
 						exchDiff = append(exchDiff, us(s.exch[0][k]-s.exch[1][k]))
+						totalDiff = append(totalDiff, us(s.own[0][k]+s.exch[0][k]-s.own[1][k]-s.exch[1][k]))
 					}
 				}
 				bs := us(s1.bare-s0.bare) / float64(steps)
@@ -487,6 +492,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 			b.ReportMetric(median(perReq), "overhead-µs/request")
 			b.ReportMetric(median(bareStep), "excl-cmd-µs/step")
 			b.ReportMetric(median(bareReq), "excl-cmd-µs/request")
+			b.ReportMetric(median(totalDiff), "step-total-µs")
 			b.ReportMetric(median(ownGw), "step-gw-µs")
 			b.ReportMetric(median(ownDir), "step-direct-µs")
 			b.ReportMetric(median(ownDiff), "step-own-µs")
