@@ -175,6 +175,11 @@ func decodeArgs(raw string, v any, shape string) error {
 		return nil
 	}
 	reflect.ValueOf(v).Elem().SetZero()
+	return decodeArgsDecoder(raw, v, shape)
+}
+
+// decodeArgsDecoder is decodeArgs with encoding/json's Decoder alone.
+func decodeArgsDecoder(raw string, v any, shape string) error {
 	dec := json.NewDecoder(strings.NewReader(raw))
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("arguments are not a JSON object of the form %s: %v", shape, err)
