@@ -16,7 +16,6 @@ import (
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/shellgate/shellgate/internal/jsonw"
-
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
