@@ -13,7 +13,9 @@ import (
 // back, a removed call is never cancelled, and the watch keeps working
 // after it emptied (its timer left armed for a deadline that is gone).
 func TestWatch(t *testing.T) {
-	const limit = 150 * time.Millisecond
+	// Long enough that a loaded machine oversleeping the test's own
+	// sleeps (a third of it) does not reorder the events.
+	const limit = time.Second
 	w := &watch{limit: limit}
 	start := func() *call {
 		c := &call{limit: limit, w: w}
