@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/jsonr"
 )
 
 // Lean views of the upstream answers the adapters read: only the fields
@@ -73,7 +74,7 @@ type responsesEvent struct {
 // rawString is raw as a JSON string, "" when it is not one.
 func rawString(raw json.RawMessage) string {
 	var s string
-	if len(raw) > 0 && raw[0] == '"' {
+	if len(raw) > 0 && raw[0] == '"' && !jsonr.Decode(raw, func(r *jsonr.Reader) bool { return r.Str(&s) }) {
 		unmarshal(raw, &s)
 	}
 	return s
@@ -81,23 +82,29 @@ func rawString(raw json.RawMessage) string {
 
 // chatAnswer is a Chat Completions response.
 type chatAnswer struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Choices []struct {
-		FinishReason string `json:"finish_reason"`
-		Message      struct {
-			Content   string `json:"content"`
-			Refusal   string `json:"refusal"`
-			ToolCalls []struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"message"`
-	} `json:"choices"`
-	Usage chatUsageJSON `json:"usage"`
+	ID      string        `json:"id"`
+	Model   string        `json:"model"`
+	Choices []chatChoice  `json:"choices"`
+	Usage   chatUsageJSON `json:"usage"`
+}
+
+// chatChoice is a choice of a Chat Completions response.
+type chatChoice struct {
+	FinishReason string `json:"finish_reason"`
+	Message      struct {
+		Content   string         `json:"content"`
+		Refusal   string         `json:"refusal"`
+		ToolCalls []chatToolCall `json:"tool_calls"`
+	} `json:"message"`
+}
+
+// chatToolCall is a tool call of a Chat Completions message.
+type chatToolCall struct {
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 // chatUsageJSON is Chat Completions' usage; PromptTokens is nil when the
@@ -150,17 +157,20 @@ type chatChunk struct {
 
 // messagesAnswer is a Messages API message.
 type messagesAnswer struct {
-	ID         string `json:"id"`
-	Model      string `json:"model"`
-	StopReason string `json:"stop_reason"`
-	Content    []struct {
-		Type  string          `json:"type"`
-		Text  string          `json:"text"`
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
-	} `json:"content"`
-	Usage messagesUsageJSON `json:"usage"`
+	ID         string            `json:"id"`
+	Model      string            `json:"model"`
+	StopReason string            `json:"stop_reason"`
+	Content    []messagesBlock   `json:"content"`
+	Usage      messagesUsageJSON `json:"usage"`
+}
+
+// messagesBlock is a content block of a Messages API message.
+type messagesBlock struct {
+	Type  string          `json:"type"`
+	Text  string          `json:"text"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
 }
 
 // messagesUsageJSON is the Messages API's usage.

@@ -16,17 +16,10 @@ import (
 func geminiFromSDK(r *genai.GenerateContentResponse) geminiAnswer {
 	a := geminiAnswer{ResponseID: r.ResponseID, ModelVersion: r.ModelVersion}
 	if pf := r.PromptFeedback; pf != nil {
-		a.PromptFeedback = &struct {
-			BlockReason genai.BlockedReason `json:"blockReason"`
-		}{pf.BlockReason}
+		a.PromptFeedback = &geminiPromptFeedback{pf.BlockReason}
 	}
 	if u := r.UsageMetadata; u != nil {
-		a.UsageMetadata = &struct {
-			CachedContentTokenCount int32 `json:"cachedContentTokenCount"`
-			CandidatesTokenCount    int32 `json:"candidatesTokenCount"`
-			PromptTokenCount        int32 `json:"promptTokenCount"`
-			ThoughtsTokenCount      int32 `json:"thoughtsTokenCount"`
-		}{u.CachedContentTokenCount, u.CandidatesTokenCount, u.PromptTokenCount, u.ThoughtsTokenCount}
+		a.UsageMetadata = &geminiUsage{u.CachedContentTokenCount, u.CandidatesTokenCount, u.PromptTokenCount, u.ThoughtsTokenCount}
 	}
 	if r.Candidates != nil {
 		a.Candidates = []geminiCandidate{}
@@ -34,20 +27,14 @@ func geminiFromSDK(r *genai.GenerateContentResponse) geminiAnswer {
 	for _, c := range r.Candidates {
 		gc := geminiCandidate{FinishReason: c.FinishReason}
 		if c.Content != nil {
-			gc.Content = &struct {
-				Parts []geminiAnswerPart `json:"parts"`
-			}{Parts: []geminiAnswerPart{}}
+			gc.Content = &geminiContent{Parts: []geminiAnswerPart{}}
 			if c.Content.Parts == nil {
 				gc.Content.Parts = nil
 			}
 			for _, p := range c.Content.Parts {
 				gp := geminiAnswerPart{Thought: p.Thought, Text: p.Text}
 				if fc := p.FunctionCall; fc != nil {
-					gp.FunctionCall = &struct {
-						ID   string         `json:"id"`
-						Args map[string]any `json:"args"`
-						Name string         `json:"name"`
-					}{fc.ID, fc.Args, fc.Name}
+					gp.FunctionCall = &geminiCall{fc.ID, fc.Args, fc.Name}
 				}
 				gc.Content.Parts = append(gc.Content.Parts, gp)
 			}

@@ -218,7 +218,8 @@ var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // huge answer's buffer is left to the GC rather than kept).
 const maxPooledAnswer = 1 << 20
 
-// decode reads a non-streamed answer, capped, and decodes it into v: the
+// decode reads a non-streamed answer, capped, and decodes it into v (with
+// decodeAnswer): the
 // exchange's error (see fail) when the read fails, badAnswer when it does
 // not decode.
 func (c *call) decode(ctx context.Context, v any) error {
@@ -239,7 +240,7 @@ func (c *call) decode(ctx context.Context, v any) error {
 	if buf.Len() > maxAnswer {
 		return &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream answer larger than %d bytes", maxAnswer)}
 	}
-	if err := unmarshal(buf.Bytes(), v); err != nil {
+	if err := decodeAnswer(buf.Bytes(), v); err != nil {
 		return badAnswer(err)
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/jsonr"
+	"github.com/shellgate/shellgate/internal/jsonw"
 )
 
 // Gemini is a Gemini API upstream (POST {base}/models/{model}:generateContent,
@@ -163,8 +165,8 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 						c.Parts = append(c.Parts, &genai.Part{Text: part.Text})
 					}
 				case gateway.PartToolCall:
-					var args map[string]any
-					if unmarshal([]byte(part.Call.Arguments), &args) != nil {
+					args, err := argsObject(part.Call.Arguments)
+					if err != nil {
 						// Gemini's calls carry an object: arguments that
 						// were not one go back as the text the model wrote.
 						args = map[string]any{"_raw_arguments": part.Call.Arguments}
@@ -266,35 +268,43 @@ func newGeminiTurn(onDelta func(gateway.Delta)) *geminiTurn {
 // the whole answer twice. Elements are values, not pointers: a null
 // candidate or part reads as an empty one.
 type geminiAnswer struct {
-	ResponseID     string            `json:"responseId"`
-	ModelVersion   string            `json:"modelVersion"`
-	Candidates     []geminiCandidate `json:"candidates"`
-	PromptFeedback *struct {
-		BlockReason genai.BlockedReason `json:"blockReason"`
-	} `json:"promptFeedback"`
-	UsageMetadata *struct {
-		CachedContentTokenCount int32 `json:"cachedContentTokenCount"`
-		CandidatesTokenCount    int32 `json:"candidatesTokenCount"`
-		PromptTokenCount        int32 `json:"promptTokenCount"`
-		ThoughtsTokenCount      int32 `json:"thoughtsTokenCount"`
-	} `json:"usageMetadata"`
+	ResponseID     string                `json:"responseId"`
+	ModelVersion   string                `json:"modelVersion"`
+	Candidates     []geminiCandidate     `json:"candidates"`
+	PromptFeedback *geminiPromptFeedback `json:"promptFeedback"`
+	UsageMetadata  *geminiUsage          `json:"usageMetadata"`
+}
+
+type geminiPromptFeedback struct {
+	BlockReason genai.BlockedReason `json:"blockReason"`
+}
+
+type geminiUsage struct {
+	CachedContentTokenCount int32 `json:"cachedContentTokenCount"`
+	CandidatesTokenCount    int32 `json:"candidatesTokenCount"`
+	PromptTokenCount        int32 `json:"promptTokenCount"`
+	ThoughtsTokenCount      int32 `json:"thoughtsTokenCount"`
 }
 
 type geminiCandidate struct {
 	FinishReason genai.FinishReason `json:"finishReason"`
-	Content      *struct {
-		Parts []geminiAnswerPart `json:"parts"`
-	} `json:"content"`
+	Content      *geminiContent     `json:"content"`
+}
+
+type geminiContent struct {
+	Parts []geminiAnswerPart `json:"parts"`
 }
 
 type geminiAnswerPart struct {
-	Thought      bool   `json:"thought"`
-	Text         string `json:"text"`
-	FunctionCall *struct {
-		ID   string         `json:"id"`
-		Args map[string]any `json:"args"`
-		Name string         `json:"name"`
-	} `json:"functionCall"`
+	Thought      bool        `json:"thought"`
+	Text         string      `json:"text"`
+	FunctionCall *geminiCall `json:"functionCall"`
+}
+
+type geminiCall struct {
+	ID   string         `json:"id"`
+	Args map[string]any `json:"args"`
+	Name string         `json:"name"`
 }
 
 func (g *geminiTurn) add(r *geminiAnswer) error {
@@ -336,7 +346,7 @@ func (g *geminiTurn) add(r *geminiAnswer) error {
 				id = fmt.Sprintf("call_%d", g.calls)
 			}
 			g.calls++
-			args, err := json.Marshal(fc.Args)
+			args, err := marshalArgs(fc.Args)
 			if err != nil || fc.Args == nil {
 				args = []byte("{}")
 			}
@@ -428,11 +438,34 @@ func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 			return nil, ue
 		}
 		var r geminiAnswer
-		if err := unmarshal(ev.data, &r); err != nil {
+		if err := decodeAnswer(ev.data, &r); err != nil {
 			return nil, badAnswer(err)
 		}
 		if err := g.add(&r); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// argsObject is a call's arguments as the object Gemini's calls carry:
+// with a reader (jsonr) when they are one, else as unmarshal decodes them
+// into a map.
+func argsObject(raw string) (map[string]any, error) {
+	m := map[string]any{}
+	if jsonr.Decode([]byte(raw), func(r *jsonr.Reader) bool { return r.Map(m) }) {
+		return m, nil
+	}
+	var args map[string]any
+	err := unmarshal([]byte(raw), &args)
+	return args, err
+}
+
+// marshalArgs is json.Marshal of a call's arguments, written by jsonw
+// when they hold only what a decoder puts in a map (they do, from an
+// answer).
+func marshalArgs(args map[string]any) ([]byte, error) {
+	if b, ok := jsonw.AppendAny(nil, args); ok {
+		return b, nil
+	}
+	return json.Marshal(args)
 }

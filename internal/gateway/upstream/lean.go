@@ -225,7 +225,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 			sep = true
 		}
 		if len(fc.Args) > 0 {
-			args, err := json.Marshal(fc.Args) // as the SDK's encoder writes a map
+			args, err := marshalArgs(fc.Args) // as the SDK's encoder writes a map
 			if err != nil {
 				return b, false
 			}

@@ -1,0 +1,311 @@
+package upstream
+
+import (
+	"github.com/shellgate/shellgate/internal/jsonr"
+)
+
+// Readers of the non-streamed answers' lean views without reflection
+// (jsonr). A tool step decodes one answer right after its thread wakes
+// from waiting on the model, and there encoding/json's reflective decoder
+// costs 5–10 times its warm time: much of it is the type metadata and
+// code it walks. The readers write exactly what unmarshal would, or fail
+// and leave the answer to unmarshal (decodeAnswer);
+// FuzzAnswerReadersMatchUnmarshal checks both halves of that.
+
+// answerReader is a lean view that can read itself.
+type answerReader interface {
+	read(r *jsonr.Reader) bool
+	reset()
+}
+
+// decodeAnswer decodes data into v: with v's reader when v has one and
+// the reader takes data, else with unmarshal.
+func decodeAnswer(data []byte, v any) error {
+	if a, ok := v.(answerReader); ok {
+		if jsonr.Decode(data, a.read) {
+			return nil
+		}
+		a.reset()
+	}
+	return unmarshal(data, v)
+}
+
+var (
+	responsesAnswerNames = []string{"id", "model", "status", "error", "incomplete_details", "output", "usage"}
+	responsesItemNames   = []string{"type", "id", "call_id", "name", "arguments", "content"}
+	responsesUsageNames  = []string{"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"}
+	codeMessageNames     = []string{"code", "message"}
+	reasonNames          = []string{"reason"}
+	cachedTokensNames    = []string{"cached_tokens"}
+	reasoningTokensNames = []string{"reasoning_tokens"}
+)
+
+func (a *responsesAnswer) reset() { *a = responsesAnswer{} }
+
+func (a *responsesAnswer) read(r *jsonr.Reader) bool {
+	return r.Object(responsesAnswerNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&a.ID)
+		case 1:
+			return r.Str(&a.Model)
+		case 2:
+			return r.Str(&a.Status)
+		case 3:
+			return r.Object(codeMessageNames, func(k int) bool {
+				if k == 0 {
+					return r.Str(&a.Error.Code)
+				}
+				return r.Str(&a.Error.Message)
+			})
+		case 4:
+			return r.Object(reasonNames, func(int) bool { return r.Str(&a.IncompleteDetails.Reason) })
+		case 5:
+			return jsonr.Slice(r, &a.Output, func(it *responsesItem) bool { return it.read(r) })
+		default:
+			u := &a.Usage
+			return r.Object(responsesUsageNames, func(k int) bool {
+				switch k {
+				case 0:
+					return r.Int(&u.InputTokens, 64)
+				case 1:
+					return r.Int(&u.OutputTokens, 64)
+				case 2:
+					return r.Object(cachedTokensNames, func(int) bool { return r.Int(&u.InputTokensDetails.CachedTokens, 64) })
+				default:
+					return r.Object(reasoningTokensNames, func(int) bool { return r.Int(&u.OutputTokensDetails.ReasoningTokens, 64) })
+				}
+			})
+		}
+	})
+}
+
+func (it *responsesItem) read(r *jsonr.Reader) bool {
+	return r.Object(responsesItemNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&it.Type)
+		case 1:
+			return r.Str(&it.ID)
+		case 2:
+			return r.Str(&it.CallID)
+		case 3:
+			return r.Str(&it.Name)
+		case 4:
+			return r.Raw(&it.Arguments)
+		default:
+			return r.Raw(&it.Content)
+		}
+	})
+}
+
+var (
+	chatAnswerNames   = []string{"id", "model", "choices", "usage"}
+	chatChoiceNames   = []string{"finish_reason", "message"}
+	chatMessageNames  = []string{"content", "refusal", "tool_calls"}
+	chatToolCallNames = []string{"id", "function"}
+	chatFunctionNames = []string{"name", "arguments"}
+	chatUsageNames    = []string{"prompt_tokens", "completion_tokens", "prompt_tokens_details", "completion_tokens_details"}
+)
+
+func (a *chatAnswer) reset() { *a = chatAnswer{} }
+
+func (a *chatAnswer) read(r *jsonr.Reader) bool {
+	return r.Object(chatAnswerNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&a.ID)
+		case 1:
+			return r.Str(&a.Model)
+		case 2:
+			return jsonr.Slice(r, &a.Choices, func(ch *chatChoice) bool {
+				return r.Object(chatChoiceNames, func(k int) bool {
+					if k == 0 {
+						return r.Str(&ch.FinishReason)
+					}
+					m := &ch.Message
+					return r.Object(chatMessageNames, func(k int) bool {
+						switch k {
+						case 0:
+							return r.Str(&m.Content)
+						case 1:
+							return r.Str(&m.Refusal)
+						default:
+							return jsonr.Slice(r, &m.ToolCalls, func(tc *chatToolCall) bool {
+								return r.Object(chatToolCallNames, func(k int) bool {
+									if k == 0 {
+										return r.Str(&tc.ID)
+									}
+									return r.Object(chatFunctionNames, func(k int) bool {
+										if k == 0 {
+											return r.Str(&tc.Function.Name)
+										}
+										return r.Str(&tc.Function.Arguments)
+									})
+								})
+							})
+						}
+					})
+				})
+			})
+		default:
+			return a.Usage.read(r)
+		}
+	})
+}
+
+func (u *chatUsageJSON) read(r *jsonr.Reader) bool {
+	return r.Object(chatUsageNames, func(k int) bool {
+		switch k {
+		case 0:
+			return jsonr.Ptr(r, &u.PromptTokens, r.Int64)
+		case 1:
+			return r.Int(&u.CompletionTokens, 64)
+		case 2:
+			return r.Object(cachedTokensNames, func(int) bool { return r.Int(&u.PromptTokensDetails.CachedTokens, 64) })
+		default:
+			return r.Object(reasoningTokensNames, func(int) bool { return r.Int(&u.CompletionTokensDetails.ReasoningTokens, 64) })
+		}
+	})
+}
+
+var (
+	messagesAnswerNames = []string{"id", "model", "stop_reason", "content", "usage"}
+	messagesBlockNames  = []string{"type", "text", "id", "name", "input"}
+	messagesUsageNames  = []string{"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens_details"}
+	thinkingTokensNames = []string{"thinking_tokens"}
+)
+
+func (a *messagesAnswer) reset() { *a = messagesAnswer{} }
+
+func (a *messagesAnswer) read(r *jsonr.Reader) bool {
+	return r.Object(messagesAnswerNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&a.ID)
+		case 1:
+			return r.Str(&a.Model)
+		case 2:
+			return r.Str(&a.StopReason)
+		case 3:
+			return jsonr.Slice(r, &a.Content, func(b *messagesBlock) bool {
+				return r.Object(messagesBlockNames, func(k int) bool {
+					switch k {
+					case 0:
+						return r.Str(&b.Type)
+					case 1:
+						return r.Str(&b.Text)
+					case 2:
+						return r.Str(&b.ID)
+					case 3:
+						return r.Str(&b.Name)
+					default:
+						return r.Raw(&b.Input)
+					}
+				})
+			})
+		default:
+			u := &a.Usage
+			return r.Object(messagesUsageNames, func(k int) bool {
+				switch k {
+				case 0:
+					return r.Int(&u.InputTokens, 64)
+				case 1:
+					return r.Int(&u.OutputTokens, 64)
+				case 2:
+					return r.Int(&u.CacheReadInputTokens, 64)
+				case 3:
+					return r.Int(&u.CacheCreationInputTokens, 64)
+				default:
+					return r.Object(thinkingTokensNames, func(int) bool { return r.Int(&u.OutputTokensDetails.ThinkingTokens, 64) })
+				}
+			})
+		}
+	})
+}
+
+var (
+	geminiAnswerNames    = []string{"responseId", "modelVersion", "candidates", "promptFeedback", "usageMetadata"}
+	geminiCandidateNames = []string{"finishReason", "content"}
+	geminiContentNames   = []string{"parts"}
+	geminiPartNames      = []string{"thought", "text", "functionCall"}
+	geminiCallNames      = []string{"id", "args", "name"}
+	blockReasonNames     = []string{"blockReason"}
+	geminiUsageNames     = []string{"cachedContentTokenCount", "candidatesTokenCount", "promptTokenCount", "thoughtsTokenCount"}
+)
+
+func (a *geminiAnswer) reset() { *a = geminiAnswer{} }
+
+func (a *geminiAnswer) read(r *jsonr.Reader) bool {
+	return r.Object(geminiAnswerNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&a.ResponseID)
+		case 1:
+			return r.Str(&a.ModelVersion)
+		case 2:
+			return jsonr.Slice(r, &a.Candidates, func(c *geminiCandidate) bool { return c.read(r) })
+		case 3:
+			return jsonr.Ptr(r, &a.PromptFeedback, func(pf *geminiPromptFeedback) bool {
+				return r.Object(blockReasonNames, func(int) bool { return r.Str((*string)(&pf.BlockReason)) })
+			})
+		default:
+			return jsonr.Ptr(r, &a.UsageMetadata, func(u *geminiUsage) bool {
+				return r.Object(geminiUsageNames, func(k int) bool {
+					switch k {
+					case 0:
+						return r.Int32(&u.CachedContentTokenCount)
+					case 1:
+						return r.Int32(&u.CandidatesTokenCount)
+					case 2:
+						return r.Int32(&u.PromptTokenCount)
+					default:
+						return r.Int32(&u.ThoughtsTokenCount)
+					}
+				})
+			})
+		}
+	})
+}
+
+func (c *geminiCandidate) read(r *jsonr.Reader) bool {
+	return r.Object(geminiCandidateNames, func(k int) bool {
+		if k == 0 {
+			return r.Str((*string)(&c.FinishReason))
+		}
+		return jsonr.Ptr(r, &c.Content, func(ct *geminiContent) bool {
+			return r.Object(geminiContentNames, func(int) bool {
+				return jsonr.Slice(r, &ct.Parts, func(p *geminiAnswerPart) bool { return p.read(r) })
+			})
+		})
+	})
+}
+
+func (p *geminiAnswerPart) read(r *jsonr.Reader) bool {
+	return r.Object(geminiPartNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Bool(&p.Thought)
+		case 1:
+			return r.Str(&p.Text)
+		default:
+			return jsonr.Ptr(r, &p.FunctionCall, func(fc *geminiCall) bool {
+				return r.Object(geminiCallNames, func(k int) bool {
+					switch k {
+					case 0:
+						return r.Str(&fc.ID)
+					case 1:
+						if r.Null() {
+							fc.Args = nil
+							return true
+						}
+						fc.Args = map[string]any{}
+						return r.Map(fc.Args)
+					default:
+						return r.Str(&fc.Name)
+					}
+				})
+			})
+		}
+	})
+}
