@@ -15,6 +15,7 @@ import (
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
+	"github.com/shellgate/shellgate/internal/jsonr"
 	"github.com/shellgate/shellgate/internal/jsonw"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
@@ -159,23 +160,35 @@ func codeExecResult(content any, executed bool) StepResult {
 }
 
 // decodeArgs decodes a model's arguments object into v, saying plainly
-// what is wrong.
-func decodeArgs(raw string, v any, shape string) error {
+// what is wrong; read, when not nil, is v's reader (jsonr).
+func decodeArgs(raw string, v any, shape string, read func(r *jsonr.Reader) bool) error {
 	if strings.TrimSpace(raw) == "" {
 		raw = "{}"
 	}
-	// The common case, arguments that are one JSON value, in one pass with
-	// encoding/json's semantics (the v1 API of the encoding/json/v2
-	// module, as tool.ParseShellArgs does): a step then runs no second
-	// JSON decoder, whose code would be one more cold path after each wait.
-	// Anything else takes encoding/json's Decoder, whose results and
-	// errors these are (TestDecodeArgsMatchesDecoder).
+	// As tool.ParseShellArgs does: the common case without reflection
+	// (a step runs right after a wait, when a reflective decoder's code
+	// and type data are cold), else in one pass with encoding/json's
+	// semantics (the v1 API of the encoding/json/v2 module). Anything else
+	// takes encoding/json's Decoder, whose results and errors these are
+	// (TestDecodeArgsMatchesDecoder).
+	if read != nil {
+		if jsonr.Decode([]byte(raw), read) {
+			return nil
+		}
+		reflect.ValueOf(v).Elem().SetZero()
+	}
 	if jsonv1.Unmarshal([]byte(raw), v) == nil {
 		return nil
 	}
 	reflect.ValueOf(v).Elem().SetZero()
 	return decodeArgsDecoder(raw, v, shape)
 }
+
+var (
+	bashArgNames   = []string{"command", "restart"}
+	pythonArgNames = []string{"code"}
+	nsBashArgNames = []string{"command", "commands", "restart", "timeout_ms", "max_output_length"}
+)
 
 // decodeArgsDecoder is decodeArgs with encoding/json's Decoder alone.
 func decodeArgsDecoder(raw string, v any, shape string) error {
@@ -225,7 +238,15 @@ func (BashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 		Command *string `json:"command"`
 		Restart bool    `json:"restart"`
 	}
-	if err := decodeArgs(call.Arguments, &a, `{"command": "..."}`); err != nil {
+	read := func(r *jsonr.Reader) bool {
+		return r.Object(bashArgNames, func(k int) bool {
+			if k == 0 {
+				return jsonr.Ptr(r, &a.Command, r.Str)
+			}
+			return r.Bool(&a.Restart)
+		})
+	}
+	if err := decodeArgs(call.Arguments, &a, `{"command": "..."}`, read); err != nil {
 		return codeExecResult(bashError("invalid_tool_input", err.Error()), false)
 	}
 	if a.Restart && a.Command == nil {
@@ -300,7 +321,10 @@ func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 	var a struct {
 		Code *string `json:"code"`
 	}
-	if err := decodeArgs(call.Arguments, &a, `{"code": "..."}`); err != nil || a.Code == nil || strings.TrimSpace(*a.Code) == "" {
+	read := func(r *jsonr.Reader) bool {
+		return r.Object(pythonArgNames, func(int) bool { return jsonr.Ptr(r, &a.Code, r.Str) })
+	}
+	if err := decodeArgs(call.Arguments, &a, `{"code": "..."}`, read); err != nil || a.Code == nil || strings.TrimSpace(*a.Code) == "" {
 		msg := `"code" is missing or empty: give the Python code to run`
 		if err != nil {
 			msg = err.Error()
@@ -375,7 +399,7 @@ func (EditorTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, _ fu
 		ViewRange []int   `json:"view_range"`
 	}
 	invalid := func(msg string) StepResult { return codeExecResult(editorError("invalid_tool_input", msg), false) }
-	if err := decodeArgs(call.Arguments, &a, `{"command": "view|create|str_replace", "path": "...", ...}`); err != nil {
+	if err := decodeArgs(call.Arguments, &a, `{"command": "view|create|str_replace", "path": "...", ...}`, nil); err != nil {
 		return invalid(err.Error())
 	}
 	switch a.Command {
@@ -571,7 +595,23 @@ func (t NSBashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, on
 		TimeoutMs       *int64   `json:"timeout_ms"`
 		MaxOutputLength *int64   `json:"max_output_length"`
 	}
-	if err := decodeArgs(call.Arguments, &a, `{"command": "..."} or {"commands": ["..."]}`); err != nil {
+	read := func(r *jsonr.Reader) bool {
+		return r.Object(nsBashArgNames, func(k int) bool {
+			switch k {
+			case 0:
+				return jsonr.Ptr(r, &a.Command, r.Str)
+			case 1:
+				return jsonr.Slice(r, &a.Commands, r.Str)
+			case 2:
+				return r.Bool(&a.Restart)
+			case 3:
+				return jsonr.Ptr(r, &a.TimeoutMs, r.Int64)
+			default:
+				return jsonr.Ptr(r, &a.MaxOutputLength, r.Int64)
+			}
+		})
+	}
+	if err := decodeArgs(call.Arguments, &a, `{"command": "..."} or {"commands": ["..."]}`, read); err != nil {
 		d := &ShellDetail{Error: err.Error(), ErrorCode: "invalid_tool_input"}
 		return StepResult{Content: "error: " + err.Error(), IsError: true, Detail: d}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shellgate/shellgate/internal/jsonr"
+	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -125,12 +127,26 @@ func TestParseShellArgsMatchesDecoder(t *testing.T) {
 		`{"commands":["ls"]} trailing`, `  {"commands":["ls"]}  `, `{"commands":["ls"],}`, `{'commands':['ls']}`, `{"commands":["a\"b\\c\/d\n"]}`,
 		`{"max_output_length":"1","commands":["ls"]}`, `{"commands":["ls"],"timeout_ms":true}`, strings.Repeat(`[`, 10001) + strings.Repeat(`]`, 10001),
 	}
+	for _, s := range jsonwtest.Strings() {
+		b, _ := json.Marshal(s)
+		corpus = append(corpus, `{"commands":[`+string(b)+`,"ls"],"timeout_ms":7,"max_output_length":null,"other":`+string(b)+`}`)
+	}
+	read := 0
 	for _, in := range corpus {
+		var a ShellArgs
+		if jsonr.Decode([]byte(in), a.read) {
+			read++
+		}
 		got, gerr := ParseShellArgs([]byte(in))
 		var want ShellArgs
 		werr := json.NewDecoder(strings.NewReader(in)).Decode(&want)
 		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) && gerr == nil {
 			t.Errorf("%.60q: got %+v, %v; encoding/json: %+v, %v", in, got, gerr, want, werr)
 		}
+	}
+	// The reader takes the common case (and leaves the rest to the
+	// decoders above).
+	if read < len(jsonwtest.Strings())/2 {
+		t.Errorf("the reader took %d of %d arguments", read, len(corpus))
 	}
 }
