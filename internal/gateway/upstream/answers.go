@@ -135,24 +135,30 @@ func (u *chatUsageJSON) usage() gateway.Usage {
 
 // chatChunk is a streamed Chat Completions chunk.
 type chatChunk struct {
-	ID      string         `json:"id"`
-	Model   string         `json:"model"`
-	Usage   *chatUsageJSON `json:"usage"`
-	Choices []struct {
-		FinishReason string `json:"finish_reason"`
-		Delta        struct {
-			Content   string `json:"content"`
-			Refusal   string `json:"refusal"`
-			ToolCalls []struct {
-				Index    int64  `json:"index"`
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-	} `json:"choices"`
+	ID      string            `json:"id"`
+	Model   string            `json:"model"`
+	Usage   *chatUsageJSON    `json:"usage"`
+	Choices []chatChunkChoice `json:"choices"`
+}
+
+// chatChunkChoice is a choice of a streamed chunk.
+type chatChunkChoice struct {
+	FinishReason string `json:"finish_reason"`
+	Delta        struct {
+		Content   string              `json:"content"`
+		Refusal   string              `json:"refusal"`
+		ToolCalls []chatToolCallDelta `json:"tool_calls"`
+	} `json:"delta"`
+}
+
+// chatToolCallDelta is a piece of a streamed tool call.
+type chatToolCallDelta struct {
+	Index    int64  `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 // messagesAnswer is a Messages API message.

@@ -4,7 +4,7 @@ import (
 	"github.com/shellgate/shellgate/internal/jsonr"
 )
 
-// Readers of the non-streamed answers' lean views without reflection
+// Readers of the answers' and stream events' lean views without reflection
 // (jsonr). A tool step decodes one answer right after its thread wakes
 // from waiting on the model, and there encoding/json's reflective decoder
 // costs 5–10 times its warm time: much of it is the type metadata and
@@ -205,21 +205,166 @@ func (a *messagesAnswer) read(r *jsonr.Reader) bool {
 				})
 			})
 		default:
-			u := &a.Usage
-			return r.Object(messagesUsageNames, func(k int) bool {
+			return a.Usage.read(r)
+		}
+	})
+}
+
+func (u *messagesUsageJSON) read(r *jsonr.Reader) bool {
+	return r.Object(messagesUsageNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Int64(&u.InputTokens)
+		case 1:
+			return r.Int64(&u.OutputTokens)
+		case 2:
+			return r.Int64(&u.CacheReadInputTokens)
+		case 3:
+			return r.Int64(&u.CacheCreationInputTokens)
+		default:
+			return r.Object(thinkingTokensNames, func(int) bool { return r.Int64(&u.OutputTokensDetails.ThinkingTokens) })
+		}
+	})
+}
+
+// The streamed events' readers.
+
+var (
+	responsesEventNames  = []string{"type", "item_id", "delta", "item", "response", "code", "message"}
+	chatChunkNames       = []string{"id", "model", "usage", "choices"}
+	chatChunkChoiceNames = []string{"finish_reason", "delta"}
+	chatDeltaNames       = []string{"content", "refusal", "tool_calls"}
+	chatCallDeltaNames   = []string{"index", "id", "function"}
+	messagesEventNames   = []string{"type", "index", "message", "content_block", "delta", "usage"}
+	messagesStartNames   = []string{"id", "model", "usage"}
+	messagesBlockStart   = []string{"type", "text", "id", "name"}
+	messagesDeltaNames   = []string{"type", "text", "partial_json", "stop_reason"}
+)
+
+func (e *responsesEvent) reset() { *e = responsesEvent{} }
+
+func (e *responsesEvent) read(r *jsonr.Reader) bool {
+	return r.Object(responsesEventNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&e.Type)
+		case 1:
+			return r.Str(&e.ItemID)
+		case 2:
+			return r.Raw(&e.Delta)
+		case 3:
+			return e.Item.read(r)
+		case 4:
+			return e.Response.read(r)
+		case 5:
+			return r.Str(&e.Code)
+		default:
+			return r.Str(&e.Message)
+		}
+	})
+}
+
+func (c *chatChunk) reset() { *c = chatChunk{} }
+
+func (c *chatChunk) read(r *jsonr.Reader) bool {
+	return r.Object(chatChunkNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&c.ID)
+		case 1:
+			return r.Str(&c.Model)
+		case 2:
+			return jsonr.Ptr(r, &c.Usage, func(u *chatUsageJSON) bool { return u.read(r) })
+		default:
+			return jsonr.Slice(r, &c.Choices, func(ch *chatChunkChoice) bool {
+				return r.Object(chatChunkChoiceNames, func(k int) bool {
+					if k == 0 {
+						return r.Str(&ch.FinishReason)
+					}
+					d := &ch.Delta
+					return r.Object(chatDeltaNames, func(k int) bool {
+						switch k {
+						case 0:
+							return r.Str(&d.Content)
+						case 1:
+							return r.Str(&d.Refusal)
+						default:
+							return jsonr.Slice(r, &d.ToolCalls, func(tc *chatToolCallDelta) bool {
+								return r.Object(chatCallDeltaNames, func(k int) bool {
+									switch k {
+									case 0:
+										return r.Int64(&tc.Index)
+									case 1:
+										return r.Str(&tc.ID)
+									default:
+										return r.Object(chatFunctionNames, func(k int) bool {
+											if k == 0 {
+												return r.Str(&tc.Function.Name)
+											}
+											return r.Str(&tc.Function.Arguments)
+										})
+									}
+								})
+							})
+						}
+					})
+				})
+			})
+		}
+	})
+}
+
+func (e *messagesEvent) reset() { *e = messagesEvent{} }
+
+func (e *messagesEvent) read(r *jsonr.Reader) bool {
+	return r.Object(messagesEventNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&e.Type)
+		case 1:
+			return r.Int64(&e.Index)
+		case 2:
+			m := &e.Message
+			return r.Object(messagesStartNames, func(k int) bool {
 				switch k {
 				case 0:
-					return r.Int(&u.InputTokens, 64)
+					return r.Str(&m.ID)
 				case 1:
-					return r.Int(&u.OutputTokens, 64)
-				case 2:
-					return r.Int(&u.CacheReadInputTokens, 64)
-				case 3:
-					return r.Int(&u.CacheCreationInputTokens, 64)
+					return r.Str(&m.Model)
 				default:
-					return r.Object(thinkingTokensNames, func(int) bool { return r.Int(&u.OutputTokensDetails.ThinkingTokens, 64) })
+					return m.Usage.read(r)
 				}
 			})
+		case 3:
+			b := &e.ContentBlock
+			return r.Object(messagesBlockStart, func(k int) bool {
+				switch k {
+				case 0:
+					return r.Str(&b.Type)
+				case 1:
+					return r.Str(&b.Text)
+				case 2:
+					return r.Str(&b.ID)
+				default:
+					return r.Str(&b.Name)
+				}
+			})
+		case 4:
+			d := &e.Delta
+			return r.Object(messagesDeltaNames, func(k int) bool {
+				switch k {
+				case 0:
+					return r.Str(&d.Type)
+				case 1:
+					return r.Str(&d.Text)
+				case 2:
+					return r.Str(&d.PartialJSON)
+				default:
+					return r.Str(&d.StopReason)
+				}
+			})
+		default:
+			return jsonr.Ptr(r, &e.Usage, func(u *messagesUsageJSON) bool { return u.read(r) })
 		}
 	})
 }

@@ -28,14 +28,7 @@ func readerAnswers() map[string][]string {
 	for api, body := range answerBodies {
 		out[api] = append(out[api], body)
 	}
-	var q []string
-	for _, s := range jsonwtest.Strings() {
-		if !strings.ContainsRune(strings.ToValidUTF8(s, "\uFFFD"), '\uFFFD') {
-			b, _ := json.Marshal(s)
-			q = append(q, string(b))
-		}
-	}
-	for i, s := range q {
+	for i, s := range hostileJSONStrings() {
 		out[gateway.APIResponses] = append(out[gateway.APIResponses],
 			fmt.Sprintf(`{"id":%s,"object":"response","status":"completed","error":null,"incomplete_details":null,"model":%s,"output":[{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":%s,"annotations":[]}]},{"id":"fc_%d","type":"function_call","status":"completed","arguments":%s,"call_id":%s,"name":%s}],"temperature":1.0,"usage":{"input_tokens":%d,"input_tokens_details":{"cached_tokens":3},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":5},"total_tokens":9},"metadata":{"k":%s}}`,
 				s, s, s, i, s, s, s, i, s),
@@ -56,6 +49,54 @@ func readerAnswers() map[string][]string {
 	return out
 }
 
+// eventKinds are the stream events' lean views, by API.
+var eventKinds = map[string]func() answerReader{
+	gateway.APIResponses: func() answerReader { return new(responsesEvent) },
+	gateway.APIChat:      func() answerReader { return new(chatChunk) },
+	gateway.APIMessages:  func() answerReader { return new(messagesEvent) },
+}
+
+// readerEvents are stream events of each API in the live shapes, with
+// hostile strings in every field a reader keeps.
+func readerEvents() map[string][]string {
+	out := map[string][]string{}
+	answers := readerAnswers()
+	for i, s := range hostileJSONStrings() {
+		out[gateway.APIResponses] = append(out[gateway.APIResponses],
+			fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":%d,"item_id":%s,"output_index":0,"content_index":0,"delta":%s,"logprobs":[]}`, i, s, s),
+			fmt.Sprintf(`{"type":"response.output_item.added","sequence_number":2,"output_index":1,"item":{"id":%s,"type":"function_call","status":"in_progress","arguments":"","call_id":%s,"name":%s}}`, s, s, s),
+			fmt.Sprintf(`{"type":"response.function_call_arguments.delta","sequence_number":3,"item_id":"fc_1","output_index":1,"delta":%s,"obfuscation":"x"}`, s),
+			fmt.Sprintf(`{"type":"response.completed","sequence_number":9,"response":%s}`, answers[gateway.APIResponses][min(i, len(answers[gateway.APIResponses])-1)]),
+			fmt.Sprintf(`{"type":"error","sequence_number":1,"code":%s,"message":%s,"param":null}`, s, s))
+		out[gateway.APIChat] = append(out[gateway.APIChat],
+			fmt.Sprintf(`{"id":%s,"object":"chat.completion.chunk","created":1,"model":%s,"choices":[{"index":0,"delta":{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}`, s, s, s),
+			fmt.Sprintf(`{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":%s,"type":"function","function":{"name":%s,"arguments":%s}}]},"finish_reason":%s}]}`, i, s, s, s, s),
+			fmt.Sprintf(`{"id":"c","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":1},"completion_tokens_details":{"reasoning_tokens":0}}}`, i))
+		out[gateway.APIMessages] = append(out[gateway.APIMessages],
+			fmt.Sprintf(`{"type":"message_start","message":{"id":%s,"type":"message","role":"assistant","model":%s,"content":[],"stop_reason":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":2,"output_tokens":1}}}`, s, s, i),
+			fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":%s,"name":%s,"input":{}}}`, i, s, s),
+			fmt.Sprintf(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":%s}}`, s),
+			fmt.Sprintf(`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":%s}}`, s),
+			fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, s),
+			fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":null},"usage":{"output_tokens":%d}}`, s, i),
+			`{"type":"content_block_stop","index":1}`, `{"type":"message_stop"}`, `{"type":"ping"}`)
+	}
+	return out
+}
+
+// hostileJSONStrings are jsonwtest's strings that are valid UTF-8, as
+// JSON strings.
+func hostileJSONStrings() []string {
+	var q []string
+	for _, s := range jsonwtest.Strings() {
+		if !strings.ContainsRune(strings.ToValidUTF8(s, "\uFFFD"), '\uFFFD') {
+			b, _ := json.Marshal(s)
+			q = append(q, string(b))
+		}
+	}
+	return q
+}
+
 // readerRefuses are answers that some reader leaves to unmarshal (which
 // decodes them, or refuses them itself).
 var readerRefuses = []string{
@@ -69,8 +110,17 @@ var readerRefuses = []string{
 // API and decodes them to what unmarshal does; what it refuses,
 // decodeAnswer still decodes as unmarshal does, error included.
 func TestAnswerReadersMatchUnmarshal(t *testing.T) {
-	answers := readerAnswers()
-	for api, fresh := range answerKinds {
+	testReaders(t, answerKinds, readerAnswers())
+}
+
+// TestEventReadersMatchUnmarshal is TestAnswerReadersMatchUnmarshal for
+// the stream events.
+func TestEventReadersMatchUnmarshal(t *testing.T) {
+	testReaders(t, eventKinds, readerEvents())
+}
+
+func testReaders(t *testing.T, kinds map[string]func() answerReader, answers map[string][]string) {
+	for api, fresh := range kinds {
 		if len(answers[api]) < 10 {
 			t.Fatalf("%s: only %d answers", api, len(answers[api]))
 		}
@@ -98,11 +148,16 @@ func TestAnswerReadersMatchUnmarshal(t *testing.T) {
 // invalid answers, which both refuse.
 var invalid = []string{``, `{`, `{"id":}`, `{"id":"a",}`, `{"output":[1,]}`, `{"id":"a"}}`, `nul`}
 
-// FuzzAnswerReadersMatchUnmarshal: whatever a reader takes, unmarshal
-// takes and decodes to the same value.
+// FuzzAnswerReadersMatchUnmarshal: whatever a reader (of an answer or a
+// stream event) takes, unmarshal takes and decodes to the same value.
 func FuzzAnswerReadersMatchUnmarshal(f *testing.F) {
 	for _, bodies := range readerAnswers() {
 		for _, b := range bodies[:min(len(bodies), 40)] {
+			f.Add(b)
+		}
+	}
+	for _, bodies := range readerEvents() {
+		for _, b := range bodies[:min(len(bodies), 60)] {
 			f.Add(b)
 		}
 	}
@@ -110,14 +165,16 @@ func FuzzAnswerReadersMatchUnmarshal(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		for api, fresh := range answerKinds {
-			got := fresh()
-			if !jsonr.Decode([]byte(body), got.read) {
-				continue
-			}
-			want := fresh()
-			if err := unmarshal([]byte(body), want); err != nil || !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s: %q\nreader    %+v\nunmarshal %+v (%v)", api, body, got, want, err)
+		for _, kinds := range []map[string]func() answerReader{answerKinds, eventKinds} {
+			for api, fresh := range kinds {
+				got := fresh()
+				if !jsonr.Decode([]byte(body), got.read) {
+					continue
+				}
+				want := fresh()
+				if err := unmarshal([]byte(body), want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s %T: %q\nreader    %+v\nunmarshal %+v (%v)", api, got, body, got, want, err)
+				}
 			}
 		}
 	})

@@ -385,7 +385,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 			return nil, &gateway.UpstreamError{Status: anthropicStatus(e.Error.Type), Type: e.Error.Type, Message: e.Error.Message}
 		}
 		var e messagesEvent
-		if err := unmarshal(ev.data, &e); err != nil {
+		if err := decodeAnswer(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {
