@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxDepth is the deepest nesting a Reader follows.
@@ -46,6 +47,18 @@ func Decode(data []byte, top func(r *Reader) bool) bool {
 	}
 	r.ws()
 	return r.i == len(r.b)
+}
+
+// String decodes data when it holds exactly one JSON string, as Decode
+// with Str would, without allocating a Reader.
+func String(data []byte) (string, bool) {
+	r := Reader{b: data}
+	if r.peek() != '"' {
+		return "", false
+	}
+	s, ok := r.str(true)
+	r.ws()
+	return s, ok && !r.bad && r.i == len(r.b)
 }
 
 func (r *Reader) fail() bool {
@@ -277,19 +290,37 @@ func (r *Reader) str(keep bool) (string, bool) {
 	return "", r.fail()
 }
 
-// strEscaped goes on with a string whose first escape is at j.
+// strEscaped goes on with a string whose first escape is at j. A kept
+// string is decoded into its own array, as long as the string's source
+// (unescaping never lengthens it), which becomes the string: one
+// allocation; a skipped one is decoded into the reader's scratch.
 func (r *Reader) strEscaped(start, j int, keep bool) (string, bool) {
-	buf := append(r.buf[:0], r.b[start:j]...)
+	end := j
+	for end < len(r.b) && r.b[end] != '"' {
+		if r.b[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	if end >= len(r.b) {
+		return "", r.fail()
+	}
+	buf := r.buf[:0]
+	if keep {
+		buf = make([]byte, 0, end-start)
+	}
+	buf = append(buf, r.b[start:j]...)
 	for j < len(r.b) {
 		c := r.b[j]
 		switch {
 		case c == '"':
 			r.i = j + 1
-			r.buf = buf
-			if keep {
-				return string(buf), true
+			if !keep {
+				r.buf = buf
+				return "", true
 			}
-			return "", true
+			// buf is this string's own and never written again.
+			return unsafe.String(unsafe.SliceData(buf), len(buf)), true
 		case c == '\\':
 			if j+1 >= len(r.b) {
 				return "", r.fail()

@@ -67,6 +67,9 @@ func TestAnyMatchesEncodingJSON(t *testing.T) {
 		if !Decode([]byte(d), (*Reader).Skip) {
 			t.Errorf("Skip refused %q", d)
 		}
+		if s, ok := String([]byte(d)); ok != (strings.TrimSpace(d)[0] == '"') || ok && s != want {
+			t.Errorf("String(%q) = %q, %v", d, s, ok)
+		}
 		var raw json.RawMessage
 		if !Decode([]byte(d), func(r *Reader) bool { return r.Raw(&raw) }) || string(raw) != strings.TrimSpace(d) {
 			t.Errorf("Raw(%q) = %q", d, raw)
@@ -174,6 +177,12 @@ func FuzzMatchesEncodingJSON(f *testing.F) {
 		}
 		if Decode([]byte(d), (*Reader).Skip) && !json.Valid([]byte(d)) {
 			t.Fatalf("Skip took invalid %q", d)
+		}
+		if s, ok := String([]byte(d)); ok {
+			var want string
+			if err := json.Unmarshal([]byte(d), &want); err != nil || s != want {
+				t.Fatalf("String(%q) = %q, encoding/json %q (%v)", d, s, want, err)
+			}
 		}
 		var got, want fields
 		if Decode([]byte(d), got.read) {

@@ -73,8 +73,12 @@ type responsesEvent struct {
 
 // rawString is raw as a JSON string, "" when it is not one.
 func rawString(raw json.RawMessage) string {
-	var s string
-	if len(raw) > 0 && raw[0] == '"' && !jsonr.Decode(raw, func(r *jsonr.Reader) bool { return r.Str(&s) }) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	s, ok := jsonr.String(raw)
+	if !ok {
+		s = ""
 		unmarshal(raw, &s)
 	}
 	return s
