@@ -11,6 +11,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/jsonr"
 )
 
 // AnthropicVersion is the anthropic-version header sent to Messages
@@ -78,7 +79,9 @@ func toolInput(args string) json.RawMessage {
 	if t == "" {
 		return json.RawMessage("{}")
 	}
-	if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+	// jsonr's Skip takes only valid JSON (and refuses some that is, which
+	// json.Valid then judges): no second scanner's code in a step.
+	if strings.HasPrefix(t, "{") && (jsonr.Decode([]byte(t), (*jsonr.Reader).Skip) || json.Valid([]byte(t))) {
 		return json.RawMessage(t)
 	}
 	b, _ := json.Marshal(map[string]string{"_invalid_json": args})
