@@ -112,32 +112,20 @@ func (r *Reader) Null() bool {
 // or unescaping), and on a known name seen twice (encoding/json merges);
 // names has at most 64 entries.
 func (r *Reader) Object(names []string, field func(k int) bool) bool {
-	switch r.peek() {
-	case 'n':
-		return r.lit("null")
-	case '{':
-	default:
-		return r.fail()
-	}
-	if r.depth++; r.depth > MaxDepth {
-		return r.fail()
-	}
-	r.i++
-	var seen uint64
-	if r.peek() == '}' {
-		r.i++
-		r.depth--
+	if r.Null() {
 		return true
 	}
+	empty, ok := r.enter('{', '}')
+	if !ok || empty {
+		return ok
+	}
+	var seen uint64
 	for {
 		if r.peek() != '"' {
 			return r.fail()
 		}
 		name, ok := r.name()
-		if !ok {
-			return r.fail()
-		}
-		if r.peek() != ':' {
+		if !ok || r.peek() != ':' {
 			return r.fail()
 		}
 		r.i++
@@ -162,17 +150,58 @@ func (r *Reader) Object(names []string, field func(k int) bool) bool {
 		} else if !r.Skip() {
 			return false
 		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			r.depth--
-			return true
-		default:
-			return r.fail()
+		if !r.more('}') {
+			return !r.bad
 		}
 	}
+}
+
+// enter consumes the opening byte of an object or array and reports
+// whether it is empty (its closing byte consumed too).
+func (r *Reader) enter(open, close byte) (empty, ok bool) {
+	if r.peek() != open {
+		return false, r.fail()
+	}
+	if r.depth++; r.depth > MaxDepth {
+		return false, r.fail()
+	}
+	r.i++
+	if r.peek() == close {
+		r.i++
+		r.depth--
+		return true, true
+	}
+	return false, true
+}
+
+// more consumes what follows a member or an element: true at a comma,
+// false at the closing byte (consumed) or on an error (r.bad set).
+func (r *Reader) more(close byte) bool {
+	switch r.peek() {
+	case ',':
+		r.i++
+		return true
+	case close:
+		r.i++
+		r.depth--
+		return false
+	}
+	r.fail()
+	return false
+}
+
+// key reads a member's name (any string, decoded when keep is set) and
+// the colon after it.
+func (r *Reader) key(keep bool) (string, bool) {
+	if r.peek() != '"' {
+		return "", r.fail()
+	}
+	k, ok := r.str(keep)
+	if !ok || r.peek() != ':' {
+		return "", r.fail()
+	}
+	r.i++
+	return k, true
 }
 
 // name reads a member name made of printable ASCII without escapes; the
@@ -211,31 +240,16 @@ func equalFoldASCII(s string, b []byte) bool {
 // which elem must read. A null fails: the caller checks Null first, as
 // the meaning of a null array is its own (encoding/json sets a slice nil).
 func (r *Reader) Array(elem func() bool) bool {
-	if r.peek() != '[' {
-		return r.fail()
-	}
-	if r.depth++; r.depth > MaxDepth {
-		return r.fail()
-	}
-	r.i++
-	if r.peek() == ']' {
-		r.i++
-		r.depth--
-		return true
+	empty, ok := r.enter('[', ']')
+	if !ok || empty {
+		return ok
 	}
 	for {
 		if !elem() || r.bad {
 			return r.fail()
 		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case ']':
-			r.i++
-			r.depth--
-			return true
-		default:
-			return r.fail()
+		if !r.more(']') {
+			return !r.bad
 		}
 	}
 }
@@ -420,12 +434,7 @@ func (r *Reader) number() (text []byte, integer bool, ok bool) {
 	integer = true
 	if j < len(b) && b[j] == '.' {
 		integer = false
-		j++
-		d := j
-		for j < len(b) && '0' <= b[j] && b[j] <= '9' {
-			j++
-		}
-		if j == d {
+		if j = digits(b, j+1); j < 0 {
 			return nil, false, r.fail()
 		}
 	}
@@ -435,16 +444,24 @@ func (r *Reader) number() (text []byte, integer bool, ok bool) {
 		if j < len(b) && (b[j] == '+' || b[j] == '-') {
 			j++
 		}
-		d := j
-		for j < len(b) && '0' <= b[j] && b[j] <= '9' {
-			j++
-		}
-		if j == d {
+		if j = digits(b, j); j < 0 {
 			return nil, false, r.fail()
 		}
 	}
 	r.i = j
 	return b[start:j], integer, true
+}
+
+// digits is the index after the digits at b[j:], -1 when there are none.
+func digits(b []byte, j int) int {
+	d := j
+	for j < len(b) && '0' <= b[j] && b[j] <= '9' {
+		j++
+	}
+	if j == d {
+		return -1
+	}
+	return j
 }
 
 // Int reads an integer that fits in bits bits (a number with a fraction
@@ -514,38 +531,16 @@ func (r *Reader) Raw(dst *json.RawMessage) bool {
 func (r *Reader) Skip() bool {
 	switch c := r.peek(); {
 	case c == '{':
-		if r.depth++; r.depth > MaxDepth {
-			return r.fail()
-		}
-		r.i++
-		if r.peek() == '}' {
-			r.i++
-			r.depth--
-			return true
+		empty, ok := r.enter('{', '}')
+		if !ok || empty {
+			return ok
 		}
 		for {
-			if r.peek() != '"' {
+			if _, ok := r.key(false); !ok || !r.Skip() {
 				return r.fail()
 			}
-			if _, ok := r.str(false); !ok {
-				return false
-			}
-			if r.peek() != ':' {
-				return r.fail()
-			}
-			r.i++
-			if !r.Skip() {
-				return false
-			}
-			switch r.peek() {
-			case ',':
-				r.i++
-			case '}':
-				r.i++
-				r.depth--
-				return true
-			default:
-				return r.fail()
+			if !r.more('}') {
+				return !r.bad
 			}
 		}
 	case c == '[':
@@ -608,47 +603,25 @@ func (r *Reader) Any() (any, bool) {
 // Map reads an object's members into m with Any (the reader must be at
 // an object, not a null).
 func (r *Reader) Map(m map[string]any) bool {
-	if r.peek() != '{' {
-		return r.fail()
-	}
-	if r.depth++; r.depth > MaxDepth {
-		return r.fail()
-	}
-	r.i++
-	if r.peek() == '}' {
-		r.i++
-		r.depth--
-		return true
+	empty, ok := r.enter('{', '}')
+	if !ok || empty {
+		return ok
 	}
 	for {
-		if r.peek() != '"' {
-			return r.fail()
-		}
-		k, ok := r.str(true)
+		k, ok := r.key(true)
 		if !ok {
 			return false
 		}
 		if _, dup := m[k]; dup {
 			return r.fail()
 		}
-		if r.peek() != ':' {
-			return r.fail()
-		}
-		r.i++
 		v, ok := r.Any()
 		if !ok {
 			return r.fail()
 		}
 		m[k] = v
-		switch r.peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			r.depth--
-			return true
-		default:
-			return r.fail()
+		if !r.more('}') {
+			return !r.bad
 		}
 	}
 }

@@ -104,11 +104,14 @@ type chatChoice struct {
 
 // chatToolCall is a tool call of a Chat Completions message.
 type chatToolCall struct {
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	ID       string       `json:"id"`
+	Function chatFunction `json:"function"`
+}
+
+// chatFunction is a tool call's function (or a piece of it, streamed).
+type chatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // chatUsageJSON is Chat Completions' usage; PromptTokens is nil when the
@@ -157,12 +160,9 @@ type chatChunkChoice struct {
 
 // chatToolCallDelta is a piece of a streamed tool call.
 type chatToolCallDelta struct {
-	Index    int64  `json:"index"`
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	Index    int64        `json:"index"`
+	ID       string       `json:"id"`
+	Function chatFunction `json:"function"`
 }
 
 // messagesAnswer is a Messages API message.

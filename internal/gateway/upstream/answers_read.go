@@ -136,12 +136,7 @@ func (a *chatAnswer) read(r *jsonr.Reader) bool {
 									if k == 0 {
 										return r.Str(&tc.ID)
 									}
-									return r.Object(chatFunctionNames, func(k int) bool {
-										if k == 0 {
-											return r.Str(&tc.Function.Name)
-										}
-										return r.Str(&tc.Function.Arguments)
-									})
+									return tc.Function.read(r)
 								})
 							})
 						}
@@ -151,6 +146,15 @@ func (a *chatAnswer) read(r *jsonr.Reader) bool {
 		default:
 			return a.Usage.read(r)
 		}
+	})
+}
+
+func (f *chatFunction) read(r *jsonr.Reader) bool {
+	return r.Object(chatFunctionNames, func(k int) bool {
+		if k == 0 {
+			return r.Str(&f.Name)
+		}
+		return r.Str(&f.Arguments)
 	})
 }
 
@@ -297,12 +301,7 @@ func (c *chatChunk) read(r *jsonr.Reader) bool {
 									case 1:
 										return r.Str(&tc.ID)
 									default:
-										return r.Object(chatFunctionNames, func(k int) bool {
-											if k == 0 {
-												return r.Str(&tc.Function.Name)
-											}
-											return r.Str(&tc.Function.Arguments)
-										})
+										return tc.Function.read(r)
 									}
 								})
 							})
