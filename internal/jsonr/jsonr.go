@@ -294,8 +294,8 @@ func (r *Reader) str(keep bool) (string, bool) {
 		case c < utf8.RuneSelf:
 			j++
 		default:
-			ru, n := utf8.DecodeRune(r.b[j:])
-			if ru == utf8.RuneError && n == 1 {
+			n := runeLen(r.b[j:])
+			if n == 0 {
 				return "", r.fail()
 			}
 			j += n
@@ -380,8 +380,8 @@ func (r *Reader) strEscaped(start, j int, keep bool) (string, bool) {
 			buf = append(buf, c)
 			j++
 		default:
-			ru, n := utf8.DecodeRune(r.b[j:])
-			if ru == utf8.RuneError && n == 1 {
+			n := runeLen(r.b[j:])
+			if n == 0 {
 				return "", r.fail()
 			}
 			buf = append(buf, r.b[j:j+n]...)
@@ -389,6 +389,16 @@ func (r *Reader) strEscaped(start, j int, keep bool) (string, bool) {
 		}
 	}
 	return "", r.fail()
+}
+
+// runeLen is the length of the UTF-8 sequence b starts with, 0 when it
+// is not a valid one (encoding/json would decode it as U+FFFD).
+func runeLen(b []byte) int {
+	ru, n := utf8.DecodeRune(b)
+	if ru == utf8.RuneError && n == 1 {
+		return 0
+	}
+	return n
 }
 
 // hex4 is the value of the four hex digits at b[i:].
