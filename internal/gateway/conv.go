@@ -142,11 +142,22 @@ type Encoded struct {
 	NTools  int      // len(Request.Tools) that Tools encodes
 	Top     []byte   // the other fields, as a JSON object
 	TopKey  TopKey   // what Top was encoded for
-	// From is the index in Request.Messages of the first message of the
-	// last element of Elems, which is Elems[Base]: an adapter that
-	// translates only the messages from there on (memoFrom) rebuilds that
-	// element and the new ones, not the whole conversation every turn.
-	From, Base int
+	// Msgs is how many of Request.Messages Elems is made of: an adapter
+	// translates only the messages after them, not the whole conversation
+	// every turn (memoFrom). From is the index of the first message of the
+	// last element, which is Elems[Base]: when the first new message
+	// belongs to that element (Messages and Gemini merge consecutive turns
+	// of one role), the adapter translates from there and rebuilds it.
+	Msgs, From, Base int
+	// Prefix is the body Prepare assembled, cut after the conversation's
+	// first PrefixElems elements, with room to spare: the next Turn
+	// appends the rest to it instead of copying them all again.
+	Prefix      []byte
+	PrefixElems int
+	// Next is what the adapter's Prepare made ready for the next Turn
+	// beyond the conversation (its HTTP exchange); that Turn takes it.
+	// Execute discards it when the run ends without one.
+	Next interface{ Discard() }
 }
 
 // TopKey is what an Encoded's Top depends on of what the loop changes.

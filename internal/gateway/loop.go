@@ -192,6 +192,22 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		}
 	}()
 	finalTurn := false
+	// prepared is closed when the Preparer's work on the conversation
+	// (started while the tools run) is done; nil when none is running.
+	var prepared chan struct{}
+	waitPrepared := func() {
+		if prepared != nil {
+			<-prepared
+			prepared = nil
+		}
+	}
+	defer func() {
+		waitPrepared()
+		if req.Encoded.Next != nil {
+			req.Encoded.Next.Discard()
+			req.Encoded.Next = nil
+		}
+	}()
 	for {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -211,6 +227,14 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		res.Model = turn.Model
 		res.Stop = turn.Stop
 		req.Messages = append(req.Messages, Message{Role: RoleAssistant, Parts: turn.Parts})
+		if pr, ok := run.Model.Upstream.(Preparer); ok && !finalTurn && runsTools(run, turn) {
+			prepared = make(chan struct{})
+			snap := *req // the loop appends to req.Messages only after waitPrepared
+			go func(done chan struct{}) {
+				defer close(done)
+				pr.Prepare(ctx, &snap, run.Sink != nil)
+			}(prepared)
+		}
 
 		var results []Part
 		clientCalls := 0
@@ -289,6 +313,7 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			}
 			return res, nil
 		}
+		waitPrepared()
 		req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: results})
 		if stepCount(res) >= max {
 			if run.Budget == Pause {
@@ -340,6 +365,22 @@ func turnOnce(ctx context.Context, run *Run, req *Request) (*Turn, map[int]bool,
 		run.Sink.TextDone(text)
 	}
 	return turn, streamed, err
+}
+
+// runsTools reports whether turn calls a server tool and no client tool:
+// whether the run goes on with another turn after running the tools.
+func runsTools(run *Run, turn *Turn) bool {
+	server := false
+	for _, p := range turn.Parts {
+		if p.Kind != PartToolCall {
+			continue
+		}
+		if _, ok := run.ServerTools[p.Call.Name]; !ok {
+			return false
+		}
+		server = true
+	}
+	return server
 }
 
 func stepCount(res *Result) int {

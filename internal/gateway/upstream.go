@@ -21,6 +21,20 @@ type Upstream interface {
 	Turn(ctx context.Context, req *Request, onDelta func(Delta)) (*Turn, error)
 }
 
+// Preparer is an Upstream that can do part of a turn's work ahead of it.
+// While the tools of the model's last turn run, Execute calls Prepare on
+// another goroutine with the run's ctx, the conversation up to that turn
+// and whether the run streams, and waits for it to return before the
+// next Turn, on that conversation plus the tools' results. Prepare may
+// change nothing of req but the memo req.Encoded; what it does there is
+// what the next Turn need not do (the adapters translate and encode the
+// model's turn and make their HTTP request ready, so that the Turn after
+// the tools encodes only their results, and the request goes out that
+// much sooner after the last command ends).
+type Preparer interface {
+	Prepare(ctx context.Context, req *Request, stream bool)
+}
+
 // UpstreamError is an upstream failure as the client will see it: the
 // client API's frontend writes it in its own error envelope with Status.
 type UpstreamError struct {

@@ -179,20 +179,24 @@ func chatBody(req *gateway.Request, stream bool) ([]byte, error) {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, nil, nil)
+	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, -1, nil, nil)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}
 	return body, nil
 }
 
+const chatPath = "/chat/completions"
+
 // Turn implements gateway.Upstream.
 func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	ready := readyOf(req)
 	body, err := chatBody(req, onDelta != nil)
 	if err != nil {
+		ready.Discard()
 		return nil, err
 	}
-	call, err := c.post(ctx, "/chat/completions", body, c.headers())
+	call, err := c.post(ctx, chatPath, body, c.headers(), ready)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -133,19 +134,28 @@ func (e *Endpoint) startCall(ctx context.Context) *call {
 
 // post sends body to path and returns the exchange with a 2xx answer, or
 // the error the adapter returns (an *UpstreamError or ctx's error).
-func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.Header) (*call, error) {
-	c := e.startCall(ctx)
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, e.url(path), bytes.NewReader(body))
-	if err != nil {
-		c.close()
-		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: "bad upstream URL: " + err.Error()}
-	}
-	req.Header["Content-Type"] = jsonContentType
-	for k, v := range e.Header {
-		req.Header[k] = v
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
+//
+// ready, when not nil, is the exchange Prepare made ready for this one
+// (readyOf): used when it is for the same endpoint, path and ctx, else
+// discarded.
+func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.Header, ready *readied) (*call, error) {
+	var c *call
+	var req *http.Request
+	if ready != nil && ready.e == e && ready.path == path && sameContext(ready.parent, ctx) {
+		c, req = ready.c, ready.req
+		c.w = watchFor(c.limit)
+		c.w.add(c)
+		req.ContentLength = int64(len(body))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	} else {
+		ready.Discard()
+		c = e.startCall(ctx)
+		var err error
+		if req, err = e.newRequest(c, path, bytes.NewReader(body), hdr); err != nil {
+			c.close()
+			return nil, err
+		}
 	}
 	resp, err := e.client().Do(req)
 	if err != nil {
@@ -165,6 +175,74 @@ func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.
 		return nil, errorFromBody(resp.StatusCode, b)
 	}
 	return c, nil
+}
+
+// newRequest is the HTTP request of call c to path.
+func (e *Endpoint) newRequest(c *call, path string, body io.Reader, hdr http.Header) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, e.url(path), body)
+	if err != nil {
+		return nil, &gateway.UpstreamError{Status: http.StatusBadGateway, Message: "bad upstream URL: " + err.Error()}
+	}
+	req.Header["Content-Type"] = jsonContentType
+	for k, v := range e.Header {
+		req.Header[k] = v
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	return req, nil
+}
+
+// readied is an exchange that an adapter's Prepare made ready ahead of
+// its Turn: the call with its context but not yet its deadline (which
+// starts when the request is sent), the HTTP request without its body.
+type readied struct {
+	e      *Endpoint
+	path   string
+	parent context.Context
+	c      *call
+	req    *http.Request
+}
+
+// Discard releases an exchange that is not sent (nil: nothing).
+func (r *readied) Discard() {
+	if r != nil {
+		r.c.cancel(context.Canceled)
+	}
+}
+
+// ready makes an exchange with path ready for post (nil when the request
+// cannot be made: post then fails as it would have).
+func (e *Endpoint) ready(ctx context.Context, path string, hdr http.Header) *readied {
+	c := &call{limit: e.timeout()}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	req, err := e.newRequest(c, path, nil, hdr)
+	if err != nil {
+		c.cancel(context.Canceled)
+		return nil
+	}
+	return &readied{e: e, path: path, parent: ctx, c: c, req: req}
+}
+
+// sameContext reports whether a and b are the same context (false, not a
+// panic, for a context type that cannot be compared).
+func sameContext(a, b context.Context) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t != nil && t.Comparable() && a == b
+}
+
+// readyOf takes from req's memo the exchange Prepare made ready, if any.
+func readyOf(req *gateway.Request) *readied {
+	m := req.Encoded
+	if m == nil || m.Next == nil {
+		return nil
+	}
+	r, _ := m.Next.(*readied)
+	if r == nil {
+		m.Next.Discard()
+	}
+	m.Next = nil
+	return r
 }
 
 // touch restarts the timeout (a streamed event arrived).

@@ -2,8 +2,10 @@ package upstream
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -19,28 +21,35 @@ import (
 // the conversation and the tools first).
 //
 // The memo relies on the loop's promise (gateway.Request.Encoded): the
-// conversation only grows at its end and the tools do not change. Every
-// element encoded before is reused but the last, which an adapter may
-// extend with what was appended (Messages merges consecutive turns of
-// one role); the tools array is reused while it has as many tools.
-// The adapter leaves *tools empty when the memo has them (toolsToEncode).
+// conversation only grows at its end and the tools do not change; the
+// tools array is reused while it has as many tools. The adapter leaves
+// *tools empty when the memo has them (toolsToEncode).
 //
-// tail, when not nil, says that *elems holds only the elements of the
-// messages from memoFrom(req) on (the adapter translated no earlier
-// message), tail[i] being the index in req.Messages of the first message
-// of (*elems)[i]; the memo's elements before Base are kept as they are.
-// With tail nil, *elems is the whole conversation.
+// from ≥ 0 says that *elems holds only the elements of the messages from
+// from on, tail[i] being the index in req.Messages of the first message
+// of (*elems)[i]. from is what memoFrom returned (the messages after
+// those of the memo: the new elements follow the memo's), or the memo's
+// From (memoContinued: the new messages continue the memo's last
+// element, which they replace), or 0 (all of them). With from < 0, *elems
+// is the whole conversation, and every element encoded before is reused
+// but the last, which an adapter may have extended with what was
+// appended.
 //
 // lean, when not nil, encodes an element without the SDK (lean.go) or
 // says it cannot.
-func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T, tail []int, lean func([]byte, *E) ([]byte, bool)) ([]byte, error) {
+func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T, from int, tail []int, lean func([]byte, *E) ([]byte, bool)) (body []byte, err error) {
 	m := req.Encoded
 	if m == nil {
 		return json.Marshal(p)
 	}
 	if m.Flavour != flavour {
-		*m = gateway.Encoded{Flavour: flavour}
+		resetMemo(m, flavour)
 	}
+	defer func() {
+		if err != nil {
+			resetMemo(m, flavour) // half updated: not used again
+		}
+	}()
 	es, ts := *elems, *tools
 	// Of the other fields the loop changes only the tool choice.
 	key := gateway.TopKey{ToolChoice: req.ToolChoice, Stream: stream}
@@ -58,15 +67,22 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 		}
 		m.Top, m.TopKey = top, key
 	}
-	// es[i] is the conversation's element off+i.
-	off := 0
-	if tail != nil && m.From > 0 {
-		if len(tail) != len(es) || m.Base >= len(m.Elems) {
-			return nil, fmt.Errorf("encoding the request: the memo does not match the conversation")
+	// es[i] is the conversation's element off+i; the memo's first keep
+	// elements are reused.
+	off, keep := 0, max(0, min(len(m.Elems)-1, len(es)))
+	if from > 0 {
+		switch {
+		case len(tail) != len(es) || m.Msgs == 0 || (len(m.Elems) > 0 && m.Base != len(m.Elems)-1):
+			return nil, errMemo
+		case from == m.Msgs:
+			off = len(m.Elems)
+		case from == m.From && len(m.Elems) > 0:
+			off = m.Base
+		default:
+			return nil, errMemo
 		}
-		off = m.Base
+		keep = off
 	}
-	keep := max(off, min(len(m.Elems)-1, off+len(es)))
 	m.Elems = m.Elems[:keep]
 	var scratch []byte // the lean encoders write here, each element is then copied once
 	for i := keep - off; i < len(es); i++ {
@@ -86,10 +102,18 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 		}
 		m.Elems = append(m.Elems, b)
 	}
-	if tail != nil && len(es) > 0 {
-		m.From, m.Base = tail[len(es)-1], off+len(es)-1
+	if from >= 0 {
+		switch {
+		case len(es) > 0:
+			m.From, m.Base = tail[len(es)-1], off+len(es)-1
+		case len(m.Elems) == 0:
+			m.From, m.Base = 0, 0
+		case m.Base != len(m.Elems)-1:
+			return nil, errMemo // the reopened element's messages made none
+		}
+		m.Msgs = len(req.Messages)
 	} else {
-		m.From, m.Base = 0, 0
+		m.Msgs, m.From, m.Base = 0, 0, 0
 	}
 	if len(ts) > 0 || m.NTools != len(req.Tools) {
 		b, err := json.Marshal(ts)
@@ -103,63 +127,112 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 			sharedTools.put(flavour, req.Tools, b)
 		}
 	}
-	n := len(top) + len(elemsKey) + len(m.Tools) + 16
-	for _, e := range m.Elems {
-		n += len(e) + 1
-	}
-	var b bytes.Buffer
-	b.Grow(n)
-	b.WriteByte('{')
-	sep := false
-	if len(m.Elems) > 0 {
-		b.WriteByte('"')
-		b.WriteString(elemsKey)
-		b.WriteString(`":[`)
-		for i, e := range m.Elems {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(e)
+	// The body is assembled in a new buffer (the one sent before may still
+	// be read by the HTTP client), or after the elements Prepare assembled
+	// (bodyPrefix) when none of them was rebuilt since.
+	rest := bytes.TrimSpace(top[1 : len(top)-1])
+	var b []byte
+	next := 0 // the first element not yet in b
+	if p := m.Prefix; len(p) > 0 && m.PrefixElems > 0 && keep >= m.PrefixElems {
+		b, next = p, m.PrefixElems
+	} else {
+		n := len(rest) + len(elemsKey) + len(m.Tools) + 16 + prefixRoom
+		for _, e := range m.Elems {
+			n += len(e) + 1
 		}
-		b.WriteByte(']')
-		sep = true
+		b = append(make([]byte, 0, n), '{')
+	}
+	m.Prefix, m.PrefixElems = nil, 0
+	if len(m.Elems) > 0 {
+		for i, e := range m.Elems[next:] {
+			if i+next == 0 {
+				b = append(b, '"')
+				b = append(b, elemsKey...)
+				b = append(b, `":[`...)
+			} else {
+				b = append(b, ',')
+			}
+			b = append(b, e...)
+		}
+		b = append(b, ']')
 	}
 	if len(m.Tools) > 0 {
-		if sep {
-			b.WriteByte(',')
+		if len(m.Elems) > 0 {
+			b = append(b, ',')
 		}
-		b.WriteString(`"tools":`)
-		b.Write(m.Tools)
-		sep = true
+		b = append(b, `"tools":`...)
+		b = append(b, m.Tools...)
 	}
-	if rest := bytes.TrimSpace(top[1 : len(top)-1]); len(rest) > 0 {
-		if sep {
-			b.WriteByte(',')
+	if len(rest) > 0 {
+		if len(m.Elems) > 0 || len(m.Tools) > 0 {
+			b = append(b, ',')
 		}
-		b.Write(rest)
+		b = append(b, rest...)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(b, '}'), nil
 }
 
+// prefixRoom is what a body's buffer has to spare, so that the next Turn
+// can append the tools' results to the part Prepare assembled.
+const prefixRoom = 2048
+
+// bodyPrefix keeps, of body (just assembled by encodeBody and not to be
+// sent: Prepare's), the part up to the end of the conversation's last
+// element: the next Turn appends the new elements to it.
+func bodyPrefix(m *gateway.Encoded, body []byte, elemsKey string) {
+	m.Prefix, m.PrefixElems = nil, 0
+	if len(m.Elems) == 0 {
+		return
+	}
+	n := len(`{"`) + len(elemsKey) + len(`":[`) + len(m.Elems) - 1
+	for _, e := range m.Elems {
+		n += len(e)
+	}
+	if n < len(body) && body[n] == ']' && string(body[:len(elemsKey)+5]) == `{"`+elemsKey+`":[` {
+		m.Prefix, m.PrefixElems = body[:n], len(m.Elems)
+	}
+}
+
+// resetMemo empties m for flavour.
+func resetMemo(m *gateway.Encoded, flavour string) {
+	if m.Next != nil {
+		m.Next.Discard()
+	}
+	*m = gateway.Encoded{Flavour: flavour}
+}
+
+var errMemo = fmt.Errorf("encoding the request: the memo does not match the conversation")
+
 // memoFrom is the first message of req the adapter needs to translate:
-// with a memo of the same flavour that holds elements, the first message
-// of its last element (encodeBody's tail), else 0.
+// with a memo of the same flavour, the first message after those it was
+// made of, else 0.
 func memoFrom(req *gateway.Request, flavour string) int {
 	m := req.Encoded
 	if m == nil {
 		return 0
 	}
 	if m.Flavour != flavour {
-		*m = gateway.Encoded{Flavour: flavour}
+		resetMemo(m, flavour)
 	}
-	if m.From <= 0 || m.From >= len(req.Messages) || m.Base >= len(m.Elems) {
+	if m.Msgs <= 0 || m.Msgs > len(req.Messages) || m.From >= m.Msgs || (len(m.Elems) > 0 && m.Base != len(m.Elems)-1) {
 		// Nothing to skip, or not the conversation the memo was made
 		// of: everything is translated (encodeBody keeps what matches).
-		m.From, m.Base = 0, 0
+		m.Msgs, m.From, m.Base = 0, 0, 0
 		return 0
 	}
-	return m.From
+	return m.Msgs
+}
+
+// memoContinued reports whether the elements an adapter that merges
+// consecutive turns of one role (Messages, Gemini) made of the messages
+// from from (memoFrom) on, whose first messages are tail, begin with a
+// turn of the role of the memo's last element: the new messages continue
+// it, and the adapter translates again from the memo's From, the first
+// message of that element.
+func memoContinued(req *gateway.Request, from int, tail []int) bool {
+	m := req.Encoded
+	return m != nil && from > 0 && from == m.Msgs && len(tail) > 0 && len(m.Elems) > 0 &&
+		req.Messages[tail[0]].Role == req.Messages[m.From].Role
 }
 
 // memoTools says whether the run's memo holds the encoded tools, so the
@@ -172,7 +245,7 @@ func memoTools(req *gateway.Request, flavour string) bool {
 		return false
 	}
 	if m.Flavour != flavour {
-		*m = gateway.Encoded{Flavour: flavour}
+		resetMemo(m, flavour)
 	}
 	if m.Tools == nil || m.NTools != len(req.Tools) {
 		m.Tools, m.NTools = sharedTools.get(flavour, req.Tools), len(req.Tools)
@@ -223,4 +296,47 @@ func (c *toolsCache) put(flavour string, tools []gateway.Tool, enc []byte) {
 		clear(c.m)
 	}
 	c.m[k] = enc
+}
+
+// prepare is the adapters' gateway.Preparer: body, the adapter's request
+// encoder, brings the run's memo up to req's conversation (the request it
+// encodes is not sent), and the exchange of the next Turn, to path, is
+// made ready (readied). An error leaves the memo empty (encodeBody) or as
+// it was, and comes again from the Turn that reports it.
+func (e *Endpoint) prepare(ctx context.Context, req *gateway.Request, stream bool, body func(*gateway.Request, bool) ([]byte, error), elemsKey, path string, hdr http.Header) {
+	m := req.Encoded
+	if m == nil {
+		return
+	}
+	if b, err := body(req, stream); err == nil {
+		bodyPrefix(m, b, elemsKey)
+	}
+	if m.Next != nil {
+		m.Next.Discard()
+	}
+	if r := e.ready(ctx, path, hdr); r != nil {
+		m.Next = r
+	} else {
+		m.Next = nil
+	}
+}
+
+// Prepare implements gateway.Preparer.
+func (c *Responses) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
+	c.prepare(ctx, req, stream, responsesBody, "input", responsesPath, c.headers())
+}
+
+// Prepare implements gateway.Preparer.
+func (c *Messages) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
+	c.prepare(ctx, req, stream, messagesBody, "messages", messagesPath, c.headers())
+}
+
+// Prepare implements gateway.Preparer.
+func (c *Gemini) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
+	c.prepare(ctx, req, stream, geminiBody, "contents", geminiPath(req.Model, stream), c.headers())
+}
+
+// Prepare implements gateway.Preparer.
+func (c *Chat) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
+	c.prepare(ctx, req, stream, chatBody, "messages", chatPath, c.headers())
 }

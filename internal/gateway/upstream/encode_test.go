@@ -1,80 +1,219 @@
 package upstream
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/scripted"
 )
 
 var bodies = map[string]func(*gateway.Request, bool) ([]byte, error){
 	gateway.APIChat: chatBody, gateway.APIResponses: responsesBody, gateway.APIMessages: messagesBody, gateway.APIGemini: geminiBody,
 }
 
+var (
+	preparerEndpoint = Endpoint{BaseURL: "http://127.0.0.1:9/v1"} // never called
+	preparers        = map[string]gateway.Preparer{
+		gateway.APIChat: NewChat(preparerEndpoint), gateway.APIResponses: NewResponses(preparerEndpoint),
+		gateway.APIMessages: NewMessages(preparerEndpoint), gateway.APIGemini: NewGemini(preparerEndpoint),
+	}
+	// paths are the calls' paths of the test's requests (model "m").
+	paths = map[string]func(stream bool) string{
+		gateway.APIChat:      func(bool) string { return "/chat/completions" },
+		gateway.APIResponses: func(bool) string { return "/responses" },
+		gateway.APIMessages:  func(bool) string { return "/messages" }, // the base's /v1 not doubled
+		gateway.APIGemini: func(stream bool) string {
+			if stream {
+				return "/models/m:streamGenerateContent?alt=sse"
+			}
+			return "/models/m:generateContent"
+		},
+	}
+)
+
 // TestEncodeMemo grows a conversation as a run does — text, images, two
 // user messages in a row (which Messages merges), tool calls and results
-// with images and errors, a user message after results, streamed and not,
-// tool choice changed for the last turn — and checks that every turn's memoised body is the same JSON
-// value as the whole request encoded afresh.
+// with images and errors, a user message after results, an empty message
+// between two assistant turns (which Messages and Gemini merge), streamed
+// and not, tool choice changed for the last turn — and checks that every
+// turn's memoised body is the same JSON value as the whole request
+// encoded afresh, with and without the adapter's Prepare called after each
+// assistant turn (as the loop does while the tools run).
 func TestEncodeMemo(t *testing.T) {
 	img := &gateway.Image{MediaType: "image/png", Data: "aGVsbG8="}
 	for _, api := range apis {
 		for _, stream := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/stream=%v", api, stream), func(t *testing.T) {
-				req := &gateway.Request{Model: "m", System: "sys", MaxTokens: 100, Encoded: &gateway.Encoded{},
-					Tools: []gateway.Tool{gateway.ShellFunction("shell"), gateway.BashFunction("bash")}}
-				steps := [][]gateway.Message{
-					{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "hi"}, {Kind: gateway.PartImage, Image: img}}}},
-					{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "and this"}}}},
-				}
-				for i := range 4 {
-					id := fmt.Sprintf("call_%d", i)
-					res := &gateway.ToolResult{CallID: id, Content: "out", IsError: i == 2}
-					if i == 1 {
-						res.Images = []gateway.Image{*img}
-					}
-					steps = append(steps, []gateway.Message{
-						{Role: gateway.RoleAssistant, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "let me"}, {Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: id, Name: "shell", Arguments: `{"commands":["ls"]}`}}}},
-						{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: res}}},
-					})
-				}
-				// A user message right after tool results: Messages and
-				// Gemini merge it into the results' element, which the memo
-				// rebuilds from its first message.
-				steps = append(steps, []gateway.Message{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "go on"}}}})
-				for i, add := range steps {
-					req.Messages = append(req.Messages, add...)
-					if i == len(steps)-1 {
-						req.ToolChoice = gateway.ToolChoice{Mode: gateway.ChoiceNone}
-					}
-					got, err := bodies[api](req, stream)
-					if err != nil {
-						t.Fatal(err)
-					}
-					plain := *req
-					plain.Encoded = nil
-					want, err := bodies[api](&plain, stream)
-					if err != nil {
-						t.Fatal(err)
-					}
-					var g, w any
-					if err := json.Unmarshal(got, &g); err != nil {
-						t.Fatalf("turn %d: memoised body is not JSON: %v\n%s", i, err, got)
-					}
-					json.Unmarshal(want, &w)
-					if !reflect.DeepEqual(g, w) {
-						t.Fatalf("turn %d: memoised body differs\n got %s\nwant %s", i, got, want)
-					}
-				}
-				if len(req.Encoded.Elems) == 0 || req.Encoded.Tools == nil {
-					t.Fatalf("the memo was not used: %+v", req.Encoded)
-				}
-				if api != gateway.APIChat && req.Encoded.From == 0 {
-					t.Fatalf("the adapter translated the whole conversation every turn: %+v", req.Encoded)
-				}
-			})
+			for _, prep := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/stream=%v/prepare=%v", api, stream, prep), func(t *testing.T) {
+					testEncodeMemo(t, api, stream, prep, img)
+				})
+			}
 		}
+	}
+}
+
+func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Image) {
+	req := &gateway.Request{Model: "m", System: "sys", MaxTokens: 100, Encoded: &gateway.Encoded{},
+		Tools: []gateway.Tool{gateway.ShellFunction("shell"), gateway.BashFunction("bash")}}
+	steps := [][]gateway.Message{
+		{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "hi"}, {Kind: gateway.PartImage, Image: img}}}},
+		{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "and this"}}}},
+	}
+	call := func(id string) gateway.Message {
+		return gateway.Message{Role: gateway.RoleAssistant, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "let me"}, {Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: id, Name: "shell", Arguments: `{"commands":["ls"]}`}}}}
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("call_%d", i)
+		res := &gateway.ToolResult{CallID: id, Content: "out", IsError: i == 2}
+		if i == 1 {
+			res.Images = []gateway.Image{*img}
+		}
+		steps = append(steps, []gateway.Message{
+			call(id),
+			{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: res}}},
+		})
+	}
+	steps = append(steps,
+		// A user message right after tool results: Messages and
+		// Gemini merge it into the results' element, which the
+		// memo rebuilds from its first message.
+		[]gateway.Message{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "go on"}}}},
+		// An assistant turn, an empty user message (no element on
+		// Messages and Gemini) and another assistant turn, which
+		// they then merge into the first.
+		[]gateway.Message{{Role: gateway.RoleAssistant, Parts: []gateway.Part{{Kind: gateway.PartText, Text: "ok"}}}},
+		[]gateway.Message{{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartText}}}},
+		[]gateway.Message{call("call_9"), {Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: "call_9", Content: "nine"}}}}},
+	)
+	for i, add := range steps {
+		var prefix []byte // what Prepare assembled
+		for _, m := range add {
+			req.Messages = append(req.Messages, m)
+			if prep && m.Role == gateway.RoleAssistant && len(add) > 1 {
+				preparers[api].Prepare(context.Background(), req, stream)
+				if api != gateway.APIChat && req.Encoded.Msgs != len(req.Messages) {
+					t.Fatalf("turn %d: Prepare left a memo of %d messages, want %d", i, req.Encoded.Msgs, len(req.Messages))
+				}
+				prefix = req.Encoded.Prefix
+				if api != gateway.APIChat && len(prefix) == 0 {
+					t.Fatalf("turn %d: Prepare assembled no body prefix", i)
+				}
+				r := readyOf(req)
+				if want := "http://127.0.0.1:9/v1" + paths[api](stream); r == nil || r.req.URL.String() != want || r.req.Header.Get("Content-Type") != "application/json" {
+					t.Fatalf("turn %d: Prepare made ready %+v, want a POST to %s", i, r, want)
+				}
+				r.Discard()
+				if context.Cause(r.c.ctx) != context.Canceled {
+					t.Fatalf("turn %d: the discarded exchange's context was not cancelled", i)
+				}
+			}
+		}
+		if i == len(steps)-1 {
+			req.ToolChoice = gateway.ToolChoice{Mode: gateway.ChoiceNone}
+		}
+		got, err := bodies[api](req, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if api != gateway.APIChat && len(prefix) > 0 && &got[0] != &prefix[0] {
+			t.Fatalf("turn %d: the body was not appended to what Prepare assembled", i)
+		}
+		plain := *req
+		plain.Encoded = nil
+		want, err := bodies[api](&plain, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("turn %d: memoised body is not JSON: %v\n%s", i, err, got)
+		}
+		json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("turn %d: memoised body differs\n got %s\nwant %s", i, got, want)
+		}
+		if api != gateway.APIChat && req.Encoded.Msgs != len(req.Messages) {
+			t.Fatalf("turn %d: the memo holds %d messages, want %d", i, req.Encoded.Msgs, len(req.Messages))
+		}
+	}
+	if len(req.Encoded.Elems) == 0 || req.Encoded.Tools == nil {
+		t.Fatalf("the memo was not used: %+v", req.Encoded)
+	}
+	if api != gateway.APIChat && req.Encoded.From == 0 {
+		t.Fatalf("the adapter translated the whole conversation every turn: %+v", req.Encoded)
+	}
+}
+
+// TestPreparedTurn: a Turn after Prepare sends the exchange Prepare made
+// ready — with the adapter's headers, the whole body and its length, its
+// deadline counted from when it is sent, not from Prepare — and the same
+// request as without Prepare; an exchange readied for another ctx is
+// discarded, not sent.
+func TestPreparedTurn(t *testing.T) {
+	srv := scripted.NewServer(&scripted.Script{Models: map[string][]scripted.Turn{
+		"m": {{Text: "unused"}, {Text: "done", Delay: scripted.Duration(100 * time.Millisecond)}}, // the conversation holds turn 0
+	}})
+	defer srv.Close()
+	call := &gateway.ToolCall{ID: "call_1", Name: "shell", Arguments: `{"commands":["ls"]}`}
+	for _, api := range apis {
+		for _, stream := range []bool{false, true} {
+			srv.Reset()
+			up := adapter(api, srv.URL, 300*time.Millisecond)
+			req := &gateway.Request{Model: "m", Encoded: &gateway.Encoded{}, Tools: []gateway.Tool{gateway.ShellFunction("shell")},
+				Messages: []gateway.Message{userText("hi"), {Role: gateway.RoleAssistant, Parts: []gateway.Part{{Kind: gateway.PartToolCall, Call: call}}}}}
+			ctx := context.Background()
+			up.(gateway.Preparer).Prepare(ctx, req, stream)
+			r, _ := req.Encoded.Next.(*readied)
+			if r == nil {
+				t.Fatalf("%s stream=%v: Prepare made no exchange ready", api, stream)
+			}
+			time.Sleep(400 * time.Millisecond) // the tools run: longer than the timeout
+			req.Messages = append(req.Messages, gateway.Message{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult,
+				Result: &gateway.ToolResult{CallID: "call_1", Content: "a.csv"}}}})
+			turn, err := collect(t, up, req, stream)
+			if err != nil || len(turn.Parts) != 1 || turn.Parts[0].Text != "done" {
+				t.Fatalf("%s stream=%v: %+v, %v", api, stream, turn, err)
+			}
+			if req.Encoded.Next != nil || context.Cause(r.c.ctx) != context.Canceled {
+				t.Fatalf("%s stream=%v: the readied exchange was not taken and closed", api, stream)
+			}
+			got := srv.Last()
+			plain := *req
+			plain.Encoded = nil
+			want, err := bodies[api](&plain, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w map[string]any
+			json.Unmarshal(want, &w)
+			if !reflect.DeepEqual(got.Body, w) || got.Header.Get("Content-Length") != strconv.Itoa(len(got.Raw)) || got.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("%s stream=%v: the upstream got %s\n%s\nwant %s", api, stream, got.Header, got.Raw, want)
+			}
+			if key := got.Header.Get("Authorization") + got.Header.Get("x-api-key") + got.Header.Get("x-goog-api-key"); !strings.Contains(key, "sk-test") {
+				t.Fatalf("%s stream=%v: no API key in %s", api, stream, got.Header)
+			}
+		}
+	}
+	// Readied for another ctx (or another path): post discards it and
+	// sends a new exchange.
+	e := &Endpoint{BaseURL: srv.URL + "/v1", Timeout: time.Second}
+	srv.Reset()
+	r := e.ready(context.Background(), responsesPath, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := e.post(ctx, responsesPath, []byte(`{"model":"m","input":"hi"}`), nil, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.close()
+	if c == r.c || context.Cause(r.c.ctx) != context.Canceled {
+		t.Fatal("an exchange readied for another ctx was sent, or not discarded")
 	}
 }

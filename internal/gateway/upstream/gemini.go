@@ -233,11 +233,16 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 // geminiBody is the request body of req (streaming is in the URL, not
 // the body).
 func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, tail, err := geminiParams(req, memoFrom(req, gateway.APIGemini))
+	from := memoFrom(req, gateway.APIGemini)
+	p, tail, err := geminiParams(req, from)
+	if err == nil && memoContinued(req, from, tail) {
+		from = req.Encoded.From
+		p, tail, err = geminiParams(req, from)
+	}
 	if err != nil {
 		return nil, err
 	}
-	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, tail, leanGeminiContent)
+	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, from, tail, leanGeminiContent)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}
@@ -396,17 +401,23 @@ func (g *geminiTurn) done() *gateway.Turn {
 	return &g.t
 }
 
+// geminiPath is the path of a call to model, streamed or not.
+func geminiPath(model string, stream bool) string {
+	if stream {
+		return "/models/" + url.PathEscape(model) + ":streamGenerateContent?alt=sse"
+	}
+	return "/models/" + url.PathEscape(model) + ":generateContent"
+}
+
 // Turn implements gateway.Upstream.
 func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	ready := readyOf(req)
 	body, err := geminiBody(req, onDelta != nil)
 	if err != nil {
+		ready.Discard()
 		return nil, err
 	}
-	path := "/models/" + url.PathEscape(req.Model) + ":generateContent"
-	if onDelta != nil {
-		path = "/models/" + url.PathEscape(req.Model) + ":streamGenerateContent?alt=sse"
-	}
-	call, err := c.post(ctx, path, body, c.headers())
+	call, err := c.post(ctx, geminiPath(req.Model, onDelta != nil), body, c.headers(), ready)
 	if err != nil {
 		return nil, err
 	}

@@ -281,7 +281,12 @@ func messagesStop(r string) gateway.StopReason {
 
 // messagesBody is the request body of req.
 func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, tail, err := messagesParams(req, memoFrom(req, gateway.APIMessages))
+	from := memoFrom(req, gateway.APIMessages)
+	p, tail, err := messagesParams(req, from)
+	if err == nil && memoContinued(req, from, tail) {
+		from = req.Encoded.From
+		p, tail, err = messagesParams(req, from)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -293,20 +298,24 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 		extra["stream"] = true
 		p.SetExtraFields(extra)
 	}
-	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, tail, leanMessage)
+	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, leanMessage)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}
 	return body, nil
 }
 
+const messagesPath = "/v1/messages"
+
 // Turn implements gateway.Upstream.
 func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	ready := readyOf(req)
 	body, err := messagesBody(req, onDelta != nil)
 	if err != nil {
+		ready.Discard()
 		return nil, err
 	}
-	call, err := c.post(ctx, "/v1/messages", body, c.headers())
+	call, err := c.post(ctx, messagesPath, body, c.headers(), ready)
 	if err != nil {
 		return nil, err
 	}

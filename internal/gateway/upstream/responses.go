@@ -227,27 +227,34 @@ func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 
 // responsesBody is the request body of req.
 func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, tail, err := responsesParams(req, memoFrom(req, gateway.APIResponses))
+	// An item is made of one message: the new ones never change the
+	// memo's.
+	from := memoFrom(req, gateway.APIResponses)
+	p, tail, err := responsesParams(req, from)
 	if err != nil {
 		return nil, err
 	}
 	if stream {
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, tail, leanResponsesItem)
+	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, from, tail, leanResponsesItem)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}
 	return body, nil
 }
 
+const responsesPath = "/responses"
+
 // Turn implements gateway.Upstream.
 func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
+	ready := readyOf(req)
 	body, err := responsesBody(req, onDelta != nil)
 	if err != nil {
+		ready.Discard()
 		return nil, err
 	}
-	call, err := c.post(ctx, "/responses", body, c.headers())
+	call, err := c.post(ctx, responsesPath, body, c.headers(), ready)
 	if err != nil {
 		return nil, err
 	}
