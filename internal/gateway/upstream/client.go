@@ -125,11 +125,22 @@ type call struct {
 
 // startCall starts an exchange bounded by e's timeout.
 func (e *Endpoint) startCall(ctx context.Context) *call {
+	c := e.newCall(ctx)
+	c.start()
+	return c
+}
+
+// newCall is an exchange with its context, its timeout not yet running.
+func (e *Endpoint) newCall(ctx context.Context) *call {
 	c := &call{limit: e.timeout()}
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	return c
+}
+
+// start starts c's timeout.
+func (c *call) start() {
 	c.w = watchFor(c.limit)
 	c.w.add(c)
-	return c
 }
 
 // post sends body to path and returns the exchange with a 2xx answer, or
@@ -143,8 +154,7 @@ func (e *Endpoint) post(ctx context.Context, path string, body []byte, hdr http.
 	var req *http.Request
 	if ready != nil && ready.e == e && ready.path == path && sameContext(ready.parent, ctx) {
 		c, req = ready.c, ready.req
-		c.w = watchFor(c.limit)
-		c.w.add(c)
+		c.start()
 		req.ContentLength = int64(len(body))
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -214,8 +224,7 @@ func (r *readied) Discard() {
 // ready makes an exchange with path ready for post (nil when the request
 // cannot be made: post then fails as it would have).
 func (e *Endpoint) ready(ctx context.Context, path string, hdr http.Header) *readied {
-	c := &call{limit: e.timeout()}
-	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	c := e.newCall(ctx)
 	req, err := e.newRequest(c, path, nil, hdr)
 	if err != nil {
 		c.cancel(context.Canceled)

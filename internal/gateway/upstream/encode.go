@@ -314,7 +314,7 @@ func (e *Endpoint) prepare(ctx context.Context, req *gateway.Request, stream boo
 	if m.Next != nil {
 		m.Next.Discard()
 	}
-	if r := e.ready(ctx, path, hdr); r != nil {
+	if r := e.ready(ctx, path, hdr); r != nil { // not a nil *readied in the interface
 		m.Next = r
 	} else {
 		m.Next = nil
