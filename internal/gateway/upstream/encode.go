@@ -127,33 +127,49 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 			sharedTools.put(flavour, req.Tools, b)
 		}
 	}
-	// The body is assembled in a new buffer (the one sent before may still
-	// be read by the HTTP client), or after the elements Prepare assembled
-	// (bodyPrefix) when none of them was rebuilt since.
-	rest := bytes.TrimSpace(top[1 : len(top)-1])
+	return closeBody(openBody(m, top, elemsKey, keep, 0), m, top), nil
+}
+
+// openBody starts the body of memo m (whose other fields are top): the
+// conversation's key and its elements, without the closing bracket. It is
+// assembled in a new buffer (the one sent before may still be read by the
+// HTTP client), with room for extra more bytes, or after the elements
+// Prepare assembled (bodyPrefix) when none of them was rebuilt since: the
+// memo's first keep elements are those it had then.
+func openBody(m *gateway.Encoded, top []byte, elemsKey string, keep, extra int) []byte {
 	var b []byte
 	next := 0 // the first element not yet in b
 	if p := m.Prefix; len(p) > 0 && m.PrefixElems > 0 && keep >= m.PrefixElems {
 		b, next = p, m.PrefixElems
 	} else {
-		n := len(rest) + len(elemsKey) + len(m.Tools) + 16 + prefixRoom
+		n := len(top) + len(elemsKey) + len(m.Tools) + 16 + prefixRoom + extra
 		for _, e := range m.Elems {
 			n += len(e) + 1
 		}
 		b = append(make([]byte, 0, n), '{')
 	}
 	m.Prefix, m.PrefixElems = nil, 0
+	for i, e := range m.Elems[next:] {
+		b = append(elemSep(b, i+next, elemsKey), e...)
+	}
+	return b
+}
+
+// elemSep appends what comes before element i of the conversation array.
+func elemSep(b []byte, i int, elemsKey string) []byte {
+	if i > 0 {
+		return append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, elemsKey...)
+	return append(b, `":[`...)
+}
+
+// closeBody ends the body openBody started: the conversation array
+// closed, the tools and the other fields (top).
+func closeBody(b []byte, m *gateway.Encoded, top []byte) []byte {
+	rest := bytes.TrimSpace(top[1 : len(top)-1])
 	if len(m.Elems) > 0 {
-		for i, e := range m.Elems[next:] {
-			if i+next == 0 {
-				b = append(b, '"')
-				b = append(b, elemsKey...)
-				b = append(b, `":[`...)
-			} else {
-				b = append(b, ',')
-			}
-			b = append(b, e...)
-		}
 		b = append(b, ']')
 	}
 	if len(m.Tools) > 0 {
@@ -169,7 +185,49 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 		}
 		b = append(b, rest...)
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
+}
+
+// resultsWriter appends the conversation elements of req.Messages[mi], a
+// message of tool results, one after the other (no separator), and the
+// end of each in b to ends; false when it does not take the message
+// (anything but text results), leaving b as it was.
+type resultsWriter func(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool)
+
+// directTurn is the body of the turn after Prepare's, when the memo holds
+// the whole conversation but its last message, the tools' results: their
+// elements are written straight from the message (results) and appended,
+// with no SDK params built for them and nothing else encoded again.
+// merges says that the adapter merges consecutive turns of one role
+// (Messages, Gemini). ok is false when the turn is not that one (the
+// memo lacks more, the other fields or the tools changed, the results
+// would be merged into the memo's last element) or results does not take
+// the message: the adapter then encodes the turn as usual (encodeBody),
+// and the memo is as it was.
+func directTurn(req *gateway.Request, flavour string, stream bool, elemsKey string, merges bool, results resultsWriter) (body []byte, ok bool) {
+	m, n := req.Encoded, len(req.Messages)
+	if m == nil || m.Flavour != flavour || m.Top == nil || m.TopKey != (gateway.TopKey{ToolChoice: req.ToolChoice, Stream: stream}) ||
+		n < 2 || m.Msgs != n-1 || len(m.Elems) == 0 || m.Base != len(m.Elems)-1 || m.From >= m.Msgs ||
+		m.NTools != len(req.Tools) || (len(req.Tools) > 0 && m.Tools == nil) ||
+		req.Messages[n-1].Role != gateway.RoleUser || (merges && req.Messages[m.From].Role == gateway.RoleUser) {
+		return nil, false
+	}
+	var endsBuf [8]int
+	scratch, ends, ok := results(make([]byte, 0, 1024), req, n-1, endsBuf[:0])
+	if !ok || len(ends) == 0 {
+		return nil, false
+	}
+	keep := len(m.Elems)
+	b := openBody(m, m.Top, elemsKey, keep, len(scratch)+len(ends))
+	start := 0
+	for i, end := range ends {
+		e := scratch[start:end]
+		b = append(elemSep(b, keep+i, elemsKey), e...)
+		m.Elems = append(m.Elems, bytes.Clone(e))
+		start = end
+	}
+	m.Msgs, m.From, m.Base = n, n-1, len(m.Elems)-1
+	return closeBody(b, m, m.Top), true
 }
 
 // prefixRoom is what a body's buffer has to spare, so that the next Turn

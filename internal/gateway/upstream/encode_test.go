@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
+	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
 )
 
 var bodies = map[string]func(*gateway.Request, bool) ([]byte, error){
@@ -118,9 +120,23 @@ func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Im
 		if i == len(steps)-1 {
 			req.ToolChoice = gateway.ToolChoice{Mode: gateway.ChoiceNone}
 		}
+		var before *gateway.Encoded                                                        // the memo before the turn, when its body is a direct one
+		if prep && len(add) > 1 && api != gateway.APIChat && i != 3 && i != len(steps)-1 { // turn 3's results hold an image; the last changes the tool choice
+			before = cloneMemo(req.Encoded)
+		}
 		got, err := bodies[api](req, stream)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if before != nil {
+			// The turn after Prepare adds only text results: its body is
+			// written straight from them (directTurn), the same bytes.
+			again := *req
+			again.Encoded = before
+			direct, ok := directTurn(&again, api, stream && api != gateway.APIGemini, elemsKeys[api], api != gateway.APIResponses, resultsWriters[api])
+			if !ok || string(direct) != string(got) {
+				t.Fatalf("turn %d: the direct body (taken %v) differs\n got %s\nwant %s", i, ok, direct, got)
+			}
 		}
 		if api != gateway.APIChat && len(prefix) > 0 && &got[0] != &prefix[0] {
 			t.Fatalf("turn %d: the body was not appended to what Prepare assembled", i)
@@ -149,6 +165,101 @@ func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Im
 	if api != gateway.APIChat && req.Encoded.From == 0 {
 		t.Fatalf("the adapter translated the whole conversation every turn: %+v", req.Encoded)
 	}
+}
+
+var (
+	elemsKeys      = map[string]string{gateway.APIResponses: "input", gateway.APIMessages: "messages", gateway.APIGemini: "contents"}
+	resultsWriters = map[string]resultsWriter{gateway.APIResponses: responsesResults, gateway.APIMessages: messagesResults, gateway.APIGemini: geminiResults}
+)
+
+// cloneMemo is a copy of m that shares no memory it writes to.
+func cloneMemo(m *gateway.Encoded) *gateway.Encoded {
+	c := *m
+	c.Elems = slices.Clone(m.Elems)
+	if m.Prefix != nil {
+		c.Prefix = append(make([]byte, 0, cap(m.Prefix)), m.Prefix...)
+	}
+	c.Next = nil
+	return &c
+}
+
+// TestResultsWritersMatchSDK: the results writers write the same bytes as
+// the adapter's params encoded by the SDK, for hostile strings, results
+// with and without errors and content, and refuse what they do not take.
+func TestResultsWritersMatchSDK(t *testing.T) {
+	sdkElems := map[string]func(req *gateway.Request, from int) ([]any, error){
+		gateway.APIResponses: func(req *gateway.Request, from int) ([]any, error) {
+			p, _, err := responsesParams(req, from)
+			return anys(p.Input.OfInputItemList), err
+		},
+		gateway.APIMessages: func(req *gateway.Request, from int) ([]any, error) {
+			p, _, err := messagesParams(req, from)
+			return anys(p.Messages), err
+		},
+		gateway.APIGemini: func(req *gateway.Request, from int) ([]any, error) {
+			p, _, err := geminiParams(req, from)
+			if err != nil {
+				return nil, err
+			}
+			return anys(p.Contents), nil
+		},
+	}
+	for _, api := range []string{gateway.APIResponses, gateway.APIMessages, gateway.APIGemini} {
+		write := resultsWriters[api]
+		for i, s := range append(jsonwtest.Strings(), "") {
+			req := &gateway.Request{Messages: []gateway.Message{userText("q"), {Role: gateway.RoleAssistant, Parts: []gateway.Part{
+				{Kind: gateway.PartText, Text: "let me"},
+				{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: s, Name: "n" + s, Arguments: `{}`}},
+				{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: "c2", Name: "shell", Arguments: `{}`}}}},
+				{Role: gateway.RoleUser, Parts: []gateway.Part{
+					{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: s, Content: s, IsError: i%2 == 0}},
+					{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: "c2", Content: "", IsError: i%3 == 0}},
+					{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: "unknown", Content: "error: " + s, IsError: true}}}}}}
+			want, err := sdkElems[api](req, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ends, ok := write([]byte("prefix"), req, 2, nil)
+			if !ok || len(ends) != len(want) {
+				t.Fatalf("%s %q: the writer took it = %v with %d elements, want %d", api, s, ok, len(ends), len(want))
+			}
+			start := len("prefix")
+			for k, end := range ends {
+				w, err := json.Marshal(want[k])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got[start:end]) != string(w) {
+					t.Fatalf("%s %q: element %d differs from the SDK's\n got %s\nwant %s", api, s, k, got[start:end], w)
+				}
+				start = end
+			}
+			if start != len(got) {
+				t.Fatalf("%s: bytes after the last element: %q", api, got[start:])
+			}
+		}
+		// What the writers do not take: left to the params and the SDK.
+		img := gateway.Image{MediaType: "image/png", Data: "aGk="}
+		for _, parts := range [][]gateway.Part{
+			nil,
+			{{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: "c", Content: "x", Images: []gateway.Image{img}}}},
+			{{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{CallID: "c", Content: "x"}}, {Kind: gateway.PartText, Text: "and"}},
+			{{Kind: gateway.PartImage, Image: &img}},
+		} {
+			req := &gateway.Request{Messages: []gateway.Message{{Role: gateway.RoleUser, Parts: parts}}}
+			if got, ends, ok := write([]byte("prefix"), req, 0, nil); ok || string(got) != "prefix" || len(ends) != 0 {
+				t.Fatalf("%s: the writer took %+v: %q", api, parts, got)
+			}
+		}
+	}
+}
+
+func anys[S ~[]E, E any](s S) []any {
+	out := make([]any, len(s))
+	for i := range s {
+		out[i] = s[i]
+	}
+	return out
 }
 
 // TestPreparedTurn: a Turn after Prepare sends the exchange Prepare made

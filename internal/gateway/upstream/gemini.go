@@ -233,6 +233,10 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 // geminiBody is the request body of req (streaming is in the URL, not
 // the body).
 func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
+	// Streaming is in the URL, not in the body (Top).
+	if body, ok := directTurn(req, gateway.APIGemini, false, "contents", true, geminiResults); ok {
+		return body, nil
+	}
 	from := memoFrom(req, gateway.APIGemini)
 	p, tail, err := geminiParams(req, from)
 	if err == nil && memoContinued(req, from, tail) {

@@ -8,6 +8,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
 
+	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/jsonw"
 )
 
@@ -50,13 +51,107 @@ func leanResponsesItem(b []byte, u *responses.ResponseInputItemUnionParam) ([]by
 			o.Caller != (responses.ResponseInputItemFunctionCallOutputCallerUnionParam{}) {
 			return b, false
 		}
-		b = append(b, `{"output":`...)
-		b = jsonw.AppendString(b, o.Output.OfString.Value)
-		b = append(b, `,"call_id":`...)
-		b = jsonw.AppendString(b, o.CallID.Value)
-		return append(b, `,"type":"function_call_output"}`...), true
+		return appendCallOutput(b, o.CallID.Value, o.Output.OfString.Value), true
 	}
 	return b, false
+}
+
+func appendCallOutput(b []byte, callID, output string) []byte {
+	b = append(b, `{"output":`...)
+	b = jsonw.AppendString(b, output)
+	b = append(b, `,"call_id":`...)
+	b = jsonw.AppendString(b, callID)
+	return append(b, `,"type":"function_call_output"}`...)
+}
+
+// textResults reports whether message mi of req holds nothing but tool
+// results without images: what the results writers take.
+func textResults(req *gateway.Request, mi int) bool {
+	parts := req.Messages[mi].Parts
+	for _, p := range parts {
+		if p.Kind != gateway.PartToolResult || p.Result == nil || len(p.Result.Images) > 0 {
+			return false
+		}
+	}
+	return len(parts) > 0
+}
+
+// Results writers (resultsWriter) of the three adapters with a memo that
+// translates only the new messages: each writes what its adapter's params
+// and encoder write for a message of text results (the same bytes as the
+// SDK, which TestResultsWritersMatchSDK checks on hostile strings).
+
+// responsesResults writes one function_call_output item per result.
+func responsesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
+	if !textResults(req, mi) {
+		return b, ends, false
+	}
+	for _, p := range req.Messages[mi].Parts {
+		b = appendCallOutput(b, p.Result.CallID, errorText(p.Result))
+		ends = append(ends, len(b))
+	}
+	return b, ends, true
+}
+
+// messagesResults writes a user message of tool_result blocks.
+func messagesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
+	if !textResults(req, mi) {
+		return b, ends, false
+	}
+	b = append(b, `{"content":[`...)
+	for i, p := range req.Messages[mi].Parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		r := p.Result
+		b = append(b, `{"tool_use_id":`...)
+		b = jsonw.AppendString(b, r.CallID)
+		if r.IsError {
+			b = append(b, `,"is_error":true`...)
+		}
+		if r.Content != "" {
+			b = append(b, `,"content":[{"text":`...)
+			b = jsonw.AppendString(b, r.Content)
+			b = append(b, `,"type":"text"}]`...)
+		}
+		b = append(b, `,"type":"tool_result"}`...)
+	}
+	b = append(b, `],"role":"user"}`...)
+	return b, append(ends, len(b)), true
+}
+
+// geminiResults writes a user content of functionResponse parts.
+func geminiResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
+	if !textResults(req, mi) {
+		return b, ends, false
+	}
+	b = append(b, `{"parts":[`...)
+	for i, p := range req.Messages[mi].Parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		r := p.Result
+		b = append(b, `{"functionResponse":{`...)
+		if r.CallID != "" {
+			b = append(b, `"id":`...)
+			b = jsonw.AppendString(b, r.CallID)
+			b = append(b, ',')
+		}
+		if name := callName(req.Messages[:mi], r.CallID); name != "" {
+			b = append(b, `"name":`...)
+			b = jsonw.AppendString(b, name)
+			b = append(b, ',')
+		}
+		if r.IsError {
+			b = append(b, `"response":{"error":`...)
+		} else {
+			b = append(b, `"response":{"output":`...)
+		}
+		b = jsonw.AppendString(b, r.Content)
+		b = append(b, `}}}`...)
+	}
+	b = append(b, `],"role":"user"}`...)
+	return b, append(ends, len(b)), true
 }
 
 // leanMessage appends the JSON of m when it is a user or assistant turn of

@@ -281,6 +281,9 @@ func messagesStop(r string) gateway.StopReason {
 
 // messagesBody is the request body of req.
 func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
+	if body, ok := directTurn(req, gateway.APIMessages, stream, "messages", true, messagesResults); ok {
+		return body, nil
+	}
 	from := memoFrom(req, gateway.APIMessages)
 	p, tail, err := messagesParams(req, from)
 	if err == nil && memoContinued(req, from, tail) {

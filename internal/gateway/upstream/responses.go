@@ -227,6 +227,9 @@ func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 
 // responsesBody is the request body of req.
 func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
+	if body, ok := directTurn(req, gateway.APIResponses, stream, "input", false, responsesResults); ok {
+		return body, nil
+	}
 	// An item is made of one message: the new ones never change the
 	// memo's.
 	from := memoFrom(req, gateway.APIResponses)
