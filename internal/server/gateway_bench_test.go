@@ -362,7 +362,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 	for i, n := range gatewaySteps {
 		models[i] = scripted.NewServer(stepScript(n))
 		b.Cleanup(models[i].Close)
-		for _, api := range []string{"responses", "messages", "gemini"} {
+		for _, api := range []string{"responses", "messages", "gemini", "chat_completions"} {
 			base := models[i].URL + "/v1"
 			if api == "gemini" {
 				base = models[i].URL + "/v1beta"
@@ -379,7 +379,10 @@ func BenchmarkGatewayStep(b *testing.B) {
 	b.Cleanup(client.CloseIdleConnections)
 	directClient := newClient() // the direct side's, to the model
 	b.Cleanup(directClient.CloseIdleConnections)
-	for _, api := range []string{"responses", "messages", "gemini"} {
+	// chat_completions is a Responses client on a Chat Completions
+	// upstream (vLLM, Ollama, OpenRouter: the other APIs' clients on it
+	// differ only in the client's own wire format).
+	for _, api := range []string{"responses", "messages", "gemini", "chat_completions"} {
 		b.Run(api, func(b *testing.B) {
 			c := e.create(e.keyA, "bench-"+api)
 			e.exec(e.keyA, c.ID, "true") // starts it
@@ -398,7 +401,11 @@ func BenchmarkGatewayStep(b *testing.B) {
 				if api == "gemini" {
 					container, session = "", c.Name
 				}
-				path, body, hdr := gatewayBodyFor(api, fmt.Sprintf("%s%d", api, n), container, session, false)
+				clientAPI := api
+				if api == "chat_completions" {
+					clientAPI = "responses"
+				}
+				path, body, hdr := gatewayBodyFor(clientAPI, fmt.Sprintf("%s%d", api, n), container, session, false)
 				hdr.Set("Authorization", "Bearer "+e.keyA)
 				viaGateway := func() {
 					if err := post(client, e.url+path, body, hdr); err != nil {

@@ -54,11 +54,21 @@ func (c *Chat) headers() http.Header {
 
 // ChatParams translates req into Chat Completions parameters.
 func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
-	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(req.Model)}
-	if req.System != "" {
+	p, _, err := chatParams(req, 0)
+	return p, err
+}
+
+// chatParams is ChatParams with the messages from from on (and the system
+// prompt only from the first); tail[i] is the message that message i of
+// the params was made of (0 for the system prompt).
+func chatParams(req *gateway.Request, from int) (p openai.ChatCompletionNewParams, tail []int, err error) {
+	p = openai.ChatCompletionNewParams{Model: shared.ChatModel(req.Model)}
+	if req.System != "" && from == 0 {
 		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
+		tail = append(tail, 0)
 	}
-	for _, m := range req.Messages {
+	for mi, m := range req.Messages[from:] {
+		mi += from
 		switch m.Role {
 		case gateway.RoleUser:
 			var parts []openai.ChatCompletionContentPartUnionParam
@@ -68,6 +78,7 @@ func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
 				case gateway.PartToolResult:
 					r := part.Result
 					p.Messages = append(p.Messages, openai.ToolMessage(errorText(r), r.CallID))
+					tail = append(tail, mi)
 					for i := range r.Images {
 						if len(toolImages) == 0 {
 							toolImages = append(toolImages, openai.TextContentPart("Images returned by tool call "+r.CallID+":"))
@@ -84,8 +95,10 @@ func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
 			switch {
 			case len(parts) == 1 && parts[0].OfText != nil:
 				p.Messages = append(p.Messages, openai.UserMessage(parts[0].OfText.Text))
+				tail = append(tail, mi)
 			case len(parts) > 0:
 				p.Messages = append(p.Messages, openai.UserMessage(parts))
+				tail = append(tail, mi)
 			}
 		case gateway.RoleAssistant:
 			a := openai.ChatCompletionAssistantMessageParam{}
@@ -106,14 +119,15 @@ func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
 				a.Content.OfString = param.NewOpt(text.String())
 			}
 			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+			tail = append(tail, mi)
 		default:
-			return p, gateway.BadRequest("messages", "unknown role %q", m.Role)
+			return p, nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
 		}
 	}
 	for _, t := range toolsToEncode(req, gateway.APIChat) {
 		s, err := schema(t.Parameters)
 		if err != nil {
-			return p, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
+			return p, nil, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
 		}
 		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(s)}
 		if t.Description != "" {
@@ -151,7 +165,7 @@ func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
 	if req.User != "" {
 		p.User = param.NewOpt(req.User)
 	}
-	return p, nil
+	return p, tail, nil
 }
 
 func chatStop(finish string, hasCalls bool) gateway.StopReason {
@@ -171,7 +185,13 @@ func chatStop(finish string, hasCalls bool) gateway.StopReason {
 
 // chatBody is the request body of req.
 func chatBody(req *gateway.Request, stream bool) ([]byte, error) {
-	p, err := ChatParams(req)
+	if body, ok := directTurn(req, gateway.APIChat, stream, "messages", false, chatResults); ok {
+		return body, nil
+	}
+	// A message of the params is made of one message: the new ones never
+	// change the memo's.
+	from := memoFrom(req, gateway.APIChat)
+	p, tail, err := chatParams(req, from)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +199,7 @@ func chatBody(req *gateway.Request, stream bool) ([]byte, error) {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, -1, nil, nil)
+	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, nil)
 	if err != nil {
 		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
 	}

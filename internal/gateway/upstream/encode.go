@@ -25,15 +25,12 @@ import (
 // tools array is reused while it has as many tools. The adapter leaves
 // *tools empty when the memo has them (toolsToEncode).
 //
-// from ≥ 0 says that *elems holds only the elements of the messages from
-// from on, tail[i] being the index in req.Messages of the first message
-// of (*elems)[i]. from is what memoFrom returned (the messages after
-// those of the memo: the new elements follow the memo's), or the memo's
-// From (memoContinued: the new messages continue the memo's last
-// element, which they replace), or 0 (all of them). With from < 0, *elems
-// is the whole conversation, and every element encoded before is reused
-// but the last, which an adapter may have extended with what was
-// appended.
+// *elems holds only the elements of the messages from from on, tail[i]
+// being the index in req.Messages of the first message of (*elems)[i].
+// from is what memoFrom returned (the messages after those of the memo:
+// the new elements follow the memo's), or the memo's From (memoContinued:
+// the new messages continue the memo's last element, which they replace),
+// or 0 (all of them).
 //
 // lean, when not nil, encodes an element without the SDK (lean.go) or
 // says it cannot.
@@ -102,19 +99,15 @@ func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream 
 		}
 		m.Elems = append(m.Elems, b)
 	}
-	if from >= 0 {
-		switch {
-		case len(es) > 0:
-			m.From, m.Base = tail[len(es)-1], off+len(es)-1
-		case len(m.Elems) == 0:
-			m.From, m.Base = 0, 0
-		case m.Base != len(m.Elems)-1:
-			return nil, errMemo // the reopened element's messages made none
-		}
-		m.Msgs = len(req.Messages)
-	} else {
-		m.Msgs, m.From, m.Base = 0, 0, 0
+	switch {
+	case len(es) > 0:
+		m.From, m.Base = tail[len(es)-1], off+len(es)-1
+	case len(m.Elems) == 0:
+		m.From, m.Base = 0, 0
+	case m.Base != len(m.Elems)-1:
+		return nil, errMemo // the reopened element's messages made none
 	}
+	m.Msgs = len(req.Messages)
 	if len(ts) > 0 || m.NTools != len(req.Tools) {
 		b, err := json.Marshal(ts)
 		if err != nil {

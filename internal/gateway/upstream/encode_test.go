@@ -100,11 +100,11 @@ func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Im
 			req.Messages = append(req.Messages, m)
 			if prep && m.Role == gateway.RoleAssistant && len(add) > 1 {
 				preparers[api].Prepare(context.Background(), req, stream)
-				if api != gateway.APIChat && req.Encoded.Msgs != len(req.Messages) {
+				if req.Encoded.Msgs != len(req.Messages) {
 					t.Fatalf("turn %d: Prepare left a memo of %d messages, want %d", i, req.Encoded.Msgs, len(req.Messages))
 				}
 				prefix = req.Encoded.Prefix
-				if api != gateway.APIChat && len(prefix) == 0 {
+				if len(prefix) == 0 {
 					t.Fatalf("turn %d: Prepare assembled no body prefix", i)
 				}
 				r := readyOf(req)
@@ -120,8 +120,8 @@ func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Im
 		if i == len(steps)-1 {
 			req.ToolChoice = gateway.ToolChoice{Mode: gateway.ChoiceNone}
 		}
-		var before *gateway.Encoded                                                        // the memo before the turn, when its body is a direct one
-		if prep && len(add) > 1 && api != gateway.APIChat && i != 3 && i != len(steps)-1 { // turn 3's results hold an image; the last changes the tool choice
+		var before *gateway.Encoded                              // the memo before the turn, when its body is a direct one
+		if prep && len(add) > 1 && i != 3 && i != len(steps)-1 { // turn 3's results hold an image; the last changes the tool choice
 			before = cloneMemo(req.Encoded)
 		}
 		got, err := bodies[api](req, stream)
@@ -133,12 +133,12 @@ func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Im
 			// written straight from them (directTurn), the same bytes.
 			again := *req
 			again.Encoded = before
-			direct, ok := directTurn(&again, api, stream && api != gateway.APIGemini, elemsKeys[api], api != gateway.APIResponses, resultsWriters[api])
+			direct, ok := directTurn(&again, api, stream && api != gateway.APIGemini, elemsKeys[api], api == gateway.APIMessages || api == gateway.APIGemini, resultsWriters[api])
 			if !ok || string(direct) != string(got) {
 				t.Fatalf("turn %d: the direct body (taken %v) differs\n got %s\nwant %s", i, ok, direct, got)
 			}
 		}
-		if api != gateway.APIChat && len(prefix) > 0 && &got[0] != &prefix[0] {
+		if len(prefix) > 0 && &got[0] != &prefix[0] {
 			t.Fatalf("turn %d: the body was not appended to what Prepare assembled", i)
 		}
 		plain := *req
@@ -155,21 +155,21 @@ func testEncodeMemo(t *testing.T, api string, stream, prep bool, img *gateway.Im
 		if !reflect.DeepEqual(g, w) {
 			t.Fatalf("turn %d: memoised body differs\n got %s\nwant %s", i, got, want)
 		}
-		if api != gateway.APIChat && req.Encoded.Msgs != len(req.Messages) {
+		if req.Encoded.Msgs != len(req.Messages) {
 			t.Fatalf("turn %d: the memo holds %d messages, want %d", i, req.Encoded.Msgs, len(req.Messages))
 		}
 	}
 	if len(req.Encoded.Elems) == 0 || req.Encoded.Tools == nil {
 		t.Fatalf("the memo was not used: %+v", req.Encoded)
 	}
-	if api != gateway.APIChat && req.Encoded.From == 0 {
+	if req.Encoded.From == 0 {
 		t.Fatalf("the adapter translated the whole conversation every turn: %+v", req.Encoded)
 	}
 }
 
 var (
-	elemsKeys      = map[string]string{gateway.APIResponses: "input", gateway.APIMessages: "messages", gateway.APIGemini: "contents"}
-	resultsWriters = map[string]resultsWriter{gateway.APIResponses: responsesResults, gateway.APIMessages: messagesResults, gateway.APIGemini: geminiResults}
+	elemsKeys      = map[string]string{gateway.APIChat: "messages", gateway.APIResponses: "input", gateway.APIMessages: "messages", gateway.APIGemini: "contents"}
+	resultsWriters = map[string]resultsWriter{gateway.APIChat: chatResults, gateway.APIResponses: responsesResults, gateway.APIMessages: messagesResults, gateway.APIGemini: geminiResults}
 )
 
 // cloneMemo is a copy of m that shares no memory it writes to.
@@ -188,6 +188,10 @@ func cloneMemo(m *gateway.Encoded) *gateway.Encoded {
 // with and without errors and content, and refuse what they do not take.
 func TestResultsWritersMatchSDK(t *testing.T) {
 	sdkElems := map[string]func(req *gateway.Request, from int) ([]any, error){
+		gateway.APIChat: func(req *gateway.Request, from int) ([]any, error) {
+			p, _, err := chatParams(req, from)
+			return anys(p.Messages), err
+		},
 		gateway.APIResponses: func(req *gateway.Request, from int) ([]any, error) {
 			p, _, err := responsesParams(req, from)
 			return anys(p.Input.OfInputItemList), err
@@ -204,7 +208,7 @@ func TestResultsWritersMatchSDK(t *testing.T) {
 			return anys(p.Contents), nil
 		},
 	}
-	for _, api := range []string{gateway.APIResponses, gateway.APIMessages, gateway.APIGemini} {
+	for _, api := range apis {
 		write := resultsWriters[api]
 		for i, s := range append(jsonwtest.Strings(), "") {
 			req := &gateway.Request{Messages: []gateway.Message{userText("q"), {Role: gateway.RoleAssistant, Parts: []gateway.Part{

@@ -413,3 +413,19 @@ func onlyFields[T any](v *T, set []bool) bool {
 	}
 	return true
 }
+
+// chatResults writes one tool message per result.
+func chatResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
+	if !textResults(req, mi) {
+		return b, ends, false
+	}
+	for _, p := range req.Messages[mi].Parts {
+		b = append(b, `{"content":`...)
+		b = jsonw.AppendString(b, errorText(p.Result))
+		b = append(b, `,"tool_call_id":`...)
+		b = jsonw.AppendString(b, p.Result.CallID)
+		b = append(b, `,"role":"tool"}`...)
+		ends = append(ends, len(b))
+	}
+	return b, ends, true
+}
