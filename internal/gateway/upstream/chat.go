@@ -52,15 +52,10 @@ func (c *Chat) headers() http.Header {
 	return h
 }
 
-// ChatParams translates req into Chat Completions parameters.
-func ChatParams(req *gateway.Request) (openai.ChatCompletionNewParams, error) {
-	p, _, err := chatParams(req, 0)
-	return p, err
-}
-
-// chatParams is ChatParams with the messages from from on (and the system
-// prompt only from the first); tail[i] is the message that message i of
-// the params was made of (0 for the system prompt).
+// chatParams translates req into Chat Completions parameters, with the
+// messages from from on (and the system prompt only from the first);
+// tail[i] is the message that message i of the params was made of (0 for
+// the system prompt).
 func chatParams(req *gateway.Request, from int) (p openai.ChatCompletionNewParams, tail []int, err error) {
 	p = openai.ChatCompletionNewParams{Model: shared.ChatModel(req.Model)}
 	if req.System != "" && from == 0 {

@@ -91,12 +91,6 @@ func geminiInline(mediaType, b64 string) (*genai.Part, error) {
 	return &genai.Part{InlineData: &genai.Blob{MIMEType: mediaType, Data: data}}, nil
 }
 
-// GeminiParams translates req into a generateContent body.
-func GeminiParams(req *gateway.Request) (*geminiRequest, error) {
-	p, _, err := geminiParams(req, 0)
-	return p, err
-}
-
 // callName is the name of the call with id in msgs, the last one of that
 // id ("" if none).
 func callName(msgs []gateway.Message, id string) string {
@@ -113,8 +107,9 @@ func callName(msgs []gateway.Message, id string) string {
 	return ""
 }
 
-// geminiParams is GeminiParams of the messages from from on; tail[i] is
-// the first message that content i is made of.
+// geminiParams translates req into a generateContent body, with the
+// messages from from on; tail[i] is the first message that content i is
+// made of.
 func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error) {
 	p := &geminiRequest{}
 	if req.System != "" {

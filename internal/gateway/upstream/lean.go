@@ -22,8 +22,8 @@ import (
 // the SDK's encoder), and writes the same bytes as the SDK, which
 // TestLeanMatchesSDK checks on hostile strings.
 //
-// The adapters build every element themselves (ResponsesParams,
-// MessagesParams), never with the SDKs' Override or SetExtraFields, whose
+// The adapters build every element themselves (responsesParams,
+// messagesParams), never with the SDKs' Override or SetExtraFields, whose
 // metadata the checks cannot see.
 
 // leanResponsesItem appends the JSON of u when it is a function call or a

@@ -68,7 +68,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 	})
 	t.Run("messages", func(t *testing.T) {
 		for _, s := range jsonwtest.Strings() {
-			input := toolInput(s) // what MessagesParams puts there, valid or not
+			input := toolInput(s) // what messagesParams puts there, valid or not
 			messageCase(t, anthropic.NewAssistantMessage(anthropic.NewTextBlock(s), anthropic.NewToolUseBlock("toolu_"+s, input, s)), true)
 			tr := anthropic.ToolResultBlockParam{ToolUseID: s, IsError: anthropic.Bool(len(s)%2 == 0)}
 			tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: s}})

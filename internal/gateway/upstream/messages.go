@@ -88,14 +88,9 @@ func toolInput(args string) json.RawMessage {
 	return b
 }
 
-// MessagesParams translates req into Messages parameters.
-func MessagesParams(req *gateway.Request) (anthropic.MessageNewParams, error) {
-	p, _, err := messagesParams(req, 0)
-	return p, err
-}
-
-// messagesParams is MessagesParams of the messages from from on; tail[i]
-// is the first message that message i is made of.
+// messagesParams translates req into Messages parameters, with the
+// messages from from on; tail[i] is the first message that message i is
+// made of.
 func messagesParams(req *gateway.Request, from int) (p anthropic.MessageNewParams, tail []int, err error) {
 	p = anthropic.MessageNewParams{Model: anthropic.Model(req.Model), MaxTokens: int64(req.MaxTokens)}
 	if p.MaxTokens <= 0 {

@@ -49,14 +49,8 @@ func (c *Responses) headers() http.Header {
 	return h
 }
 
-// ResponsesParams translates req into Responses parameters.
-func ResponsesParams(req *gateway.Request) (responses.ResponseNewParams, error) {
-	p, _, err := responsesParams(req, 0)
-	return p, err
-}
-
-// responsesParams is ResponsesParams of the messages from from on; tail[i]
-// is the message input item i comes from.
+// responsesParams translates req into Responses parameters, with the
+// messages from from on; tail[i] is the message input item i comes from.
 func responsesParams(req *gateway.Request, from int) (p responses.ResponseNewParams, tail []int, err error) {
 	p = responses.ResponseNewParams{Model: shared.ResponsesModel(req.Model), Store: param.NewOpt(false)}
 	if req.System != "" {
