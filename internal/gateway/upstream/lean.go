@@ -76,10 +76,10 @@ func textResults(req *gateway.Request, mi int) bool {
 	return len(parts) > 0
 }
 
-// Results writers (resultsWriter) of the three adapters with a memo that
-// translates only the new messages: each writes what its adapter's params
-// and encoder write for a message of text results (the same bytes as the
-// SDK, which TestResultsWritersMatchSDK checks on hostile strings).
+// Results writers (resultsWriter, for directTurn), one per adapter: each
+// writes what its adapter's params and encoder write for a message of text
+// results (the same bytes as the SDK, which TestResultsWritersMatchSDK
+// checks on hostile strings).
 
 // responsesResults writes one function_call_output item per result.
 func responsesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
