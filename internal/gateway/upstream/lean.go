@@ -131,24 +131,11 @@ func geminiResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, 
 			b = append(b, ',')
 		}
 		r := p.Result
-		b = append(b, `{"functionResponse":{`...)
-		if r.CallID != "" {
-			b = append(b, `"id":`...)
-			b = jsonw.AppendString(b, r.CallID)
-			b = append(b, ',')
-		}
-		if name := callName(req.Messages[:mi], r.CallID); name != "" {
-			b = append(b, `"name":`...)
-			b = jsonw.AppendString(b, name)
-			b = append(b, ',')
-		}
+		key := "output"
 		if r.IsError {
-			b = append(b, `"response":{"error":`...)
-		} else {
-			b = append(b, `"response":{"output":`...)
+			key = "error"
 		}
-		b = jsonw.AppendString(b, r.Content)
-		b = append(b, `}}}`...)
+		b = appendFunctionResponse(b, r.CallID, callName(req.Messages[:mi], r.CallID), key, r.Content)
 	}
 	b = append(b, `],"role":"user"}`...)
 	return b, append(ends, len(b)), true
@@ -352,22 +339,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 			}
 			key, text = k, s
 		}
-		b = append(b, `{"functionResponse":{`...)
-		if fr.ID != "" {
-			b = append(b, `"id":`...)
-			b = jsonw.AppendString(b, fr.ID)
-			b = append(b, ',')
-		}
-		if fr.Name != "" {
-			b = append(b, `"name":`...)
-			b = jsonw.AppendString(b, fr.Name)
-			b = append(b, ',')
-		}
-		b = append(b, `"response":{"`...)
-		b = append(b, key...)
-		b = append(b, `":`...)
-		b = jsonw.AppendString(b, text)
-		return append(b, `}}}`...), true
+		return appendFunctionResponse(b, fr.ID, fr.Name, key, text), true
 	default:
 		if p.Text == "" || !onlyFields(p, geminiTextPartFields) {
 			return b, false
@@ -376,6 +348,28 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 		b = jsonw.AppendString(b, p.Text)
 		return append(b, '}'), true
 	}
+}
+
+// appendFunctionResponse writes a functionResponse part whose response is
+// {key: text} (key is "output" or "error": no escaping needed); id and name
+// are left out when empty.
+func appendFunctionResponse(b []byte, id, name, key, text string) []byte {
+	b = append(b, `{"functionResponse":{`...)
+	if id != "" {
+		b = append(b, `"id":`...)
+		b = jsonw.AppendString(b, id)
+		b = append(b, ',')
+	}
+	if name != "" {
+		b = append(b, `"name":`...)
+		b = jsonw.AppendString(b, name)
+		b = append(b, ',')
+	}
+	b = append(b, `"response":{"`...)
+	b = append(b, key...)
+	b = append(b, `":`...)
+	b = jsonw.AppendString(b, text)
+	return append(b, `}}}`...)
 }
 
 // Field sets of onlyFields: the fields the lean Gemini encoder writes.
