@@ -48,6 +48,7 @@ test: setup images node-clients parity-node console-node
 	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
 	$(GO) test -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
 	$(GO) test -count=1 -race -short -timeout 10m ./sandbox/egress/...
+	cd bench/exchtrace && $(GO) vet . && $(GO) test -count=1 .
 
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh

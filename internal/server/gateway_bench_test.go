@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	rtrace "runtime/trace"
 	"slices"
 	"sync"
 	"syscall"
@@ -235,9 +236,13 @@ func stepGaps(ev []clockEvent) (own, exch []time.Duration) {
 type clockTransport struct {
 	rt    http.RoundTripper
 	clock *stepClock
+	side  string // "gateway" or "direct", in the runtime trace
 }
 
 func (t clockTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	// The exchange's start in the runtime trace (-test.trace), for
+	// bench/exchtrace; nothing when the trace is off.
+	rtrace.Log(r.Context(), "exchange", t.side)
 	start := time.Now()
 	resp, err := t.rt.RoundTrip(r)
 	if err == nil {
@@ -354,10 +359,10 @@ func BenchmarkGatewayStep(b *testing.B) {
 	clock := &stepClock{}
 	// Both sides' upstream clients: the same transport settings, each
 	// exchange recorded.
-	newClient := func() *http.Client {
-		return &http.Client{Transport: clockTransport{rt: &http.Transport{MaxIdleConnsPerHost: 8}, clock: clock}}
+	newClient := func(side string) *http.Client {
+		return &http.Client{Transport: clockTransport{rt: &http.Transport{MaxIdleConnsPerHost: 8}, clock: clock, side: side}}
 	}
-	upClient := newClient()
+	upClient := newClient("gateway")
 	b.Cleanup(upClient.CloseIdleConnections)
 	for i, n := range gatewaySteps {
 		models[i] = scripted.NewServer(stepScript(n))
@@ -377,7 +382,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 	})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}} // the client's, to the gateway
 	b.Cleanup(client.CloseIdleConnections)
-	directClient := newClient() // the direct side's, to the model
+	directClient := newClient("direct") // the direct side's, to the model
 	b.Cleanup(directClient.CloseIdleConnections)
 	// chat_completions is a Responses client on a Chat Completions
 	// upstream (vLLM, Ollama, OpenRouter: the other APIs' clients on it

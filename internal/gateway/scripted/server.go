@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	rtrace "runtime/trace"
 	"strings"
 	"sync"
 	"time"
@@ -144,6 +145,9 @@ func badRequest(format string, a ...any) *apiError {
 // pick the turn, wait as scripted, answer.
 func (m *Model) serve(api string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// The handler's start in the runtime trace, for bench/exchtrace
+		// (nothing when the trace is off).
+		rtrace.Log(r.Context(), "scripted", api)
 		rec := &Request{API: api, Path: r.URL.Path, Header: r.Header.Clone(), Turn: -1, Gone: make(chan struct{}), gone: &sync.Once{}}
 		m.mu.Lock()
 		m.requests = append(m.requests, rec)
