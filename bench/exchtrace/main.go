@@ -109,6 +109,10 @@ func main() {
 		fmt.Println()
 	}
 	for _, s := range sides {
+		if bySide[s] == nil {
+			fmt.Printf("%s: no exchanges in the trace\n", s)
+			continue
+		}
 		fmt.Printf("%s: %d exchanges, %d of them split into phases (the others overlapped the server's read with the writer's write(2)), %d met a GC mark phase, %.2f goroutines besides the client and the handler ran in each\n",
 			s, len(bySide[s][len(phases)-1]), len(other[s]), gcs[s], mean(other[s]))
 	}
