@@ -1,7 +1,7 @@
 // Command exchtrace splits BenchmarkGatewayStep's upstream exchanges into
 // phases, from a runtime trace, to compare the gateway's exchanges with
-// their direct replays (see BENCHMARKS.md, "where the exchange term comes
-// from"). The benchmark marks each exchange's start with a trace log
+// their direct replays (see BENCHMARKS.md, "Overhead per tool step,
+// eleventh round"). The benchmark marks each exchange's start with a trace log
 // (category "exchange", message "gateway" or "direct", in the HTTP
 // client's RoundTrip) and the scripted model marks its handler's start
 // (category "scripted"); an exchange here is the interval between the two,
@@ -208,10 +208,13 @@ func (x *exchange) phases() ([]float64, bool) {
 func (x *exchange) others() int {
 	seen := map[trace.GoID]bool{}
 	for _, ev := range x.evs {
-		if ev.Kind() != trace.EventStateTransition || ev.StateTransition().Resource.Kind != trace.ResourceGoroutine {
+		if ev.Kind() != trace.EventStateTransition {
 			continue
 		}
 		st := ev.StateTransition()
+		if st.Resource.Kind != trace.ResourceGoroutine {
+			continue
+		}
 		if _, to := st.Goroutine(); to == trace.GoRunning {
 			if g := st.Resource.Goroutine(); g != x.client && g != x.handler {
 				seen[g] = true
