@@ -116,6 +116,34 @@ func TestAgentProtocol(t *testing.T) {
 	})
 }
 
+// TestAgentTimesOutQueuedCommand: the host times a command from when it
+// sends it, so a command can be out of time while it still waits behind
+// another: it is reported timed out and never starts.
+func TestAgentTimesOutQueuedCommand(t *testing.T) {
+	c := startAgent(t)
+	first := make(chan agent.Output, 1)
+	go func() {
+		out, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "sleep 1000", Dir: "/", TimeoutMs: 1500}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- out
+	}()
+	// Sent while the first runs; its 100 ms are up long before that ends.
+	time.Sleep(200 * time.Millisecond)
+	second := run(t, c, "echo ran", 100, 100)
+	if !second.TimedOut || len(second.Stdout) != 0 {
+		t.Errorf("queued command: %+v %q, want timed out without running", second.ExecResult, second.Stdout)
+	}
+	if out := <-first; !out.TimedOut {
+		t.Errorf("first command: %+v, want timed out", out.ExecResult)
+	}
+	// The agent still runs the next one, untimed.
+	if out := run(t, c, "echo next", 0, 100); string(out.Stdout) != "next\n" {
+		t.Errorf("next command: %+v %q", out.ExecResult, out.Stdout)
+	}
+}
+
 func TestAgentExitsWhenHostGoesAway(t *testing.T) {
 	c := startAgent(t)
 	c.Close()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // ErrClosed is returned for commands in flight or started after the agent's
@@ -247,8 +248,10 @@ type Output struct {
 	ExecResult
 }
 
-// Exec runs one command and waits for it. When ctx ends first the command's
-// process tree is killed and ctx's error returned. When the connection
+// Exec runs one command and waits for it. When req.TimeoutMs passes first,
+// by the host's clock, the agent kills the command's process tree and
+// reports it timed out. When ctx ends first the command's process tree is
+// killed and ctx's error returned. When the connection
 // ends first the error matches ErrClosed (and ErrProtocol if the agent
 // broke the protocol).
 func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc) (Output, error) {
@@ -282,6 +285,13 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc)
 			return Output{}, cerr
 		}
 		return Output{}, fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	if req.TimeoutMs > 0 {
+		// The host's clock times the command (see the package comment).
+		// A send that finds the connection gone fails, and the caller's
+		// own deadline ends the wait.
+		t := time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() { c.send(frameTimeout, id) })
+		defer t.Stop()
 	}
 	select {
 	case res, ok := <-cl.result:

@@ -262,3 +262,72 @@ func TestClientNoCallbackAfterExecReturned(t *testing.T) {
 		t.Errorf("callback ran %d times, after Exec returned: %v", calls.Load(), late.Load())
 	}
 }
+
+// TestClientTimesCommands: the host's clock times a command. The request
+// does not carry the timeout, so the agent keeps no timer it could be
+// fooled by; the client sends a Timeout frame for the command once its
+// time is up, and none for a command that ended before.
+func TestClientTimesCommands(t *testing.T) {
+	c, f := dialFake(t)
+	type frame struct {
+		typ byte
+		id  uint32
+	}
+	frames := make(chan frame, 4) // what the host sent
+	go func() {
+		defer close(frames)
+		for {
+			typ, id, payload, err := readFrame(f.in, nil)
+			if err != nil {
+				return
+			}
+			if typ == frameExec && strings.Contains(string(payload), "timeout") {
+				t.Errorf("the request tells the agent its timeout: %s", payload)
+			}
+			frames <- frame{typ, id}
+		}
+	}()
+	next := func(want byte) uint32 {
+		t.Helper()
+		select {
+		case fr := <-frames:
+			if fr.typ != want {
+				t.Errorf("host sent frame type %d, want %d", fr.typ, want)
+			}
+			return fr.id
+		case <-time.After(10 * time.Second):
+			t.Errorf("no frame of type %d from the host", want)
+			return 0
+		}
+	}
+
+	done := make(chan Output, 1)
+	go func() {
+		out, err := c.Exec(context.Background(), ExecRequest{Command: "sleep 1000", TimeoutMs: 250}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	id := next(frameExec)
+	if got := next(frameTimeout); got != id {
+		t.Fatalf("Timeout frame for %d, the command is %d", got, id)
+	}
+	writeFrame(f.out, frameDone, id, mustJSON(ExecResult{ExitCode: 137, TimedOut: true}))
+	if out := <-done; !out.TimedOut {
+		t.Errorf("result %+v, want timed out", out.ExecResult)
+	}
+
+	// A command that ends in time: its timer is stopped, no frame follows.
+	go func() {
+		writeFrame(f.out, frameDone, next(frameExec), mustJSON(ExecResult{}))
+	}()
+	if out, err := c.Exec(context.Background(), ExecRequest{Command: "true", TimeoutMs: 50}, nil); err != nil || out.TimedOut {
+		t.Fatalf("quick command: %+v, %v", out, err)
+	}
+	select {
+	case fr := <-frames:
+		t.Errorf("after a command that ended in time the host sent frame type %d for %d", fr.typ, fr.id)
+	case <-time.After(500 * time.Millisecond):
+	}
+}

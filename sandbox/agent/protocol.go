@@ -5,8 +5,15 @@
 // agent's stdin and stdout connected to pipes the host holds. Over those
 // pipes the host sends exec requests and the agent answers with output
 // chunks and a final result. The agent does the fork/exec, the output
-// capping, the timeout and the killing of the whole process tree itself, so a
-// warm command costs one pipe round trip instead of a runtime CLI call.
+// capping and the killing of the whole process tree itself, so a warm
+// command costs one pipe round trip instead of a runtime CLI call.
+//
+// The host times each command, by its own clock, and sends a Timeout frame
+// when the command's time is up: the clock a sandbox sees is not to be
+// trusted with a hard limit. Under gVisor on these machines, loaded, the
+// agent's 300 s timer once fired after 3 s of the host's time, and on
+// another run the vDSO's clock and the clock_gettime system call's drifted
+// 0.6 s apart for a moment.
 //
 // The wire format is a stream of frames:
 //
@@ -30,6 +37,10 @@ const (
 	frameOutput byte = 3 // agent → host; payload: stream byte + data
 	frameDone   byte = 4 // agent → host; payload: ExecResult
 	frameCancel byte = 5 // host → agent; no payload: kill the command with this id
+	// frameTimeout: host → agent, no payload: the time of the command with
+	// this id is up; kill it and report it as timed out. Types 6 to 9 are
+	// in tcp.go and fileproto.go.
+	frameTimeout byte = 10
 )
 
 // Stream identifiers in Output frames.
@@ -56,7 +67,9 @@ type Hello struct {
 }
 
 // ProtocolVersion is bumped on any incompatible change of the frames.
-const ProtocolVersion = 1
+// Version 2: the host times commands (frameTimeout); a version 1 agent
+// timed them by its own clock.
+const ProtocolVersion = 2
 
 // ExecRequest asks the agent to run one command.
 type ExecRequest struct {
@@ -65,8 +78,10 @@ type ExecRequest struct {
 	Command string   `json:"command"`
 	// Dir is the working directory.
 	Dir string `json:"dir"`
-	// TimeoutMs kills the whole process tree after this long (0: no limit).
-	TimeoutMs int64 `json:"timeout_ms"`
+	// TimeoutMs kills the whole process tree after this long (0: no
+	// limit). The client times it and sends a Timeout frame; the agent is
+	// not told and keeps no timer of its own.
+	TimeoutMs int64 `json:"-"`
 	// MaxBytes is the number of bytes kept per stream; the rest is read and
 	// counted but dropped. 0 or less: DefaultMaxBytes.
 	MaxBytes int `json:"max_bytes"`

@@ -116,6 +116,8 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 			if !s.cancelFile(id) {
 				s.cancel(id)
 			}
+		case frameTimeout:
+			s.expire(id)
 		case frameFile:
 			s.startFile(id, payload)
 		case frameData:
@@ -197,6 +199,13 @@ type server struct {
 	running  uint32              // id of the running job
 	canceled map[uint32]bool     // ids canceled before or while running
 	reaped   chan struct{}       // pulsed after each reaping round
+	// The host times commands (frameTimeout): started is the id of the
+	// last job the worker took, timeUp is closed when that job's time is
+	// up, and expired holds the ids whose time was up while they waited
+	// in the queue.
+	started uint32
+	timeUp  chan struct{}
+	expired map[uint32]bool
 
 	devnull int                 // read-only /dev/null, every command's stdin
 	env     []string            // every command's environment: the agent's own
@@ -271,18 +280,50 @@ func (s *server) reapAll() (any bool) {
 	}
 }
 
+// expire ends the running command with this id, or the queued one when
+// it starts, as timed out. The host may send it for a command that has
+// just ended: that one is past and the frame is dropped.
+func (s *server) expire(id uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case id == s.started && s.timeUp != nil:
+		close(s.timeUp)
+		s.timeUp = nil
+	case id > s.started:
+		if s.expired == nil {
+			s.expired = map[uint32]bool{}
+		}
+		s.expired[id] = true
+	}
+}
+
 func (s *server) worker() {
 	for j := range s.queue {
+		timeUp := make(chan struct{})
 		s.mu.Lock()
 		canceled := s.canceled[j.id]
 		delete(s.canceled, j.id)
+		expired := s.expired[j.id]
+		for id := range s.expired {
+			if id <= j.id {
+				delete(s.expired, id)
+			}
+		}
+		s.started, s.timeUp = j.id, timeUp
 		s.mu.Unlock()
 		var res ExecResult
-		if canceled {
+		switch {
+		case canceled:
 			res = ExecResult{ExitCode: -1, Canceled: true}
-		} else {
-			res = s.run(j)
+		case expired:
+			res = ExecResult{ExitCode: -1, TimedOut: true}
+		default:
+			res = s.run(j, timeUp)
 		}
+		s.mu.Lock()
+		s.timeUp = nil
+		s.mu.Unlock()
 		s.send(frameDone, j.id, mustJSON(res))
 	}
 }
@@ -317,7 +358,8 @@ func (s *server) capture(id uint32, stream byte, r int, max int, total *int64, d
 	}
 }
 
-func (s *server) run(j job) (res ExecResult) {
+// run runs one job until it ends or timeUp is closed.
+func (s *server) run(j job, timeUp <-chan struct{}) (res ExecResult) {
 	req := j.req
 	if len(req.Shell) == 0 {
 		req.Shell = []string{"/bin/sh", "-lc"}
@@ -363,12 +405,6 @@ func (s *server) run(j job) (res ExecResult) {
 	go s.capture(j.id, Stdout, outR, req.MaxBytes, &res.StdoutBytes, &readers)
 	go s.capture(j.id, Stderr, errR, req.MaxBytes, &res.StderrBytes, &readers)
 
-	var timeout <-chan time.Time
-	if req.TimeoutMs > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
-	}
 	// While the command runs, look every limitPoll for it at the process
 	// limit: a fork that failed there leaves no trace the agent could read
 	// later.
@@ -383,7 +419,7 @@ wait:
 		select {
 		case <-exited:
 			break wait
-		case <-timeout:
+		case <-timeUp:
 			res.TimedOut = true
 			break wait
 		case <-poll:
