@@ -22,6 +22,7 @@ import (
 	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
@@ -474,12 +475,13 @@ except RuntimeError as e:
 		// Ready frame, then, once a request arrives, a frame of a type
 		// the protocol does not have.
 		script := filepath.Join(t.TempDir(), "hostile-agent")
-		os.WriteFile(script, []byte(`#!/bin/sh
-printf '\001\000\000\000\000\000\000\000\025{"version":1,"pid":1}'
+		// A one-digit version keeps the Ready payload 21 (octal 25) bytes.
+		os.WriteFile(script, []byte(fmt.Sprintf(`#!/bin/sh
+printf '\001\000\000\000\000\000\000\000\025{"version":%d,"pid":1}'
 head -c 1 >/dev/null
 printf '\115\000\000\000\001\000\000\000\000'
 exec sleep 1000
-`), 0o755)
+`, agent.ProtocolVersion)), 0o755)
 		hm, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.Agent = script })
 		o := Shell(t, hm, "hostile", tool.ShellArgs{Commands: []string{"echo hi"}, TimeoutMs: i64(2000)})[0]
 		if o.Outcome.Type != "exit" || !strings.Contains(o.Stderr, "shellgate: the sandbox's agent sent invalid data") || !strings.Contains(o.Stderr, "fresh sandbox") {
