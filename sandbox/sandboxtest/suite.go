@@ -947,11 +947,12 @@ func CrashSuite(t *testing.T, rt string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := filepath.Join(filepath.Dir(agent), "shellgate")
-	if _, err := os.Stat(cli); err != nil {
-		if out, err := exec.Command("go", "build", "-o", cli, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-			t.Fatalf("build shellgate: %v\n%s", err, out)
-		}
+	// Built every time (the build cache makes it quick): a CLI left in
+	// that directory by an earlier checkout at the same path speaks an
+	// older agent protocol.
+	cli := filepath.Join(t.TempDir(), "shellgate")
+	if out, err := exec.Command("go", "build", "-o", cli, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
+		t.Fatalf("build shellgate: %v\n%s", err, out)
 	}
 	data := DataDir(t)
 	os.Symlink(ImagesDir(), filepath.Join(data, "images"))
