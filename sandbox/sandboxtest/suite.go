@@ -943,13 +943,13 @@ func lifecycleCalls(t *testing.T, rt string) {
 // mounts and loses no home.
 func CrashSuite(t *testing.T, rt string) {
 	Skip(t, rt, "busybox")
-	agent, err := agentbin.Build()
+	agentBin, err := agentbin.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Built every time (the build cache makes it quick): a CLI left in
-	// that directory by an earlier checkout at the same path speaks an
-	// older agent protocol.
+	// The CLI is built every time, into the test's own directory (the
+	// build cache makes it quick): one left beside the agent by an
+	// earlier checkout at the same path may speak an older protocol.
 	cli := filepath.Join(t.TempDir(), "shellgate")
 	if out, err := exec.Command("go", "build", "-o", cli, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
 		t.Fatalf("build shellgate: %v\n%s", err, out)
@@ -958,7 +958,7 @@ func CrashSuite(t *testing.T, rt string) {
 	os.Symlink(ImagesDir(), filepath.Join(data, "images"))
 	cmd := exec.Command(cli, "exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy", "--",
 		"echo precious > keep.txt && sync && echo ready && sleep 1000")
-	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agent)
+	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agentBin)
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
