@@ -2,9 +2,13 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,4 +86,97 @@ func BenchmarkChatPassThrough(b *testing.B) {
 func chatEnvB(b *testing.B) (*env, *scripted.Server) {
 	return chatEnvTB(b, &scripted.Script{Turns: []scripted.Turn{{Text: "The north region's total revenue is 37.5.",
 		Usage: scripted.Usage{InputTokens: 30, OutputTokens: 10}}}, Repeat: true})
+}
+
+// BenchmarkChatPassThroughLoad is the pass-through at saturation: 32
+// clients at once, each sending its next Chat Completions call as soon as
+// its last one is answered, first all directly to the zero-latency
+// scripted upstream and then all through Shellgate (the order alternating
+// from one iteration to the next), every call checked for a 200. The
+// client, Shellgate and the upstream share this process and its cores,
+// so the measured requests/s of the two sides are of the whole system;
+// the process's CPU time per call, through Shellgate minus directly, is
+// Shellgate's own (its server side, its upstream client side), and the
+// cores it has divided by that is the rate at which Shellgate alone would
+// saturate them (capacity-req/s), the figure to set beside another
+// gateway's measured saturation.
+func BenchmarkChatPassThroughLoad(b *testing.B) {
+	const workers, perSide = 32, 4000
+	e, up := chatEnvB(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	defer client.CloseIdleConnections()
+	body := func(model string) []byte {
+		return []byte(`{"model":"` + model + `","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is the total revenue of the north region?"}],"temperature":0.2}`)
+	}
+	type side struct {
+		url, key string
+		body     []byte
+	}
+	direct := side{url: up.URL + "/v1/chat/completions", body: body("m1")}
+	via := side{url: e.url + "/v1/chat/completions", key: e.keyA, body: body("local/m1")}
+	call := func(s side) error {
+		req, _ := http.NewRequest("POST", s.url, bytes.NewReader(s.body))
+		req.Header.Set("Content-Type", "application/json")
+		if s.key != "" {
+			req.Header.Set("Authorization", "Bearer "+s.key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || n == 0 {
+			return fmt.Errorf("status %d, %d bytes", resp.StatusCode, n)
+		}
+		return nil
+	}
+	// round makes perSide calls of s on workers goroutines and returns its
+	// wall and CPU time.
+	round := func(s side) (wall, cpu time.Duration) {
+		var next atomic.Int64
+		var failed atomic.Pointer[error]
+		var wg sync.WaitGroup
+		c0, t0 := cpuTime(), time.Now()
+		for range workers {
+			wg.Go(func() {
+				for next.Add(1) <= perSide {
+					if err := call(s); err != nil {
+						failed.CompareAndSwap(nil, &err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		wall, cpu = time.Since(t0), cpuTime()-c0
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
+		}
+		return wall, cpu
+	}
+	round(direct) // connections opened, code and caches warm
+	round(via)
+	var dRate, vRate, ratio, own []float64
+	swap := false
+	for b.Loop() {
+		var dw, dc, vw, vc time.Duration
+		if swap {
+			vw, vc = round(via)
+			dw, dc = round(direct)
+		} else {
+			dw, dc = round(direct)
+			vw, vc = round(via)
+		}
+		swap = !swap
+		dr, vr := perSide/dw.Seconds(), perSide/vw.Seconds()
+		dRate, vRate, ratio = append(dRate, dr), append(vRate, vr), append(ratio, vr/dr)
+		own = append(own, us(vc-dc)/perSide)
+	}
+	ownCPU := median(own)
+	b.ReportMetric(median(dRate), "direct-req/s")
+	b.ReportMetric(median(vRate), "shellgate-req/s")
+	b.ReportMetric(median(ratio), "ratio")
+	b.ReportMetric(ownCPU, "own-cpu-µs/req")
+	b.ReportMetric(float64(runtime.GOMAXPROCS(0))*1e6/ownCPU, "capacity-req/s")
 }
