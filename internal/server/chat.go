@@ -36,9 +36,10 @@ import (
 // maxChatBody caps a Chat Completions body (images inline as data: URLs).
 const maxChatBody = 32 << 20
 
-// copyBufs are the pass-through's copy buffers: a fresh 32 KiB buffer
-// per call was, at saturation, a tenth of the pass-through's own CPU
-// (allocated large, zeroed, collected).
+// copyBufs are the pass-through's copy buffers. A fresh 32 KiB buffer
+// per call (allocated large, zeroed, collected) was a third of the
+// handler's CPU at saturation; pooled, Shellgate's own CPU per call fell
+// by a quarter (BENCHMARKS.md, "At saturation").
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // chatForwarder is what a chat_completions upstream adapter offers the
