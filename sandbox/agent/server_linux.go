@@ -69,7 +69,7 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("agent: open %s: %w", os.DevNull, err)
 	}
-	s := &server{out: out, queue: make(chan job, 128), reaped: make(chan struct{}, 1), devnull: devnull, env: os.Environ(), cred: cred, nproc: opts.Processes}
+	s := &server{out: out, queue: make(chan job, 128), workerDone: make(chan struct{}), reaped: make(chan struct{}, 1), devnull: devnull, env: os.Environ(), cred: cred, nproc: opts.Processes}
 	// Every signal is caught and, but for SIGCHLD, dropped: PID 1 must
 	// survive whatever reaches it (commands cannot signal it at all when it
 	// runs as another user; the host stops it with SIGKILL or by closing
@@ -81,13 +81,12 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 	go s.reap(sigs)
 	go s.worker()
 	// Serve may run again in this process (ServeTLS: a new host taking
-	// over): once every command was killed and reaped (shutdown), this
-	// call's reaper, worker and /dev/null go, so the next call's reaper is
-	// the only one.
+	// over): once this call's commands are over (stop), its reaper and
+	// /dev/null go, so the next call's reaper is the only one.
 	defer func() {
+		s.stop()
 		signal.Stop(sigs)
 		close(sigs)
-		close(s.queue)
 		unix.Close(devnull)
 	}()
 	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true})); err != nil {
@@ -97,7 +96,6 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 	for {
 		typ, id, payload, err := readFrame(in, buf)
 		if err != nil {
-			s.shutdown()
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -190,7 +188,8 @@ type server struct {
 	wmu sync.Mutex // serializes frames on out
 	out io.Writer
 
-	queue chan job
+	queue      chan job
+	workerDone chan struct{} // closed when the worker has returned
 
 	mu       sync.Mutex
 	mainPID  int                 // the running command's process, 0 if none
@@ -206,6 +205,8 @@ type server struct {
 	started uint32
 	timeUp  chan struct{}
 	expired map[uint32]bool
+	// closed: the host is gone (stop); no command starts any more.
+	closed bool
 
 	devnull int                 // read-only /dev/null, every command's stdin
 	env     []string            // every command's environment: the agent's own
@@ -299,9 +300,14 @@ func (s *server) expire(id uint32) {
 }
 
 func (s *server) worker() {
+	defer close(s.workerDone)
 	for j := range s.queue {
 		timeUp := make(chan struct{})
 		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			continue // queued for a host that is gone: dropped unanswered
+		}
 		canceled := s.canceled[j.id]
 		delete(s.canceled, j.id)
 		expired := s.expired[j.id]
@@ -385,6 +391,15 @@ func (s *server) run(j job, timeUp <-chan struct{}) (res ExecResult) {
 		Sys:   &syscall.SysProcAttr{Setsid: true, Credential: s.cred},
 	}
 	s.mu.Lock()
+	if s.closed {
+		// stop has killed what ran and is waiting for this worker: no
+		// command may start after that kill.
+		s.mu.Unlock()
+		for _, fd := range []int{outR, outW, errR, errW} {
+			unix.Close(fd)
+		}
+		return ExecResult{ExitCode: -1, Canceled: true}
+	}
 	exited := make(chan struct{})
 	s.exited, s.status, s.running = exited, nil, j.id
 	pid, err := syscall.ForkExec(argv[0], argv, attr)
@@ -530,6 +545,22 @@ func killAll() { unix.Kill(-1, unix.SIGKILL) }
 func (s *server) shutdown() {
 	killAll()
 	s.waitIdle()
+}
+
+// stop ends this Serve's commands before it returns: no command starts
+// any more and queued ones are dropped, the running one and whatever it
+// left are killed (shutdown), and the worker has returned — after its own
+// kill and reaping of the command it ran. Without the wait, a worker of a
+// connection taken over (ServeTLS) still ended its killed command by
+// killing every process of the sandbox, or started the next queued one,
+// while the new host's commands ran.
+func (s *server) stop() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	close(s.queue)
+	s.shutdown()
+	<-s.workerDone
 }
 
 func mustJSON(v any) []byte {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ import (
 // PID namespace, listening on loopback with creds written to a directory as
 // a mounted Secret would hold them. It returns the address and a channel
 // that gets the agent's exit.
-func startTCPAgent(t testing.TB, creds agent.Credentials) (string, <-chan error) {
+func startTCPAgent(t testing.TB, creds agent.Credentials, args ...string) (string, <-chan error) {
 	t.Helper()
 	testenv.NeedRoot(t, "a PID namespace")
 	bin, err := agentbin.Build()
@@ -37,7 +38,7 @@ func startTCPAgent(t testing.TB, creds agent.Credentials) (string, <-chan error)
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-credentials", dir)
+	cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-credentials", dir}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -192,4 +193,66 @@ func TestTCPRefusesWithoutCredentials(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("7: agent still running after the host closed")
 	}
+}
+
+// TestTCPTakeoverMidCommand: a host that takes over while the one before
+// it runs a command gets the sandbox to itself. The old command is killed,
+// and nothing of the old connection touches the new host's commands: a
+// command the old host had queued never runs (it would kill every process
+// of the sandbox when it ended), nor does the old worker's end of the
+// killed command. The agent runs with -nproc, as in pods, so the old
+// worker also counts processes before its kill.
+func TestTCPTakeoverMidCommand(t *testing.T) {
+	creds := newCreds(t)
+	addr, _ := startTCPAgent(t, creds, "-nproc", "1000")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sh := func(cmd string) agent.ExecRequest {
+		return agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: cmd, Dir: "/"}
+	}
+	marker := filepath.Join(t.TempDir(), "queued-ran")
+	c, err := agent.DialTCP(ctx, addr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		started := make(chan struct{})
+		var once sync.Once
+		old := make(chan error, 2)
+		go func() {
+			_, err := c.Exec(ctx, sh("sleep 30 & sleep 30 & echo go; wait"), func(byte, []byte) { once.Do(func() { close(started) }) })
+			old <- err
+		}()
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatalf("round %d: the first command did not start", round)
+		}
+		go func() { // queued behind the running one
+			_, err := c.Exec(ctx, sh("touch "+marker), nil)
+			old <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the queued command reaches the agent first
+		next, err := agent.DialTCP(ctx, addr, creds)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, cmd := range []string{"sleep 0.3; echo ok", "echo ok", "echo ok"} {
+			out, err := next.Exec(ctx, sh(cmd), nil)
+			if err != nil || string(out.Stdout) != "ok\n" || out.ExitCode != 0 {
+				t.Fatalf("round %d, command %d of the new host: %q exit %d signal %d, %v", round, i, out.Stdout, out.ExitCode, out.Signal, err)
+			}
+		}
+		for range 2 {
+			if err := <-old; !errors.Is(err, agent.ErrClosed) {
+				t.Fatalf("round %d: the old host's command ended with %v, want ErrClosed", round, err)
+			}
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("round %d: the command the old host had queued ran after the takeover", round)
+		}
+		c.Close()
+		c = next
+	}
+	c.Close()
 }
