@@ -39,9 +39,8 @@ func (r *records) add(x egress.Record) {
 	r.mu.Unlock()
 }
 
-func (r *records) find(host, verdict string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// count counts the records of host with verdict; r.mu is held.
+func (r *records) count(host, verdict string) int {
 	n := 0
 	for _, x := range r.list {
 		if x.Host == host && x.Verdict == verdict {
@@ -49,6 +48,32 @@ func (r *records) find(host, verdict string) int {
 		}
 	}
 	return n
+}
+
+// await waits up to 5 s for at least n records of host with verdict: a
+// connection is reported when its handler returns, which is after the
+// client has seen the reset or the last byte.
+func (r *records) await(host, verdict string, n int) bool {
+	return r.until(func() bool { return r.count(host, verdict) >= n })
+}
+
+// until polls ok, under the lock, for up to 5 s.
+func (r *records) until(ok func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r.mu.Lock()
+		done := ok()
+		r.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			return done
+		}
+	}
+}
+
+// String lists the records, under the lock (handlers may still report).
+func (r *records) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprintf("%+v", r.list)
 }
 
 func newEngine(t *testing.T, in *egresstest.Internet, firewall string) (*egress.Engine, *records) {
@@ -188,8 +213,8 @@ func testEnforcement(t *testing.T, firewall string) {
 		if after := in.Hits("other.test", 80) + in.Hits("other.test", 443); after != before {
 			t.Fatalf("other.test got %d requests", after-before)
 		}
-		if rec.find("other.test", egress.Denied) < 2 {
-			t.Fatalf("denials not recorded: %+v", rec.list)
+		if !rec.await("other.test", egress.Denied, 2) {
+			t.Fatalf("denials not recorded: %s", rec)
 		}
 	})
 	t.Run("04 glob vs apex vs exact, case and trailing dot", func(t *testing.T) {
@@ -494,19 +519,20 @@ func testEnforcement(t *testing.T, firewall string) {
 		}
 	})
 	t.Run("17 recorded and counted", func(t *testing.T) {
-		if rec.find("allowed.test", egress.Allowed) == 0 || rec.find("evil.test", egress.Denied) == 0 {
-			t.Fatalf("records: %+v", rec.list)
+		if !rec.await("allowed.test", egress.Allowed, 1) || !rec.await("evil.test", egress.Denied, 1) {
+			t.Fatalf("records: %s", rec)
 		}
 		var sent, recv int64
-		rec.mu.Lock()
-		for _, r := range rec.list {
-			if r.Host == "allowed.test" && r.Verdict == egress.Allowed {
-				sent += r.Sent
-				recv += r.Received
+		if !rec.until(func() bool {
+			sent, recv = 0, 0
+			for _, r := range rec.list {
+				if r.Host == "allowed.test" && r.Verdict == egress.Allowed {
+					sent += r.Sent
+					recv += r.Received
+				}
 			}
-		}
-		rec.mu.Unlock()
-		if sent < 2*egresstest.BlobSize || recv < 2*egresstest.BlobSize {
+			return sent >= 2*egresstest.BlobSize && recv >= 2*egresstest.BlobSize
+		}) {
 			t.Fatalf("bytes not counted: sent %d received %d", sent, recv)
 		}
 	})
