@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +27,7 @@ type fileOp struct {
 type fileOps struct {
 	mu  sync.Mutex
 	ops map[uint32]*fileOp
+	wg  sync.WaitGroup // the requests' goroutines
 }
 
 // startFile runs one file request on a goroutine of its own.
@@ -52,8 +54,10 @@ func (s *server) startFile(id uint32, payload []byte) {
 		return
 	}
 	s.files.ops[id] = op
+	s.files.wg.Add(1)
 	s.files.mu.Unlock()
 	go func() {
+		defer s.files.wg.Done()
 		// The thread does the request as the commands' user (setfsuid
 		// and setfsgid are per thread) and is not reused afterwards: the
 		// goroutine exits still locked to it, and Go ends the thread.
@@ -101,6 +105,31 @@ func (s *server) cancelFile(id uint32) bool {
 		op.pw.CloseWithError(errors.New("canceled by the host"))
 	}
 	return true
+}
+
+// endFiles cancels every file request in progress and waits, up to
+// limit, for their goroutines to return. A write canceled before its last
+// byte leaves nothing behind (WriteBeneathPerm removes its temporary
+// file); reads and listings stop at their next chunk or directory entry,
+// or at their next frame when the connection is closed. It reports
+// whether all returned in time.
+func (s *server) endFiles(limit time.Duration) bool {
+	s.files.mu.Lock()
+	for _, op := range s.files.ops {
+		op.cancel()
+		if op.pw != nil {
+			op.pw.CloseWithError(errors.New("the connection ended"))
+		}
+	}
+	s.files.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.files.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(limit):
+		return false
+	}
 }
 
 func failed(err error) *FileResult {

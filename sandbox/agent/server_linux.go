@@ -547,13 +547,17 @@ func (s *server) shutdown() {
 	s.waitIdle()
 }
 
-// stop ends this Serve's commands before it returns: no command starts
-// any more and queued ones are dropped, the running one and whatever it
-// left are killed (shutdown), and the worker has returned — after its own
-// kill and reaping of the command it ran. Without the wait, a worker of a
-// connection taken over (ServeTLS) still ended its killed command by
-// killing every process of the sandbox, or started the next queued one,
-// while the new host's commands ran.
+// stop ends this Serve's commands and file requests before it returns: no
+// command starts any more and queued ones are dropped, the running one and
+// whatever it left are killed (shutdown), and the worker has returned —
+// after its own kill and reaping of the command it ran. Without the wait, a
+// worker of a connection taken over (ServeTLS) still ended its killed
+// command by killing every process of the sandbox, or started the next
+// queued one, while the new host's commands ran. File requests are
+// canceled and waited for too (endFiles), so that no write of the old host
+// lands in the home after the new one is served. That wait is bounded:
+// on stdin and stdout a send can block on a host that stopped reading
+// without closing; a closed connection (ServeTLS) fails it at once.
 func (s *server) stop() {
 	s.mu.Lock()
 	s.closed = true
@@ -561,7 +565,11 @@ func (s *server) stop() {
 	close(s.queue)
 	s.shutdown()
 	<-s.workerDone
+	s.endFiles(fileStopWait)
 }
+
+// fileStopWait bounds how long stop waits for file requests.
+const fileStopWait = 5 * time.Second
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

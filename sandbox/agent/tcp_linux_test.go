@@ -19,6 +19,7 @@ import (
 	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/homefs"
 )
 
 // startTCPAgent runs the real agent binary in network mode as PID 1 of a new
@@ -255,4 +256,67 @@ func TestTCPTakeoverMidCommand(t *testing.T) {
 		c = next
 	}
 	c.Close()
+}
+
+// TestTCPTakeoverMidWrite: a write of the old host still streaming when a
+// new host takes over is canceled before the new host is served, and
+// leaves nothing in the home (not even its temporary file).
+func TestTCPTakeoverMidWrite(t *testing.T) {
+	creds := newCreds(t)
+	addr, _ := startTCPAgent(t, creds)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	home := t.TempDir()
+	c, err := agent.DialTCP(ctx, addr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	put := make(chan error, 1)
+	go func() {
+		_, err := c.PutFile(ctx, home, "up.bin", pr, 0)
+		put <- err
+	}()
+	if _, err := pw.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if names := listDir(t, home); len(names) == 1 && strings.HasPrefix(names[0], homefs.UploadTempPrefix) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the write did not start: %q", listDir(t, home))
+		}
+	}
+	next, err := agent.DialTCP(ctx, addr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	out, err := next.Exec(ctx, agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "ls -A " + home, Dir: "/"}, nil)
+	if err != nil || out.ExitCode != 0 || len(out.Stdout) != 0 {
+		t.Fatalf("the new host's first command sees %q in the home (exit %d, %v), want nothing", out.Stdout, out.ExitCode, err)
+	}
+	pw.Close() // the old host ends its upload: its connection is gone
+	if err := <-put; err == nil {
+		t.Fatal("the old host's write succeeded")
+	}
+	if names := listDir(t, home); len(names) != 0 {
+		t.Fatalf("left in the home: %q", names)
+	}
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
 }
