@@ -41,19 +41,8 @@ func BenchmarkChatPassThrough(b *testing.B) {
 			}
 			direct, via := body("m1"), body("local/m1")
 			call := func(url string, body []byte, key string) {
-				req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				if key != "" {
-					req.Header.Set("Authorization", "Bearer "+key)
-				}
-				resp, err := client.Do(req)
-				if err != nil {
+				if err := chatCall(client, url, key, body); err != nil {
 					b.Fatal(err)
-				}
-				n, _ := io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK || n == 0 {
-					b.Fatalf("status %d, %d bytes", resp.StatusCode, n)
 				}
 			}
 			viaDirect := func() { call(up.URL+"/v1/chat/completions", direct, "") }
@@ -79,6 +68,27 @@ func BenchmarkChatPassThrough(b *testing.B) {
 			b.ReportMetric(ms/md, "ratio")
 		})
 	}
+}
+
+// chatCall posts one Chat Completions body to url (with key as the bearer
+// token unless empty) and reads the whole answer, which must be a 200 with
+// a body.
+func chatCall(client *http.Client, url, key string, body []byte) error {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || n == 0 {
+		return fmt.Errorf("status %d, %d bytes", resp.StatusCode, n)
+	}
+	return nil
 }
 
 // chatEnvB is chatEnv's server for a benchmark: provider "local" is a
@@ -114,23 +124,7 @@ func BenchmarkChatPassThroughLoad(b *testing.B) {
 	}
 	direct := side{url: up.URL + "/v1/chat/completions", body: body("m1")}
 	via := side{url: e.url + "/v1/chat/completions", key: e.keyA, body: body("local/m1")}
-	call := func(s side) error {
-		req, _ := http.NewRequest("POST", s.url, bytes.NewReader(s.body))
-		req.Header.Set("Content-Type", "application/json")
-		if s.key != "" {
-			req.Header.Set("Authorization", "Bearer "+s.key)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		n, _ := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || n == 0 {
-			return fmt.Errorf("status %d, %d bytes", resp.StatusCode, n)
-		}
-		return nil
-	}
+	call := func(s side) error { return chatCall(client, s.url, s.key, s.body) }
 	// round makes perSide calls of s on workers goroutines and returns its
 	// wall and CPU time.
 	round := func(s side) (wall, cpu time.Duration) {
