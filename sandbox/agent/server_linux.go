@@ -542,14 +542,9 @@ func countTasks() int {
 // killAll sends SIGKILL to every process of the sandbox except the agent.
 func killAll() { unix.Kill(-1, unix.SIGKILL) }
 
-func (s *server) shutdown() {
-	killAll()
-	s.waitIdle()
-}
-
 // stop ends this Serve's commands and file requests before it returns: no
 // command starts any more and queued ones are dropped, the running one and
-// whatever it left are killed (shutdown), and the worker has returned —
+// whatever it left are killed and reaped, and the worker has returned —
 // after its own kill and reaping of the command it ran. Without the wait, a
 // worker of a connection taken over (ServeTLS) still ended its killed
 // command by killing every process of the sandbox, or started the next
@@ -563,7 +558,8 @@ func (s *server) stop() {
 	s.closed = true
 	s.mu.Unlock()
 	close(s.queue)
-	s.shutdown()
+	killAll()
+	s.waitIdle()
 	<-s.workerDone
 	s.endFiles(fileStopWait)
 }
