@@ -145,8 +145,9 @@ func TestBatching(t *testing.T) {
 	}
 }
 
-// fast retries for the failure tests.
-var fastRetry = Retry{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond, MaxElapsedTime: 300 * time.Millisecond}
+// fast retries for the failure tests; 2 s leave room for several even
+// under -race on a loaded machine.
+var fastRetry = Retry{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond, MaxElapsedTime: 2 * time.Second}
 
 func TestFailures(t *testing.T) {
 	t.Run("503 is retried, then counted failed", func(t *testing.T) {

@@ -25,7 +25,7 @@ func (k *countingKeys) Authenticate(ctx context.Context, key string) (Principal,
 // remembered, and a key revoked while remembered stops working once the
 // TTL has passed; with a negative TTL a revocation is seen at once.
 func TestAuthCache(t *testing.T) {
-	const ttl = time.Second
+	const ttl = 3 * time.Second // ten requests fit in it on a loaded machine
 	var keys *countingKeys
 	e := newEnv(t, "crun", "busybox", func(c *Config) {
 		keys = &countingKeys{Authenticator: c.Keys}

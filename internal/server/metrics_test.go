@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -23,25 +24,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, body := e.doH("GET", "/metrics", nil, nil)
-	if st != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", st)
-	}
-	text := string(body)
-	value := func(series string) float64 {
-		t.Helper()
-		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
-		m := re.FindStringSubmatch(text)
-		if m == nil {
-			t.Fatalf("no series %s in\n%s", series, text)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	for series, want := range map[string]float64{
+	want := map[string]float64{
 		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers"}`:           2,
 		`shellgate_http_requests_total{code="200",route="POST /api/v1/containers/{id}/exec"}`: 1,
 		`shellgate_http_requests_total{code="404",route="GET /api/v1/containers/{id}"}`:       1,
@@ -54,10 +37,33 @@ func TestMetrics(t *testing.T) {
 		// No container here has a network allowlist: nothing went through.
 		`shellgate_egress_connections_total{kind="tls",verdict="allowed"}`: 0,
 		`shellgate_egress_dns_queries_total{verdict="denied"}`:             0,
-	} {
-		if got := value(series); got != want {
-			t.Errorf("%s = %v, want %v", series, got, want)
+	}
+	// A request is counted when its handler returns, which may be after
+	// its client has the answer: scrape until every series is as wanted.
+	var text string
+	var wrong []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, body := e.doH("GET", "/metrics", nil, nil)
+		if st != http.StatusOK {
+			t.Fatalf("GET /metrics: %d", st)
 		}
+		text, wrong = string(body), nil
+		for series, v := range want {
+			re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+			m := re.FindStringSubmatch(text)
+			if m == nil {
+				t.Fatalf("no series %s in\n%s", series, text)
+			}
+			if got, err := strconv.ParseFloat(m[1], 64); err != nil || got != v {
+				wrong = append(wrong, fmt.Sprintf("%s = %s, want %v", series, m[1], v))
+			}
+		}
+		if len(wrong) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, w := range wrong {
+		t.Error(w)
 	}
 	if !strings.Contains(text, "go_goroutines") || !strings.Contains(text, "process_resident_memory_bytes") {
 		t.Error("Go and process metrics missing")

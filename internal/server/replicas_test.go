@@ -179,8 +179,15 @@ func TestReplicas(t *testing.T) {
 		if got.Status != "running" {
 			t.Fatalf("GET through B: %+v", got)
 		}
-		if !strings.Contains(b.logs.String(), `"path":"/api/v1/containers/work/exec"`) || !strings.Contains(a.logs.String(), `"path":"/api/v1/containers/work/exec"`) {
-			t.Fatal("the proxied exec is not in both replicas' logs")
+		// A request is logged when its handler returns, which may be
+		// after the client has the whole answer.
+		logged := func() bool {
+			return strings.Contains(b.logs.String(), `"path":"/api/v1/containers/work/exec"`) && strings.Contains(a.logs.String(), `"path":"/api/v1/containers/work/exec"`)
+		}
+		for deadline := time.Now().Add(5 * time.Second); !logged(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the proxied exec is not in both replicas' logs")
+			}
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -122,15 +123,22 @@ func TestAgentProtocol(t *testing.T) {
 func TestAgentTimesOutQueuedCommand(t *testing.T) {
 	c := startAgent(t)
 	first := make(chan agent.Output, 1)
+	started := make(chan struct{})
+	var once sync.Once
 	go func() {
-		out, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "sleep 1000", Dir: "/", TimeoutMs: 1500}, nil)
+		out, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "echo x; sleep 1000", Dir: "/", TimeoutMs: 1500},
+			func(byte, []byte) { once.Do(func() { close(started) }) })
 		if err != nil {
 			t.Error(err)
 		}
 		first <- out
 	}()
 	// Sent while the first runs; its 100 ms are up long before that ends.
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first command did not start")
+	}
 	second := run(t, c, "echo ran", 100, 100)
 	if !second.TimedOut || len(second.Stdout) != 0 {
 		t.Errorf("queued command: %+v %q, want timed out without running", second.ExecResult, second.Stdout)

@@ -78,10 +78,7 @@ func TestBusybox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("busybox image built in %s, %d bytes", time.Since(start), img.SizeBytes)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("busybox build took %s, want well under a second", d)
-	}
+	t.Logf("busybox image built in %s, %d bytes", time.Since(start), img.SizeBytes) // a timing is logged, never asserted
 	if got := strings.Join(img.Shell, " "); got != "/bin/sh -lc" {
 		t.Errorf("shell = %q", got)
 	}
@@ -289,12 +286,11 @@ func TestDebianCached(t *testing.T) {
 	fake := installFake(t, s, "default", debianBuildKey(DefaultSuite, DefaultPackages))
 
 	var progress bytes.Buffer
-	start := time.Now()
 	img, err := s.BuildDebian(context.Background(), "default", DebianOptions{Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Since(start) > time.Second || !img.CreatedAt.Equal(fake.CreatedAt) {
+	if !img.CreatedAt.Equal(fake.CreatedAt) {
 		t.Errorf("up-to-date image was rebuilt")
 	}
 	if !strings.Contains(progress.String(), "image default is up to date") {

@@ -217,12 +217,15 @@ func TestReplicasDestroy(t *testing.T) {
 func TestReplicasIdle(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
-	const idle = 200 * time.Millisecond
+	// Long enough that B's first exec (lookups, TLS, token; under -race
+	// on a loaded machine) takes A's connection over before A's sleeper
+	// may act, and that B's gaps never reach it.
+	const idle = time.Second
 	a, b := newReplica(t, c, arch, idle), newReplica(t, c, arch, idle)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "echo 0 > n")
-	for range 20 { // 20 × 50ms: five idle timeouts of A
+	for range 20 { // 20 × idle/4: five idle timeouts of A
 		mustExec(t, b, "c1", "echo $(( $(cat n) + 1 )) > n")
 		time.Sleep(idle / 4)
 	}

@@ -172,11 +172,14 @@ func Suite(t *testing.T, rt string) {
 		}
 	})
 	t.Run("05 timeout kills the whole tree", func(t *testing.T) {
-		cmd := `setsid nohup sleep 1000 >/dev/null 2>&1 &
+		// The marker first: under gVisor on a loaded machine, forking the
+		// four trees can take a good part of the time.
+		cmd := `echo started
+setsid nohup sleep 1000 >/dev/null 2>&1 &
 (sleep 1000 &) ; (trap '' TERM; sleep 1000) &
 sh -c 'trap "" TERM HUP INT; while :; do sleep 1; done' &
-echo started; sleep 1000`
-		o := Shell(t, m, box, tool.ShellArgs{Commands: []string{cmd}, TimeoutMs: i64(500)})[0]
+sleep 1000`
+		o := Shell(t, m, box, tool.ShellArgs{Commands: []string{cmd}, TimeoutMs: i64(1500)})[0]
 		if o.Outcome.Type != "timeout" {
 			t.Fatalf("outcome %+v", o.Outcome)
 		}

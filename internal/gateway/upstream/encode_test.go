@@ -280,7 +280,7 @@ func TestPreparedTurn(t *testing.T) {
 	for _, api := range apis {
 		for _, stream := range []bool{false, true} {
 			srv.Reset()
-			up := adapter(api, srv.URL, 300*time.Millisecond)
+			up := adapter(api, srv.URL, 800*time.Millisecond) // the answer's 100 ms and ample margin, under -race too
 			req := &gateway.Request{Model: "m", Encoded: &gateway.Encoded{}, Tools: []gateway.Tool{gateway.ShellFunction("shell")},
 				Messages: []gateway.Message{userText("hi"), {Role: gateway.RoleAssistant, Parts: []gateway.Part{{Kind: gateway.PartToolCall, Call: call}}}}}
 			ctx := context.Background()
@@ -289,7 +289,7 @@ func TestPreparedTurn(t *testing.T) {
 			if r == nil {
 				t.Fatalf("%s stream=%v: Prepare made no exchange ready", api, stream)
 			}
-			time.Sleep(400 * time.Millisecond) // the tools run: longer than the timeout
+			time.Sleep(900 * time.Millisecond) // the tools run: longer than the timeout
 			req.Messages = append(req.Messages, gateway.Message{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult,
 				Result: &gateway.ToolResult{CallID: "call_1", Content: "a.csv"}}}})
 			turn, err := collect(t, up, req, stream)
