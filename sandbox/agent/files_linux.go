@@ -111,9 +111,8 @@ func (s *server) cancelFile(id uint32) bool {
 // limit, for their goroutines to return. A write canceled before its last
 // byte leaves nothing behind (WriteBeneathPerm removes its temporary
 // file); reads and listings stop at their next chunk or directory entry,
-// or at their next frame when the connection is closed. It reports
-// whether all returned in time.
-func (s *server) endFiles(limit time.Duration) bool {
+// or at their next frame when the connection is closed.
+func (s *server) endFiles(limit time.Duration) {
 	s.files.mu.Lock()
 	for _, op := range s.files.ops {
 		op.cancel()
@@ -126,9 +125,7 @@ func (s *server) endFiles(limit time.Duration) bool {
 	go func() { s.files.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return true
 	case <-time.After(limit):
-		return false
 	}
 }
 
