@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
@@ -42,7 +43,7 @@ func TestMetrics(t *testing.T) {
 	// its client has the answer: scrape until every series is as wanted.
 	var text string
 	var wrong []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(5*time.Second, func() bool {
 		st, body := e.doH("GET", "/metrics", nil, nil)
 		if st != http.StatusOK {
 			t.Fatalf("GET /metrics: %d", st)
@@ -58,10 +59,8 @@ func TestMetrics(t *testing.T) {
 				wrong = append(wrong, fmt.Sprintf("%s = %s, want %v", series, m[1], v))
 			}
 		}
-		if len(wrong) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(wrong) == 0
+	})
 	for _, w := range wrong {
 		t.Error(w)
 	}

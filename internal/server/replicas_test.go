@@ -19,6 +19,7 @@ import (
 	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
+	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
@@ -184,10 +185,8 @@ func TestReplicas(t *testing.T) {
 		logged := func() bool {
 			return strings.Contains(b.logs.String(), `"path":"/api/v1/containers/work/exec"`) && strings.Contains(a.logs.String(), `"path":"/api/v1/containers/work/exec"`)
 		}
-		for deadline := time.Now().Add(5 * time.Second); !logged(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the proxied exec is not in both replicas' logs")
-			}
+		if !testenv.Eventually(5*time.Second, logged) {
+			t.Fatal("the proxied exec is not in both replicas' logs")
 		}
 	})
 

@@ -68,3 +68,18 @@ func RunCheckingLeaks(m *testing.M, grace time.Duration, before func()) {
 	}
 	os.Exit(code)
 }
+
+// Eventually calls ok every 10 ms until it holds or d has passed, and
+// reports whether it held. It is for what a server does after its client
+// has the answer (a log line, a metric, a record written when a handler
+// returns): read once, such a check fails on a slow machine.
+func Eventually(d time.Duration, ok func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}

@@ -282,13 +282,11 @@ func TestTCPTakeoverMidWrite(t *testing.T) {
 	if _, err := pw.Write(make([]byte, 64<<10)); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if names := listDir(t, home); len(names) == 1 && strings.HasPrefix(names[0], homefs.UploadTempPrefix) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the write did not start: %q", listDir(t, home))
-		}
+	if !testenv.Eventually(10*time.Second, func() bool {
+		names := listDir(t, home)
+		return len(names) == 1 && strings.HasPrefix(names[0], homefs.UploadTempPrefix)
+	}) {
+		t.Fatalf("the write did not start: %q", listDir(t, home))
 	}
 	next, err := agent.DialTCP(ctx, addr, creds)
 	if err != nil {

@@ -59,14 +59,11 @@ func (r *records) await(host, verdict string, n int) bool {
 
 // until polls ok, under the lock, for up to 5 s.
 func (r *records) until(ok func() bool) bool {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	return testenv.Eventually(5*time.Second, func() bool {
 		r.mu.Lock()
-		done := ok()
-		r.mu.Unlock()
-		if done || time.Now().After(deadline) {
-			return done
-		}
-	}
+		defer r.mu.Unlock()
+		return ok()
+	})
 }
 
 // String lists the records, under the lock (handlers may still report).

@@ -90,22 +90,13 @@ func (e *env) waitWatch(t testing.TB) {
 	for i := 0; ; i++ {
 		ip := fmt.Sprintf("127.0.1.%d", 1+i)
 		e.addPod(t, fmt.Sprintf("sentinel-%d", i), ip, node, corev1.PodRunning, `["allowed.test"]`)
-		if e.eventually(func() bool { _, _, err := e.pods.Client(netip.MustParseAddr(ip)); return err == nil }, 3*time.Second) {
+		if testenv.Eventually(3*time.Second, func() bool { _, _, err := e.pods.Client(netip.MustParseAddr(ip)); return err == nil }) {
 			return
 		}
 		if i == 5 {
 			t.Fatal("the pod watch never started")
 		}
 	}
-}
-
-func (e *env) eventually(f func() bool, d time.Duration) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if f() {
-			return true
-		}
-	}
-	return f()
 }
 
 // pod returns a sandbox pod; allow "-" means no annotation.
@@ -133,7 +124,7 @@ func (e *env) addPod(t testing.TB, name, ip, nodeName string, phase corev1.PodPh
 // seen waits until the proxy's view of ip satisfies ok.
 func (e *env) seen(t testing.TB, ip string, ok func(id string, p egress.Policy, err error) bool) {
 	t.Helper()
-	if !e.eventually(func() bool { return ok(e.pods.Client(netip.MustParseAddr(ip))) }, 10*time.Second) {
+	if !testenv.Eventually(10*time.Second, func() bool { return ok(e.pods.Client(netip.MustParseAddr(ip))) }) {
 		id, p, err := e.pods.Client(netip.MustParseAddr(ip))
 		t.Fatalf("%s: the proxy still sees %q %v %v", ip, id, p, err)
 	}
@@ -321,14 +312,14 @@ func TestExplicitProxy(t *testing.T) {
 		if after := e.in.Hits("other.test", 443) + e.in.Hits("allowed.test", 443); after != before {
 			t.Errorf("%d requests reached the servers", after-before)
 		}
-		found := e.eventually(func() bool {
+		found := testenv.Eventually(10*time.Second, func() bool {
 			for _, r := range e.records() {
 				if r.Verdict == egress.Denied && strings.Contains(r.Reason, "TLS server name other.test differs from the CONNECT host allowed.test") {
 					return true
 				}
 			}
 			return false
-		}, 10*time.Second)
+		})
 		if !found {
 			t.Error("no denied record for the SNI mismatch")
 		}
@@ -336,7 +327,7 @@ func TestExplicitProxy(t *testing.T) {
 	t.Run("records", func(t *testing.T) {
 		// A connection is reported when it ends: the clients' have.
 		var allowed, denied int
-		e.eventually(func() bool {
+		testenv.Eventually(10*time.Second, func() bool {
 			n := 0
 			for _, r := range e.records() {
 				if r.Verdict == egress.Allowed {
@@ -344,7 +335,7 @@ func TestExplicitProxy(t *testing.T) {
 				}
 			}
 			return n >= 3
-		}, 10*time.Second)
+		})
 		for _, r := range e.records() {
 			switch r.Verdict {
 			case egress.Allowed:
