@@ -37,7 +37,9 @@ type box struct {
 	inst *instance // nil while asleep
 	// lockRelease releases the home's owner lock, held while awake.
 	lockRelease func()
-	lastUsed    time.Time
+	// lastUsed is when the box last woke, ran a command or served a file
+	// call while awake: the idle sweep puts it to sleep IdleTimeout later.
+	lastUsed time.Time
 
 	// awake mirrors inst != nil for readers that must not wait for a
 	// command.
@@ -84,9 +86,14 @@ func (b *box) tryLock() bool {
 
 func (b *box) unlock() { <-b.lock }
 
-// setInst records the box's running container (nil: asleep).
+// setInst records the box's running container (nil: asleep). A box's idle
+// clock starts when it becomes awake: a container created or woken and not
+// yet used sleeps IdleTimeout later, not at the next sweep.
 func (b *box) setInst(inst *instance) {
 	b.inst = inst
+	if inst != nil {
+		b.lastUsed = time.Now()
+	}
 	b.awake.Store(inst != nil)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -108,6 +109,7 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 				return "", nil, err
 			}
 		default:
+			b.lastUsed = time.Now() // a file call is use
 			return hostHomeDir(b.inst.dir), func() {}, nil
 		}
 	}

@@ -592,6 +592,40 @@ func LifecycleSuite(t *testing.T, rt string) {
 			t.Errorf("after idle sleep: %q", o.Stdout)
 		}
 	})
+	t.Run("02b a created sandbox's idle clock starts when it wakes", func(t *testing.T) {
+		// Created and never used: it sleeps IdleTimeout after it woke, not
+		// at the sweep after (the sweep runs every IdleTimeout/4).
+		const idle = 2 * time.Second
+		m, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.IdleTimeout = idle })
+		const name = "unused"
+		for _, step := range []string{"created", "woken by Create"} {
+			if step != "created" {
+				if err := m.Sleep(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			if err := m.Create(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				st, err := m.Status(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st == sandbox.Sleeping {
+					if since := time.Since(start); since < idle {
+						t.Fatalf("%s: slept %s after it woke, before its idle timeout of %s", step, since.Round(time.Millisecond), idle)
+					}
+					break
+				}
+				if time.Since(start) > idle+10*time.Second {
+					t.Fatalf("%s: never slept", step)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	})
 	t.Run("10 an image rebuilt or removed under running sandboxes", func(t *testing.T) {
 		Skip(t, rt, "busybox")
 		imgs := t.TempDir()
