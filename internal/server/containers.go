@@ -219,6 +219,8 @@ func (s *Server) spec(p Principal, req createRequest, sh shape) (ContainerSpec, 
 			return sp, paramErr("name", "name: want 1-%d printable characters", maxOpenAIName)
 		case sh == shapeOpenRouter && !sandbox.ValidName(sp.Name):
 			return sp, paramErr("name", "name %q: want 1-40 letters, digits, '_' or '-'", sp.Name)
+		case idLike(sp.Name):
+			return sp, idLikeName("name", sp.Name)
 		}
 	}
 	if len(req.Skills) > 0 {
@@ -380,6 +382,18 @@ func displayName(n string) bool {
 	return true
 }
 
+// idLike reports whether a name has the form of a container id (cntr_ and
+// 32 hex digits, in any case). Such names are refused: ids and names are
+// looked up in one namespace (an id first), so the name would address
+// another container, or hide behind it.
+func idLike(name string) bool {
+	return len(name) == len("cntr_")+32 && containerID.MatchString(strings.ToLower(name))
+}
+
+func idLikeName(param, name string) *apiError {
+	return paramErr(param, "%s %q has the form of a container id (cntr_ and 32 hex digits), which names cannot have: ids and names address containers alike", param, name)
+}
+
 func paramErr(param, format string, a ...any) *apiError {
 	e := errorf(http.StatusBadRequest, format, a...)
 	e.param = param
@@ -523,6 +537,9 @@ func (s *Server) listContainers(sh shape) apiHandler {
 		}
 		if opts.Name != "" && (sh == shapeOpenRouter && !sandbox.ValidName(opts.Name) || sh == shapeOpenAI && !displayName(opts.Name)) {
 			return paramErr("name", "name %q is not a container name", opts.Name)
+		}
+		if idLike(opts.Name) {
+			return idLikeName("name", opts.Name)
 		}
 		items, more, err := s.cfg.Containers.List(r.Context(), p, opts)
 		switch {

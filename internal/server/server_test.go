@@ -559,6 +559,11 @@ func TestBadInput(t *testing.T) {
 		{"36 exec: null body", "POST", ex, `null`, 400, "commands is empty"},
 		{"37 unknown route under /api/v1", "GET", "/api/v1/nothing", nil, 404, "no route"},
 		{"38 wrong method on a route", "PUT", "/api/v1/containers/bad", `{}`, 405, "takes GET, DELETE"},
+		// A name of an id's form would address another container (ids are
+		// looked up first) or hide behind it.
+		{"39 create: named by another container's id", "POST", "/api/v1/containers", `{"name":"` + c.ID + `"}`, 400, "form of a container id"},
+		{"40 create: an id's form in upper case", "POST", "/api/v1/containers", `{"name":"` + strings.ToUpper(c.ID) + `"}`, 400, "form of a container id"},
+		{"41 list: filtered by a name of an id's form", "GET", "/api/v1/containers?name=" + c.ID, nil, 400, "form of a container id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -570,6 +575,11 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("message %q does not say %q", msg, tc.msg)
 			}
 		})
+	}
+	// OpenAI's create, in OpenAI's envelope, names the field.
+	if st, b := e.do("POST", "/v1/containers", e.keyA, `{"name":"cntr_`+strings.Repeat("0", 32)+`"}`); st != 400 ||
+		!strings.Contains(string(b), `"param":"name"`) || !strings.Contains(string(b), "form of a container id") {
+		t.Fatalf("OpenAI create named by an id: %d %s", st, b)
 	}
 	// Nothing was lost: the container still works and nothing else exists.
 	if r := e.exec(e.keyA, c.ID, "echo ok"); r.Output[0].Stdout != "ok\n" {
