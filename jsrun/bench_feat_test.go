@@ -8,8 +8,8 @@ import (
 )
 
 // Benchmarks of the Run SDK 2.1 features, each beside what a user would do
-// without it (see BENCHMARKS.md, "jsrun: TypeScript, synchronous host
-// functions, continuation codecs").
+// without it (see BENCHMARKS.md, "JavaScript eval (jsrun)": TypeScript,
+// synchronous host functions, codecs).
 
 // benchTS is a typical agent program with types; benchJS is the same
 // program with the types removed by hand.

@@ -18,6 +18,191 @@
 //	homes/.pool/CID.img          homes of pooled sandboxes not yet named
 //	run/sandboxes/CID/           a running container: bundle, mounts, owner lock
 //	run/runtime/RUNTIME/         the OCI runtime's own state
+//
+// # How a command runs
+//
+//  1. `tool.ShellArgs.Plan` validates and clamps the call.
+//  2. `Manager.Exec(name, cmd)` takes the sandbox's lock. If the sandbox is asleep
+//     it wakes it: takes the home's owner flock (`homes/NAME.lock`; one process
+//     holds a sandbox awake at a time), creates the home image if new (or takes a
+//     pooled sandbox and renames its home), mounts the writable layer (a capped
+//     tmpfs), the root overlay (lower = the shared read-only image, idmapped to
+//     the sandbox's host id range) and the home (loop ext4, reaching the
+//     container as an idmapped bind), writes the OCI bundle and runs `RUNTIME run --detach` with the
+//     agent's stdin/stdout connected to pipes the host holds.
+//  3. The agent client sends one Exec frame; the agent forks `bash -lc CMD` in
+//     `/workspace/home` with its own pipes, streams the first `MaxBytes` of each
+//     stream back as Output frames (the rest is counted and dropped), and on exit
+//     or timeout kills every other process of the sandbox with `kill(-1, SIGKILL)`
+//     from PID 1 — which reaches setsid'ed and double-forked descendants — then
+//     reaps and answers with a Done frame. The host times the command, by its
+//     own clock, and sends a Timeout frame when its time is up (protocol
+//     version 2): the agent keeps no timer, because a sandbox's clock can jump
+//     — under gVisor, loaded, the agent's own 300 s timer once fired after 3 s.
+//     If the agent does not answer within 10 s past the timeout, the host
+//     puts the sandbox to sleep (`hostGrace`).
+//  4. `tool.Output` turns bytes into at most N characters per stream (invalid
+//     UTF-8 as U+FFFD) and marks truncation.
+//
+// Files are copied into and out of a home by the host (`sandbox/files.go`,
+// `filelist.go`: `WriteFile`, `ReadFile`, `OpenFile` (streaming), `StatFile`,
+// `RemoveFile`, `ListFiles`) while holding the sandbox's lock, so no command
+// runs meanwhile. Paths resolve beneath an `os.Root` of the mounted home, opens
+// use `O_NONBLOCK|O_NOFOLLOW`, and only regular files are served, so nothing
+// the sandbox leaves there (symlinks, FIFOs, sockets, devices) can lead
+// outside or block the lock; copies stop when their context ends, and an
+// upload goes to a temporary file renamed into place when complete (a failed
+// one leaves the old file). `ListFiles` walks with `openat(O_NOFOLLOW|
+// O_DIRECTORY)` from the home's descriptor, never following a symlink, in
+// lexicographic path order with a resumable cursor, bounded in depth, page
+// size and entries read. None of these starts a container: a sleeping
+// sandbox's home is mounted alone for the call (under its owner lock, in a
+// `run/sandboxes/ID` directory that orphan cleanup knows) and unmounted after.
+// An awake sandbox's home has a watch (`homewatch_linux.go`: fanotify on the
+// home's own ext4 filesystem, events by file handle, so no descriptor of a
+// sandbox file is opened): a command run with `Command.CheckHome` drains it
+// in one read at the end of its own `Manager.Exec` (same lock, no second
+// operation) and its `Result.HomeUnchanged` says nothing was written,
+// created, renamed or had its attributes changed since the last check, so
+// the gateway lists the home after a step only when one of its commands
+// changed something (any doubt — a fresh watch, a full queue, no watch, a
+// backend without one — leaves `HomeUnchanged` false: list). The listing
+// reports files whose modification time is at or after the kernel's coarse
+// realtime clock read before the step (`fileClock`: the clock ext4 stamps
+// files with, up to a tick behind `time.Now`, which missed quick writes),
+// less the versions (path, mtime) the request already knows — written by it
+// through the host (uploads, editor calls) or reported by an earlier step —
+// which the tick-wide clock would otherwise count again.
+// Uploads carry a `trusted.shellgate.source` xattr (settable only by host
+// root) so listings can tell the user's files from a command's.
+//
+// Warm commands never touch the runtime CLI. If the sandbox dies under a command
+// (gVisor ends the whole sandbox at its memory limit), the command's result says
+// so (exit 137, `Restarted`), naming the cause only when it is known (the memory
+// cgroup counted an OOM kill), and the next command wakes a fresh sandbox over
+// the same home. When the kernel's OOM killer ends a command on crun or runc, the
+// manager sees the container's memory cgroup count it and says so in the
+// command's stderr. While a command runs the agent counts its tasks (processes
+// and threads) every 25 ms and once at its end; at the process limit the result
+// carries `ProcessLimit` and a `shellgate:` line in stderr (best effort: a burst
+// gone before either look, such as the threads of a process that exited, is
+// contained but not reported).
+//
+// The agent is untrusted input to the host: the client (`sandbox/agent/client.go`)
+// keeps at most the request's `MaxBytes` per stream whatever the agent sends, and
+// a protocol violation (an oversized or unknown frame, a result that is not JSON,
+// a second Ready, a frame for a command never sent, output far past the cap) ends
+// the connection with `agent.ErrProtocol`; the manager stops that sandbox and
+// reports it in the command's result. Output callbacks get their own copy and
+// never run after `Exec` returned.
+//
+// # Lifecycle calls
+//
+// Every call on a named sandbox is an operation of the manager: it is
+// registered (refused with `ErrClosed` once `Close` began) with a context that
+// `Destroy` and `Close` can cancel, then takes the sandbox's lock (a channel,
+// so waiting honours the context). The manager keeps an entry only for
+// sandboxes awake in this process or in use by a call; `ReadFile`, `WriteFile`,
+// `Sleep` and `Destroy` of a name without a home are `ErrNotFound` and leave
+// nothing behind (only `Exec` and `Create` create).
+//
+//   - `Status` and `List` never take a sandbox's lock: they read an atomic
+//     awake flag, then the home, then `/proc/locks` — a home whose owner lock
+//     another Shellgate process holds is `running` there.
+//   - `Destroy` cancels the command running in the sandbox and the calls waiting
+//     for it (they return `ErrDestroyed`, which matches `ErrNotFound`); calls
+//     made after it began wait for it, then see a new sandbox.
+//   - `Close` refuses new calls, waits for those in flight (once its context
+//     ends it cancels them: `ErrClosed`), then puts every sandbox to sleep, so
+//     no container of the manager runs after it returns.
+//   - Teardown (`runtime delete`, unmounts, removal) runs with its own bounded
+//     context, detached from the caller's cancellation, and removes nothing
+//     until the runtime has deleted the container; if that fails the sandbox
+//     stays awake and the next wake, sleep or `Open` tries again.
+//   - The image is looked up when a sandbox starts, not only at `Open`: without
+//     it, the call that needs it gets the image's not-found error, and the warm
+//     pool waits (checking every second) and fills once it is built or imported.
+//
+// # User namespaces
+//
+// Each sandbox has its own user namespace and its own range of host ids, so no
+// two sandboxes and no host account share a host uid or gid: an escape from
+// crun or runc lands as an id that owns nothing, and per-uid kernel limits
+// (inotify instances, the process count) are charged per sandbox.
+//
+//   - Ranges. Slot N maps ids 0–65535 inside to host ids `100000 + N·65536`
+//     onwards (slots overlapping `/etc/passwd`, `/etc/group`, `/etc/subuid` or
+//     `/etc/subgid` are never used). A sandbox holds its slot, pooled ones too,
+//     by an exclusive flock on `/run/shellgate/slots/N`, which names the
+//     sandbox's directory: slots are host-wide, so no two Shellgate processes
+//     hand out the same range, whether or not they share a data directory. A
+//     slot is freed only after its container and mounts are gone; a crashed
+//     process's slot (lock free, but its sandbox directory still there) is
+//     skipped until orphan cleanup removes the sandbox.
+//   - The namespace. For crun and runc the host creates it while running as
+//     the slot's base id (`unshare --user` started with that credential; root
+//     writes the maps `0 BASE 65536`) and pins it at `run/sandboxes/CID/userns`;
+//     the spec joins it by path, through the link `/run/shellgate/userns/N`
+//     (runc refuses namespace paths with a comma, which a data directory may
+//     have). Its owner is then the base id, which is what
+//     per-uid limits are charged to (a namespace the runtime made would be
+//     owned by root and share root's counts). runc sets rlimits after joining,
+//     where it lacks the right to, so it runs under `prlimit(1)` with the spec's
+//     rlimits instead (they travel as a bundle annotation).
+//   - runsc cannot join a namespace by path (its gofer's `setns` fails with
+//     EINVAL), so its spec carries only `uidMappings`/`gidMappings` and runsc
+//     creates the namespace: its sentry and gofer then run as the slot's base id
+//     instead of host root with DAC_OVERRIDE. gVisor implements inotify and
+//     other per-user limits in the sentry, so those were never shared.
+//   - Mounts, made by the host with `open_tree`/`mount_setattr(MOUNT_ATTR_IDMAP)`
+//     /`move_mount` rather than the runtimes' `idmap` options, which the
+//     installed versions handle differently. The overlay's lower layer is a
+//     read-only idmapped bind of the shared image (nothing is chowned; the page
+//     cache stays shared); its upper and work directories belong to the base
+//     id. The home's ext4 is mounted at `home` as before (the host's file API
+//     works there, with on-disk ids) and reaches the container as an idmapped
+//     bind, `mapped-home`: files stay 1000:1000 on disk, so a home wakes in any
+//     range.
+//   - Directories. The namespace's root has no DAC_OVERRIDE over host-owned
+//     directories: DATA, `run/` and `run/sandboxes/` are 0711 and each sandbox
+//     directory 0711; every directory above DATA must be searchable by others
+//     (`Open` says so otherwise).
+//   - `Config.SharedHostUser` turns all of this off: commands run as host uid
+//     1000, shared by all sandboxes, and on crun/runc the agent is host root
+//     with its three capabilities. It exists to measure the namespace's cost; no
+//     command-line flag sets it.
+//
+// # Disk space
+//
+// Homes are sparse images, so their quotas together may exceed the disk.
+// Two things keep that from reaching the host. Homes are mounted with
+// `discard` and trimmed (`FITRIM`, after committing the journal) before they
+// are unmounted, so what a sandbox deletes is punched out of its image —
+// online discard alone loses the discards still queued at unmount. And the
+// operator keeps a reserve of free space on the homes' file system
+// (`Config.DiskReserve`, `--disk-reserve-mb`, default 5%): below it, creating
+// a home (checked before and after `mkfs`), starting a command and copying a
+// file in fail with `ErrDiskReserve`, while reads, sleep and destroy still
+// work so space can be freed. A command running when the host drops below the
+// reserve is not stopped; its result says so in stderr.
+//
+// # Crash safety
+//
+// `sandbox.Open` resolves the data directory once (absolute, symlinks
+// followed; the CLI's `--data-dir` does the same) because the kernel's mount
+// table names mount points by resolved paths. It treats every
+// `run/sandboxes/CID` whose `owner.lock` it can take as orphaned (its process
+// died): it deletes the container through the runtime recorded in
+// `meta.json`, unmounts everything below the directory, removes it and the
+// pool home if any, then frees the id slots whose sandbox is gone. Homes of
+// named sandboxes are never removed by cleanup. A
+// sandbox directory is removed only when the mount table shows nothing
+// mounted below it (`sandbox/mounts.RemoveTree`); a failed unmount is an
+// error and the directory stays. A home still busy at sleep (gVisor's gofer
+// exits a few ms after `runsc delete`) is retried briefly before it is
+// detached lazily, and a home image still attached to a loop device is
+// waited for, never mounted a second time. When the agent's stdin closes (Shellgate died) it kills its processes
+// and exits, so an orphaned sandbox stops running on its own.
 package sandbox
 
 import (

@@ -3,8 +3,8 @@
 # CSV answered through the model gateway, the model's pandas call running in
 # a sandbox during the request.
 #
-# With a real provider: SHELLGATE_CONFIG=providers.yaml (README,
-# "Providers") and SHELLGATE_DEMO_MODEL=provider/model, with its key in the
+# With a real provider: SHELLGATE_CONFIG=providers.yaml (docs/providers.md)
+# and SHELLGATE_DEMO_MODEL=provider/model, with its key in the
 # environment variable the config names. Without one, the question goes to
 # Shellgate's scripted demo model (`shellgate scripted-upstream`), which says
 # plainly that it is scripted; everything else is real: the server, the

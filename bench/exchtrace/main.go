@@ -1,7 +1,7 @@
 // Command exchtrace splits BenchmarkGatewayStep's upstream exchanges into
 // phases, from a runtime trace, to compare the gateway's exchanges with
-// their direct replays (see BENCHMARKS.md, "Overhead per tool step,
-// eleventh round"). The benchmark marks each exchange's start with a trace log
+// their direct replays (the eleventh round of "Overhead per tool step" in
+// BENCHMARKS.md as of aa5f522; the file now keeps the newest round only). The benchmark marks each exchange's start with a trace log
 // (category "exchange", message "gateway" or "direct", in the HTTP
 // client's RoundTrip) and the scripted model marks its handler's start
 // (category "scripted"); an exchange here is the interval between the two,

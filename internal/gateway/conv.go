@@ -17,6 +17,88 @@
 //	Sandbox (implemented by internal/server)                 the caller's container
 //	        ▼
 //	internal/tool → sandbox.Manager
+//
+// # A gateway request
+//
+// A gateway request is one client request (`POST /v1/responses`,
+// `POST /v1/messages`) that may take many upstream model calls and many
+// commands. Its path:
+//
+//  1. The client API's frontend (`internal/gateway/responses`, `…/messages`)
+//     parses the body into the API-neutral `gateway.Request` (system prompt,
+//     messages of text, image, tool-call and tool-result parts, the client's
+//     function tools, tool choice, sampling settings) and picks the server tools
+//     the request enabled (`ServerTools`, keyed by the function name the model
+//     sees: `shell`, `bash_code_execution`, …). Our own items replayed in the
+//     input become an assistant tool call and its result, with the same text the
+//     model read when it ran (`gateway.ShellResultText`), and never run again.
+//     Once the model is resolved, the frontend calls its `gateway.Screen`, if
+//     set, with the parsed `Request` — the one hook of the guardrails: the
+//     server's screen (`internal/server/guard.go`) reads the workspace's
+//     guardrails, runs `guard.ScanAll` over the text parts of the user
+//     messages, and either redacts those texts in place, or returns a 403
+//     `RequestError` that the frontend answers in its envelope before any
+//     container is opened or model called. Chat Completions, which has no
+//     frontend of this kind, is screened on its JSON body (`screenChat`) before
+//     it is forwarded or translated.
+//  2. `gateway.Execute` is the loop: `Upstream.Turn` (the adapter of the
+//     model's provider, `internal/gateway/upstream`, streaming deltas when the
+//     client streams), then each server-tool call in order through
+//     `ServerTool.Run`, the results appended as a user message, and again —
+//     until a turn has no server-tool call, a client function tool is called
+//     (the loop returns it with every step before it), or `max_tool_calls`
+//     (default and maximum 30) is spent: then the model is asked once more with
+//     tool choice `none` (Responses) or the run stops with `StopPause`
+//     (Messages' `pause_turn`). A step refused for its arguments (not JSON, 101
+//     commands, …) is a result the model reads, not a failed request; a
+//     container the request may not have (another workspace's, expired) fails
+//     the request. While a turn's tools run, an upstream that is a
+//     `gateway.Preparer` (every adapter) prepares the next turn on another
+//     goroutine: it translates and encodes the model's turn into the run's
+//     memo, assembles the body so far and makes the HTTP request ready (its
+//     context, URL and headers; the timeout starts when it is sent). The loop
+//     waits for it before the next `Turn`, which then writes only the tools'
+//     results (straight from the message, no SDK params: `directTurn`) and
+//     appends them: the work between the last command's end and the next
+//     request shrinks to that.
+//  3. The sandbox is opened lazily, at the first step, through
+//     `gateway.Sandboxes`, which `internal/server` implements for the caller's
+//     workspace (`internal/server/gateway.go`): `identity.Choose` picks the
+//     container (reference, session, the conversation's last container, or a
+//     new one), the record is found or created, and every command, file read
+//     and write holds the container like an exec call (its call lock, the
+//     delete check; the record read when the container was opened is trusted
+//     for a second unless this process deleted or expired a container since,
+//     so steps do not re-read it). The request is billed once (kind `response`), from its
+//     first command to its end, at the rate and minimums of exec calls, when
+//     the loop closes the sandbox (`Sandbox.Close`, before `Execute`
+//     returns, so before the frontend answers): a bill the ledger did not
+//     take is `Execute`'s error (a 503 `*gateway.RequestError`), which the
+//     frontend answers in its API's envelope or stream error event instead of
+//     the completion.
+//  4. The frontend renders `gateway.Result` (text, client calls and steps in
+//     order, stop reason, summed token usage, tool-call counts, cost), or, when
+//     streaming, the `Sink` events as they happen: text deltas, a step's start,
+//     its command output as produced, its end.
+//
+// Trace broadcast: `gateway.Execute` records each upstream call's and step's
+// times (and `tool.RunShell` each command's) in the `Result`, tells an
+// observer carried by the request's context (`gateway.WithObserver`), and
+// `internal/server/trace.go` turns the request into a span tree that
+// `internal/broadcast` queues, without blocking, for each OTLP/HTTP
+// destination's worker (OpenTelemetry SDK, `otlptracehttp`).
+//
+// `internal/gateway/gatewaytest` is an in-process scripted `Upstream` for
+// frontend and loop tests; `internal/gateway/scripted` is the wire-level
+// scripted model (a real HTTP server speaking the four upstream APIs) that
+// whole-request tests and the demo use.
+//
+// Inside every sandbox `/mnt/data` is a second mount of the home (OpenAI's
+// hosted shell works there), and `$INPUT_DIR` (`/workspace/home/input`,
+// where Messages uploads land) and `$OUTPUT_DIR` (`/workspace/home/output`,
+// made by the host through an `os.Root` when a home is mounted, never over
+// something the sandbox left at that name) are set, so the habits models
+// learned on the hosted tools work.
 package gateway
 
 import "encoding/json"

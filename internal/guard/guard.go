@@ -22,6 +22,43 @@
 //
 // The package decides nothing about requests: policy.go says what a
 // workspace's guardrails do with the detections.
+//
+// # How a scan works
+//
+// `internal/guard` knows nothing of requests: `Scan(text)` returns detections
+// `{rule, technique, via, start, end, excerpt}`, `Redact` replaces their spans,
+// and `policy.go` says what a list of `Guardrail`s does with a detection (the
+// strictest applicable action, block > redact > flag). A scan is linear in
+// the text:
+//
+//  1. `normalize` makes one view of the text in a single pass — compatibility
+//     decomposition (`golang.org/x/text/unicode/norm`, NFKD) with marks
+//     dropped, invisible and tag characters removed (tags decoded to the ASCII
+//     they hide), a confusables table (Cyrillic, Greek, small capitals) and
+//     leetspeak folded, lower case, white space collapsed — keeping for each
+//     byte the original offset it came from, so matches map back to the
+//     caller's text for excerpts and redaction, and `via` says whether folding
+//     or invisible characters were inside the match.
+//  2. The words of the view are looked up once (a first-letter/last-letter/
+//     length table, then one map): a rule's anchor word (the word its matches
+//     start with) runs the rule's RE2 regexp anchored there, only if one of its
+//     needed words is within reach (`needs` in `rules.go`), so ordinary text
+//     runs almost no regexp. Rules without anchors start with a literal
+//     (`<|`, `<!--`, `![`) that Go's regexp finds with a fast search.
+//  3. Letters spelled out one by one are joined into a second view (a gap
+//     unlike the run's usual one is a word break: "i g n o r e   a l l" and
+//     "i.g.n.o.r.e a.l.l" read "ignore all"), scanned the same way; base64
+//     runs of 24+ characters are decoded (two levels deep) and, when they are
+//     text, scanned again. Overlapping detections of one rule are merged after
+//     a sort, so thousands of matches cost n log n.
+//  4. A request's texts share `MaxScanBytes` (4 MiB); what is past it is an
+//     `oversize` detection, never silently passed.
+//
+// The rules are versioned (`guard.Version`, stored with each detection) and
+// measured against `testdata/corpus.jsonl` (`TestGuardCorpus`: precision and
+// recall floors); `TestGuardLinear` checks on adversarial text that the
+// regexp work per input byte does not grow with the input and that time
+// grows linearly (a ratio).
 package guard
 
 import (

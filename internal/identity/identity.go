@@ -22,6 +22,14 @@
 // For example, a request with session_id "user-42/chat" (ignored: it has a
 // '/') and x-session-id "conversation-0123456789abcdefghij" (33 characters)
 // runs in the container "0123456789abcdefghij".
+//
+// # Identity and metering
+//
+//   - `internal/identity.Choose` picks the container of a gateway request
+//     (container_reference, session_id / x-session-id / prompt_cache_key, the
+//     conversation's last container_id, or new); `internal/metering` is the
+//     billing arithmetic (started milliseconds, started micro-dollars, the 30 s
+//     minimum for new or woken containers).
 package identity
 
 import (

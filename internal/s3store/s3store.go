@@ -15,6 +15,18 @@
 // us-east-1). The bucket must exist.
 //
 // Under PREFIX, blobs are files/ID and archived homes homes/NAME/….
+//
+// # How it works
+//
+//   - `internal/s3store` is S3-compatible storage through aws-sdk-go-v2's S3
+//     client (path-style, static credentials, checksums only where S3 requires
+//     them): `Blobs` (a `store.Blobs`: spooled to an unlinked temporary file
+//     while counted and hashed, then one `PutObject` with `If-None-Match: *`,
+//     so a blob is whole or absent and one of two racing Puts wins; `Open`'s
+//     reader seeks with ranged GETs) and `Objects` (a key space for the home
+//     archive). `internal/s3store/s3test` runs versitygw for tests like pgtest
+//     runs PostgreSQL: posix backend in a temporary directory, free loopback
+//     port, random root keys, one server per test binary, one bucket per test.
 package s3store
 
 import (

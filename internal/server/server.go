@@ -40,6 +40,160 @@
 //	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
 //	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
 //	GET    /console/                        the web console's static pages, no key (console.go)
+//
+// # The HTTP layer
+//
+// `internal/server` sits on top of `internal/tool` and the sandbox `Manager`'s
+// public API, and holds nothing the layers below know about: it turns requests
+// into a principal (account + workspace, from the key), a container record, a
+// `tool.Plan`, and calls.
+//
+//   - State behind interfaces (`backend.go`): `Authenticator`, `Containers`
+//     (records within a principal's workspace) and `Ledger`; `StoreBackend`
+//     serves all three from an `internal/store.Store`. A successful key check is
+//     remembered for `Config.AuthCacheTTL` (default 5 s) by the SHA-256 of the
+//     whole key (`auth.go`); failures always reach the store, so revocation is
+//     seen within the TTL. The sandbox of a container
+//     is named by its record's id (`cntr_` + 32 random hex digits), so the name
+//     the manager sees is unique across workspaces whatever names callers choose;
+//     an id or name of another workspace is the same 404 as a missing one.
+//   - Routes are registered once (`Server.route`) with a body cap each; the
+//     registration list is what the OpenAPI test compares with `openapi.json`
+//     (embedded, served at `/api/v1/openapi.json`) in both directions. One
+//     wrapper (`observe`) does the request log line, the request metric by route
+//     pattern and status, and panic recovery.
+//   - An exec call: key → record lookup → body decode (unknown fields
+//     refused) → `tool.ShellArgs.Plan` → the container's call lock (one call at a
+//     time per container; waiting is bounded by `CallWait`, then 409) → record
+//     looked up again (a delete may have won) → `tool.RunShell` with an executor
+//     that wraps `Manager.Exec`: it stops before a command once the container is
+//     being deleted, times each command (histogram), notes the first command's
+//     start (metering starts there) and, when streaming, queues SSE events (the
+//     agent's output callback never blocks on the client; the handler goroutine
+//     writes). The bill (`internal/metering`: new after create, woken when the
+//     manager says sleeping, else warm) goes in the answer, then to the ledger
+//     after the answer and after the lock is released.
+//   - Delete marks the container as being deleted, removes the record, and
+//     `Manager.Destroy`s the sandbox, which cuts the running command short; a
+//     call that was running destroys, when it ends, anything it woke after that.
+//   - Files (`cfiles.go`, `wfiles.go`, `envelopes.go`): container files
+//     under `cfile_<base64url(path)>` ids need no records — the home is the
+//     truth, read through the manager's file calls, which hold the sandbox and
+//     never start it; each route holds the container like an exec call (call
+//     lock, delete check). Workspace files are `store.Files` records with bytes
+//     in `store.Blobs` under the same id (blob first, then record; bytes a
+//     crash or a failed delete left without a record are deleted by
+//     `store.SweepBlobs` — `Blobs.Walk` × `Files.Missing` — once an hour old,
+//     from the server's sweep loop). Uploads are
+//     read part by part (`r.MultipartReader`) and streamed to their
+//     destination with a cap. `/v1` routes answer in OpenAI's or Anthropic's
+//     envelope (`handleAs` picks the shape per request).
+//   - Containers in two shapes (`containers.go`): `/api/v1/containers` and
+//     OpenAI's `/v1/containers` share the records, the handlers and the object;
+//     only the error envelope (`writeError` / `writeOpenAIError`, chosen per
+//     route at registration) and the name rule differ. A record carries its
+//     limits, network policy and own expiry; the manager asks the server for a
+//     sandbox's settings each time it starts (`Manager.SetSettings`, answered
+//     from the record via `Containers.Find`), so the record is the one source of
+//     a container's limits, and only sandboxes on the defaults take a pooled one.
+//   - Retention (`sweep.go`): `Server.Sweep`, run by `Run` every minute on the
+//     injected clock (`Config.Now`), reads due containers across workspaces
+//     (`Containers.Expiring`), skips any whose call lock is held, marks each
+//     expired with a compare-and-set on its last use (`Expire`; a use since wins)
+//     and then destroys its sandbox; it then reconciles the data directory with
+//     the records (homes of expired or record-less `cntr_` ids). Every call that
+//     uses a container goes through `lookup`, which answers 410 for an expired
+//     one and records the use (`Touch`, which slides an own expiry too).
+//   - Usage (`GET /api/v1/usage`) reads the ledger back through
+//     `Ledger.Totals` (by UTC day and by container, the key's scope only).
+//   - Eval (`POST /api/v1/eval`) is jsrunhttp's handler behind the same key
+//     check: the principal is the continuation's scope, the built-ins' sandbox is
+//     the container `{id}` resolution finds in the principal's workspace, and each
+//     built-in call holds that container like an exec call (call lock, delete
+//     check, record looked up again); `sandbox.exec` goes through
+//     `tool.EvalSandbox` with the exec route's executor and is billed the same
+//     way (kind `eval`). Continuation claims live in the server's database.
+//   - Shutdown (`Server.Run`): stop accepting and refuse new calls, let calls
+//     in flight finish for the grace period, then cancel them (each answers with
+//     what ran), wait for them, and `Manager.Close` (every sandbox sleeps).
+//
+// # Request logs
+//
+// A logged gateway request carries a `reqLog` in its context: the server's
+// Screen wrapper copies the input before the guardrails, `gateway.Execute`
+// hands its `Result` to the context's `gateway.Observer`, `gatewayCall.Exec`
+// times each command; when the handler returns (answer flushed) the record
+// goes to a bounded queue whose writer caps it and stores it in `store.Logs`
+// (detections stay in `guard_detections`, joined by request id).
+//
+// # Routing across replicas
+//
+// With `serve --advertise-url`, each replica is a node: a row in `nodes`
+// (id, URL, heartbeat every 2 s; live within 10 s), and each awake
+// container's node is `containers.node` (schema step 5). `cluster.Node.Archive`
+// wraps the sandbox manager's `HomeArchive` (or stands in for none): its
+// `Restore`, which the manager calls under the sandbox's lock before every
+// wake and file call on a sleeping home, first claims the container with one
+// conditional UPDATE (taken only if no other live node holds it; without an
+// archive, not even from a dead one) and refuses the wake with an error that
+// matches `sandbox.ErrBusy` otherwise; its `Archive` (sleep) archives, then
+// releases — and skips the archive when another node has taken the container
+// meanwhile; `Delete` releases. So the database, not the data directory's
+// file locks, is the one-node-at-a-time rule across machines. In the server,
+// `handleDyn` asks `Node.Route` for every route with `/containers/{id}` after
+// the key check: a container awake on another live node is proxied there
+// (`httputil.ReverseProxy`, flushed at once, `Shellgate-Proxied-From` so a
+// request is proxied at most once; the target re-checks the client's key);
+// one whose only home is on a dead node is 503; anything else is served
+// here. Gateway requests name their container in the body, so the seam is
+// in the frontends: once a request is read, and before the model is called
+// or anything written, each frontend (responses, messages, gemini) calls
+// `gateway.Forward` when the request may run tools; the server's
+// `gatewaySandboxes` implements `gateway.Forwarder`: it resolves the
+// selection as `Open` would (without creating), asks `Node.Route`, and
+// replays the body it buffered (`Server.replayable`) through the same proxy
+// (`ErrAnswered`: the frontend writes nothing more; the request log is the
+// target's). Eval does the same on `sandbox.container_id` before jsrunhttp
+// runs (`routeEval`). A container that wakes on another node after that
+// point makes its next shell call meet the claim (`sandbox.ErrBusy`):
+// `gatewayBox.Exec` then runs the call on the holder through its streamed
+// exec API (`Server.remoteExec`: the client's key headers, the hop header,
+// output events passed to the step's stream) and un-bills the local start
+// the failed attempt recorded, so the call is billed once, there. File
+// steps that meet the claim (ReadFile, WriteFile, CopyIn, Promote) go to
+// the holder's container-file API (`remoteFiles`, remotefiles.go: the
+// `/api/v1/containers/{id}/files` routes, same key and hop header; uploads
+// streamed as multipart, content read with the step's cap, objects and
+// listings read with fixed caps and their ids checked); the holder's
+// answers map back to the sandbox errors a local step meets (404 a missing
+// file, 400 a bad path or not a regular file, 413/422 too large, 409 busy
+// → 429). A moved call's changed files are the holder's listing (first
+// `MaxListLimit` files) before and after the call, compared by size and
+// modification second (`changedSince`), so the two nodes' clocks never
+// meet. Once a step of a request found its container elsewhere, the next
+// steps read its location first (`gatewayBox.away`, one indexed read)
+// rather than meet the claim again.
+//
+// # Billing under a lost database connection
+//
+// Ledger writes under a lost connection: `sqlstore` treats PostgreSQL's
+// "session ended" errors (57P0x, class 08, a closed connection) as the
+// pool's idle connections being dead too and closes them; reads and the
+// usage insert (`ON CONFLICT (id) DO NOTHING`, so running it twice counts
+// once) run again on a new connection, other writes are not re-run (they may
+// have committed). Exec and eval write the bill before they answer
+// (`settleNow`): a bill the ledger refused is a 503 with what ran, never a
+// 200 unbilled. A gateway request is billed when its loop ends, before its
+// answer (`gatewayBox.Close`): the write is tried `billTries` (3) times, 100
+// and 200 ms apart, always as the request's one usage id (made when the box
+// is opened, passed through `Ledger.Record`), so neither the store's retries
+// nor these can bill it twice; when none succeeds the request is answered
+// with its API's 503 (or its stream ends with the API's error event instead
+// of `response.completed` / `message_stop` / Gemini's last chunk). The
+// observer (request log, trace) runs after the close and sees that error and
+// what ran. A client that went away is still billed (the write does not use
+// the request's context); a request replayed to the owner node opens no box
+// here and is billed by the owner only.
 package server
 
 import (

@@ -26,6 +26,28 @@
 //	c, err := st.Containers().GetByName(ctx, scope, "analysis") // ErrNotFound
 //	... run commands ...
 //	err = st.Usage().Record(ctx, store.UsageEvent{Scope: scope, ContainerID: c.ID, ...})
+//
+// # Records and scopes
+//
+// The server's state is records, not inference: `internal/store` defines the
+// small interfaces `Keys`, `Containers`, `Files`, `Usage`, `Guardrails`,
+// `Logs`, `Nodes` (the replicas and each awake container's node; together a
+// `Store`)
+// and `Blobs`, with the types they carry. Every container, file and usage call
+// takes the caller's `Scope` (account + workspace), and another scope's row
+// answers exactly like a missing one (`ErrNotFound`), cursors included.
+//
+// # API keys, local blobs, conformance
+//
+//   - API keys: `sgk_<id>_<secret>`, SHA-256 of the 256-bit secret stored,
+//     compared in constant time (`store.MintKey`, `ParseToken`).
+//   - `store.LocalBlobs` keeps file bytes in `DATA/files/ID` through an
+//     `os.Root`: streamed in to a temporary file, synced and hard-linked into
+//     place (never overwritten, never partial), streamed out.
+//   - `internal/store/storetest` is the conformance suite of each interface
+//     (tenancy, pagination edges, restart, concurrent writers on two handles,
+//     replicas racing for one row); `sqlstore` runs it on SQLite and on a real
+//     PostgreSQL, `LocalBlobs` and `s3store.Blobs` too.
 package store
 
 import (

@@ -21,6 +21,28 @@
 //
 // Exec and Done payloads are JSON; Output payloads are one stream byte
 // (1 stdout, 2 stderr) followed by raw bytes.
+//
+// # File operations
+//
+// File operations on a pod (`sandbox/kube/files.go`, `sandbox/agent/fileproto.go`,
+// `files_linux.go`, `fileclient.go`): frames File (request JSON: op list, stat,
+// read, write or remove, the home, a path, a cap, a list page), Data (file bytes,
+// at most 64 KiB each; empty = end) and FileDone (result JSON; paths as bytes so
+// non-UTF-8 names survive). The agent runs each on a goroutine locked to a thread
+// it sets to the commands' fsuid/fsgid (the thread is discarded afterwards) and
+// uses `sandbox/homefs`, the same code as `sandbox.Manager`'s file calls:
+// `os.Root` beneath the home, `O_NOFOLLOW|O_NONBLOCK`, regular files only, the
+// bounded depth-first listing, the temp-file-and-rename write. A read announces
+// its size (refused over the cap) and then sends exactly that many bytes; a write
+// over its cap fails. The client checks every answer: clean paths inside the
+// home, a page within its limit and strictly ordered past the cursor, sizes not
+// negative, a read within the cap and exactly its announced size; anything else
+// ends the connection with `agent.ErrProtocol`. A listing whose encoding would
+// not fit one frame (long names) ends its page early with `More`. A file call
+// holds the sandbox's lock (an open file until Close) and wakes a sleeping pod;
+// it never creates a sandbox. The agent's Ready says `files: true`; an older
+// agent (a pod image behind the gateway) would ignore the frames, so the client
+// refuses file calls to it (`agent.ErrNoFiles`, answered 501 as not supported).
 package agent
 
 import (

@@ -28,6 +28,36 @@
 // manifests carry an HMAC-SHA256 and one without a valid one is refused:
 // since chunks are named by their hashes, whoever can write the bucket but
 // lacks the key cannot make a node mount an image of their making.
+//
+// # How it works
+//
+//   - `sandbox/homearchive` archives home images into any `Objects` (S3, or a
+//     local directory, `Dir`): 4 MiB chunks named by SHA-256, holes
+//     (`SEEK_DATA`) and zero chunks skipped, a manifest written last. Archive
+//     HEADs only chunks the previous version did not have and PUTs only those
+//     missing; Restore hashes the local image, fetches the differing chunks
+//     into an unlinked staging file, verifying each (length and hash), and only
+//     then writes them in place (punching holes for chunks now zero); a new
+//     image is built beside and renamed. A sidecar `NAME.img.archive` records
+//     the manifest the image matches and its size and mtime then, so a
+//     same-node wake moves only the manifest, and a wake on a node whose
+//     untouched copy is an older version compares the two manifests instead of
+//     reading the image. Restore records the image as handed out (it is
+//     mounted next, and file times are too coarse to prove no write followed),
+//     so only Archive's record, made with the home unmounted, vouches for an
+//     image. An image whose record names the bucket's newest version is kept
+//     as it is even if changed since (a failed archive, a crash while awake):
+//     it can only be newer, and the next Archive sends the difference. Manifests are untrusted (size,
+//     chunk size, ordered in-range indexes, lowercase hex hashes, a length cap,
+//     no unknown fields); keys are built only from checked names and hashes.
+//     With `Archive.Key` (`SHELLGATE_ARCHIVE_KEY`) a manifest carries an
+//     HMAC-SHA256 of itself, which binds every chunk hash, so a bucket writer
+//     without the key cannot have a node mount an image of their making.
+//     `archivetest` is its conformance suite, run over `Dir` and S3. The
+//     Manager sees only `sandbox.HomeArchive` (Archive, Restore, Delete):
+//     `sleepLocked` archives after the container stops and before the home's
+//     owner lock is released, `wakeLocked` and a file call on a sleeping
+//     sandbox restore under that lock before the home is mounted.
 package homearchive
 
 import (

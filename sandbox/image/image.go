@@ -24,6 +24,19 @@
 // DATA/images/.tmp-NAME-XXXX and becomes a version, and current, only when
 // complete, so a half-built image is never visible to Get, and a crash
 // leaves only a hidden directory that the next Open removes.
+//
+// # Versions and leases
+//
+// Images are versioned and leased, like containerd's leases: a build or import
+// makes a new version and switches the name's link; each container (pooled ones
+// too) holds a shared flock on its version's lease file from start to stop, so
+// the lease counts across processes and dies with its process. A version that is
+// not current and not leased is deleted when its last lease is released or by
+// the next store operation; `image rm` fails while any version is leased. The
+// manager resolves the image when a container starts, not once at `Open`, and a
+// pooled sandbox of a replaced version is discarded instead of handed out. A
+// store written before versions (a real directory at `images/NAME`) is read as
+// it is and moved among the versions by the next build.
 package image
 
 import (

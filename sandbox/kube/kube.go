@@ -34,6 +34,77 @@
 //	_ = b.Wake(ctx, "ctr_1", kube.Options{})
 //	out, _ := b.Exec(ctx, "ctr_1", agent.ExecRequest{Shell: []string{"bash", "-lc"}, Command: "ls", Dir: kube.HomeDir})
 //	_ = b.Sleep(ctx, "ctr_1")
+//
+// # How it works
+//
+// A second backend beside `sandbox/runtime`. The server does not take
+// `*sandbox.Manager` but `sandbox.Backend` (`sandbox/backend.go`: lifecycle,
+// exec, the file operations, settings, Close; the warm pool's and the egress
+// engine's metrics are optional interfaces), which the Manager satisfies
+// unchanged and `kube.Sandboxes` implements on `kube.Backend`; `serve
+// --config` with `runtime: {backend: kubernetes}` picks it
+// (`cmd/shellgate/serveconfig.go`, which also takes `database:` and
+// `storage:`, each below its flag and environment variable). `kube.Sandboxes`: Create records the
+// name (the pod starts with the first command); Exec takes the sandbox's
+// lock (commands of one sandbox run one at a time, as on the host), wakes
+// with its settings (`sandbox.ResolveSettings`: limits, home size, network)
+// and streams through the agent; a connection lost mid-command is a
+// `Restarted` result and the pod is archived if it can be, else deleted;
+// Destroy cuts a running command short (closing the pod's connection makes
+// the agent kill it; the Exec returns `ErrDestroyed`, as on the host);
+// Status and List come from this process's connections and, for pods it
+// has none to, the API server (any replica's pods; see "Replicas" below); the file operations are agent requests (below);
+// without an Archiver Sleep
+// is refused the same way and nothing sleeps when idle (deleting the pod
+// would lose the home). `Backend.Wake(id)` creates, all named
+// `shellgate-<sha256(id)[:20 hex]>` and labelled `shellgate.dev/sandbox`:
+// a Secret with `agent.NewCredentials()` (self-signed P-256 certificate, key,
+// 32-byte token), a NetworkPolicy (`pod.go`), and the Pod whose entrypoint is
+// `shellgate-agent -listen :7070 -credentials /run/shellgate/agent`. It polls
+// the pod until Ready (failing at once on ImagePullBackOff, CrashLoopBackOff,
+// Failed...), dials the agent with `agent.DialTCP` (TLS 1.3 pinned to that
+// certificate, then the token as the first frame; the agent answers Ready only
+// after it), and calls `Archiver.Restore`. Any failure deletes the three
+// objects. `Sleep` calls `Archiver.Archive` while the pod runs and deletes the
+// objects only if it succeeded. The agent serves one connection at a time
+// (a newly authenticated one takes over, closing the old one, killing its
+// command and dropping those it queued, canceling its file requests — an
+// unfinished upload leaves no temporary file; the new one is served only once
+// the old one's worker and file requests have finished, so nothing of the old
+// connection runs beside the new one's commands or lands in the home after
+// them) and exits when the one it serves ends; `restartPolicy: Always`
+// restarts it with the same Secret, so a pod whose gateway died is adopted
+// with its home by the next Wake.
+//
+// Replicas: every `kube.Backend` on one cluster serves every sandbox.
+// `Wake(id)` first adopts: the pod named from the id, once Ready and marked
+// restored (an empty Secret `shellgate-<hash>-restored`, created after
+// `Archiver.Restore`; the gateway's role only creates and deletes, never
+// patches), is dialled with the credentials from its Secret. Without a pod it
+// creates the objects; the Secret create decides between racing replicas
+// (AlreadyExists: adopt the winner's pod, polling until it is restored).
+// Leftovers that never became a usable pod within ReadyTimeout are deleted.
+// `Awake` means an open connection here: one taken over by another replica
+// is closed by the agent and dropped, so the next call adopts again (no API
+// call while it stays open). A connection that ends during a command is a
+// takeover (`sandbox.ErrBusy`, pod kept) when the pod is still Ready with the
+// same UID and no container restart, else a lost pod as before; a file call
+// that changes nothing (list, stat, opening a read) cut short that way is
+// tried again up to four times after a random wait, and a dial whose
+// handshake another replica's connection cut short (the agent serves the
+// newest) is made again up to five times, so two replicas waking one
+// sandbox at once both get it in turn. `Sleep`
+// adopts first when needed, so any replica can archive and delete; idle
+// sleep runs only where the connection is live, i.e. on the replica of the
+// last call. A sleeping sandbox has no pod: a replica that does not know a
+// name with no pod asks `Archiver.Has` (kubehome: `Exists` of the manifest
+// key); an archived name is remembered as if created there (Status
+// sleeping; file calls, Sleep and Destroy proceed, file calls waking it),
+// neither pod nor archive is `sandbox.ErrNotFound`. An archive whose
+// `Delete` failed keeps the name sleeping until a Destroy succeeds. `kubetest` kills a deleted pod's agent, so other replicas'
+// connections break as on a cluster. The credentials are readable by the sandbox's own commands (same
+// uid); they authenticate that sandbox only, which its commands already
+// control.
 package kube
 
 import (

@@ -6,6 +6,33 @@
 // container's only process is the Shellgate agent, connected to the host
 // through the stdio pipes given to Start; commands never go through the
 // runtime CLI after the container started.
+//
+// # Isolation
+//
+// Every runtime runs the same bundle: read-write overlay root over the read-only
+// image, the home bind-mounted, the agent bind-mounted read-only at
+// `/.shellgate/shellgate-agent` from the agent tmpfs, no new
+// privileges, its own user namespace (below), new PID/mount/IPC/UTS/network
+// namespaces (loopback only, or a veth under an allowlist: below), masked
+// and read-only `/proc` and `/sys` paths, cgroup memory (no swap), CPU quota and
+// pids limits, capped `/tmp` and `/dev/shm`. The agent runs as uid/gid 0 of the
+// sandbox with only CAP_SETUID, CAP_SETGID and CAP_KILL (and CAP_SETPCAP until it
+// has emptied the bounding set at start); it starts every command as uid/gid 1000
+// (`-uid`/`-gid`), so commands have no capabilities at all, cannot signal, ptrace
+// or read the agent (which is also non-dumpable and drops every signal but
+// SIGCHLD), and `id` prints 1000. The process limit is the commands' user's
+// `RLIMIT_NPROC` (`-nproc`, set by the agent on itself and inherited), counted
+// per user: the agent's own threads never compete with the workload. The pids
+// cgroup is that limit plus `runtime.AgentTasks` of room for the agent. Without
+// a user namespace uid 1000's count is shared with every sandbox and host process
+// of that uid. Per runtime (`Runtime.Adjust`):
+// crun and runc get Docker's default seccomp profile (`moby/profiles/seccomp`),
+// and fail closed: if the profile cannot be built `Adjust` returns an error, and
+// `Start` refuses a crun/runc bundle without one, so no such sandbox starts;
+// runsc (systrap, `--network=none`, `--overlay2=none`) replaces the pids limit
+// with a high backstop, since a pids cgroup limit crashes a gVisor sandbox
+// (gVisor counts `RLIMIT_NPROC` per user of its own kernel, threads included). crun on a hybrid cgroup host runs in a private mount namespace
+// without the cgroup2 mount, which it refuses.
 package runtime
 
 import (

@@ -11,6 +11,15 @@
 // tool_choice, parallel_tool_calls, max_completion_tokens / max_tokens,
 // temperature, top_p, stop, user, stream and stream_options.include_usage.
 // Other fields are not sent on (they have no neutral form); n > 1 is a 400.
+//
+// # Chat pass-through and translation
+//
+//   - Chat pass-through (`internal/server/chat.go`): the body forwarded as
+//     it is through `Chat.Forward` (only `model` rewritten), the answer copied
+//     back, flushed per read when it is a stream; errors in OpenAI's envelope.
+//     A model of a responses/messages provider goes through
+//     `internal/gateway/chat` instead: Chat body → `gateway.Request` → adapter
+//     → chat.completion (or chunks from the adapter's deltas).
 package chat
 
 import (

@@ -12,6 +12,19 @@
 // codeExecutionResult pairs, functionCall and functionResponse — become
 // the assistant's tool calls and their results for the upstream model and
 // are never run again.
+//
+// # How it works
+//
+// `internal/server/gemini.go` mounts `POST /v1beta/models/{rest...}` (the key
+// also from `x-goog-api-key` or `?key=` on these paths; Google's envelope for
+// every failure) and hands the path's rest (`provider/model:method`) to
+// `gemini.Serve`, which decodes the body into the `genai` SDK's types, builds
+// a `gateway.Run` — `codeExecution` as `gateway.CodeTool` under the function
+// name `code_execution`, function declarations as client tools, replayed
+// `executableCode`/`codeExecutionResult` pairs as an assistant call and a user
+// result — runs `gateway.Execute`, and renders a `GenerateContentResponse`
+// (each step an `executableCode` and a `codeExecutionResult` part) or, as the
+// loop's `Sink`, one SSE chunk per part.
 package gemini
 
 import (

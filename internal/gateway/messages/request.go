@@ -11,6 +11,23 @@
 // <ns>_bash_tool_result): they are translated for the upstream as an
 // assistant tool call followed by a user tool result reading exactly as
 // the live result did, and never run again.
+//
+// # How it works
+//
+// `internal/server/messages.go` checks the key (answering in Anthropic's
+// envelope) and hands the request to `messages.Serve` with the caller's
+// `gateway.Sandboxes`. The frontend decodes the body into small structs (not
+// the SDK's param unions, so every error names its field), builds a
+// `gateway.Run` — the conversation, client tools, `Run.ServerTools` by the
+// function name the model sees (`bash_code_execution`,
+// `text_editor_code_execution`, `code_execution`, `shell`, `bash`), the
+// container choice, `container_upload`s as `Run.Uploads` into `input`, budget
+// mode `gateway.Pause` — runs `gateway.Execute`, and renders the result or, as
+// the loop's `Sink`, the event stream. Replayed Shellgate blocks become an
+// assistant tool call plus a user tool result, with the same text the model
+// read live: the code-execution tools (`internal/gateway/codeexec.go`) answer
+// the model with their result block's content as JSON, so the block alone
+// reproduces it.
 package messages
 
 import (

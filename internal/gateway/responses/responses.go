@@ -35,6 +35,25 @@
 // response.created already names it in the echoed tools, and a
 // container_reference that is not the caller's is a 404 before the model
 // is called.
+//
+// # How it works
+//
+// Wire format only: `request.go` and `input.go` read a Responses body into a
+// `gateway.Run` (the conversation, client function tools, the one shell-like
+// server tool as `gateway.ShellTool{Name:"shell"}`, identity, uploads); the
+// loop (`gateway.Execute`) runs it; `render.go` shapes the `gateway.Result`
+// into the response object and the item type the request's tool asked for
+// (each item encoded once, then spliced into the response's `output` by
+// `encodeResponse` rather than scanned again by encoding/json);
+// `stream.go` is the `gateway.Sink` that writes the same items as SSE while the
+// run happens. Replayed shell items become an assistant tool call and a result
+// (`gateway.ShellResultText`), checked pairwise (OpenAI's orphan 400s), never
+// run. `internal/server/responses.go` mounts it (key check in OpenAI's
+// envelope) with `Server.sandboxesFor(principal)`; the frontend opens the
+// container before the loop and hands it to the loop, so the echoed tools name
+// it from the first event; the loop closes it (and bills the request) before
+// the answer, the frontend's deferred close covers a request that ended before
+// the loop used it (nothing ran: nothing to bill).
 package responses
 
 import (

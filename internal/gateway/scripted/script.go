@@ -60,6 +60,13 @@
 // the last tool result when it is Shellgate's shell result JSON or a
 // bash_code_execution_result, else the
 // content), {{last_user_text}}, {{model}} and {{turn}} (0-based).
+//
+// # Role
+//
+//   - Scripted upstream (`internal/gateway/scripted`): a real HTTP server
+//     speaking all four APIs from a script (per model; turns by conversation
+//     position), validating requests as the real APIs do, recording them; the
+//     tests' model and the demo's (`shellgate scripted-upstream`).
 package scripted
 
 import (

@@ -17,6 +17,74 @@
 //     non-streamed call the whole call, for a streamed one the response
 //     head and then every gap between two events);
 //   - ctx ending → ctx's error, promptly, the upstream request cancelled.
+//
+// # Adapters
+//
+//   - Adapters, one `gateway.Upstream` per API flavour: `Chat` (OpenAI-
+//     compatible Chat Completions), `Responses`, `Messages`, `Gemini`. Each
+//     translates a `gateway.Request` into the official SDK's parameter type
+//     (`openai.ChatCompletionNewParams`, `responses.ResponseNewParams`,
+//     `anthropic.MessageNewParams`; for Gemini a generateContent body of the
+//     `genai` SDK's `Content`, `Tool`, `ToolConfig` and `GenerationConfig`),
+//     and decodes the answer and stream events into lean views of the SDKs'
+//     response types (`answers.go`, and `geminiAnswer` for
+//     `genai.GenerateContentResponse`: only the fields read, same JSON names;
+//     the SDKs' own decoders cost 1.5–9× as much and were most of a step's
+//     work). Every answer and stream event is read by its view's own reader
+//     (`answers_read.go`, on `internal/jsonr`): a hand-written walk of the
+//     view's fields that yields exactly what encoding/json would, or refuses (a
+//     name matching only without regard to case, a duplicate, invalid UTF-8, a
+//     number that is not a plain integer where one is read, …) and leaves the
+//     bytes to `unmarshal`: the v1 API of `github.com/go-json-experiment/json`
+//     (the module that becomes `encoding/json/v2` in Go 1.27), encoding/json's
+//     semantics in one pass. A step decodes its answer right after its goroutine
+//     wakes from waiting on the model, when a reflective decoder's code and type
+//     data are cold; there the reader takes 0.4–0.5× `unmarshal`'s time
+//     (`BenchmarkDecodeAnswerAfterWake`). `FuzzAnswerReadersMatchUnmarshal`
+//     checks that whatever a reader takes, `unmarshal` decodes to the same
+//     value. The tools' arguments (`tool.ParseShellArgs`, the code-execution
+//     tools' `decodeArgs`) are read the same way, with `unmarshal` and then
+//     encoding/json's Decoder (whose errors the model reads) behind; Gemini's
+//     call arguments are written back with `jsonw.AppendAny` (json.Marshal's
+//     bytes for decoded values). A non-streamed answer is read into a pooled
+//     buffer (the views copy what they keep). Within a run the loop sets
+//     `Request.Encoded`, a memo (`encode.go`): each turn translates into SDK
+//     params and encodes only the messages added since the memo's (`Msgs`),
+//     the tools once (shared between runs with the same tools) and the other
+//     fields when the tool choice changes, and splices them into one body —
+//     the same JSON value as encoding it whole (`TestEncodeMemo`), since the
+//     loop only appends to the conversation. When the new messages continue
+//     the memo's last element (Messages and Gemini merge consecutive turns of
+//     one role: `memoContinued`), the adapter translates again from that
+//     element's first message and the memo rebuilds it. `Prepare` (the
+//     adapters' `gateway.Preparer`) runs the same encoding while the tools run,
+//     keeps the body it assembled up to the last element (`Prefix`) for the
+//     next turn to append to, and leaves that turn's HTTP exchange ready
+//     (`readied`, in `Encoded.Next`; discarded when not sent). The turn after
+//     Prepare's, which adds only a message of text results, builds no params:
+//     `directTurn` appends the elements that the adapter's results writer
+//     (`lean.go`: `chatResults`, `responsesResults`, `messagesResults`,
+//     `geminiResults`) writes from the message itself, byte for byte what the
+//     SDK writes for the params (`TestResultsWritersMatchSDK`); any other turn
+//     goes the usual way. A step's own elements (the model's call and
+//     text, the call's text result) are written without the SDKs by `lean.go`
+//     for Responses, Messages and Gemini, byte for byte what the SDK's encoder
+//     writes (`TestLeanMatchesSDK`); anything with more fields goes to the SDK
+//     (Chat Completions' elements always do; off the step's path, in Prepare). The
+//     HTTP exchange is the package's own
+//     (`client.go`: one attempt, a provider timeout that bounds a whole call or
+//     each gap of a stream, 502 on connection failure, 504 on the timeout, ctx
+//     cancel ends the request at once). The timeouts of all calls with the same
+//     duration share one runtime timer (`deadline.go`, a `watch`: the calls in
+//     deadline order, the timer set for the first and left armed when the list
+//     empties), so a call costs a list insertion rather than arming a timer,
+//     which could wake a sleeping scheduler thread on every step. A streamed turn is assembled from the
+//     same events the deltas come from, so it equals the non-streamed one.
+//
+// # Providers
+//
+//   - Providers (`config.go`): the YAML of `serve --config`, keys from the
+//     environment; implements `gateway.Models` (`provider/model` → adapter).
 package upstream
 
 import (

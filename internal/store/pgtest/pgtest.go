@@ -15,6 +15,16 @@
 //
 // Without PostgreSQL installed, the test is skipped, or fails under
 // SHELLGATE_TEST_STRICT=1 (testenv.Missing).
+//
+// # How it works
+//
+//   - `internal/store/pgtest` runs that PostgreSQL for tests: Debian's
+//     `postgresql` binaries, `initdb` in a temporary directory owned by the
+//     `postgres` user (PostgreSQL refuses root), a free port on 127.0.0.1,
+//     password auth, fsync off; one server per test binary, one database per
+//     test (dropped after it). The server runs under a shell that reads a pipe
+//     the test binary holds, so it stops and its directory goes when the binary
+//     exits, however it exits.
 package pgtest
 
 import (

@@ -12,6 +12,40 @@
 // server): SQLite runs in WAL mode, writers wait for each other (busy
 // timeout, write transactions take the lock up front), and statements
 // that still meet a busy database are retried for a bounded time.
+//
+// # SQLite and PostgreSQL
+//
+//   - `internal/store/sqlstore` implements `Store` with SQL that SQLite and
+//     PostgreSQL share: TEXT and BIGINT columns, times as unix milliseconds UTC,
+//     money as integer micro-dollars, `$N` placeholders, versioned migrations
+//     (`schema.go`, append-only, applied in one transaction; a newer schema is
+//     refused). `OpenSQLite` opens `DATA/shellgate.db` (modernc.org/sqlite) in
+//     WAL mode with `synchronous=FULL`, a busy timeout, `BEGIN IMMEDIATE` and a
+//     bounded retry on busy, so the CLI and the server share it; a process
+//     queues its own writes on a mutex, so that concurrent writers wait in order
+//     instead of polling in SQLite's busy handler (which starved some for
+//     seconds under 100 concurrent exec sessions). `OpenPostgres` runs the same
+//     statements on PostgreSQL through `jackc/pgx/v5`'s `database/sql` driver
+//     (`postgres.go`: 23505 is a conflict, 40001/40P01 are retried like a busy
+//     SQLite, at most 16 connections a handle; the write mutex is SQLite-only),
+//     for several gateway replicas on one database (`serve --database` or
+//     `$SHELLGATE_DATABASE`). Its migration first takes
+//     `pg_advisory_xact_lock`, so replicas starting at once migrate once (two
+//     concurrent `CREATE TABLE IF NOT EXISTS` can both fail on PostgreSQL).
+//   - Replicas racing for one row lose nothing, and no statement needed a
+//     change for it, because every write is one statement whose outcome the
+//     database decides: a container name and a usage id are unique keys (the
+//     loser gets `ErrConflict`; `ON CONFLICT DO NOTHING` keeps the first usage
+//     event); a continuation claim is `INSERT ... ON CONFLICT DO NOTHING` (one
+//     row, one winner); `Touch` and `Expire` are conditional `UPDATE`s (`WHERE
+//     last use < t`, `WHERE last_active_at_ms = what the sweep read`), and at
+//     READ COMMITTED PostgreSQL takes the row lock, then re-evaluates the WHERE
+//     and the SET expressions on the newest row version, so two touches never
+//     both apply to the old row and a touch and an expiry never both win.
+//     `Update` writes the whole record (last writer wins, by contract); the
+//     server uses it only to rename a container it has just created, before
+//     its id is known to anyone. `storetest.Replicas` races each of these
+//     through two handles on both databases.
 package sqlstore
 
 import (

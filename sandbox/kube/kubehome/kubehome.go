@@ -31,6 +31,32 @@
 // A file whose name is not UTF-8 fails the archive (ErrName: the agent's
 // file requests cannot read it), and the pod is kept. Modification times are not kept (a restored file is as new as its
 // restore), nor owners (files belong to the commands' user).
+//
+// # How it works
+//
+// Home archive of pods (`sandbox/kube/kubehome`, wired by `serve` in
+// `cmd/shellgate/storage.go`): a `homearchive.Objects` key space — S3
+// `PREFIX/kubehomes/` (`s3store.Objects`) or `DATA/kubehomes` (`homearchive.Dir`);
+// not `store.Blobs`, whose orphan sweep deletes blobs without a file record and
+// whose Put cannot replace a manifest. Keys: `NAME/objects/SHA256` per distinct
+// content, `NAME/manifest.json` (format, name, files: path bytes, permission
+// bits, size, SHA-256; HMAC-SHA256 with `SHELLGATE_ARCHIVE_KEY`). Archive lists
+// the home through the agent (regular files only; the agent skips symlinks,
+// FIFOs, devices and upload temporaries), reads each file once while hashing it
+// into a spool (memory up to 1 MiB, else an unlinked file in `DATA/run`), puts
+// the contents the previous manifest does not list (4 at a time; equal contents
+// once), writes the manifest, then deletes objects only the old one named.
+// Restore validates the manifest (clean relative paths, strictly ordered so no
+// duplicates, no file that is also another's directory, mode within 0777, the
+// empty hash for empty files, file/byte/manifest-size limits, the signature)
+// and streams each object into `agent.Client.PutFilePerm` through a reader that
+// counts and hashes: a short, long or altered object fails the Read before the
+// end, so the agent aborts the write and removes its temporary file. `Delete`
+// removes the manifest first, then the objects (Destroy); `Has` is one
+// `Exists` of the manifest key (false for a name no archive can hold). File entries and
+// write requests carry permission bits (`mode`, omitted by older agents, which
+// then write the default 0644). Non-UTF-8 names fail the archive (`ErrName`):
+// the request's path is a JSON string, unlike the listing's bytes.
 package kubehome
 
 import (
