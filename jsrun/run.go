@@ -151,6 +151,10 @@ type Runner struct {
 	closeOnce sync.Once
 }
 
+// Limits are the runner's limits: Config.Limits with the defaults filled
+// in, the most any run gets (a request may only lower them).
+func (r *Runner) Limits() Limits { return r.limits }
+
 // NewRunner validates cfg and returns a Runner.
 func NewRunner(cfg Config) (*Runner, error) {
 	if cfg.Secret != nil && len(cfg.Secret) < minSecretBytes {

@@ -45,6 +45,7 @@ func runServe(ctx context.Context, args []string) error {
 	rateLimit := fs.Float64("rate-limit", 0, "each workspace's sustained API requests per second (0: no limit); over it: 429 with Retry-After")
 	rateBurst := fs.Int("rate-burst", 0, "requests a workspace may send at once above --rate-limit (0: the rate, rounded up)")
 	maxConc := fs.Int("max-concurrent", 0, "each workspace's API requests in flight at once (0: no limit); over it: 429 with Retry-After")
+	maxBodyMB := fs.Int64("max-inflight-body-mb", server.DefaultMaxBodyBytesInFlight>>20, "each workspace's request bodies held in memory at once, in MiB, reserved from Content-Length (or the route's cap without one); uploads are not counted (0: no bound); over it: 429 with Retry-After")
 	netAllow := fs.String("network-allow", "", "the most network any workspace's containers may open: comma-separated hostnames, *.example.com patterns or * (default: none, so no container has network)")
 	netAllowWS := map[string]*egress.Policy{}
 	fs.Func("network-allow-workspace", "ACCOUNT/WORKSPACE=DOMAINS: --network-allow for one workspace (repeatable)", func(v string) error {
@@ -82,8 +83,12 @@ func runServe(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
-	if *rateLimit < 0 || *rateBurst < 0 || *maxConc < 0 {
-		return errors.New("--rate-limit, --rate-burst and --max-concurrent must not be negative")
+	if *rateLimit < 0 || *rateBurst < 0 || *maxConc < 0 || *maxBodyMB < 0 {
+		return errors.New("--rate-limit, --rate-burst, --max-concurrent and --max-inflight-body-mb must not be negative")
+	}
+	maxBodyInFlight := *maxBodyMB << 20
+	if maxBodyInFlight == 0 {
+		maxBodyInFlight = -1 // no bound
 	}
 	if *retention <= 0 {
 		return errors.New("--retention must be positive")
@@ -223,7 +228,8 @@ func runServe(ctx context.Context, args []string) error {
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(), Logs: st.Logs(),
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
-		NetworkAllow: netMax, NetworkAllowByWorkspace: netAllowWS,
+		MaxBodyBytesInFlight: maxBodyInFlight,
+		NetworkAllow:         netMax, NetworkAllowByWorkspace: netAllowWS,
 		Models: models, Broadcast: bc, Cluster: node,
 	})
 	if err != nil {

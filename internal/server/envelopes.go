@@ -112,10 +112,21 @@ func filesShape(r *http.Request) shape {
 // check's and the limits' included, are written in the envelope the
 // request's shape calls for; h gets that shape.
 func (s *Server) handleAs(pattern string, maxBody int64, pick shapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error) {
-	s.handleDyn(func(r *http.Request) errWriter {
+	s.handleShaped(pattern, maxBody, true, pick, h)
+}
+
+// handleUploadAs is handleAs for an upload: its body streams to its
+// destination, so it does not count against the workspace's bound on
+// bodies in flight (the upload cap bounds it).
+func (s *Server) handleUploadAs(pattern string, maxBody int64, pick shapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error) {
+	s.handleShaped(pattern, maxBody, false, pick, h)
+}
+
+func (s *Server) handleShaped(pattern string, maxBody int64, held bool, pick shapeFunc, h func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error) {
+	s.handleBody(func(r *http.Request) errWriter {
 		sh := pick(r)
 		return func(w http.ResponseWriter, err error) { writeErrorAs(w, sh, err) }
-	}, pattern, maxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+	}, pattern, maxBody, true, held, func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		return h(w, r, p, pick(r))
 	})
 }

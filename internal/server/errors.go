@@ -138,31 +138,38 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 }
 
-// decodeJSON reads one JSON object from the body into v. Unknown fields,
-// trailing data, wrong types and bodies over the route's cap are the
-// caller's errors, each said plainly. An empty body decodes as {} when
-// emptyOK.
+// decodeJSON decodes one JSON object from the body into v as it is read
+// (the body is never held twice: no copy of it is made before decoding).
+// Unknown fields, trailing data, wrong types and bodies over the route's
+// cap are the caller's errors, each said plainly. An empty body decodes
+// as {} when emptyOK.
 func decodeJSON(r *http.Request, v any, emptyOK bool) error {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
+	body := &bodyReader{r: r.Body}
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errDataAfter
+	}
+	if body.err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if errors.As(body.err, &mbe) {
 			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
 		}
-		return errorf(http.StatusBadRequest, "reading the request body: %v", err)
+		return errorf(http.StatusBadRequest, "reading the request body: %v", body.err)
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if err == io.EOF {
 		if emptyOK {
 			return nil
 		}
 		return errorf(http.StatusBadRequest, "request body is empty: send a JSON object")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err != nil {
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
 		switch {
+		case err == errDataAfter:
+			return errorf(http.StatusBadRequest, "malformed JSON: data after the object")
 		case errors.As(err, &se):
 			return errorf(http.StatusBadRequest, "malformed JSON at byte %d: %v", se.Offset, err)
 		case errors.As(err, &te):
@@ -177,8 +184,23 @@ func decodeJSON(r *http.Request, v any, emptyOK bool) error {
 		}
 		return errorf(http.StatusBadRequest, "malformed JSON: %v", err)
 	}
-	if dec.More() {
-		return errorf(http.StatusBadRequest, "malformed JSON: data after the object")
-	}
 	return nil
+}
+
+var errDataAfter = errors.New("data after the object")
+
+// bodyReader keeps the first error reading a request body other than its
+// end, so that a decoder's failure can be told from the body's (its cap,
+// a connection cut).
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }

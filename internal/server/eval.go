@@ -13,9 +13,11 @@ import (
 	"github.com/shellgate/shellgate/sandbox"
 )
 
-// maxEvalBody is jsrunhttp's own cap: the 32 MiB continuation limit plus
-// source and resolutions.
-const maxEvalBody = 40 << 20
+// maxEvalBody is jsrunhttp's own cap (40 MiB: a resume of the largest
+// continuation, 32 MiB, with its source, modules and resolutions). The
+// handler holds each field besides to the most a legal request has there,
+// so an oversized source is refused once its 256 KiB have arrived.
+const maxEvalBody = jsrunhttp.DefaultMaxBodyBytes
 
 // Error codes the sandbox built-ins give the guest besides jsrunhttp's
 // (a guest sees them as error.code; the run goes on).

@@ -293,6 +293,10 @@ type Config struct {
 	RateLimit     float64
 	RateBurst     int
 	MaxConcurrent int
+	// MaxBodyBytesInFlight bounds the bytes of request bodies each
+	// workspace's requests hold in memory at once (ratelimit.go); default
+	// DefaultMaxBodyBytesInFlight, negative: no bound. Over it: 429.
+	MaxBodyBytesInFlight int64
 
 	// Broadcast, if set, receives the trace of every gateway request when
 	// it ends (trace.go); its counters are served in /metrics.
@@ -310,6 +314,11 @@ type Config struct {
 	// manager's HomeArchive, so that wakes claim and sleeps release.
 	Cluster *cluster.Node
 }
+
+// DefaultMaxBodyBytesInFlight is each workspace's default bound on request
+// bodies in flight: three eval bodies or four gateway bodies at their caps,
+// hundreds of ordinary ones.
+const DefaultMaxBodyBytesInFlight = 128 << 20
 
 // DefaultAuthCacheTTL is how long a successful key check is remembered:
 // revoking a key takes effect within it.
@@ -411,6 +420,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = DefaultAuthCacheTTL
 	}
+	if cfg.MaxBodyBytesInFlight == 0 {
+		cfg.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
 	s := &Server{
 		cfg:      cfg,
 		mgr:      cfg.Sandboxes,
@@ -418,7 +430,7 @@ func New(cfg Config) (*Server, error) {
 		mux:      http.NewServeMux(),
 		metrics:  newMetrics(cfg.Sandboxes),
 		calls:    newCallLocks(),
-		limits:   newWSLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxConcurrent),
+		limits:   newWSLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxConcurrent, cfg.MaxBodyBytesInFlight),
 		cold:     map[string]bool{},
 		active:   map[string]bool{},
 		deleted:  map[string]bool{},
@@ -524,8 +536,16 @@ func (s *Server) handleWith(ew errWriter, pattern string, maxBody int64, auth bo
 
 // handleDyn registers an API route whose envelope is chosen per request
 // (envelope(r)), for the body cap, the key check, the workspace's limits
-// and h's error alike.
+// and h's error alike. Its body counts against the workspace's bound on
+// bodies in flight.
 func (s *Server) handleDyn(envelope func(*http.Request) errWriter, pattern string, maxBody int64, auth bool, h apiHandler) {
+	s.handleBody(envelope, pattern, maxBody, auth, true, h)
+}
+
+// handleBody is handleDyn for a body held in memory (held: decoded or
+// read whole, counted against the workspace's bound) or streamed to its
+// destination (an upload, not counted).
+func (s *Server) handleBody(envelope func(*http.Request) errWriter, pattern string, maxBody int64, auth, held bool, h apiHandler) {
 	s.routeDyn(envelope, pattern, maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ew := envelope(r)
 		var p Principal
@@ -544,6 +564,18 @@ func (s *Server) handleDyn(envelope func(*http.Request) errWriter, pattern strin
 				return
 			}
 			defer release()
+			if held {
+				n := r.ContentLength // at most maxBody: routeDyn refused more
+				if n < 0 {
+					n = maxBody
+				}
+				releaseBody, lerr := s.limits.admitBody(p, n)
+				if lerr != nil {
+					ew(w, lerr)
+					return
+				}
+				defer releaseBody()
+			}
 			if routed(pattern) && s.routeAcross(w, r, p, ew) {
 				return
 			}

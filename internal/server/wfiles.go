@@ -367,7 +367,7 @@ func (s *Server) fileRoutes() {
 		sh     shapeFunc
 	}{{"/api/v1", or}, {"/v1", oa}} {
 		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.sh, s.listContainerFilesRoute)
-		s.handleAs("POST "+v.prefix+"/containers/{id}/files", upload, v.sh, s.uploadContainerFileRoute)
+		s.handleUploadAs("POST "+v.prefix+"/containers/{id}/files", upload, v.sh, s.uploadContainerFileRoute)
 		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.getContainerFileRoute)
 		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.deleteContainerFileRoute)
 		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.sh, s.containerFileContentRoute)
@@ -377,7 +377,7 @@ func (s *Server) fileRoutes() {
 		prefix string
 		sh     shapeFunc
 	}{{"/api/v1", or}, {"/v1", filesShape}} {
-		s.handleAs("POST "+v.prefix+"/files", upload, v.sh, s.uploadFileRoute)
+		s.handleUploadAs("POST "+v.prefix+"/files", upload, v.sh, s.uploadFileRoute)
 		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.sh, s.listFilesRoute)
 		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.getFileRoute)
 		s.handleAs("DELETE "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.deleteFileRoute)

@@ -1,7 +1,6 @@
 package jsrunhttp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,8 +32,6 @@ const (
 )
 
 var allBuiltins = []string{"exec", "readFile", "readFileBytes", "writeFile"}
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 func (h *handler) builtins(ctx context.Context, r *http.Request, sr *SandboxRequest) (jsrun.Namespace, []string, error) {
 	if h.cfg.Sandboxes == nil {

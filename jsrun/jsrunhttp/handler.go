@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -76,8 +75,10 @@ type Config struct {
 	// continuation is bound to, so a token cannot be resumed by another
 	// tenant. nil binds nothing (single-tenant use such as the CLI).
 	Scope func(r *http.Request) string
-	// MaxBodyBytes bounds the request body (default 40 MiB: the 32 MiB
-	// continuation limit plus source and resolutions).
+	// MaxBodyBytes bounds the request body (default DefaultMaxBodyBytes).
+	// Each field is bounded besides by the most a request the runner
+	// accepts holds there (body.go): the body is refused as soon as one
+	// is over, not once it has been read.
 	MaxBodyBytes int64
 	// Logger receives failures the response does not detail.
 	Logger *slog.Logger
@@ -189,20 +190,31 @@ const (
 	CodeBodyTooLarge    = "EVAL_BODY_TOO_LARGE"
 )
 
+// DefaultMaxBodyBytes is the default body cap, 40 MiB: what a resume of
+// the largest continuation (32 MiB, jsrun.Limits.ContinuationBytes)
+// carries besides it — its source (256 KiB) and modules (4 MiB) again,
+// and the resolutions.
+const DefaultMaxBodyBytes = 40 << 20
+
 type handler struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	caps func(key string) fieldCap
 }
 
 // NewHandler returns the handler for POST /api/v1/eval.
 func NewHandler(cfg Config) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 40 << 20
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &handler{cfg: cfg, log: cfg.Logger}
+	lim := jsrun.DefaultLimits
+	if cfg.Runner != nil {
+		lim = cfg.Runner.Limits()
+	}
+	return &handler{cfg: cfg, log: cfg.Logger, caps: fieldCaps(lim, cfg.MaxBodyBytes)}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -211,21 +223,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, errorResponse(CodeBadRequest, "use POST"))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorResponse(CodeBodyTooLarge, fmt.Sprintf("request body over %d bytes", h.cfg.MaxBodyBytes)))
-			return
-		}
-		writeJSON(w, http.StatusBadRequest, errorResponse(CodeBadRequest, "reading body: "+err.Error()))
-		return
-	}
 	var req Request
-	dec := json.NewDecoder(bytesReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, errorResponse(CodeBadRequest, "invalid request JSON: "+err.Error()))
+	if err := h.decodeRequest(w, r, &req); err != nil {
+		status, resp := errorStatus(err)
+		writeJSON(w, status, resp)
 		return
 	}
 	status, resp := h.Eval(r.Context(), r, &req)
@@ -413,6 +414,10 @@ func errorStatus(err error) (int, *Response) {
 	var br *badRequest
 	if errors.As(err, &br) {
 		return http.StatusBadRequest, errorResponse(CodeBadRequest, br.msg)
+	}
+	var btl *bodyTooLarge
+	if errors.As(err, &btl) {
+		return http.StatusRequestEntityTooLarge, errorResponse(CodeBodyTooLarge, btl.Error())
 	}
 	if errors.Is(err, ErrSandboxNotFound) {
 		return http.StatusNotFound, errorResponse(CodeSandboxNotFound, err.Error())
