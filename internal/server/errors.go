@@ -149,6 +149,9 @@ func decodeJSON(r *http.Request, v any, emptyOK bool) error {
 		if errors.As(err, &mbe) {
 			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
 		}
+		if stall := (*bodyStallError)(nil); errors.As(err, &stall) {
+			return errorf(http.StatusRequestTimeout, "%v", stall)
+		}
 		return errorf(http.StatusBadRequest, "reading the request body: %v", err)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
