@@ -199,7 +199,8 @@ func TestIdleConnsDoNotLockOut(t *testing.T) {
 	if answered < hoard {
 		t.Errorf("the server answered %d of %d connections, then locked out", answered, hoard)
 	}
-	client := &http.Client{Transport: &http.Transport{}}
+	// The timeout only keeps a locked-out server from hanging the test.
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	resp, err := client.Get("http://" + addr + "/healthz")
 	if err != nil {
@@ -261,7 +262,7 @@ func TestMaxHeaderBytes(t *testing.T) {
 // freed; one that sends slowly but steadily — for several stall timeouts
 // in all — is stored whole.
 func TestBodyStall(t *testing.T) {
-	const stall = 300 * time.Millisecond
+	const stall = time.Second
 	e, addr := connLimitsServer(t, ConnLimits{StallTimeout: stall})
 
 	t.Run("01 a stalled upload is answered 408 and its connection closed", func(t *testing.T) {
@@ -291,13 +292,13 @@ func TestBodyStall(t *testing.T) {
 	t.Run("02 a slow but steady upload is stored", func(t *testing.T) {
 		pr, pw := io.Pipe()
 		mw := multipart.NewWriter(pw)
-		const chunks, chunk = 30, 4 << 10
+		const chunks, chunk = 40, 4 << 10
 		go func() {
 			fw, _ := mw.CreateFormFile("file", "steady.bin")
 			for range chunks {
-				// The pace is the test's input: a chunk every sixth of
-				// the stall timeout, five stall timeouts in all.
-				time.Sleep(stall / 6)
+				// The pace is the test's input: a chunk every tenth of
+				// the stall timeout, four stall timeouts in all.
+				time.Sleep(stall / 10)
 				if _, err := fw.Write(bytes.Repeat([]byte("y"), chunk)); err != nil {
 					pw.CloseWithError(err)
 					return
