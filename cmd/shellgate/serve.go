@@ -64,6 +64,12 @@ func runServe(ctx context.Context, args []string) error {
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
 	maxUpload := fs.Int64("max-upload-mb", server.DefaultMaxUploadBytes>>20, "largest file an upload may carry, in MiB (workspace files and container files)")
+	idleConn := fs.Duration("idle-conn-timeout", server.DefaultIdleConnTimeout, "a keep-alive connection idle this long between requests is closed")
+	headerTimeout := fs.Duration("header-timeout", server.DefaultHeaderTimeout, "a connection still sending its request's headers after this long is closed")
+	maxHeaderKB := fs.Int("max-header-kb", server.DefaultMaxHeaderBytes>>10, "largest request line and headers, in KiB; over it: 431")
+	stall := fs.Duration("stall-timeout", server.DefaultStallTimeout, "a request body that sends nothing for this long ends the request (408) and its connection; slow but steady uploads go on")
+	maxConns := fs.Int("max-conns", 0, "connections held at once; over it the longest-idle keep-alive connection is closed, or, when all are busy, the new one is answered 503 (0: half the open-file limit, at most 4096; -1: no cap)")
+	maxConnsIP := fs.Int("max-conns-per-ip", 0, "connections held at once from one address, evicting its idle ones first (0: 256, at most half of --max-conns; -1: no cap, e.g. behind a reverse proxy)")
 	logFormat := fs.String("log-format", "json", "log format on stderr: json or text")
 	maxCPUs := fs.Float64("max-cpus", 0, "the most CPUs a container may ask for (0: the default, 1)")
 	maxMemMB := fs.Int64("max-memory-mb", 0, "the most memory in MiB a container may ask for (0: the default, 5120); OpenAI's memory_limit tiers are clamped to it")
@@ -96,6 +102,14 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxCPUs < 0 || *maxMemMB < 0 || *maxProcs < 0 || *maxDiskMB < 0 {
 		return errors.New("--max-cpus, --max-memory-mb, --max-processes and --max-disk-mb must not be negative")
 	}
+	if *idleConn <= 0 || *headerTimeout <= 0 || *stall <= 0 || *maxHeaderKB <= 0 {
+		return errors.New("--idle-conn-timeout, --header-timeout, --stall-timeout and --max-header-kb must be positive")
+	}
+	if *maxConns < -1 || *maxConnsIP < -1 {
+		return errors.New("--max-conns and --max-conns-per-ip take a count, 0 (the default) or -1 (no cap)")
+	}
+	conns := server.ConnLimits{IdleTimeout: *idleConn, HeaderTimeout: *headerTimeout, MaxHeaderBytes: *maxHeaderKB << 10,
+		StallTimeout: *stall, MaxConns: *maxConns, MaxConnsPerIP: *maxConnsIP}
 	maxLimits := server.Limits{CPUMillis: int64(*maxCPUs * 1000), MemoryBytes: *maxMemMB << 20, Processes: *maxProcs, DiskBytes: *maxDiskMB << 20}
 	log, err := newLogger(*logFormat)
 	if err != nil {
@@ -230,7 +244,7 @@ func runServe(ctx context.Context, args []string) error {
 		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
 		MaxBodyBytesInFlight: maxBodyInFlight,
 		NetworkAllow:         netMax, NetworkAllowByWorkspace: netAllowWS,
-		Models: models, Broadcast: bc, Cluster: node,
+		Models: models, Broadcast: bc, Cluster: node, Conns: conns,
 	})
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
@@ -239,7 +253,8 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return errors.Join(err, mgr.Close(context.Background()))
 	}
-	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img, "node", nodeDesc(node, *advertise))
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img, "node", nodeDesc(node, *advertise),
+		"max_conns", srv.ConnLimits().MaxConns, "max_conns_per_ip", srv.ConnLimits().MaxConnsPerIP)
 	return srv.Run(ctx, ln, *grace)
 }
 

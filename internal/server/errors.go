@@ -156,6 +156,9 @@ func decodeJSON(r *http.Request, v any, emptyOK bool) error {
 		if errors.As(body.err, &mbe) {
 			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
 		}
+		if stall := (*bodyStallError)(nil); errors.As(body.err, &stall) {
+			return errorf(http.StatusRequestTimeout, "%v", stall)
+		}
 		return errorf(http.StatusBadRequest, "reading the request body: %v", body.err)
 	}
 	if err == io.EOF {

@@ -49,12 +49,16 @@ func nextPart(mr *multipart.Reader) (*multipart.Part, error) {
 }
 
 // bodyError maps an error reading a request body to a 4xx: the route's
-// cap (413), or a body that is cut short or malformed (400).
+// cap (413), a body that stalled (408), or one cut short or malformed
+// (400).
 func bodyError(err error) error {
 	var mbe *http.MaxBytesError
+	var stall *bodyStallError
 	switch {
 	case errors.As(err, &mbe):
 		return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
+	case errors.As(err, &stall):
+		return errorf(http.StatusRequestTimeout, "%v", stall)
 	case errors.Is(err, errUploadTooLarge):
 		return errorf(http.StatusRequestEntityTooLarge, "%v", err)
 	case errors.Is(err, io.ErrUnexpectedEOF):

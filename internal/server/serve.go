@@ -20,18 +20,28 @@ import (
 //  4. the sandbox manager closes: every awake sandbox is put to sleep (its
 //     files are kept), so no container of this server outlives it.
 //
+// Connections are bounded by Config.Conns (conns.go): idle, header and
+// body-stall timeouts, a header cap, and caps on connections in total and
+// per address that evict idle keep-alive connections first.
+//
 // Run returns nil after a shutdown that lost nothing, else what went wrong.
 func (s *Server) Run(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	base, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelCalls()
+	lim := s.cfg.Conns
+	// No ReadTimeout or WriteTimeout: they bound a whole request, and would
+	// cut uploads and streams that make progress.
 	hs := &http.Server{
-		Handler:           s.handler,
+		Handler:           progressBodies(s.handler, lim.StallTimeout),
 		BaseContext:       func(net.Listener) context.Context { return base },
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: lim.HeaderTimeout,
+		IdleTimeout:       lim.IdleTimeout,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+		ConnState:         s.conns.track,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(s.conns.listener(ln)) }()
 	// The retention sweep, until shutdown begins.
 	sweepCtx, stopSweep := context.WithCancel(base)
 	swept := make(chan struct{})

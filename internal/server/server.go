@@ -308,6 +308,10 @@ type Config struct {
 	// DefaultAuthCacheTTL; negative: no cache. Failures are never cached.
 	AuthCacheTTL time.Duration
 
+	// Conns bound the connections Run serves: timeouts of each phase,
+	// header size, and how many it holds (conns.go).
+	Conns ConnLimits
+
 	// Cluster, if set, is this replica's node among those sharing the
 	// database: a request for a container awake on another live node is
 	// proxied there (routing.go). Its Archive must wrap the sandbox
@@ -350,8 +354,10 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	calls   *callLocks
-	limits  *wsLimits
-	auth    authCache
+	// conns caps the connections Run holds (conns.go).
+	conns  *connLimiter
+	limits *wsLimits
+	auth   authCache
 	// guardrails caches each workspace's guardrails (guard.go).
 	guardrails settingsCache[[]guard.Guardrail]
 	// logging caches each workspace's log settings; logQ feeds the
@@ -423,6 +429,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytesInFlight == 0 {
 		cfg.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
 	}
+	cfg.Conns = cfg.Conns.withDefaults()
 	s := &Server{
 		cfg:      cfg,
 		mgr:      cfg.Sandboxes,
@@ -435,7 +442,9 @@ func New(cfg Config) (*Server, error) {
 		active:   map[string]bool{},
 		deleted:  map[string]bool{},
 		stopping: make(chan struct{}),
+		conns:    newConnLimiter(cfg.Conns, cfg.Logger),
 	}
+	s.metrics.reg.MustRegister(s.conns.collectors()...)
 	s.metrics.reg.MustRegister(cfg.Broadcast.Collectors()...)
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))

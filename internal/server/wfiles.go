@@ -190,7 +190,7 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 				return errorf(http.StatusRequestEntityTooLarge, "the file is larger than the %d-byte upload cap", s.cfg.MaxUploadBytes)
 			}
 			if err != nil {
-				if ae := bodyError(err); errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*http.MaxBytesError)) {
+				if ae := bodyError(err); errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*http.MaxBytesError)) || errors.As(err, new(*bodyStallError)) {
 					return ae
 				}
 				if ctx.Err() != nil {
