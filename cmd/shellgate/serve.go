@@ -44,7 +44,10 @@ func runServe(ctx context.Context, args []string) error {
 	fs.DurationVar(idle, "idle-timeout", 5*time.Minute, "the same as --idle-sleep")
 	rateLimit := fs.Float64("rate-limit", 0, "each workspace's sustained API requests per second (0: no limit); over it: 429 with Retry-After")
 	rateBurst := fs.Int("rate-burst", 0, "requests a workspace may send at once above --rate-limit (0: the rate, rounded up)")
-	maxConc := fs.Int("max-concurrent", 0, "each workspace's API requests in flight at once (0: no limit); over it: 429 with Retry-After")
+	maxConc := fs.Int("max-concurrent", server.DefaultMaxConcurrent, "quota: each workspace's API requests in flight at once (0: unlimited); over it: 429 with Retry-After")
+	maxContainers := fs.Int("max-containers", server.DefaultMaxContainers, "quota: containers each workspace may have that are not expired, across replicas (0: unlimited); over it a create is 403")
+	maxAwake := fs.Int("max-awake", server.DefaultMaxAwake, "quota: containers of each workspace awake at once on this replica (0: unlimited); over it a create or wake is 429")
+	maxWSFilesMB := fs.Int64("max-workspace-files-mb", server.DefaultMaxWorkspaceFileBytes>>20, "quota: MiB of workspace files each workspace may keep, across replicas (0: unlimited); over it an upload or promote is 403")
 	maxBodyMB := fs.Int64("max-inflight-body-mb", server.DefaultMaxBodyBytesInFlight>>20, "each workspace's request bodies held in memory at once, in MiB, reserved from Content-Length (or the route's cap without one); uploads are not counted (0: no bound); over it: 429 with Retry-After")
 	netAllow := fs.String("network-allow", "", "the most network any workspace's containers may open: comma-separated hostnames, *.example.com patterns or * (default: none, so no container has network)")
 	netAllowWS := map[string]*egress.Policy{}
@@ -95,6 +98,9 @@ func runServe(ctx context.Context, args []string) error {
 	maxBodyInFlight := *maxBodyMB << 20
 	if maxBodyInFlight == 0 {
 		maxBodyInFlight = -1 // no bound
+	}
+	if *maxContainers < 0 || *maxAwake < 0 || *maxWSFilesMB < 0 {
+		return errors.New("--max-containers, --max-awake and --max-workspace-files-mb must not be negative (0 is unlimited)")
 	}
 	if *retention <= 0 {
 		return errors.New("--retention must be positive")
@@ -241,9 +247,11 @@ func runServe(ctx context.Context, args []string) error {
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(), Logs: st.Logs(),
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
-		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: *maxConc,
-		MaxBodyBytesInFlight: maxBodyInFlight,
-		NetworkAllow:         netMax, NetworkAllowByWorkspace: netAllowWS,
+		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: unlimitedIfZero(*maxConc),
+		MaxContainers: unlimitedIfZero(*maxContainers), MaxAwake: unlimitedIfZero(*maxAwake),
+		MaxWorkspaceFileBytes: unlimitedIfZero(*maxWSFilesMB << 20),
+		MaxBodyBytesInFlight:  maxBodyInFlight,
+		NetworkAllow:          netMax, NetworkAllowByWorkspace: netAllowWS,
 		Models: models, Broadcast: bc, Cluster: node, Conns: conns,
 	})
 	if err != nil {
@@ -256,6 +264,15 @@ func runServe(ctx context.Context, args []string) error {
 	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data_dir", *dataDir, "store", stDesc, "files", files.desc, "runtime", mgr.Runtime(), "image", *img, "node", nodeDesc(node, *advertise),
 		"max_conns", srv.ConnLimits().MaxConns, "max_conns_per_ip", srv.ConnLimits().MaxConnsPerIP)
 	return srv.Run(ctx, ln, *grace)
+}
+
+// unlimitedIfZero is a quota flag for server.Config: the flag's 0
+// (unlimited) is the Config's negative (its 0 is the default).
+func unlimitedIfZero[T int | int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // allowPolicy is the operator's maximum from a comma-separated list of

@@ -61,6 +61,9 @@ type RequestError struct {
 	Status  int
 	Param   string
 	Message string
+	// Code, when set, is the machine-readable reason in the envelopes
+	// that have one (OpenAI's error.code: "quota_exceeded").
+	Code string
 }
 
 func (e *RequestError) Error() string { return e.Message }

@@ -37,6 +37,8 @@ var (
 	// ErrInvalid: the request asks for something the store refuses (a
 	// cursor that is not a container of the workspace, say).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrQuota: the workspace is at its quota (ContainerSpec.MaxContainers).
+	ErrQuota = errors.New("over quota")
 )
 
 // Container is a container's record as the HTTP layer uses it.
@@ -104,6 +106,11 @@ type ContainerSpec struct {
 	ExpiresAfter time.Duration
 	// CreatedAt is the server's clock at the create (zero: now).
 	CreatedAt time.Time
+	// MaxContainers, when positive, refuses the create (ErrQuota) if the
+	// workspace already has that many containers that are not expired;
+	// the count and the create are one step for every process sharing
+	// the records.
+	MaxContainers int
 }
 
 // ListOptions select a page of a workspace's containers.

@@ -422,8 +422,10 @@ func (s *Server) createContainer(sh shape) apiHandler {
 			}
 			rc.Close()
 		}
-		c, err := s.cfg.Containers.CreateSpec(r.Context(), p, sp)
+		c, err := s.createRecord(r.Context(), p, sp)
 		switch {
+		case errors.Is(err, ErrQuota):
+			return err
 		case errors.Is(err, ErrConflict):
 			e := errorf(http.StatusConflict, "a container named %q already exists in this workspace (names are unique in a workspace: they address containers)", sp.Name)
 			e.param = "name"
@@ -443,6 +445,9 @@ func (s *Server) createContainer(sh shape) apiHandler {
 		// Start it now, so it answers "running" like a created container
 		// should; the first exec call pays the new-container minimum.
 		if err := s.mgr.Create(r.Context(), c.ID); err != nil {
+			if qe, ok := isQuota(err); ok {
+				return fail("starting a new container", qe)
+			}
 			return fail("starting a new container", errorf(http.StatusServiceUnavailable, "could not start the container: %v", err))
 		}
 		for i, id := range req.FileIDs {
@@ -461,6 +466,26 @@ func (s *Server) createContainer(sh shape) apiHandler {
 		return nil
 	}
 }
+
+// createRecord records a new container of p's within the workspace's
+// quota of containers that exist: over it, the quota's 403 (which also
+// matches ErrQuota).
+func (s *Server) createRecord(ctx context.Context, p Principal, sp ContainerSpec) (Container, error) {
+	sp.MaxContainers = s.cfg.MaxContainers
+	c, err := s.cfg.Containers.CreateSpec(ctx, p, sp)
+	if errors.Is(err, ErrQuota) {
+		return Container{}, quotaErr{containersQuota(s.cfg.MaxContainers), err}
+	}
+	return c, err
+}
+
+// quotaErr is a quota's answer that is also the backend's ErrQuota.
+type quotaErr struct {
+	*apiError
+	cause error
+}
+
+func (e quotaErr) Unwrap() []error { return []error{e.apiError, e.cause} }
 
 func (s *Server) openFile(ctx context.Context, p Principal, id string) (string, io.ReadCloser, error) {
 	if s.cfg.WorkspaceFiles == nil {

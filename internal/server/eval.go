@@ -152,6 +152,9 @@ func sandboxErr(err error) error {
 	case errors.Is(err, tool.ErrInvalid):
 		return jsrun.NewUserError("EVAL_BAD_ARGUMENT", err.Error())
 	}
+	if qe, ok := isQuota(err); ok {
+		return jsrun.NewUserError("EVAL_QUOTA_EXCEEDED", qe.msg)
+	}
 	return err
 }
 

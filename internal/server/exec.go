@@ -207,8 +207,10 @@ func (s *Server) writeBill(ctx context.Context, p Principal, useID, id string, n
 // callError turns a call that stopped early into an answer that reports
 // the commands that did run (error.metadata.output) and the bill.
 func (s *Server) callError(r *http.Request, id, ref string, err error, outs []tool.CommandOutput, bill metering.Bill) error {
-	var ae *apiError
+	ae, quota := isQuota(err)
 	switch {
+	case quota:
+		// The awake quota refused to wake the container.
 	case errors.Is(err, errDeleted), errors.Is(err, sandbox.ErrNotFound):
 		ae = errorf(http.StatusNotFound, "container %q was deleted during this call; %d of its commands ran", ref, len(outs))
 	case errors.Is(err, sandbox.ErrBusy):
@@ -287,9 +289,10 @@ func (c *call) Exec(ctx context.Context, name string, cmd sandbox.Command) (sand
 		cmd.OnOutput = c.ev.deltas(idx, cmd.MaxBytes)
 	}
 	res, err := c.s.mgr.Exec(ctx, name, cmd)
-	if idx == 0 && errors.Is(err, sandbox.ErrBusy) {
+	if _, quota := isQuota(err); idx == 0 && (errors.Is(err, sandbox.ErrBusy) || quota) {
 		// Refused before anything ran (awake in another process, or on
-		// another node): the call is not billed.
+		// another node; the workspace's awake quota): the call is not
+		// billed.
 		c.mu.Lock()
 		c.first = time.Time{}
 		c.mu.Unlock()

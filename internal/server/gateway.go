@@ -64,7 +64,7 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 		if err != nil {
 			return Container{}, err
 		}
-		c, err := s.cfg.Containers.CreateSpec(ctx, p, sp)
+		c, err := s.createRecord(ctx, p, sp)
 		if err == nil {
 			// Its first command pays the new-container minimum, even if a
 			// file copied in started it first.
@@ -291,7 +291,7 @@ func gatewayErr(err error) error {
 		return &gateway.RequestError{Status: http.StatusNotImplemented, Message: err.Error()}
 	}
 	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status < 500 {
-		return &gateway.RequestError{Status: ae.status, Param: ae.param, Message: ae.msg}
+		return &gateway.RequestError{Status: ae.status, Param: ae.param, Message: ae.msg, Code: ae.code}
 	}
 	return err
 }

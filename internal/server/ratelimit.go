@@ -10,8 +10,8 @@ import (
 )
 
 // Per-workspace limits (SPEC §7): a token bucket of requests per second
-// with a burst (Config.RateLimit, RateBurst) and a cap on requests in
-// flight (Config.MaxConcurrent), both counted per account + workspace
+// with a burst (Config.RateLimit, RateBurst) and the quota of requests in
+// flight (Config.MaxConcurrent, quota.go), both counted per account + workspace
 // over every authenticated route. A request over either is answered 429
 // with Retry-After (whole seconds) in the route's own envelope, before its
 // body is read; a streamed call holds its place until the stream ends.
@@ -70,7 +70,7 @@ func (l *wsLimits) admit(p Principal) (release func(), err *apiError) {
 	defer l.mu.Unlock()
 	w := l.entryLocked(p, now)
 	if l.maxConc > 0 && w.inflight >= l.maxConc {
-		e := errorf(http.StatusTooManyRequests, "this workspace already has %d requests in flight, its limit; retry when one ends", w.inflight)
+		e := quotaError(http.StatusTooManyRequests, flagMaxConcurrent, "this workspace already has %d requests in flight, its quota of requests in flight: retry when one ends", w.inflight)
 		e.retryAfter = 1
 		return nil, e
 	}

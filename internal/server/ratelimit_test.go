@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,6 +111,9 @@ func TestConcurrencyLimit(t *testing.T) {
 		st, h, b := e.doHeaders("GET", path, e.keyA)
 		if st == http.StatusTooManyRequests && h.Get("Retry-After") == "1" {
 			limited++
+			if !strings.Contains(string(b), "shellgate serve --max-concurrent") {
+				t.Errorf("%s: the 429 does not name the flag that raises the quota: %s", path, b)
+			}
 		} else {
 			t.Errorf("%s: %d %s", path, st, b)
 		}

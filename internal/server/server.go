@@ -280,8 +280,18 @@ type Config struct {
 
 	// RateLimit is each workspace's sustained rate of authenticated
 	// requests per second, with RateBurst more at once (default: the rate
-	// rounded up); 0: no rate limit. MaxConcurrent caps each workspace's
-	// requests in flight; 0: no cap. Over either: 429 with Retry-After.
+	// rounded up); 0: no rate limit. MaxConcurrent is each workspace's
+	// quota of requests in flight (default DefaultMaxConcurrent; negative:
+	// no quota). Over either: 429 with Retry-After.
+	//
+	// The other per-workspace quotas (quota.go), zero for the default,
+	// negative for none: MaxContainers, containers that exist (not
+	// expired), default DefaultMaxContainers, over it a create is 403;
+	// MaxAwake, containers awake at once on this server, default
+	// DefaultMaxAwake, over it a create or a wake is 429;
+	// MaxWorkspaceFileBytes, bytes of workspace files, default
+	// DefaultMaxWorkspaceFileBytes, over it an upload or a promote is 403.
+	//
 	// NetworkAllow is the most network any workspace's containers may
 	// open (egress.Narrow); NetworkAllowByWorkspace overrides it for the
 	// workspaces it names ("account/workspace"). nil, the default: no
@@ -297,6 +307,10 @@ type Config struct {
 	// workspace's requests hold in memory at once (ratelimit.go); default
 	// DefaultMaxBodyBytesInFlight, negative: no bound. Over it: 429.
 	MaxBodyBytesInFlight int64
+
+	MaxContainers         int
+	MaxAwake              int
+	MaxWorkspaceFileBytes int64
 
 	// Broadcast, if set, receives the trace of every gateway request when
 	// it ends (trace.go); its counters are served in /metrics.
@@ -347,8 +361,11 @@ const (
 
 // Server serves the HTTP API. Its Handler is safe for concurrent use.
 type Server struct {
-	cfg     Config
+	cfg Config
+	// mgr is the sandbox manager (Config.Sandboxes) behind the awake
+	// quota (awake, quota.go).
 	mgr     sandbox.Backend
+	awake   *awakeCounter
 	log     *slog.Logger
 	mux     *http.ServeMux
 	handler http.Handler
@@ -430,9 +447,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
 	}
 	cfg.Conns = cfg.Conns.withDefaults()
+	// From here on a quota of 0 is none.
+	cfg.MaxConcurrent = quotaOr(cfg.MaxConcurrent, DefaultMaxConcurrent)
+	cfg.MaxContainers = quotaOr(cfg.MaxContainers, DefaultMaxContainers)
+	cfg.MaxAwake = quotaOr(cfg.MaxAwake, DefaultMaxAwake)
+	cfg.MaxWorkspaceFileBytes = quotaOr(cfg.MaxWorkspaceFileBytes, DefaultMaxWorkspaceFileBytes)
 	s := &Server{
 		cfg:      cfg,
-		mgr:      cfg.Sandboxes,
 		log:      cfg.Logger,
 		mux:      http.NewServeMux(),
 		metrics:  newMetrics(cfg.Sandboxes),
@@ -445,6 +466,8 @@ func New(cfg Config) (*Server, error) {
 		conns:    newConnLimiter(cfg.Conns, cfg.Logger),
 	}
 	s.metrics.reg.MustRegister(s.conns.collectors()...)
+	s.awake = newAwakeCounter(cfg.Sandboxes, cfg.MaxAwake, s.containerOwner)
+	s.mgr = s.awake
 	s.metrics.reg.MustRegister(cfg.Broadcast.Collectors()...)
 	s.handle("GET /healthz", maxEmptyBody, false, s.healthz)
 	s.route("GET /metrics", maxEmptyBody, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))

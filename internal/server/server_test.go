@@ -78,7 +78,11 @@ func newServerOnStore(t testing.TB, mgr sandbox.Backend, data string, st *sqlsto
 	}
 	t.Cleanup(func() { blobs.Close() })
 	cfg := Config{Sandboxes: mgr, Keys: b, Containers: b, Ledger: b, EvalRunner: runner, Guardrails: st.Guardrails(),
-		Files: st.Files(), Blobs: blobs, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+		Files: st.Files(), Blobs: blobs, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		// No per-workspace quotas unless a test sets them: the load tests
+		// and benchmarks run more of one workspace than the defaults allow
+		// (quota_test.go tests them).
+		MaxConcurrent: -1, MaxContainers: -1, MaxAwake: -1, MaxWorkspaceFileBytes: -1}
 	for _, f := range mut {
 		f(&cfg)
 	}

@@ -44,6 +44,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	case errors.Is(err, store.ErrUnauthorized):
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	case errors.Is(err, store.ErrQuota):
+		return fmt.Errorf("%w: %w", ErrQuota, err)
 	}
 	return err
 }
@@ -103,7 +105,7 @@ func (b StoreBackend) CreateSpec(ctx context.Context, p Principal, spec Containe
 		// A placeholder of 128 random bits, replaced by the id right away.
 		rec.Name = store.NewID("pending.")
 	}
-	c, err := cs.Create(ctx, rec)
+	c, err := cs.CreateWithin(ctx, rec, spec.MaxContainers)
 	if err != nil {
 		return Container{}, mapErr(err)
 	}

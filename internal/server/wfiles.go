@@ -78,21 +78,71 @@ func (s *Server) fileObject(f store.File, sh shape) any {
 }
 
 // storeFile streams r (at most maxBytes) into a new workspace file of p's
-// workspace: the blob first, then the record under the same id.
+// workspace: the blob first, then the record under the same id. Over the
+// workspace's file quota it is the quota's 403, and nothing is kept.
 func (s *Server) storeFile(ctx context.Context, p Principal, r io.Reader, name, purpose, source string, maxBytes int64) (store.File, error) {
+	room, err := s.fileRoom(ctx, p, maxBytes)
+	if err != nil {
+		return store.File{}, err
+	}
 	id := store.NewID("file")
-	info, err := s.cfg.Blobs.Put(ctx, id, r, maxBytes)
+	info, err := s.cfg.Blobs.Put(ctx, id, r, room)
+	if errors.Is(err, store.ErrTooLarge) && room < maxBytes {
+		return store.File{}, s.fileQuota(ctx, p)
+	}
 	if err != nil {
 		return store.File{}, err
 	}
 	if name = safeName(name); name == "" {
 		name = id
 	}
-	f, err := s.cfg.Files.Create(ctx, store.File{ID: id, Scope: scope(p), Name: name, Bytes: info.Bytes, SHA256: info.SHA256, Purpose: purpose, Source: source})
-	if err != nil {
-		return store.File{}, errors.Join(err, s.cfg.Blobs.Delete(context.WithoutCancel(ctx), id))
+	return s.createFile(ctx, p, store.File{ID: id, Scope: scope(p), Name: name, Bytes: info.Bytes, SHA256: info.SHA256, Purpose: purpose, Source: source})
+}
+
+// fileRoom is the most bytes a new file of p's workspace may have: at
+// most maxBytes, and no more than its file quota leaves (a workspace at
+// its quota is refused here, before any byte is read). A file that fits
+// the room may still be refused by createFile, when files stored
+// meanwhile took the room.
+func (s *Server) fileRoom(ctx context.Context, p Principal, maxBytes int64) (int64, error) {
+	max := s.cfg.MaxWorkspaceFileBytes
+	if max <= 0 {
+		return maxBytes, nil
 	}
-	return f, nil
+	used, err := s.cfg.Files.Used(ctx, scope(p))
+	if err != nil {
+		return 0, fmt.Errorf("workspace file quota: %w", err)
+	}
+	if used >= max {
+		return 0, fileBytesQuota(max, used)
+	}
+	return min(maxBytes, max-used), nil
+}
+
+// fileQuota is the file quota's 403 for p's workspace.
+func (s *Server) fileQuota(ctx context.Context, p Principal) error {
+	used, err := s.cfg.Files.Used(ctx, scope(p))
+	if err != nil {
+		used = -1
+	}
+	return fileBytesQuota(s.cfg.MaxWorkspaceFileBytes, used)
+}
+
+// createFile records f, whose blob is stored, within its workspace's file
+// quota; when the record is refused, the blob is deleted.
+func (s *Server) createFile(ctx context.Context, p Principal, f store.File) (store.File, error) {
+	created, err := s.cfg.Files.CreateWithin(ctx, f, s.cfg.MaxWorkspaceFileBytes)
+	if err != nil {
+		derr := s.cfg.Blobs.Delete(context.WithoutCancel(ctx), f.ID)
+		if errors.Is(err, store.ErrQuota) {
+			if derr != nil {
+				s.log.ErrorContext(ctx, "deleting the bytes of a file over the quota failed", "file", f.ID, "err", derr)
+			}
+			return store.File{}, s.fileQuota(ctx, p)
+		}
+		return store.File{}, errors.Join(fmt.Errorf("record file: %w", err), derr)
+	}
+	return created, nil
 }
 
 // openWorkspaceFile returns file id of p's workspace and its bytes;
@@ -184,8 +234,15 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 			if fname == "" {
 				fname = "upload"
 			}
+			room, err := s.fileRoom(ctx, p, s.cfg.MaxUploadBytes)
+			if err != nil {
+				return err
+			}
 			id := store.NewID("file")
-			info, err := s.cfg.Blobs.Put(ctx, id, part, s.cfg.MaxUploadBytes)
+			info, err := s.cfg.Blobs.Put(ctx, id, part, room)
+			if errors.Is(err, store.ErrTooLarge) && room < s.cfg.MaxUploadBytes {
+				return s.fileQuota(ctx, p)
+			}
 			if errors.Is(err, store.ErrTooLarge) {
 				return errorf(http.StatusRequestEntityTooLarge, "the file is larger than the %d-byte upload cap", s.cfg.MaxUploadBytes)
 			}
@@ -217,9 +274,9 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 	if f.Name == "" {
 		f.Name = f.ID
 	}
-	created, err := s.cfg.Files.Create(ctx, f)
+	created, err := s.createFile(ctx, p, f)
 	if err != nil {
-		return errors.Join(fmt.Errorf("record upload: %w", err), s.cfg.Blobs.Delete(context.WithoutCancel(ctx), pending))
+		return err
 	}
 	writeJSON(w, http.StatusOK, s.fileObject(created, sh))
 	return nil

@@ -69,6 +69,9 @@ var (
 	ErrInvalid      = errors.New("invalid argument")
 	ErrUnauthorized = errors.New("invalid or revoked API key")
 	ErrTooLarge     = errors.New("too large")
+	// ErrQuota: the write would take the scope over a quota the caller
+	// passed (CreateWithin); nothing was written.
+	ErrQuota = errors.New("over quota")
 )
 
 // Scope is the owner of every container, file and usage event: the
@@ -162,6 +165,12 @@ type Containers interface {
 	// unique within a scope: another container of the scope with c.Name
 	// gives ErrConflict.
 	Create(ctx context.Context, c Container) (Container, error)
+	// CreateWithin is Create unless c's scope already has max containers
+	// that are not expired: then ErrQuota, and nothing is stored. The
+	// count and the insert are one decision of the database, so creates
+	// racing in one scope, from any number of handles or processes on the
+	// same database, never leave more than max. max < 1: no cap.
+	CreateWithin(ctx context.Context, c Container, max int) (Container, error)
 	Get(ctx context.Context, scope Scope, id string) (Container, error)
 	GetByName(ctx context.Context, scope Scope, name string) (Container, error)
 	// List returns one page of the scope's containers in creation order.
@@ -247,6 +256,13 @@ type Files interface {
 	// NewID("file") to write the blob first under the same id; a taken one
 	// is ErrConflict), else a new NewID("file").
 	Create(ctx context.Context, f File) (File, error)
+	// CreateWithin is Create unless the scope's files would then hold
+	// more than maxBytes in all: then ErrQuota, and nothing is stored.
+	// Like Containers.CreateWithin, racing creates never go over it.
+	// maxBytes < 1: no cap.
+	CreateWithin(ctx context.Context, f File, maxBytes int64) (File, error)
+	// Used is the bytes the scope's files hold in all.
+	Used(ctx context.Context, scope Scope) (int64, error)
 	Get(ctx context.Context, scope Scope, id string) (File, error)
 	List(ctx context.Context, scope Scope, opts ListOptions) (Page[File], error)
 	Delete(ctx context.Context, scope Scope, id string) error

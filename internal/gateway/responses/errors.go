@@ -94,7 +94,11 @@ func toAPIError(err error) (*apiError, bool) {
 		if st == 0 {
 			st = http.StatusBadRequest
 		}
-		return &apiError{Status: st, Type: typeFor(st), Message: re.Message, Param: re.Param, Code: codeFor(st)}, true
+		code := re.Code
+		if code == "" {
+			code = codeFor(st)
+		}
+		return &apiError{Status: st, Type: typeFor(st), Message: re.Message, Param: re.Param, Code: code}, true
 	}
 	if ue, ok := gateway.AsUpstreamError(err); ok {
 		st := ue.Status

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,15 +30,43 @@ func scanContainer(r scanner) (store.Container, error) {
 	return c, err
 }
 
+const insertContainer = `INSERT INTO containers (` + containerCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+
+func containerArgs(c store.Container) []any {
+	return []any{c.ID, c.Scope.Account, c.Scope.Workspace, c.Name, c.Image,
+		c.Limits.CPUMillis, c.Limits.MemoryBytes, c.Limits.Processes, c.Limits.DiskBytes,
+		string(c.NetworkPolicy), c.Status, store.Millis(c.CreatedAt), store.Millis(c.LastActiveAt), store.Millis(c.ExpiresAt)}
+}
+
 func (cs containers) Create(ctx context.Context, c store.Container) (store.Container, error) {
+	return cs.CreateWithin(ctx, c, 0)
+}
+
+func (cs containers) CreateWithin(ctx context.Context, c store.Container, max int) (store.Container, error) {
 	if err := c.Prepare(time.Now()); err != nil {
 		return store.Container{}, err
 	}
 	c.ID = store.NewID("cntr")
-	_, err := cs.s.exec(ctx, `INSERT INTO containers (`+containerCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-		c.ID, c.Scope.Account, c.Scope.Workspace, c.Name, c.Image,
-		c.Limits.CPUMillis, c.Limits.MemoryBytes, c.Limits.Processes, c.Limits.DiskBytes,
-		string(c.NetworkPolicy), c.Status, store.Millis(c.CreatedAt), store.Millis(c.LastActiveAt), store.Millis(c.ExpiresAt))
+	var err error
+	if max < 1 {
+		_, err = cs.s.exec(ctx, insertContainer, containerArgs(c)...)
+	} else {
+		err = cs.s.scopeTx(ctx, c.Scope, func(tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM containers WHERE account = $1 AND workspace = $2 AND status <> $3`,
+				c.Scope.Account, c.Scope.Workspace, store.StatusExpired).Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				return fmt.Errorf("the scope has %d containers that are not expired, its cap of %d: %w", n, max, store.ErrQuota)
+			}
+			_, err := tx.ExecContext(ctx, insertContainer, containerArgs(c)...)
+			return err
+		})
+	}
+	if errors.Is(err, store.ErrQuota) {
+		return store.Container{}, err
+	}
 	if cs.s.dialect.isUnique(err) {
 		return store.Container{}, fmt.Errorf("container named %q: %w", c.Name, store.ErrConflict)
 	}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,15 +24,41 @@ func scanFile(r scanner) (store.File, error) {
 	return f, err
 }
 
+const insertFile = `INSERT INTO files (` + fileCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
 func (fs files) Create(ctx context.Context, f store.File) (store.File, error) {
+	return fs.CreateWithin(ctx, f, 0)
+}
+
+const usedSQL = `SELECT COALESCE(SUM(bytes), 0) FROM files WHERE account = $1 AND workspace = $2`
+
+func (fs files) CreateWithin(ctx context.Context, f store.File, maxBytes int64) (store.File, error) {
 	if err := f.Prepare(time.Now()); err != nil {
 		return store.File{}, err
 	}
 	if !store.ValidFileID(f.ID) {
 		f.ID = store.NewID("file")
 	}
-	_, err := fs.s.exec(ctx, `INSERT INTO files (`+fileCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		f.ID, f.Scope.Account, f.Scope.Workspace, f.Name, f.Bytes, f.SHA256, store.Millis(f.CreatedAt), f.Purpose, f.Source)
+	args := []any{f.ID, f.Scope.Account, f.Scope.Workspace, f.Name, f.Bytes, f.SHA256, store.Millis(f.CreatedAt), f.Purpose, f.Source}
+	var err error
+	if maxBytes < 1 {
+		_, err = fs.s.exec(ctx, insertFile, args...)
+	} else {
+		err = fs.s.scopeTx(ctx, f.Scope, func(tx *sql.Tx) error {
+			var used int64
+			if err := tx.QueryRowContext(ctx, usedSQL, f.Scope.Account, f.Scope.Workspace).Scan(&used); err != nil {
+				return err
+			}
+			if used+f.Bytes > maxBytes {
+				return fmt.Errorf("the scope's files hold %d bytes: %d more is over its cap of %d: %w", used, f.Bytes, maxBytes, store.ErrQuota)
+			}
+			_, err := tx.ExecContext(ctx, insertFile, args...)
+			return err
+		})
+	}
+	if errors.Is(err, store.ErrQuota) {
+		return store.File{}, err
+	}
 	if fs.s.dialect.isUnique(err) {
 		return store.File{}, fmt.Errorf("file %s: %w", f.ID, store.ErrConflict)
 	}
@@ -39,6 +66,17 @@ func (fs files) Create(ctx context.Context, f store.File) (store.File, error) {
 		return store.File{}, fmt.Errorf("creating file %q: %w", f.Name, err)
 	}
 	return f, nil
+}
+
+func (fs files) Used(ctx context.Context, scope store.Scope) (int64, error) {
+	if err := scope.Validate(); err != nil {
+		return 0, err
+	}
+	var used int64
+	if err := fs.s.queryRow(ctx, usedSQL, []any{scope.Account, scope.Workspace}, &used); err != nil {
+		return 0, fmt.Errorf("summing the files of %s/%s: %w", scope.Account, scope.Workspace, err)
+	}
+	return used, nil
 }
 
 func (fs files) Get(ctx context.Context, scope store.Scope, id string) (store.File, error) {

@@ -73,6 +73,7 @@ var postgresDialect = dialect{
 			errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 	},
 	migrateLock: `SELECT pg_advisory_xact_lock(` + fmt.Sprint(migrationLockKey) + `)`,
+	scopeLock:   `SELECT pg_advisory_xact_lock($1)`,
 }
 
 func pgCode(err error) string {

@@ -53,6 +53,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -89,6 +90,11 @@ type dialect struct {
 	// transaction: it waits for any other process's migration to commit.
 	// SQLite needs none: its transactions take the write lock up front.
 	migrateLock string
+	// scopeLock, when set, is the first statement of a scope's capped
+	// write (scopeTx), with the scope's lock key as $1: it waits for the
+	// scope's other capped writes to commit. SQLite needs none, for the
+	// same reason.
+	scopeLock string
 }
 
 // busyFor bounds how long a statement is retried while the database is busy.
@@ -245,6 +251,49 @@ func (s *DB) execOn(ctx context.Context, again bool, q string, args ...any) (int
 		return err
 	})
 	return n, err
+}
+
+// scopeTx runs f in one write transaction that no other capped write of
+// the same scope overlaps (a quota: count the scope's rows, then insert,
+// as one decision). On PostgreSQL, at READ COMMITTED, it first takes a
+// transaction-scoped advisory lock keyed by the scope, so every statement
+// after it sees what the scope's previous capped writes committed, across
+// all processes on the database; on SQLite the transaction takes the
+// database's write lock up front (BEGIN IMMEDIATE). A transaction whose
+// connection was lost is not run again (it may have committed).
+func (s *DB) scopeTx(ctx context.Context, scope store.Scope, f func(tx *sql.Tx) error) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	return s.retryOn(ctx, false, func() error {
+		if s.dialect.name == "sqlite" {
+			s.wmu.Lock()
+			defer s.wmu.Unlock()
+		}
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if q := s.dialect.scopeLock; q != "" {
+			if _, err := tx.ExecContext(ctx, q, scopeLockKey(scope)); err != nil {
+				return err
+			}
+		}
+		if err := f(tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+// scopeLockKey is the advisory lock of a scope's capped writes: 64 bits
+// of FNV-1a over the scope (two scopes that collide only wait for each
+// other).
+func scopeLockKey(scope store.Scope) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("shellgate-scope\x00" + scope.Account + "\x00" + scope.Workspace))
+	return int64(h.Sum64())
 }
 
 // queryRow scans one row with retry; sql.ErrNoRows passes through.

@@ -43,6 +43,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Logs", func(t *testing.T) { Logs(t, f) })
 	t.Run("Nodes", func(t *testing.T) { Nodes(t, f) })
 	t.Run("Replicas", func(t *testing.T) { Replicas(t, f) })
+	t.Run("Quotas", func(t *testing.T) { Quotas(t, f) })
 }
 
 // The scopes of the suites: B shares A's account, C shares A's workspace
