@@ -94,6 +94,22 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// bodyReader remembers the error reading a request body's part, so that a
+// consumer's failure (a store's Put) can be told apart: the client's body
+// or the server's own.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
 // uploadName is the name an uploaded file part gives itself, reduced to a
 // base name; "" when it has none that can name a file.
 func uploadName(p *multipart.Part) string {

@@ -185,7 +185,8 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 				fname = "upload"
 			}
 			id := store.NewID("file")
-			info, err := s.cfg.Blobs.Put(ctx, id, part, s.cfg.MaxUploadBytes)
+			src := &bodyReader{r: part}
+			info, err := s.cfg.Blobs.Put(ctx, id, src, s.cfg.MaxUploadBytes)
 			if errors.Is(err, store.ErrTooLarge) {
 				return errorf(http.StatusRequestEntityTooLarge, "the file is larger than the %d-byte upload cap", s.cfg.MaxUploadBytes)
 			}
@@ -195,6 +196,12 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 				}
 				if ctx.Err() != nil {
 					return errorf(http.StatusBadRequest, "the upload ended early")
+				}
+				if src.err != nil {
+					// The part itself could not be read (a quoted-printable
+					// part with bytes that encoding does not allow): the
+					// client's error, not the store's.
+					return bodyError(src.err)
 				}
 				return fmt.Errorf("store upload: %w", err)
 			}
