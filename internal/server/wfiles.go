@@ -239,7 +239,8 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 				return err
 			}
 			id := store.NewID("file")
-			info, err := s.cfg.Blobs.Put(ctx, id, part, room)
+			src := &bodyReader{r: part}
+			info, err := s.cfg.Blobs.Put(ctx, id, src, room)
 			if errors.Is(err, store.ErrTooLarge) && room < s.cfg.MaxUploadBytes {
 				return s.fileQuota(ctx, p)
 			}
@@ -252,6 +253,12 @@ func (s *Server) uploadFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 				}
 				if ctx.Err() != nil {
 					return errorf(http.StatusBadRequest, "the upload ended early")
+				}
+				if src.err != nil {
+					// The part itself could not be read (a quoted-printable
+					// part with bytes that encoding does not allow): the
+					// client's error, not the store's.
+					return bodyError(src.err)
 				}
 				return fmt.Errorf("store upload: %w", err)
 			}
