@@ -146,6 +146,23 @@ func (m *memFiles) Create(_ context.Context, f store.File) (store.File, error) {
 	return f, nil
 }
 
+// CreateWithin is Create within a quota of maxBytes (0: none).
+func (m *memFiles) CreateWithin(ctx context.Context, f store.File, maxBytes int64) (store.File, error) {
+	if used, _ := m.Used(ctx, f.Scope); maxBytes > 0 && used+f.Bytes > maxBytes {
+		return store.File{}, store.ErrQuota
+	}
+	return m.Create(ctx, f)
+}
+
+func (m *memFiles) Used(_ context.Context, sc store.Scope) (n int64, err error) {
+	for _, f := range m.recs {
+		if f.Scope == sc {
+			n += f.Bytes
+		}
+	}
+	return n, nil
+}
+
 type memBlobs struct {
 	store.Blobs
 	blobs map[string][]byte
