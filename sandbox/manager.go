@@ -570,6 +570,10 @@ type Result struct {
 	// so a burst that is gone by then (threads of a process that exited)
 	// can go unreported.
 	ProcessLimit bool
+	// Notes are Shellgate's own lines about the command (a limit it
+	// reached, the sandbox stopped under it), each ending in a newline.
+	// They follow Stderr and are never cut by an output cap.
+	Notes []byte
 	// Restarted is set when the sandbox itself died during the command
 	// (for example gVisor ends the whole sandbox when its memory limit is
 	// hit) or its agent broke the protocol. The home is intact; the next
@@ -654,30 +658,31 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 		// sandbox rather than on the caller.
 		m.log.Warn("agent missed a command timeout", "sandbox", b.name, "container", inst.cid)
 		m.sleepLocked(ctx, b)
-		return Result{ExitCode: -1, TimedOut: true, Restarted: true}, nil
+		return Result{ExitCode: -1, TimedOut: true, Restarted: true,
+			Notes: fmt.Appendf(nil, "shellgate: the command was still running %s after its timeout (a process limit or memory pressure can keep the sandbox from ending it), so the sandbox was stopped; files in /workspace/home are kept and the next command runs in a fresh sandbox\n", hostGrace)}, nil
 	default:
 		// The caller's context ended, or Destroy or Close stopped the
 		// command: the agent kills it.
 		return Result{}, err
-	}
-	if out.Error != "" {
-		out.Stderr = append(out.Stderr, []byte("shellgate: "+out.Error+"\n")...)
 	}
 	res := Result{
 		Stdout: out.Stdout, Stderr: out.Stderr,
 		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes,
 		ExitCode: out.ExitCode, TimedOut: out.TimedOut,
 	}
+	if out.Error != "" {
+		res.Notes = append(res.Notes, "shellgate: "+out.Error+"\n"...)
+	}
 	if out.Signal == 9 && !out.TimedOut && inst.newOOMKill() {
 		res.OOMKilled = true
-		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", inst.limits.MemoryBytes>>20)...)
+		res.Notes = append(res.Notes, fmt.Sprintf("shellgate: killed by the out-of-memory killer: the sandbox's memory limit is %d MiB\n", inst.limits.MemoryBytes>>20)...)
 	}
 	if out.ProcessLimit {
 		res.ProcessLimit = true
-		res.Stderr = append(res.Stderr, fmt.Sprintf("shellgate: the command reached the sandbox's process limit (%d processes and threads); creating more failed with EAGAIN\n", inst.limits.Processes)...)
+		res.Notes = append(res.Notes, fmt.Sprintf("shellgate: the command reached the sandbox's process limit (%d processes and threads); creating more failed with EAGAIN\n", inst.limits.Processes)...)
 	}
 	if err := m.checkReserve("sandbox " + b.name); errors.Is(err, ErrDiskReserve) {
-		res.Stderr = append(res.Stderr, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)
+		res.Notes = append(res.Notes, "shellgate: the host's free disk space fell below its reserve during this command; files written are kept, but further commands and file copies into sandboxes are refused until space is freed\n"...)
 	}
 	if cmd.CheckHome {
 		res.HomeUnchanged = !inst.watch.changed()

@@ -186,12 +186,21 @@ func RunShell(ctx context.Context, ex Executor, name string, p Plan) ([]CommandO
 }
 
 // Output shapes a sandbox result: text capped at maxChars characters per
-// stream (invalid UTF-8 shown as U+FFFD) with the truncation marked.
+// stream (invalid UTF-8 shown as U+FFFD) with the truncation marked, and
+// the sandbox's notes after stderr, whole.
 func Output(r sandbox.Result, maxChars int) CommandOutput {
 	var cutOut, cutErr bool
 	o := CommandOutput{}
 	o.Stdout, cutOut = capText(r.Stdout, r.StdoutBytes, maxChars)
 	o.Stderr, cutErr = capText(r.Stderr, r.StderrBytes, maxChars)
+	if len(r.Notes) > 0 {
+		// Shellgate's own word on the command comes after the cap: a
+		// flood of "can't fork" must not hide that a limit was reached.
+		if o.Stderr != "" && !strings.HasSuffix(o.Stderr, "\n") {
+			o.Stderr += "\n"
+		}
+		o.Stderr += string(r.Notes)
+	}
 	o.Truncated = cutOut || cutErr
 	if r.TimedOut {
 		o.Outcome = Outcome{Type: "timeout"}

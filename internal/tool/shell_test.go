@@ -111,6 +111,17 @@ func TestOutputShaping(t *testing.T) {
 	if o := Output(sandbox.Result{TimedOut: true}, 10); o.Outcome.Type != "timeout" || o.Outcome.ExitCode != nil {
 		t.Errorf("timeout outcome: %+v", o.Outcome)
 	}
+	// The sandbox's notes come after stderr whole, whatever cut stderr: a
+	// fork bomb's flood of "can't fork" must not hide the process limit.
+	note := "shellgate: the command reached the sandbox's process limit\n"
+	flood := strings.Repeat("sh: can't fork\n", 100)
+	o := Output(sandbox.Result{Stderr: []byte(flood), StderrBytes: int64(len(flood)), Notes: []byte(note)}, 20)
+	if !strings.Contains(o.Stderr, TruncationMarker) || !strings.HasSuffix(o.Stderr, "]\n"+note) {
+		t.Errorf("a capped stderr lost or mangled the notes: %q", o.Stderr)
+	}
+	if o := Output(sandbox.Result{Notes: []byte(note)}, 20); o.Stderr != note {
+		t.Errorf("notes alone: %q", o.Stderr)
+	}
 }
 
 // TestParseShellArgsMatchesDecoder: the one-pass decoder of the common

@@ -306,17 +306,17 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	default:
 		return sandbox.Result{}, err
 	}
-	if out.Error != "" {
-		out.Stderr = append(out.Stderr, []byte("shellgate: "+out.Error+"\n")...)
-	}
 	res := sandbox.Result{
 		Stdout: out.Stdout, Stderr: out.Stderr,
 		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes,
 		ExitCode: out.ExitCode, TimedOut: out.TimedOut,
 	}
+	if out.Error != "" {
+		res.Notes = append(res.Notes, "shellgate: "+out.Error+"\n"...)
+	}
 	if out.ProcessLimit {
 		res.ProcessLimit = true
-		res.Stderr = append(res.Stderr, "shellgate: the command reached the sandbox's process limit; creating more processes failed with EAGAIN\n"...)
+		res.Notes = append(res.Notes, "shellgate: the command reached the sandbox's process limit; creating more processes failed with EAGAIN\n"...)
 	}
 	return res, nil
 }
