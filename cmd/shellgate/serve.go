@@ -64,6 +64,7 @@ func runServe(ctx context.Context, args []string) error {
 		return nil
 	})
 	retention := fs.Duration("retention", server.DefaultRetention, "a container's files are deleted this long after its last use, unless it has its own expires_after")
+	sweepEvery := fs.Duration("sweep-every", time.Minute, "how often expired containers and old request logs are swept, and memory a burst of requests took is given back to the system")
 	callWait := fs.Duration("call-wait", server.DefaultCallWait, "how long an exec call waits for the container's previous call before answering 409")
 	grace := fs.Duration("shutdown-grace", time.Minute, "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled and reported")
 	maxUpload := fs.Int64("max-upload-mb", server.DefaultMaxUploadBytes>>20, "largest file an upload may carry, in MiB (workspace files and container files)")
@@ -247,7 +248,7 @@ func runServe(ctx context.Context, args []string) error {
 		Sandboxes: mgr, Keys: backend, Containers: backend, Ledger: backend, WorkspaceFiles: backend,
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(), Logs: st.Logs(),
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
-		Retention: *retention, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: unlimitedIfZero(*maxConc),
+		Retention: *retention, SweepEvery: *sweepEvery, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: unlimitedIfZero(*maxConc),
 		MaxContainers: unlimitedIfZero(*maxContainers), MaxAwake: unlimitedIfZero(*maxAwake),
 		MaxWorkspaceFileBytes: unlimitedIfZero(*maxWSFilesMB << 20),
 		MaxBodyBytesInFlight:  maxBodyInFlight,

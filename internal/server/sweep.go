@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime/debug"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
@@ -142,6 +143,10 @@ func (s *Server) sweepLoop(ctx context.Context) {
 		if n, err := s.SweepLogs(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "request-log sweep failed", "deleted", n, "err", err)
 		}
+		// What a burst took (a thousand connections' buffers, bodies in
+		// flight) goes back to the operating system now, not at the
+		// runtime's own pace: a collection and a scavenge, once a sweep.
+		debug.FreeOSMemory()
 		if time.Since(lastBlobs) >= blobSweepEvery {
 			lastBlobs = time.Now()
 			if n, err := s.SweepBlobs(ctx); err != nil && ctx.Err() == nil {
