@@ -177,6 +177,12 @@ func fileSecurityCases(t *testing.T, rt string) {
 			if d := time.Since(start); d > 20*time.Second {
 				t.Errorf("download %s took %s", rel, d)
 			}
+			// As docs/http-api.md says: a FIFO is a 400 (not a regular
+			// file), except under gVisor, where it exists only in gVisor's
+			// kernel, never in the home: no such file, 404.
+			if want := map[bool]int{true: 404, false: 400}[rt == "runsc"]; rel == "fifo" && st != want {
+				t.Errorf("download of a FIFO on %s: %d, want %d as the docs say", rt, st, want)
+			}
 		}
 		var f ContainerFile
 		st, b := e.do("GET", base+"/"+CFileID("sparse"), e.keyA, nil)
