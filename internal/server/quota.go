@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -15,7 +16,7 @@ import (
 //
 //	quota                      default   flag                        over it
 //	containers that exist      100       --max-containers            403 (delete one)
-//	containers awake at once   10        --max-awake                 429 (one goes to sleep)
+//	containers awake at once   10        --max-awake                 the least recently used idle one sleeps; 429 if all are busy
 //	bytes of workspace files   10 GiB    --max-workspace-files-mb    403 (delete files)
 //	requests in flight         64        --max-concurrent            429 (one ends)
 //
@@ -66,7 +67,7 @@ func containersQuota(max int) *apiError {
 
 func awakeQuota(max int) *apiError {
 	return quotaError(http.StatusTooManyRequests, flagMaxAwake,
-		"this workspace has %d containers awake on this server, its quota of containers awake at once: retry when one of them goes to sleep (after the server's --idle-sleep without a command) or is deleted", max)
+		"this workspace has %d containers awake on this server, its quota of containers awake at once, and each of them has a call in progress: retry when one ends (an idle one is then put to sleep for the new one)", max)
 }
 
 func fileBytesQuota(max, used int64) *apiError {
@@ -91,12 +92,12 @@ func fileBytesQuota(max, used int64) *apiError {
 // in one workspace never go over it. The count is this process's: each
 // replica has its own sandboxes.
 //
-// At the quota it refuses rather than putting the workspace's
-// least-recently-used container to sleep for the new one: a container
-// idle between two steps of a model's turn looks the same as an
-// abandoned one, and sleeping it would end what runs in it in the
-// background and make that turn's next step pay a wake. The idle sweep
-// (--idle-sleep) frees slots of containers that are really idle.
+// At the quota the workspace's least recently used container with no
+// call in progress is put to sleep for the new one (its files are kept;
+// what ran in it in the background ends, as at an idle sleep), so a
+// workspace whose requests each start a container (a stateless client)
+// keeps working; only when every counted container has a call in
+// progress is the new one refused with awakeQuota.
 type awakeCounter struct {
 	sandbox.Backend
 	max int
@@ -111,7 +112,8 @@ type awakeCounter struct {
 
 type awakeEntry struct {
 	p       Principal
-	pending int // Creates and Execs in progress
+	pending int       // Creates and Execs in progress
+	last    time.Time // when the last of them ended
 }
 
 func newAwakeCounter(b sandbox.Backend, max int, owner func(ctx context.Context, id string) (Principal, bool, error)) *awakeCounter {
@@ -163,13 +165,48 @@ func (a *awakeCounter) admit(ctx context.Context, name string) (release func(), 
 	// Forget p's containers that went to sleep: this keeps what is
 	// tracked to at most max per workspace.
 	a.pruneLocked(p)
+	var victim string
 	if a.ws[p] >= a.max {
-		return nil, awakeQuota(a.max)
+		if victim = a.idlestLocked(p); victim == "" {
+			return nil, awakeQuota(a.max)
+		}
+		// Its place is this call's from now: a call that begins on it
+		// meanwhile is admitted afresh, against the quota.
+		delete(a.byID, victim)
+		a.ws[p]--
 	}
 	e = &awakeEntry{p: p, pending: 1}
 	a.byID[name] = e
 	a.ws[p]++
-	return a.releaser(e), nil
+	release = a.releaser(e)
+	if victim != "" {
+		a.mu.Unlock()
+		err := a.Backend.Sleep(context.WithoutCancel(ctx), victim)
+		a.mu.Lock()
+		if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			if a.byID[name] == e {
+				delete(a.byID, name)
+				if a.ws[p]--; a.ws[p] <= 0 {
+					delete(a.ws, p)
+				}
+			}
+			return nil, fmt.Errorf("putting container %s to sleep for %s (the workspace's quota of containers awake at once): %w", victim, name, err)
+		}
+	}
+	return release, nil
+}
+
+// idlestLocked is p's counted container with no call in progress that
+// was used least recently; "" when every one has a call in progress.
+func (a *awakeCounter) idlestLocked(p Principal) string {
+	var id string
+	var last time.Time
+	for k, e := range a.byID {
+		if e.p == p && e.pending == 0 && (id == "" || e.last.Before(last)) {
+			id, last = k, e.last
+		}
+	}
+	return id
 }
 
 func (a *awakeCounter) releaser(e *awakeEntry) func() {
@@ -178,6 +215,7 @@ func (a *awakeCounter) releaser(e *awakeEntry) func() {
 		once.Do(func() {
 			a.mu.Lock()
 			e.pending--
+			e.last = time.Now()
 			a.mu.Unlock()
 		})
 	}

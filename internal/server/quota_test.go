@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shellgate/shellgate/sandbox"
 )
 
 // quotaRefusal checks an answer over a quota: the status, and the route's
@@ -138,39 +140,52 @@ func TestWorkspaceQuotas(t *testing.T) {
 		w := newServerOnStore(t, e.mgr, e.data, e.st, func(c *Config) { c.MaxAwake = 2 })
 		newTestServer(t, w)
 		key, other := w.newKey("acme", "awake"), w.newKey("acme", "awake-other")
+		p := Principal{"acme", "awake"}
 		x1, x2 := w.create(key, "x1"), w.create(key, "x2")
-		st, b := w.do("POST", "/api/v1/containers", key, map[string]string{"name": "x3"})
-		quotaRefusal(t, "a third create", st, b, http.StatusTooManyRequests, false, "--max-awake")
-		st, b = w.do("POST", "/v1/containers", key, map[string]string{"name": "x3"})
-		quotaRefusal(t, "a third create on /v1", st, b, http.StatusTooManyRequests, true, "--max-awake")
-		if n := w.srv.awake.awake(Principal{"acme", "awake"}); n != 2 {
+		w.exec(key, "x2", "true") // x1 is now the least recently used
+		// At the quota, the least recently used idle container sleeps for
+		// the new one: a stateless client (a new container per request)
+		// keeps working.
+		x3 := w.create(key, "x3")
+		if st, _ := e.mgr.Status(x1.ID); st != sandbox.Sleeping {
+			t.Fatalf("x1 is %s, want put to sleep for x3", st)
+		}
+		if n := w.srv.awake.awake(p); n != 2 {
 			t.Fatalf("%d containers counted awake, want 2", n)
 		}
+		if r := w.exec(key, "x1", "echo back"); r.Output[0].Stdout != "back\n" {
+			t.Fatalf("x1 after its sleep: %+v", r)
+		}
+		if st, _ := e.mgr.Status(x2.ID); st != sandbox.Sleeping {
+			t.Fatalf("x2 is %s, want put to sleep for x1", st)
+		}
+		// With every counted container busy, the next is refused.
+		ch1, _ := w.streamExec(key, "x1", map[string]any{"commands": []string{"sleep 3"}})
+		ch3, _ := w.streamExec(key, "x3", map[string]any{"commands": []string{"sleep 3"}})
+		waitEvent(t, ch1, "command.started")
+		waitEvent(t, ch3, "command.started")
+		st, b := w.do("POST", "/api/v1/containers", key, map[string]string{"name": "x4"})
+		quotaRefusal(t, "a create while all are busy", st, b, http.StatusTooManyRequests, false, "--max-awake")
+		st, b = w.do("POST", "/v1/containers", key, map[string]string{"name": "x4"})
+		quotaRefusal(t, "a create on /v1 while all are busy", st, b, http.StatusTooManyRequests, true, "--max-awake")
+		st, b = w.do("POST", "/api/v1/containers/x2/exec", key, map[string]any{"commands": []string{"true"}})
+		quotaRefusal(t, "an exec that wakes a third while all are busy", st, b, http.StatusTooManyRequests, false, "--max-awake")
+		// Another workspace is unaffected.
+		w.create(other, "y1")
+		waitEvent(t, ch1, "result")
+		waitEvent(t, ch3, "result")
 		var l listObject
 		st, b = w.do("GET", "/api/v1/containers", key, nil)
 		w.must(st, b, &l)
-		if len(l.Data) != 2 {
+		if len(l.Data) != 3 {
 			t.Fatalf("a create refused by the awake quota left its record: %d containers", len(l.Data))
 		}
-		// Another workspace is unaffected.
-		w.create(other, "y1")
-		// A container put to sleep (as the idle sweep does) frees a place.
-		if err := e.mgr.Sleep(t.Context(), x1.ID); err != nil {
-			t.Fatal(err)
+		// The refused exec on x2 was not billed: x2 has its one exec.
+		for _, c := range w.getUsage(key, "").ByContainer {
+			if c.ContainerID == x2.ID && c.Events != 1 {
+				t.Fatalf("x2's usage %+v, want the one exec that ran", c)
+			}
 		}
-		w.create(key, "x3")
-		// Waking x1 again would make three.
-		st, b = w.do("POST", "/api/v1/containers/x1/exec", key, map[string]any{"commands": []string{"true"}})
-		quotaRefusal(t, "an exec that wakes a third", st, b, http.StatusTooManyRequests, false, "--max-awake")
-		if err := e.mgr.Sleep(t.Context(), x2.ID); err != nil {
-			t.Fatal(err)
-		}
-		if r := w.exec(key, "x1", "echo hi"); r.Output[0].Stdout != "hi\n" {
-			t.Fatalf("exec after a sleep: %+v", r)
-		}
-		// The refused call was not billed: one exec event in the ledger.
-		if u := w.getUsage(key, ""); len(u.ByContainer) != 1 || u.ByContainer[0].Events != 1 {
-			t.Fatalf("usage %+v, want the one exec that ran", u.ByContainer)
-		}
+		_ = x3
 	})
 }
