@@ -39,6 +39,7 @@ const (
 	flagMaxAwake                 = "--max-awake"
 	flagMaxWorkspaceFiles        = "--max-workspace-files-mb"
 	flagMaxConcurrent            = "--max-concurrent"
+	flagMaxBodyInFlight          = "--max-inflight-body-mb"
 	quotaRaise                   = "the server's operator raises it with `shellgate serve %s`"
 )
 

@@ -122,8 +122,8 @@ func (l *wsLimits) admitBody(p Principal, n int64) (release func(), err *apiErro
 	defer l.mu.Unlock()
 	w := l.entryLocked(p, time.Now())
 	if w.bodyBytes > 0 && w.bodyBytes+n > l.maxBody {
-		e := errorf(http.StatusTooManyRequests, "this workspace's requests in flight already hold %d bytes of request bodies; this one's %d bytes would pass its limit of %d "+
-			"(shellgate serve --max-inflight-body-mb; a body sent without Content-Length counts as the route's cap); retry when one ends", w.bodyBytes, n, l.maxBody)
+		e := quotaError(http.StatusTooManyRequests, flagMaxBodyInFlight, "this workspace's requests in flight already hold %d bytes of request bodies; this one's %d bytes would pass its limit of %d "+
+			"(a body sent without Content-Length counts as the route's cap): retry when one ends", w.bodyBytes, n, l.maxBody)
 		e.retryAfter = 1
 		return nil, e
 	}
