@@ -152,12 +152,8 @@ func decodeJSON(r *http.Request, v any, emptyOK bool) error {
 		err = errDataAfter
 	}
 	if body.err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(body.err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
-		}
-		if stall := (*bodyStallError)(nil); errors.As(body.err, &stall) {
-			return errorf(http.StatusRequestTimeout, "%v", stall)
+		if ae := bodyLimitError(body.err); ae != nil {
+			return ae
 		}
 		return errorf(http.StatusBadRequest, "reading the request body: %v", body.err)
 	}

@@ -52,6 +52,22 @@ func nextPart(mr *multipart.Reader) (*multipart.Part, error) {
 // cap (413), a body that stalled (408), or one cut short or malformed
 // (400).
 func bodyError(err error) error {
+	if ae := bodyLimitError(err); ae != nil {
+		return ae
+	}
+	switch {
+	case errors.Is(err, errUploadTooLarge):
+		return errorf(http.StatusRequestEntityTooLarge, "%v", err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, "malformed multipart body: it ends early")
+	}
+	return errorf(http.StatusBadRequest, "malformed multipart body: %v", err)
+}
+
+// bodyLimitError is the answer to a body read cut by one of the server's
+// bounds — the route's cap (413) or a stall (408) — and nil for any other
+// error, which each decoder words itself.
+func bodyLimitError(err error) *apiError {
 	var mbe *http.MaxBytesError
 	var stall *bodyStallError
 	switch {
@@ -59,12 +75,8 @@ func bodyError(err error) error {
 		return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
 	case errors.As(err, &stall):
 		return errorf(http.StatusRequestTimeout, "%v", stall)
-	case errors.Is(err, errUploadTooLarge):
-		return errorf(http.StatusRequestEntityTooLarge, "%v", err)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errorf(http.StatusBadRequest, "malformed multipart body: it ends early")
 	}
-	return errorf(http.StatusBadRequest, "malformed multipart body: %v", err)
+	return nil
 }
 
 // readField reads a small form field.
