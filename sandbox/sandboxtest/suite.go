@@ -263,6 +263,9 @@ sleep 1000`
 		checkSameSandbox(t, m, box, "fork loop", o)
 
 		bomb := Shell(t, m, box, tool.ShellArgs{Commands: []string{`bomb() { bomb | bomb & }; bomb; sleep 2`}, TimeoutMs: i64(5000)})[0]
+		if !strings.Contains(bomb.Stderr, "shellgate: the command reached the sandbox's process limit") {
+			t.Errorf("fork bomb: the result does not say the limit was reached: %+v …%q", bomb.Outcome, bomb.Stderr[max(0, len(bomb.Stderr)-300):])
+		}
 		checkSameSandbox(t, m, box, "fork bomb", bomb)
 	})
 	t.Run("10 disk limit", func(t *testing.T) {
