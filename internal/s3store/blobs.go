@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/shellgate/shellgate/internal/ctxio"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/sandbox/ctxio"
 )
 
 // MaxBlobBytes is the largest blob one PutObject can carry (S3's limit

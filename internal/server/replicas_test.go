@@ -19,10 +19,10 @@ import (
 	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // replica is one gateway replica of a test cluster: its own data

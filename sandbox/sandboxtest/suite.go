@@ -19,13 +19,13 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/runtime"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // ImagesDir is where the suite finds images: $SHELLGATE_TEST_IMAGES, else

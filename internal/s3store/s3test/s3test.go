@@ -32,7 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // Server is a running versitygw.
