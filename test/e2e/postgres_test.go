@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 )
 

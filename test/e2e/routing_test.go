@@ -5,7 +5,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 )
 
