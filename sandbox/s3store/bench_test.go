@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/s3store"
 	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
-	"github.com/shellgate/shellgate/sandbox/homearchive"
 )
 
 // BenchmarkWake is the wake of a home from S3 (versitygw on loopback) by
