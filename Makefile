@@ -5,9 +5,12 @@ BIN := bin
 .PHONY: build setup images node-clients parity-node console-node demo test bench clean
 
 # Both binaries are static: the agent runs inside sandboxes of any image.
+# -s -w leave out the symbol table and DWARF: panics' stack traces and
+# `go version -m` still work (they read pclntab and the build info).
+LDFLAGS := -s -w
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shellgate ./cmd/shellgate
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shellgate-agent ./cmd/shellgate-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/shellgate ./cmd/shellgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/shellgate-agent ./cmd/shellgate-agent
 
 setup:
 	scripts/setup-host.sh

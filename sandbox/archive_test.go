@@ -3,10 +3,9 @@ package sandbox_test
 import (
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
@@ -27,12 +26,7 @@ func TestHomeArchive(t *testing.T) {
 	})
 	t.Run("s3", func(t *testing.T) {
 		sandboxtest.ArchiveSuite(t, "crun", func(t *testing.T) homearchive.Objects {
-			s, err := s3store.Open(t.Context(), s3test.NewBucket(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s.Objects("homes")
+			return s3test.Open(t, s3test.NewBucket(t)).Objects("homes")
 		})
 	})
 }

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellgate/shellgate/internal/ctxio"
+	"github.com/shellgate/shellgate/sandbox/ctxio"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/homefs"
 	"github.com/shellgate/shellgate/sandbox/mounts"

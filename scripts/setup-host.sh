@@ -45,7 +45,7 @@ if ! command -v runsc >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]
 	echo "$want" > "$stamp"
 fi
 # versitygw: the S3-compatible server the tests of S3 storage and of the
-# home archive start on loopback (internal/s3store/s3test), pinned, from
+# home archive start on loopback (sandbox/s3store/s3test), pinned, from
 # the Go module proxy.
 VERSITYGW_VERSION=v1.8.0
 want="github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"

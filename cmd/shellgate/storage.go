@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/shellgate/shellgate/internal/s3store"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/internal/store/s3blobs"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
+	"github.com/shellgate/shellgate/sandbox/s3store"
 )
 
 const (
@@ -99,7 +100,7 @@ func openStorage(ctx context.Context, spec, dataDir string) (*storage, error) {
 		return nil, err
 	}
 	ar.Key = key
-	return &storage{blobs: s.Blobs(), archive: ar, kubeHomes: s.Objects(kubeHomesDir), archiveKey: key, desc: s.String(), close: s.Close}, nil
+	return &storage{blobs: s3blobs.New(s), archive: ar, kubeHomes: s.Objects(kubeHomesDir), archiveKey: key, desc: s.String(), close: s.Close}, nil
 }
 
 // kubeArchiver is the home archive of Kubernetes sandboxes in this

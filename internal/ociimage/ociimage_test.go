@@ -16,8 +16,8 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/shellgate/shellgate/internal/ociimage"
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/image"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // readBlob reads a descriptor's blob and checks its size and digest.

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // These tests run the real Run on a loopback listener and talk to it like

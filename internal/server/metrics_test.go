@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 func TestMetrics(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/internal/store/s3blobs"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -33,8 +34,8 @@ func TestReplicasGateway(t *testing.T) {
 	ma, mb := gatewaytest.Models{}, gatewaytest.Models{}
 	// Workspace files in the bucket, as --storage s3://… keeps them: one
 	// uploaded through a replica is copied in on another.
-	a := cl.replica(t, "node-a", func(c *Config) { c.Models, c.Blobs = ma, cl.s3.Blobs() })
-	b := cl.replica(t, "node-b", func(c *Config) { c.Models, c.Blobs = mb, cl.s3.Blobs() })
+	a := cl.replica(t, "node-a", func(c *Config) { c.Models, c.Blobs = ma, s3blobs.New(cl.s3) })
+	b := cl.replica(t, "node-b", func(c *Config) { c.Models, c.Blobs = mb, s3blobs.New(cl.s3) })
 	key := a.keyA
 	c := a.create(key, "gw")
 	a.exec(key, "gw", "echo only-on-a > /tmp/only-here") // A's sandbox's own layer

@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/cluster"
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
+	"github.com/shellgate/shellgate/sandbox/s3store"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // replica is one gateway replica of a test cluster: its own data
@@ -48,11 +48,7 @@ type testCluster struct {
 func newTestCluster(t testing.TB, portable bool) *testCluster {
 	c := &testCluster{dsn: pgtest.NewDatabase(t)}
 	if portable {
-		s3, err := s3store.Open(t.Context(), s3test.NewBucket(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s3.Close() })
+		s3 := s3test.Open(t, s3test.NewBucket(t))
 		c.objects, c.s3 = s3.Objects("homes"), s3
 	}
 	return c

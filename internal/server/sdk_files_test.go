@@ -14,9 +14,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/internal/store/s3blobs"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
 // The official clients, unchanged, against the real server: only the base
@@ -112,12 +112,8 @@ func TestWorkspaceFilesSDKs(t *testing.T) {
 
 // The same with the file bytes in S3 (versitygw), as `serve --storage s3://…`.
 func TestWorkspaceFilesSDKsS3(t *testing.T) {
-	s3, err := s3store.Open(t.Context(), s3test.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s3.Close() })
-	workspaceFilesSDKs(t, newEnv(t, "crun", "busybox", func(c *Config) { c.Blobs = s3.Blobs() }))
+	s3 := s3test.Open(t, s3test.NewBucket(t))
+	workspaceFilesSDKs(t, newEnv(t, "crun", "busybox", func(c *Config) { c.Blobs = s3blobs.New(s3) }))
 }
 
 func workspaceFilesSDKs(t *testing.T, e *env) {

@@ -20,10 +20,10 @@ import (
 
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // These tests run the server in-process over a real store (SQLite in a

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/ctxio"
+	"github.com/shellgate/shellgate/sandbox/ctxio"
 )
 
 // Blobs holds file bytes by id. Bytes are streamed in and out, never held

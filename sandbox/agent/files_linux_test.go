@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/homefs"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // fileUID is the commands' user of the file tests' agent.

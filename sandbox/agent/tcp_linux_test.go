@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/homefs"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // startTCPAgent runs the real agent binary in network mode as PID 1 of a new

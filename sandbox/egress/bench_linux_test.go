@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/egress/egresstest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // benchEnv is one internet and one sandbox network allowed to reach it.

@@ -22,9 +22,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/egress/egresstest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // records collects what the engine reports.

@@ -1,7 +1,7 @@
 package image
 
 import (
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 
 	"bytes"
 	"context"

@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/home"
@@ -298,7 +297,7 @@ echo ok`)
 		// A home with inodes enough for it (a sparse 2 GiB image).
 		bm, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.HomeBytes = 2 << 30 })
 		const box = "crowded"
-		o := Shell(t, bm, box, tool.ShellArgs{Commands: []string{fmt.Sprintf("mkdir many && cd many && seq 1 %d | xargs touch && echo ok", sandbox.MaxDirEntries+1)}, TimeoutMs: i64(240_000)})[0]
+		o := Shell(t, bm, box, Call{Commands: []string{fmt.Sprintf("mkdir many && cd many && seq 1 %d | xargs touch && echo ok", sandbox.MaxDirEntries+1)}, TimeoutMs: i64(240_000)})[0]
 		if o.Stdout != "ok\n" {
 			t.Fatalf("setup: %+v %q", o.Outcome, o.Stderr)
 		}

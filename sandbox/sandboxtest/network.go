@@ -14,7 +14,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/egress"
@@ -65,7 +64,7 @@ func OpenNetwork(t testing.TB, rt string, in *egresstest.Internet, opts ...func(
 // sh runs one command (30 s timeout) and returns its output and exit code.
 func sh(t testing.TB, m *sandbox.Manager, name, cmd string) (string, int) {
 	t.Helper()
-	o := Shell(t, m, name, tool.ShellArgs{Commands: []string{cmd}, TimeoutMs: i64(30000)})[0]
+	o := Shell(t, m, name, Call{Commands: []string{cmd}, TimeoutMs: i64(30000)})[0]
 	return o.Stdout + o.Stderr, exitCode(o)
 }
 
@@ -463,7 +462,7 @@ func NetworkBench(b *testing.B, rt string) {
 			// falls on both alike.
 			for j := range 2 {
 				if (i+j)%2 == 0 {
-					o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big"}, TimeoutMs: i64(120000)})[0]
+					o := Shell(b, m, "dl", Call{Commands: []string{"curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big"}, TimeoutMs: i64(120000)})[0]
 					var v float64
 					if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
 						b.Fatalf("curl: %+v", o)
@@ -489,7 +488,7 @@ func NetworkBench(b *testing.B, rt string) {
 		for i := 0; i < b.N; i++ {
 			for j := range 2 {
 				if (i+j)%2 == 0 {
-					o := Shell(b, m, "dl", tool.ShellArgs{Commands: []string{"python3 -c '" + bigReader + "' allowed.test"}, TimeoutMs: i64(120000)})[0]
+					o := Shell(b, m, "dl", Call{Commands: []string{"python3 -c '" + bigReader + "' allowed.test"}, TimeoutMs: i64(120000)})[0]
 					var v float64
 					if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
 						b.Fatalf("python3: %+v", o)

@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -210,7 +209,7 @@ func StorageSuite(t *testing.T, rt string) {
 		})
 		const box = "grow"
 		// 400 MB leaves about 200 MB free: below the reserve.
-		o := Shell(t, m, box, tool.ShellArgs{Commands: []string{"echo kept > f && dd if=/dev/zero of=big bs=1M count=400 conv=fsync 2>/dev/null && echo wrote"}, TimeoutMs: i64(120000)})[0]
+		o := Shell(t, m, box, Call{Commands: []string{"echo kept > f && dd if=/dev/zero of=big bs=1M count=400 conv=fsync 2>/dev/null && echo wrote"}, TimeoutMs: i64(120000)})[0]
 		if o.Stdout != "wrote\n" || !strings.Contains(o.Stderr, "fell below its reserve during this command") {
 			t.Fatalf("growing past the reserve: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
 		}

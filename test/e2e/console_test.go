@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // TestConsole drives the web console in headless Chromium (Debian's

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // TestServeUnderAbuse is the load test of the server's edge (docs/limits.md):

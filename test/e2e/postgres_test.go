@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
 // TestServePostgresReplicas runs two `shellgate serve` processes, each

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // TestServeProviders runs the binary as the README's Providers section

@@ -5,8 +5,8 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
 // TestServeRouting runs two `shellgate serve` processes as replicas with

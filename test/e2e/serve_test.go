@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // serveBinary builds shellgate and returns it with a data directory that

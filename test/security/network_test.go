@@ -26,7 +26,7 @@ func networkCases(t *testing.T, rt string) {
 	m, e, set := sandboxtest.OpenNetwork(t, rt, in)
 	run := func(box, cmd string) string {
 		t.Helper()
-		o := sandboxtest.Shell(t, m, box, tool.ShellArgs{Commands: []string{cmd}, TimeoutMs: i64(60000)})[0]
+		o := shell(t, m, box, tool.ShellArgs{Commands: []string{cmd}, TimeoutMs: i64(60000)})[0]
 		return o.Stdout + o.Stderr
 	}
 	ip := func(name string) string { return in.Addr(name).String() }

@@ -27,6 +27,26 @@ import (
 
 func i64(v int64) *int64 { return &v }
 
+// shell runs one shell call through the tool layer, as the gateway does.
+func shell(t testing.TB, m *sandbox.Manager, name string, args tool.ShellArgs) []tool.CommandOutput {
+	t.Helper()
+	p, err := args.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := tool.RunShell(context.Background(), m, name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// run runs one command with the tool's default limits.
+func run(t testing.TB, m *sandbox.Manager, name, cmd string) tool.CommandOutput {
+	t.Helper()
+	return shell(t, m, name, tool.ShellArgs{Commands: []string{cmd}})[0]
+}
+
 func code(o tool.CommandOutput) int {
 	if o.Outcome.ExitCode == nil {
 		return -1
@@ -38,7 +58,7 @@ func code(o tool.CommandOutput) int {
 // command looking.
 func leftovers(t *testing.T, m *sandbox.Manager, box string) string {
 	t.Helper()
-	o := sandboxtest.Run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' -e '\\[exe\\]' || true")
+	o := run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' -e '\\[exe\\]' || true")
 	return strings.TrimSpace(o.Stdout + o.Stderr)
 }
 
@@ -52,10 +72,10 @@ func cases(t *testing.T, rt string) {
 	m, data := sandboxtest.Open(t, rt, "busybox")
 	ctx := context.Background()
 	const box, neighbour = "victim", "neighbour"
-	sandboxtest.Run(t, m, neighbour, "echo neighbour-secret > secret.txt")
+	run(t, m, neighbour, "echo neighbour-secret > secret.txt")
 
 	t.Run("01 fork bomb [host DoS, peer DoS]", func(t *testing.T) {
-		o := sandboxtest.Shell(t, m, box, tool.ShellArgs{Commands: []string{`bomb() { bomb | bomb & }; bomb; sleep 2`}, TimeoutMs: i64(4000)})[0]
+		o := shell(t, m, box, tool.ShellArgs{Commands: []string{`bomb() { bomb | bomb & }; bomb; sleep 2`}, TimeoutMs: i64(4000)})[0]
 		if o.Outcome.Type != "timeout" && o.Outcome.Type != "exit" {
 			t.Fatalf("outcome %+v", o.Outcome)
 		}
@@ -66,12 +86,12 @@ func cases(t *testing.T, rt string) {
 		if left := leftovers(t, m, box); left != "" {
 			t.Errorf("processes left after the bomb:\n%s", left)
 		}
-		if n := sandboxtest.Run(t, m, neighbour, "cat secret.txt"); n.Stdout != "neighbour-secret\n" {
+		if n := run(t, m, neighbour, "cat secret.txt"); n.Stdout != "neighbour-secret\n" {
 			t.Errorf("neighbour affected: %+v %q", n.Outcome, n.Stderr)
 		}
 	})
 	t.Run("02 memory bombs: heap, /dev/shm, /tmp [host DoS]", func(t *testing.T) {
-		o := sandboxtest.Shell(t, m, box, tool.ShellArgs{Commands: []string{
+		o := shell(t, m, box, tool.ShellArgs{Commands: []string{
 			"tail /dev/zero",
 			"dd if=/dev/zero of=/dev/shm/fill bs=1M count=64",
 			"dd if=/dev/zero of=/tmp/fill bs=1M count=64",
@@ -84,24 +104,24 @@ func cases(t *testing.T, rt string) {
 				t.Errorf("fill %d not capped: %+v %q", i+1, c.Outcome, c.Stderr)
 			}
 		}
-		if n := sandboxtest.Run(t, m, box, "rm -f /tmp/fill /dev/shm/fill; echo alive"); n.Stdout != "alive\n" {
+		if n := run(t, m, box, "rm -f /tmp/fill /dev/shm/fill; echo alive"); n.Stdout != "alive\n" {
 			t.Errorf("after memory bombs: %+v %q", n.Outcome, n.Stderr)
 		}
 	})
 	t.Run("03 disk fill: one huge file, inode exhaustion [host DoS]", func(t *testing.T) {
-		o := sandboxtest.Run(t, m, box, "dd if=/dev/zero of=huge bs=1M count=100000 2>&1; rm -f huge")
+		o := run(t, m, box, "dd if=/dev/zero of=huge bs=1M count=100000 2>&1; rm -f huge")
 		if !strings.Contains(o.Stdout, "No space left") {
 			t.Errorf("huge file: %q", o.Stdout)
 		}
 		// Builtins only: no fork per file. (Not ':', a special builtin:
 		// its failed redirection would end the shell.)
-		o = sandboxtest.Shell(t, m, box, tool.ShellArgs{Commands: []string{`mkdir -p many && cd many && i=0; while echo -n 2>/dev/null >f$i; do i=$((i+1)); done; echo $i; cd .. && rm -rf many`}, TimeoutMs: i64(120000)})[0]
+		o = shell(t, m, box, tool.ShellArgs{Commands: []string{`mkdir -p many && cd many && i=0; while echo -n 2>/dev/null >f$i; do i=$((i+1)); done; echo $i; cd .. && rm -rf many`}, TimeoutMs: i64(120000)})[0]
 		var n int
 		fmt.Sscanf(o.Stdout, "%d", &n)
 		if o.Outcome.Type == "timeout" || n == 0 || n > 1<<20 {
 			t.Errorf("inode exhaustion: created %q files, %+v", o.Stdout, o.Outcome)
 		}
-		if next := sandboxtest.Run(t, m, box, "echo ok > after && cat after"); next.Stdout != "ok\n" {
+		if next := run(t, m, box, "echo ok > after && cat after"); next.Stdout != "ok\n" {
 			t.Errorf("after disk fill: %q %q", next.Stdout, next.Stderr)
 		}
 	})
@@ -109,7 +129,7 @@ func cases(t *testing.T, rt string) {
 		var before, after goruntime.MemStats
 		goruntime.GC()
 		goruntime.ReadMemStats(&before)
-		o := sandboxtest.Shell(t, m, box, tool.ShellArgs{Commands: []string{"head -c 200000000 /dev/urandom & head -c 200000000 /dev/urandom >&2; wait"}, TimeoutMs: i64(120000)})[0]
+		o := shell(t, m, box, tool.ShellArgs{Commands: []string{"head -c 200000000 /dev/urandom & head -c 200000000 /dev/urandom >&2; wait"}, TimeoutMs: i64(120000)})[0]
 		goruntime.GC()
 		goruntime.ReadMemStats(&after)
 		for name, s := range map[string]string{"stdout": o.Stdout, "stderr": o.Stderr} {
@@ -123,31 +143,31 @@ func cases(t *testing.T, rt string) {
 		}
 	})
 	t.Run("05 CPU spin on every core and descriptor exhaustion [host DoS]", func(t *testing.T) {
-		o := sandboxtest.Shell(t, m, box, tool.ShellArgs{Commands: []string{"for i in 1 2 3 4; do (while :; do :; done) & done; sleep 1000"}, TimeoutMs: i64(1500)})[0]
+		o := shell(t, m, box, tool.ShellArgs{Commands: []string{"for i in 1 2 3 4; do (while :; do :; done) & done; sleep 1000"}, TimeoutMs: i64(1500)})[0]
 		if o.Outcome.Type != "timeout" {
 			t.Errorf("spin: %+v", o.Outcome)
 		}
 		if left := leftovers(t, m, box); left != "" {
 			t.Errorf("spinners left:\n%s", left)
 		}
-		fd := sandboxtest.Run(t, m, box, "ulimit -Hn")
+		fd := run(t, m, box, "ulimit -Hn")
 		if strings.TrimSpace(fd.Stdout) != "8192" {
 			t.Errorf("descriptor limit: %q", fd.Stdout)
 		}
 	})
 	t.Run("07 sleep and wake while writing, many cycles [lost writes]", func(t *testing.T) {
 		for i := 0; i < 8; i++ {
-			sandboxtest.Run(t, m, box, fmt.Sprintf("echo %d >> cycles.log", i))
+			run(t, m, box, fmt.Sprintf("echo %d >> cycles.log", i))
 			if err := m.Sleep(ctx, box); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if o := sandboxtest.Run(t, m, box, "cat cycles.log | tr '\\n' ' '"); o.Stdout != "0 1 2 3 4 5 6 7 " {
+		if o := run(t, m, box, "cat cycles.log | tr '\\n' ' '"); o.Stdout != "0 1 2 3 4 5 6 7 " {
 			t.Errorf("writes lost across sleep/wake: %q", o.Stdout)
 		}
 	})
 	t.Run("08 /proc: environ, kcore, sysrq-trigger, /proc/sys [host leak, escape]", func(t *testing.T) {
-		o := sandboxtest.Run(t, m, box, `cat /proc/1/environ 2>/dev/null | tr '\0' '\n' | grep -c . ; head -c 1 /proc/kcore 2>/dev/null | wc -c; echo c > /proc/sysrq-trigger 2>/dev/null && echo SYSRQ; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null && echo PROCSYS; true`)
+		o := run(t, m, box, `cat /proc/1/environ 2>/dev/null | tr '\0' '\n' | grep -c . ; head -c 1 /proc/kcore 2>/dev/null | wc -c; echo c > /proc/sysrq-trigger 2>/dev/null && echo SYSRQ; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null && echo PROCSYS; true`)
 		if strings.Contains(o.Stdout, "SYSRQ") || strings.Contains(o.Stdout, "PROCSYS") {
 			t.Errorf("/proc writable: %q", o.Stdout)
 		}
@@ -161,7 +181,7 @@ func cases(t *testing.T, rt string) {
 		// tried for real, and the host's release_agent files must be
 		// unchanged afterwards.
 		before := hostReleaseAgents(t)
-		o := sandboxtest.Run(t, m, box, `touch /sys/x 2>/dev/null && echo SYS
+		o := run(t, m, box, `touch /sys/x 2>/dev/null && echo SYS
 for d in /sys/fs/cgroup/*/release_agent /sys/fs/cgroup/release_agent; do [ -e "$d" ] && { echo /tmp/pwn > "$d"; } 2>/dev/null && echo RELEASE; done
 mkdir -p /tmp/cg && for c in memory pids rdma cpu; do mount -t cgroup -o $c cgroup /tmp/cg 2>/dev/null && { echo CGMOUNT; echo /tmp/pwn > /tmp/cg/release_agent 2>/dev/null && echo RELEASE; umount /tmp/cg; }; done
 mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
@@ -174,13 +194,13 @@ mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
 		}
 	})
 	t.Run("10 no secrets, no capabilities, privileged syscalls denied [escape]", func(t *testing.T) {
-		o := sandboxtest.Run(t, m, box, `env | grep -i -E 'key|token|secret|pass' ; grep CapEff /proc/self/status; mount -t proc p /tmp 2>/dev/null && echo MOUNT; true`)
+		o := run(t, m, box, `env | grep -i -E 'key|token|secret|pass' ; grep CapEff /proc/self/status; mount -t proc p /tmp 2>/dev/null && echo MOUNT; true`)
 		if !strings.Contains(o.Stdout, "CapEff:\t0000000000000000") || strings.Contains(o.Stdout, "MOUNT") || strings.Contains(strings.ToLower(o.Stdout), "key=") {
 			t.Errorf("got %q", o.Stdout)
 		}
 	})
 	t.Run("11 host files and other sandboxes' homes [host leak, lateral movement]", func(t *testing.T) {
-		o := sandboxtest.Run(t, m, box, fmt.Sprintf(`find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -exec grep -l neighbour-secret {} + 2>/dev/null; ls %s 2>/dev/null; ls /var/lib/shellgate 2>/dev/null; true`, data))
+		o := run(t, m, box, fmt.Sprintf(`find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -exec grep -l neighbour-secret {} + 2>/dev/null; ls %s 2>/dev/null; ls /var/lib/shellgate 2>/dev/null; true`, data))
 		if strings.TrimSpace(o.Stdout) != "" {
 			t.Errorf("visible from the sandbox: %q", o.Stdout)
 		}
@@ -191,9 +211,9 @@ mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
 		var long tool.CommandOutput
 		go func() {
 			defer wg.Done()
-			long = sandboxtest.Shell(t, m, neighbour, tool.ShellArgs{Commands: []string{"sleep 3.14159; echo survived"}, TimeoutMs: i64(30000)})[0]
+			long = shell(t, m, neighbour, tool.ShellArgs{Commands: []string{"sleep 3.14159; echo survived"}, TimeoutMs: i64(30000)})[0]
 		}()
-		o := sandboxtest.Run(t, m, box, "sleep 0.5; ps -o args | grep -c '[s]leep 3.14159'; kill -9 -1 2>/dev/null; true")
+		o := run(t, m, box, "sleep 0.5; ps -o args | grep -c '[s]leep 3.14159'; kill -9 -1 2>/dev/null; true")
 		wg.Wait()
 		if strings.TrimSpace(o.Stdout) != "0" {
 			t.Errorf("neighbour's process visible: %q", o.Stdout)
@@ -203,11 +223,11 @@ mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
 		}
 	})
 	t.Run("21 the agent's control pipes cannot be driven from inside [escape, lateral movement]", func(t *testing.T) {
-		o := sandboxtest.Run(t, m, box, `printf '\004\000\000\000\001\000\000\000\002{}' > /proc/1/fd/1 2>/dev/null && echo FORGED; cat /proc/1/mem 2>/dev/null | head -c 1 | wc -c`)
+		o := run(t, m, box, `printf '\004\000\000\000\001\000\000\000\002{}' > /proc/1/fd/1 2>/dev/null && echo FORGED; cat /proc/1/mem 2>/dev/null | head -c 1 | wc -c`)
 		if strings.Contains(o.Stdout, "FORGED") || strings.TrimSpace(o.Stdout) != "0" {
 			t.Errorf("agent reachable: %q", o.Stdout)
 		}
-		if n := sandboxtest.Run(t, m, box, "echo still-fine"); n.Stdout != "still-fine\n" {
+		if n := run(t, m, box, "echo still-fine"); n.Stdout != "still-fine\n" {
 			t.Errorf("after the attempt: %q", n.Stdout)
 		}
 	})
@@ -221,7 +241,7 @@ mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
 			wg.Add(2)
 			go func(i int) {
 				defer wg.Done()
-				sandboxtest.Run(t, m, "busy", fmt.Sprintf("echo %d >> log", i))
+				run(t, m, "busy", fmt.Sprintf("echo %d >> log", i))
 			}(i)
 			go func() {
 				defer wg.Done()
@@ -231,7 +251,7 @@ mount -t cgroup2 none /tmp/cg 2>/dev/null && echo CG2MOUNT
 			}()
 		}
 		wg.Wait()
-		if o := sandboxtest.Run(t, m, "busy", "sort log | tr '\\n' ' '"); o.Stdout != "0 1 2 3 4 5 " {
+		if o := run(t, m, "busy", "sort log | tr '\\n' ' '"); o.Stdout != "0 1 2 3 4 5 " {
 			t.Errorf("lost writes: %q", o.Stdout)
 		}
 	})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunCheckingLeaks(m, 5*time.Second, nil) }

@@ -47,7 +47,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // Server is a running PostgreSQL cluster.

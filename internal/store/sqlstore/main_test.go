@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // TestMain fails the package if a test leaves goroutines behind (a store

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
 // BenchmarkArchiveRestore: one sleep's archive and one wake's restore of
@@ -114,11 +113,7 @@ func BenchmarkHas(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s3, err := s3store.Open(context.Background(), s3test.NewBucket(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s3.Close() })
+	s3 := s3test.Open(b, s3test.NewBucket(b))
 	c := kubetest.NewCluster(b)
 	for _, st := range []struct {
 		name string

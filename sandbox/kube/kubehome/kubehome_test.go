@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
@@ -23,6 +21,7 @@ import (
 	"github.com/shellgate/shellgate/sandbox/kube"
 	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
 // counting passes every call to the real store and counts the Puts.
@@ -46,12 +45,7 @@ func stores(t *testing.T, fn func(t *testing.T, obj homearchive.Objects)) {
 		fn(t, d)
 	})
 	t.Run("s3", func(t *testing.T) {
-		s, err := s3store.Open(t.Context(), s3test.NewBucket(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s.Objects("kubehomes"))
+		fn(t, s3test.Open(t, s3test.NewBucket(t)).Objects("kubehomes"))
 	})
 }
 

@@ -31,8 +31,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/testenv"
+	"github.com/shellgate/shellgate/sandbox/s3store"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // Server is a running versitygw.
@@ -67,6 +67,17 @@ func Shared(t testing.TB) *Server {
 		testenv.Missing(t, "versitygw is not installed (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0, or scripts/setup-host.sh)")
 	}
 	return shared.Get(t, "s3test", func() (*Server, error) { return Start(bin) })
+}
+
+// Open opens cfg's store for t, closed when t ends.
+func Open(t testing.TB, cfg s3store.Config) *s3store.Store {
+	t.Helper()
+	s, err := s3store.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // NewBucket creates an empty bucket on the shared server for t and

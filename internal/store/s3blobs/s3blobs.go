@@ -1,4 +1,9 @@
-package s3store
+// Package s3blobs keeps workspace files and uploads (a store.Blobs) in an
+// S3-compatible bucket, under PREFIX/files/ of a sandbox/s3store.Store:
+// spooled to an unlinked temporary file while counted and hashed, then one
+// PutObject with If-None-Match: *, so a blob is whole or absent and one of
+// two racing Puts wins; Open's reader seeks with ranged GETs.
+package s3blobs
 
 import (
 	"context"
@@ -14,8 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/shellgate/shellgate/internal/ctxio"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/sandbox/ctxio"
+	"github.com/shellgate/shellgate/sandbox/s3store"
 )
 
 // MaxBlobBytes is the largest blob one PutObject can carry (S3's limit
@@ -29,14 +35,18 @@ const MaxBlobBytes = 5 << 30
 // If-None-Match: *, so the object appears whole or not at all, and of two
 // Puts of one id (on any replica) exactly one wins. Open's reader is an
 // io.ReadSeeker (a seek starts a ranged GET) for HTTP range requests.
-type Blobs struct{ s *Store }
+type Blobs struct {
+	s      *s3store.Store
+	client *s3.Client
+	bucket string
+}
 
-// Blobs returns the store's blob view.
-func (s *Store) Blobs() *Blobs { return &Blobs{s: s} }
+// New returns the blob view of s.
+func New(s *s3store.Store) *Blobs { return &Blobs{s: s, client: s.Client(), bucket: s.Bucket()} }
 
 var _ store.Blobs = (*Blobs)(nil)
 
-func (b *Blobs) key(id string) *string { return aws.String(b.s.cfg.Prefix + "files/" + id) }
+func (b *Blobs) key(id string) *string { return aws.String(b.s.Key("files/" + id)) }
 
 func (b *Blobs) Put(ctx context.Context, id string, r io.Reader, maxBytes int64) (store.BlobInfo, error) {
 	if !store.ValidBlobID(id) {
@@ -46,7 +56,7 @@ func (b *Blobs) Put(ctx context.Context, id string, r io.Reader, maxBytes int64)
 		return store.BlobInfo{}, fmt.Errorf("%w: blob size cap %d", store.ErrInvalid, maxBytes)
 	}
 	maxBytes = min(maxBytes, MaxBlobBytes)
-	f, err := os.CreateTemp(b.s.cfg.TempDir, ".shellgate-blob-*")
+	f, err := os.CreateTemp(b.s.TempDir(), ".shellgate-blob-*")
 	if err != nil {
 		return store.BlobInfo{}, fmt.Errorf("blob %s: %w", id, err)
 	}
@@ -64,11 +74,11 @@ func (b *Blobs) Put(ctx context.Context, id string, r io.Reader, maxBytes int64)
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return store.BlobInfo{}, fmt.Errorf("blob %s: %w", id, err)
 	}
-	_, err = b.s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: &b.s.cfg.Bucket, Key: b.key(id), Body: f, ContentLength: &n,
+	_, err = b.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: &b.bucket, Key: b.key(id), Body: f, ContentLength: &n,
 		IfNoneMatch: aws.String("*"),
 	})
-	if preconditionFailed(err) {
+	if s3store.PreconditionFailed(err) {
 		return store.BlobInfo{}, fmt.Errorf("blob %s: %w", id, store.ErrConflict)
 	}
 	if err != nil {
@@ -81,8 +91,8 @@ func (b *Blobs) Open(ctx context.Context, id string) (io.ReadCloser, int64, erro
 	if !store.ValidBlobID(id) {
 		return nil, 0, fmt.Errorf("blob %q: %w", id, store.ErrNotFound)
 	}
-	out, err := b.s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.s.cfg.Bucket, Key: b.key(id)})
-	if notFound(err) {
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.bucket, Key: b.key(id)})
+	if s3store.NotFound(err) {
 		return nil, 0, fmt.Errorf("blob %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
@@ -97,14 +107,14 @@ func (b *Blobs) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("blob %q: %w", id, store.ErrNotFound)
 	}
 	// S3's DELETE succeeds on a missing key: ask first.
-	_, err := b.s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.s.cfg.Bucket, Key: b.key(id)})
-	if notFound(err) {
+	_, err := b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: b.key(id)})
+	if s3store.NotFound(err) {
 		return fmt.Errorf("blob %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", id, err)
 	}
-	if _, err := b.s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.s.cfg.Bucket, Key: b.key(id)}); err != nil {
+	if _, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: b.key(id)}); err != nil {
 		return fmt.Errorf("blob %s: %w", id, err)
 	}
 	return nil
@@ -112,7 +122,7 @@ func (b *Blobs) Delete(ctx context.Context, id string) error {
 
 func (b *Blobs) Walk(ctx context.Context, fn func(id string, stored time.Time) error) error {
 	prefix := *b.key("")
-	pages := s3.NewListObjectsV2Paginator(b.s.client, &s3.ListObjectsV2Input{Bucket: &b.s.cfg.Bucket, Prefix: &prefix})
+	pages := s3.NewListObjectsV2Paginator(b.client, &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: &prefix})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
@@ -148,11 +158,11 @@ func (o *object) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if o.body == nil {
-		in := &s3.GetObjectInput{Bucket: &o.b.s.cfg.Bucket, Key: o.b.key(o.id), Range: aws.String(fmt.Sprintf("bytes=%d-", o.off))}
+		in := &s3.GetObjectInput{Bucket: &o.b.bucket, Key: o.b.key(o.id), Range: aws.String(fmt.Sprintf("bytes=%d-", o.off))}
 		if o.etag != "" {
 			in.IfMatch = &o.etag
 		}
-		out, err := o.b.s.client.GetObject(o.ctx, in)
+		out, err := o.b.client.GetObject(o.ctx, in)
 		if err != nil {
 			return 0, fmt.Errorf("blob %s at %d: %w", o.id, o.off, err)
 		}

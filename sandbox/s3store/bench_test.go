@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/shellgate/shellgate/internal/s3store"
-	"github.com/shellgate/shellgate/internal/s3store/s3test"
 	"github.com/shellgate/shellgate/sandbox/homearchive"
+	"github.com/shellgate/shellgate/sandbox/s3store"
+	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
 // BenchmarkWake is the wake of a home from S3 (versitygw on loopback) by
@@ -22,7 +22,7 @@ import (
 // SDK's GetObject into a file, as `aws s3 cp` of one object). The homes
 // are full of random bytes (the worst case: no holes, no zero chunks).
 //
-//	go test -run '^$' -bench BenchmarkWake -benchtime 3x ./internal/s3store/
+//	go test -run '^$' -bench BenchmarkWake -benchtime 3x ./sandbox/s3store/
 func BenchmarkWake(b *testing.B) {
 	cfg := s3test.NewBucket(b)
 	st, err := s3store.Open(b.Context(), cfg)

@@ -1,8 +1,9 @@
-// Package s3store keeps Shellgate's file bytes in S3-compatible object
-// storage (AWS S3, versitygw, MinIO, Ceph RGW, R2…), through
-// aws-sdk-go-v2's S3 client: workspace files and uploads (Blobs, a
-// store.Blobs) and the chunks and manifests of archived sandbox homes
-// (Objects, for package homearchive).
+// Package s3store is a bucket (under a prefix) on an S3-compatible server
+// (AWS S3, versitygw, MinIO, Ceph RGW, R2…), through aws-sdk-go-v2's S3
+// client: the chunks and manifests of archived sandbox homes (Objects, for
+// package homearchive) and, above the sandbox layer, workspace files and
+// uploads (package internal/store/s3blobs builds its store.Blobs on a
+// Store).
 //
 // A Store is named by a URL:
 //
@@ -18,13 +19,11 @@
 //
 // # How it works
 //
-//   - `internal/s3store` is S3-compatible storage through aws-sdk-go-v2's S3
+//   - `sandbox/s3store` is S3-compatible storage through aws-sdk-go-v2's S3
 //     client (path-style, static credentials, checksums only where S3 requires
-//     them): `Blobs` (a `store.Blobs`: spooled to an unlinked temporary file
-//     while counted and hashed, then one `PutObject` with `If-None-Match: *`,
-//     so a blob is whole or absent and one of two racing Puts wins; `Open`'s
-//     reader seeks with ranged GETs) and `Objects` (a key space for the home
-//     archive). `internal/s3store/s3test` runs versitygw for tests like pgtest
+//     them): `Objects` (a key space for the home archive), and the client,
+//     keys and error tests that `internal/store/s3blobs` builds its `Blobs`
+//     on. `sandbox/s3store/s3test` runs versitygw for tests like pgtest
 //     runs PostgreSQL: posix backend in a temporary directory, free loopback
 //     port, random root keys, one server per test binary, one bucket per test.
 package s3store
@@ -159,6 +158,9 @@ func (s *Store) Client() *s3.Client { return s.client }
 func (s *Store) Bucket() string      { return s.cfg.Bucket }
 func (s *Store) Key(k string) string { return s.cfg.Prefix + k }
 
+// TempDir is where uploads wait while they are counted and hashed.
+func (s *Store) TempDir() string { return s.cfg.TempDir }
+
 // Close drops idle connections.
 func (s *Store) Close() error {
 	s.tr.CloseIdleConnections()
@@ -172,8 +174,8 @@ func nilIfEmpty(s string) *string {
 	return &s
 }
 
-// notFound reports whether err is S3's answer for a missing key.
-func notFound(err error) bool {
+// NotFound reports whether err is S3's answer for a missing key.
+func NotFound(err error) bool {
 	var nk *types.NoSuchKey
 	var nf *types.NotFound
 	if errors.As(err, &nk) || errors.As(err, &nf) {
@@ -183,10 +185,10 @@ func notFound(err error) bool {
 	return errors.As(err, &ae) && (ae.ErrorCode() == "NoSuchKey" || ae.ErrorCode() == "NotFound")
 }
 
-// preconditionFailed reports whether err is S3's answer to a conditional
+// PreconditionFailed reports whether err is S3's answer to a conditional
 // write whose condition failed (If-None-Match: * on an existing key), or
 // to two of them racing (409 ConditionalRequestConflict).
-func preconditionFailed(err error) bool {
+func PreconditionFailed(err error) bool {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		switch ae.ErrorCode() {
@@ -223,7 +225,7 @@ func (o *Objects) Put(ctx context.Context, key string, r io.ReadSeeker, size int
 // Get streams key's bytes.
 func (o *Objects) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	out, err := o.s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &o.s.cfg.Bucket, Key: aws.String(o.prefix + key)})
-	if notFound(err) {
+	if NotFound(err) {
 		return nil, fmt.Errorf("s3 get %s: %w", key, fs.ErrNotExist)
 	}
 	if err != nil {
@@ -235,7 +237,7 @@ func (o *Objects) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 // Exists reports whether key is stored.
 func (o *Objects) Exists(ctx context.Context, key string) (bool, error) {
 	_, err := o.s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &o.s.cfg.Bucket, Key: aws.String(o.prefix + key)})
-	if notFound(err) {
+	if NotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -247,7 +249,7 @@ func (o *Objects) Exists(ctx context.Context, key string) (bool, error) {
 // Delete removes key; a missing key is not an error.
 func (o *Objects) Delete(ctx context.Context, key string) error {
 	_, err := o.s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &o.s.cfg.Bucket, Key: aws.String(o.prefix + key)})
-	if err != nil && !notFound(err) {
+	if err != nil && !NotFound(err) {
 		return fmt.Errorf("s3 delete %s: %w", key, err)
 	}
 	return nil
