@@ -13,6 +13,9 @@ import (
 // infinity (which json.Marshal refuses); the caller then uses
 // json.Marshal.
 func AppendAny(b []byte, v any) ([]byte, bool) {
+	if Off.Load() {
+		return b, false
+	}
 	switch v := v.(type) {
 	case nil:
 		return append(b, "null"...), true

@@ -4,7 +4,17 @@
 // byte-identical to json.Marshal of the same Go value.
 package jsonw
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"encoding/json"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// Off, when set, makes AppendString and AppendStringNoHTML write with
+// encoding/json and AppendAny refuse: BenchmarkGatewayStep measures a step
+// both ways.
+var Off atomic.Bool
 
 // AppendString appends s as a JSON string the way encoding/json writes it
 // (HTML-safe: <, > and & escaped; U+2028, U+2029 escaped; invalid UTF-8
@@ -16,6 +26,13 @@ func AppendString(b []byte, s string) []byte { return appendString(b, s, true) }
 func AppendStringNoHTML(b []byte, s string) []byte { return appendString(b, s, false) }
 
 func appendString(b []byte, s string, escapeHTML bool) []byte {
+	if Off.Load() {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(escapeHTML)
+		enc.Encode(s)
+		return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	}
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
