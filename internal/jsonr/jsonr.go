@@ -11,6 +11,17 @@
 // the same bytes with encoding/json instead. So it fails on more inputs
 // than encoding/json, and where it succeeds it yields what encoding/json
 // would have (FuzzMatchesEncodingJSON in the callers' tests checks this).
+//
+// Why it is kept (issue 30's rule: a hand-written codec stays only where
+// it saves 30 µs or more per tool step): turning the readers off (every
+// answer and tool argument decoded by unmarshal instead) adds 21–36 µs to
+// the gateway's own time per step with jsonw on, and 34–46 µs with jsonw
+// off too, per client API (2026-12-04, load 10–14 on 2 vCPU; BENCHMARKS.md):
+//
+//	go test -count=1 -run XXX -bench BenchmarkGatewayStep -benchtime 120x ./internal/server/
+//
+// (nojsonr-step-gw-µs, encjson-step-gw-µs against step-gw-µs). Measured
+// under load; re-measure on a quiet machine before relying on the margin.
 package jsonr
 
 import (

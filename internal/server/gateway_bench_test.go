@@ -481,7 +481,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 			// The order of the gateway request and its direct twin
 			// alternates from one cycle to the next, so that neither side
 			// always gets the warmer caches of running second.
-			var offTotal, offGw, offCPU [len(codecModes)][]float64
+			var offTotal, offGw [len(codecModes)][]float64
 			defer setCodecs(codecModes[0])
 			for i := 0; b.Loop(); i++ {
 				mode := i % len(codecModes)
@@ -489,7 +489,6 @@ func BenchmarkGatewayStep(b *testing.B) {
 				setCodecs(codecModes[mode])
 				s0, s1 := runs[0](swap), runs[1](swap)
 				if mode > 0 {
-					offCPU[mode] = append(offCPU[mode], us(s1.cpu-s0.cpu)/float64(steps))
 					for _, s := range []stepSample{s0, s1} {
 						for k := range s.own[0] {
 							offGw[mode] = append(offGw[mode], us(s.own[0][k]))
@@ -534,7 +533,6 @@ func BenchmarkGatewayStep(b *testing.B) {
 					b.ReportMetric(median(offGw[mode+1]), m.name+"-step-gw-µs")
 					b.ReportMetric(median(tot)-median(totalDiff), m.name+"-saved-µs")
 					b.ReportMetric(median(offGw[mode+1])-median(ownGw), m.name+"-saved-gw-µs")
-					b.ReportMetric(median(offCPU[mode+1])-median(cpuStep), m.name+"-saved-cpu-µs")
 				}
 			}
 			b.ReportMetric(median(cpuStep), "cpu-µs/step")
