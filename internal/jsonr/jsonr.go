@@ -1,6 +1,6 @@
-// Package jsonr reads JSON of a known shape without reflection: the
-// reading counterpart of jsonw, for the upstream answers the gateway
-// decodes once per tool step.
+// Package jsonr reads JSON of a known shape without reflection, for the
+// upstream answers and tool arguments the gateway decodes once per tool
+// step.
 //
 // A Reader never guesses. It handles a subset of what encoding/json
 // accepts, and on anything outside it — a name that matches a known one
@@ -14,14 +14,15 @@
 //
 // Why it is kept (issue 30's rule: a hand-written codec stays only where
 // it saves 30 µs or more per tool step): turning the readers off (every
-// answer and tool argument decoded by unmarshal instead) adds 21–36 µs to
-// the gateway's own time per step with jsonw on, and 34–46 µs with jsonw
-// off too, per client API (2026-12-04, load 10–14 on 2 vCPU; BENCHMARKS.md):
+// answer and tool argument decoded by unmarshal instead) adds 34–46 µs to
+// the gateway's own time per step, per client API, with the results
+// written by encoding/json as they are now (2026-12-04, load 10–14 on
+// 2 vCPUs; BENCHMARKS.md), nojsonr-step-gw-µs against step-gw-µs of
 //
 //	go test -count=1 -run XXX -bench BenchmarkGatewayStep -benchtime 120x ./internal/server/
 //
-// (nojsonr-step-gw-µs, encjson-step-gw-µs against step-gw-µs). Measured
-// under load; re-measure on a quiet machine before relying on the margin.
+// Measured under load; re-measure on a quiet machine before relying on
+// the margin.
 package jsonr
 
 import (

@@ -18,7 +18,6 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 	"github.com/shellgate/shellgate/internal/jsonr"
-	"github.com/shellgate/shellgate/internal/jsonw"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -476,7 +475,7 @@ func BenchmarkGatewayStep(b *testing.B) {
 			var ownGw, ownDir, ownDiff, exchDiff, totalDiff []float64
 			// Iterations cycle through codecModes: the first runs as the
 			// gateway does (the metrics above); the others with some of
-			// the hand-written JSON codecs off (each use falls back to
+			// the hand-written JSON readers off (each use falls back to
 			// its library path), their step-total and step-gw kept apart.
 			// The order of the gateway request and its direct twin
 			// alternates from one cycle to the next, so that neither side
@@ -543,20 +542,17 @@ func BenchmarkGatewayStep(b *testing.B) {
 	}
 }
 
-// codecModes are the settings of the hand-written JSON codecs that
-// BenchmarkGatewayStep compares: all on (as the gateway runs), the readers
-// (jsonr: answers, tool arguments) off, the writers (jsonw) off, both off.
-var codecModes = [...]codecMode{{"codecs", false, false}, {"nojsonr", true, false}, {"nojsonw", false, true}, {"encjson", true, true}}
+// codecModes are the settings of the hand-written JSON readers that
+// BenchmarkGatewayStep compares: on (as the gateway runs) and off (jsonr:
+// answers and tool arguments decoded by the library).
+var codecModes = [...]codecMode{{"codecs", false}, {"nojsonr", true}}
 
 type codecMode struct {
-	name               string
-	jsonrOff, jsonwOff bool
+	name     string
+	jsonrOff bool
 }
 
-func setCodecs(m codecMode) {
-	jsonr.Off.Store(m.jsonrOff)
-	jsonw.Off.Store(m.jsonwOff)
-}
+func setCodecs(m codecMode) { jsonr.Off.Store(m.jsonrOff) }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
