@@ -9,14 +9,12 @@ import (
 	"io/fs"
 	"path"
 	"reflect"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/shellgate/shellgate/internal/jsonr"
-	"github.com/shellgate/shellgate/internal/jsonw"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -107,51 +105,13 @@ type CodeExecError struct {
 
 // CodeExecText is what the model reads for a code-execution result: the
 // content object as JSON, as encoding/json's Encoder writes it without
-// HTML escaping. A command's result, the one of every bash or Python step,
-// is written by hand (bashResultText), the others with the Encoder.
+// HTML escaping.
 func CodeExecText(content any) string {
-	if r, ok := content.(*BashResult); ok && r != nil {
-		return bashResultText(r)
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	enc.Encode(content)
 	return strings.TrimSuffix(buf.String(), "\n")
-}
-
-// bashResultText is CodeExecText of r, byte for byte
-// (TestCodeExecTextIsEncodingJSON), without the Encoder's reflection on
-// a step's path.
-func bashResultText(r *BashResult) string {
-	b := make([]byte, 0, 96+len(r.Type)+len(r.Stdout)+len(r.Stderr)+48*len(r.Content))
-	b = append(b, `{"type":`...)
-	b = jsonw.AppendStringNoHTML(b, r.Type)
-	b = append(b, `,"stdout":`...)
-	b = jsonw.AppendStringNoHTML(b, r.Stdout)
-	b = append(b, `,"stderr":`...)
-	b = jsonw.AppendStringNoHTML(b, r.Stderr)
-	b = append(b, `,"return_code":`...)
-	b = strconv.AppendInt(b, int64(r.ReturnCode), 10)
-	b = append(b, `,"content":`...)
-	if r.Content == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, f := range r.Content {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"type":`...)
-			b = jsonw.AppendStringNoHTML(b, f.Type)
-			b = append(b, `,"file_id":`...)
-			b = jsonw.AppendStringNoHTML(b, f.FileID)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
-	b = append(b, '}')
-	return string(b)
 }
 
 func codeExecResult(content any, executed bool) StepResult {

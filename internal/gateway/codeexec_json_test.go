@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -9,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/jsonr"
-	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
+	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
 )
 
 // argsShape has a field of each kind the code-execution tools decode.
@@ -66,7 +65,7 @@ func TestDecodeArgsMatchesDecoder(t *testing.T) {
 		`{"command":"ls"`, `{"command":"ls"}}`, `{"command":"ls"}]`, `{"command":"ls"} trailing`, `{"command":"ls"} {"command":"x"}`,
 		`  {"command":"ls"}  `, `{"command":"ls",}`, `{'command':'ls'}`, strings.Repeat(`[`, 10001) + strings.Repeat(`]`, 10001),
 	}
-	for _, s := range jsonwtest.Strings() {
+	for _, s := range jsonrtest.Strings() {
 		b, _ := json.Marshal(s)
 		corpus = append(corpus, `{"command":`+string(b)+`,"path":`+string(b)+`}`)
 	}
@@ -94,58 +93,7 @@ func TestDecodeArgsMatchesDecoder(t *testing.T) {
 			}
 		}
 	}
-	if read < len(jsonwtest.Strings())/2 {
+	if read < len(jsonrtest.Strings())/2 {
 		t.Errorf("the reader took %d of %d arguments", read, len(corpus))
-	}
-}
-
-// encoderText is CodeExecText as it was for every content: the Encoder.
-func encoderText(v any) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
-	return strings.TrimSuffix(buf.String(), "\n")
-}
-
-// BenchmarkCodeExecText: a command's result as the model reads it, written
-// by hand (lean) and by encoding/json's Encoder.
-func BenchmarkCodeExecText(b *testing.B) {
-	r := &BashResult{Type: "bash_code_execution_result", Stdout: "   region  total\n0   north   12.5\n1   south    7.0\n",
-		Stderr: "warning: <stdin> & friends\n", ReturnCode: 0, Content: []OutputFile{{Type: "bash_code_execution_output", FileID: "file_0123456789abcdef"}}}
-	for _, enc := range []struct {
-		name string
-		f    func(any) string
-	}{{"lean", CodeExecText}, {"encoder", encoderText}} {
-		b.Run(enc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				enc.f(r)
-			}
-		})
-	}
-}
-
-// TestCodeExecTextIsEncodingJSON: what the model reads for a code-execution
-// result is byte for byte what encoding/json's Encoder (no HTML escaping)
-// writes, for every result type and hostile text (the command result's
-// hand-written path above all).
-func TestCodeExecTextIsEncodingJSON(t *testing.T) {
-	ref := encoderText
-	for _, s := range jsonwtest.Strings() {
-		for _, v := range []any{
-			&BashResult{Type: "bash_code_execution_result", Stdout: s, Stderr: s, ReturnCode: -1, Content: []OutputFile{{Type: "bash_code_execution_output", FileID: s}, {Type: s}}},
-			&BashResult{Type: "code_execution_result", Stdout: s, ReturnCode: 127, Content: []OutputFile{}},
-			&BashResult{Type: s},
-			(*BashResult)(nil),
-			&ViewResult{Type: "text_editor_code_execution_view_result", Content: s, FileType: "text", NumLines: 3, StartLine: 1, TotalLines: 1 << 40},
-			&CreateResult{Type: s, IsFileUpdate: true},
-			&StrReplaceResult{Type: "text_editor_code_execution_str_replace_result", Lines: []string{"-" + s, "+" + s}, NewLines: 1, OldStart: -5},
-			&CodeExecError{Type: "bash_code_execution_tool_result_error", ErrorCode: "unavailable", ErrorMessage: s},
-		} {
-			if got, want := CodeExecText(v), ref(v); got != want {
-				t.Fatalf("%T with %q:\n got  %s\n want %s", v, s, got, want)
-			}
-		}
 	}
 }

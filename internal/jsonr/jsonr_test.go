@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
+	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
 )
 
 // docs is valid JSON a Reader must take whole.
@@ -45,7 +45,7 @@ func anyOf(data string) (any, bool) {
 func TestAnyMatchesEncodingJSON(t *testing.T) {
 	var all []string
 	all = append(all, docs...)
-	for _, s := range jsonwtest.Strings() {
+	for _, s := range jsonrtest.Strings() {
 		q, _ := json.Marshal(s)
 		all = append(all, string(q), `{"k":`+string(q)+`,"n":[`+string(q)+`]}`)
 	}

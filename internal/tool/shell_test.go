@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/jsonr"
-	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
+	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -138,7 +138,7 @@ func TestParseShellArgsMatchesDecoder(t *testing.T) {
 		`{"commands":["ls"]} trailing`, `  {"commands":["ls"]}  `, `{"commands":["ls"],}`, `{'commands':['ls']}`, `{"commands":["a\"b\\c\/d\n"]}`,
 		`{"max_output_length":"1","commands":["ls"]}`, `{"commands":["ls"],"timeout_ms":true}`, strings.Repeat(`[`, 10001) + strings.Repeat(`]`, 10001),
 	}
-	for _, s := range jsonwtest.Strings() {
+	for _, s := range jsonrtest.Strings() {
 		b, _ := json.Marshal(s)
 		corpus = append(corpus, `{"commands":[`+string(b)+`,"ls"],"timeout_ms":7,"max_output_length":null,"other":`+string(b)+`}`)
 	}
@@ -157,7 +157,7 @@ func TestParseShellArgsMatchesDecoder(t *testing.T) {
 	}
 	// The reader takes the common case (and leaves the rest to the
 	// decoders above).
-	if read < len(jsonwtest.Strings())/2 {
+	if read < len(jsonrtest.Strings())/2 {
 		t.Errorf("the reader took %d of %d arguments", read, len(corpus))
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/jsonr"
-	"github.com/shellgate/shellgate/internal/jsonw/jsonwtest"
+	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
 )
 
 // answerKinds are the lean views with a reader, each with a fresh value.
@@ -84,11 +84,11 @@ func readerEvents() map[string][]string {
 	return out
 }
 
-// hostileJSONStrings are jsonwtest's strings that are valid UTF-8, as
+// hostileJSONStrings are jsonrtest's strings that are valid UTF-8, as
 // JSON strings.
 func hostileJSONStrings() []string {
 	var q []string
-	for _, s := range jsonwtest.Strings() {
+	for _, s := range jsonrtest.Strings() {
 		if !strings.ContainsRune(strings.ToValidUTF8(s, "\uFFFD"), '\uFFFD') {
 			b, _ := json.Marshal(s)
 			q = append(q, string(b))

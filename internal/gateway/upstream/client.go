@@ -45,9 +45,8 @@
 //     value. The tools' arguments (`tool.ParseShellArgs`, the code-execution
 //     tools' `decodeArgs`) are read the same way, with `unmarshal` and then
 //     encoding/json's Decoder (whose errors the model reads) behind; Gemini's
-//     call arguments are written back with `jsonw.AppendAny` (json.Marshal's
-//     bytes for decoded values). A non-streamed answer is read into a pooled
-//     buffer (the views copy what they keep). Within a run the loop sets
+//     call arguments are written back with json.Marshal. A non-streamed
+//     answer is read into a pooled buffer (the views copy what they keep). Within a run the loop sets
 //     `Request.Encoded`, a memo (`encode.go`): each turn translates into SDK
 //     params and encodes only the messages added since the memo's (`Msgs`),
 //     the tools once (shared between runs with the same tools) and the other

@@ -14,7 +14,6 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/jsonr"
-	"github.com/shellgate/shellgate/internal/jsonw"
 )
 
 // Gemini is a Gemini API upstream (POST {base}/models/{model}:generateContent,
@@ -470,12 +469,5 @@ func argsObject(raw string) (map[string]any, error) {
 	return args, err
 }
 
-// marshalArgs is json.Marshal of a call's arguments, written by jsonw
-// when they hold only what a decoder puts in a map (they do, from an
-// answer).
-func marshalArgs(args map[string]any) ([]byte, error) {
-	if b, ok := jsonw.AppendAny(nil, args); ok {
-		return b, nil
-	}
-	return json.Marshal(args)
-}
+// marshalArgs is json.Marshal of a call's arguments.
+func marshalArgs(args map[string]any) ([]byte, error) { return json.Marshal(args) }

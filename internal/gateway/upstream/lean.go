@@ -9,7 +9,6 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
-	"github.com/shellgate/shellgate/internal/jsonw"
 )
 
 // Lean encoders of the conversation elements a tool step adds: the model's
@@ -37,11 +36,11 @@ func leanResponsesItem(b []byte, u *responses.ResponseInputItemUnionParam) ([]by
 			return b, false
 		}
 		b = append(b, `{"arguments":`...)
-		b = jsonw.AppendString(b, fc.Arguments)
+		b = appendString(b, fc.Arguments)
 		b = append(b, `,"call_id":`...)
-		b = jsonw.AppendString(b, fc.CallID)
+		b = appendString(b, fc.CallID)
 		b = append(b, `,"name":`...)
-		b = jsonw.AppendString(b, fc.Name)
+		b = appendString(b, fc.Name)
 		return append(b, `,"type":"function_call"}`...), true
 	case u.OfFunctionCallOutput != nil:
 		o := u.OfFunctionCallOutput
@@ -58,9 +57,9 @@ func leanResponsesItem(b []byte, u *responses.ResponseInputItemUnionParam) ([]by
 
 func appendCallOutput(b []byte, callID, output string) []byte {
 	b = append(b, `{"output":`...)
-	b = jsonw.AppendString(b, output)
+	b = appendString(b, output)
 	b = append(b, `,"call_id":`...)
-	b = jsonw.AppendString(b, callID)
+	b = appendString(b, callID)
 	return append(b, `,"type":"function_call_output"}`...)
 }
 
@@ -105,13 +104,13 @@ func messagesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte
 		}
 		r := p.Result
 		b = append(b, `{"tool_use_id":`...)
-		b = jsonw.AppendString(b, r.CallID)
+		b = appendString(b, r.CallID)
 		if r.IsError {
 			b = append(b, `,"is_error":true`...)
 		}
 		if r.Content != "" {
 			b = append(b, `,"content":[{"text":`...)
-			b = jsonw.AppendString(b, r.Content)
+			b = appendString(b, r.Content)
 			b = append(b, `,"type":"text"}]`...)
 		}
 		b = append(b, `,"type":"tool_result"}`...)
@@ -189,11 +188,11 @@ func leanBlock(b []byte, u *anthropic.ContentBlockParamUnion) ([]byte, bool) {
 			return b, false
 		}
 		b = append(b, `{"id":`...)
-		b = jsonw.AppendString(b, t.ID)
+		b = appendString(b, t.ID)
 		b = append(b, `,"input":`...)
 		b = append(b, in...)
 		b = append(b, `,"name":`...)
-		b = jsonw.AppendString(b, t.Name)
+		b = appendString(b, t.Name)
 		return append(b, `,"type":"tool_use"}`...), true
 	case u.OfToolResult != nil:
 		r := u.OfToolResult
@@ -203,7 +202,7 @@ func leanBlock(b []byte, u *anthropic.ContentBlockParamUnion) ([]byte, bool) {
 		}
 		start := len(b)
 		b = append(b, `{"tool_use_id":`...)
-		b = jsonw.AppendString(b, r.ToolUseID)
+		b = appendString(b, r.ToolUseID)
 		if r.IsError.Valid() {
 			b = append(b, `,"is_error":`...)
 			if r.IsError.Value {
@@ -239,7 +238,7 @@ func leanText(b []byte, t *anthropic.TextBlockParam) ([]byte, bool) {
 		return b, false
 	}
 	b = append(b, `{"text":`...)
-	b = jsonw.AppendString(b, t.Text)
+	b = appendString(b, t.Text)
 	return append(b, `,"type":"text"}`...), true
 }
 
@@ -285,7 +284,7 @@ func leanGeminiContent(b []byte, c **genai.Content) ([]byte, bool) {
 	b = append(b, ']')
 	if (*c).Role != "" {
 		b = append(b, `,"role":`...)
-		b = jsonw.AppendString(b, (*c).Role)
+		b = appendString(b, (*c).Role)
 	}
 	return append(b, '}'), true
 }
@@ -303,7 +302,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 		sep := false
 		if fc.ID != "" {
 			b = append(b, `"id":`...)
-			b = jsonw.AppendString(b, fc.ID)
+			b = appendString(b, fc.ID)
 			sep = true
 		}
 		if len(fc.Args) > 0 {
@@ -323,7 +322,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `"name":`...)
-			b = jsonw.AppendString(b, fc.Name)
+			b = appendString(b, fc.Name)
 		}
 		return append(b, `}}`...), true
 	case p.FunctionResponse != nil:
@@ -345,7 +344,7 @@ func leanGeminiPart(b []byte, p *genai.Part) ([]byte, bool) {
 			return b, false
 		}
 		b = append(b, `{"text":`...)
-		b = jsonw.AppendString(b, p.Text)
+		b = appendString(b, p.Text)
 		return append(b, '}'), true
 	}
 }
@@ -357,18 +356,18 @@ func appendFunctionResponse(b []byte, id, name, key, text string) []byte {
 	b = append(b, `{"functionResponse":{`...)
 	if id != "" {
 		b = append(b, `"id":`...)
-		b = jsonw.AppendString(b, id)
+		b = appendString(b, id)
 		b = append(b, ',')
 	}
 	if name != "" {
 		b = append(b, `"name":`...)
-		b = jsonw.AppendString(b, name)
+		b = appendString(b, name)
 		b = append(b, ',')
 	}
 	b = append(b, `"response":{"`...)
 	b = append(b, key...)
 	b = append(b, `":`...)
-	b = jsonw.AppendString(b, text)
+	b = appendString(b, text)
 	return append(b, `}}}`...)
 }
 
@@ -415,11 +414,18 @@ func chatResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []
 	}
 	for _, p := range req.Messages[mi].Parts {
 		b = append(b, `{"content":`...)
-		b = jsonw.AppendString(b, errorText(p.Result))
+		b = appendString(b, errorText(p.Result))
 		b = append(b, `,"tool_call_id":`...)
-		b = jsonw.AppendString(b, p.Result.CallID)
+		b = appendString(b, p.Result.CallID)
 		b = append(b, `,"role":"tool"}`...)
 		ends = append(ends, len(b))
 	}
 	return b, ends, true
+}
+
+// appendString appends s as json.Marshal writes it, as the SDKs' encoders
+// do for a string.
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
 }

@@ -1,6 +1,7 @@
-// Package jsonwtest holds the texts that differential tests of hand-written
-// JSON encoders (package jsonw's users) compare against encoding/json.
-package jsonwtest
+// Package jsonrtest holds the texts that differential tests of hand-written
+// JSON code (package jsonr's readers, the gateway's hand-written writers)
+// compare against encoding/json.
+package jsonrtest
 
 import (
 	"math/rand/v2"
