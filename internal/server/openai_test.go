@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/sandbox/egress"
 )
@@ -28,7 +29,7 @@ func (e *env) openAIClient(key string) openai.Client {
 
 // openAIEnvelope checks that body is OpenAI's error envelope
 // {"error":{"message","type","param","code"}} and returns its error.
-func openAIEnvelope(t *testing.T, status int, body []byte) openAIErrorDetail {
+func openAIEnvelope(t *testing.T, status int, body []byte) openaierr.Detail {
 	t.Helper()
 	var raw struct {
 		Error map[string]json.RawMessage `json:"error"`
@@ -41,7 +42,7 @@ func openAIEnvelope(t *testing.T, status int, body []byte) openAIErrorDetail {
 			t.Fatalf("status %d: envelope without %q: %s", status, k, body)
 		}
 	}
-	var eb openAIErrorBody
+	var eb openaierr.Body
 	json.Unmarshal(body, &eb)
 	if eb.Error.Message == "" || eb.Error.Type == "" {
 		t.Fatalf("status %d: empty message or type: %s", status, body)
