@@ -252,6 +252,17 @@ func (s *Server) fileErr(err error, ref, what string) error {
 }
 
 // fileParam parses {file_id}.
+// holdContainerFile is holdContainer for a route on one of the container's
+// files: the file's path, from {file_id}, is checked first.
+func (s *Server) holdContainerFile(r *http.Request, p Principal) (Container, string, func(), error) {
+	rel, err := fileParam(r)
+	if err != nil {
+		return Container{}, "", nil, err
+	}
+	c, release, err := s.holdContainer(r, p)
+	return c, rel, release, err
+}
+
 func fileParam(r *http.Request) (string, error) {
 	rel, err := ParseCFileID(r.PathValue("file_id"))
 	if err != nil {
@@ -336,11 +347,7 @@ func (s *Server) listContainerFilesRoute(w http.ResponseWriter, r *http.Request,
 }
 
 func (s *Server) getContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
-	rel, err := fileParam(r)
-	if err != nil {
-		return err
-	}
-	c, release, err := s.holdContainer(r, p)
+	c, rel, release, err := s.holdContainerFile(r, p)
 	if err != nil {
 		return err
 	}
@@ -354,11 +361,7 @@ func (s *Server) getContainerFileRoute(w http.ResponseWriter, r *http.Request, p
 }
 
 func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
-	rel, err := fileParam(r)
-	if err != nil {
-		return err
-	}
-	c, release, err := s.holdContainer(r, p)
+	c, rel, release, err := s.holdContainerFile(r, p)
 	if err != nil {
 		return err
 	}
@@ -382,11 +385,7 @@ func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Reques
 }
 
 func (s *Server) deleteContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
-	rel, err := fileParam(r)
-	if err != nil {
-		return err
-	}
-	c, release, err := s.holdContainer(r, p)
+	c, rel, release, err := s.holdContainerFile(r, p)
 	if err != nil {
 		return err
 	}

@@ -50,18 +50,6 @@ func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
 	writeOpenAIError(w, err)
 }
 
-func openAIErrorType(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return "authentication_error"
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status >= 500:
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
 func openAIErrorCode(status int) string {
 	switch status {
 	case http.StatusUnauthorized:

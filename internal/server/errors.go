@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 )
 
 // apiError is an error the handler answers with: an HTTP status and a
@@ -67,20 +68,6 @@ func errorHeaders(w http.ResponseWriter, ae *apiError) {
 	}
 }
 
-// openAIErrorBody is OpenAI's error envelope (wire-formats §2.6):
-// {"error":{"message","type","param","code"}}, param and code null when
-// there is nothing to say.
-type openAIErrorBody struct {
-	Error openAIErrorDetail `json:"error"`
-}
-
-type openAIErrorDetail struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 // writeOpenAIError answers with err in OpenAI's envelope; the type follows
 // the status as OpenAI's API sets it.
 func writeOpenAIError(w http.ResponseWriter, err error) {
@@ -88,33 +75,18 @@ func writeOpenAIError(w http.ResponseWriter, err error) {
 	if !errors.As(err, &ae) {
 		ae = errorf(http.StatusInternalServerError, "internal error")
 	}
-	d := openAIErrorDetail{Message: ae.msg, Type: "invalid_request_error"}
 	code := ae.code
 	switch {
+	case code != "":
 	case ae.status == http.StatusUnauthorized:
-		d.Type = "authentication_error"
-		if code == "" {
-			code = "invalid_api_key"
-		}
+		code = "invalid_api_key"
 	case ae.status == http.StatusTooManyRequests:
-		d.Type = "rate_limit_error"
-		if code == "" {
-			code = "rate_limit_exceeded"
-		}
-	case ae.status >= 500:
-		d.Type = "server_error"
-	}
-	if ae.param != "" {
-		d.Param = &ae.param
-	}
-	if code == "" {
+		code = "rate_limit_exceeded"
+	default:
 		code = openAIErrorCode(ae.status)
 	}
-	if code != "" {
-		d.Code = &code
-	}
 	errorHeaders(w, ae)
-	writeJSON(w, ae.status, openAIErrorBody{Error: d})
+	openaierr.Write(w, &openaierr.Error{Status: ae.status, Type: openaierr.TypeFor(ae.status), Message: ae.msg, Param: ae.param, Code: code})
 }
 
 // writeJSON answers with v. The length is set, so the client has the whole

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
@@ -126,7 +127,7 @@ func FuzzChatCompletionsBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
 		s.chatCompletions(w, httptest.NewRequest("POST", "/v1/chat/completions", bytes.NewReader(body)), Principal{})
-		var env openAIErrorBody
+		var env openaierr.Body
 		if w.Code < 400 || w.Code > 499 || json.Unmarshal(w.Body.Bytes(), &env) != nil || env.Error.Message == "" || env.Error.Type != "invalid_request_error" {
 			t.Fatalf("%q: %d %s", body, w.Code, w.Body.Bytes())
 		}

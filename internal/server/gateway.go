@@ -496,16 +496,7 @@ func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) er
 		var err error
 		rf, remote := b.away(ctx, c.ID)
 		if !remote {
-			err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
-			if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
-				// A new container has no home until it first starts.
-				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
-					err = b.s.mgr.WriteFile(ctx, c.ID, path, r)
-				}
-			}
-			if err == nil {
-				b.wrote(ctx, c.ID, path)
-			}
+			err = b.writeHere(ctx, c.ID, path, func() error { return b.s.mgr.WriteFile(ctx, c.ID, path, r) })
 			rf, remote = b.moved(ctx, c.ID, err)
 		}
 		if remote {
@@ -518,6 +509,23 @@ func (b *gatewayBox) WriteFile(ctx context.Context, path string, r io.Reader) er
 		}
 		return gatewayErr(err)
 	})
+}
+
+// writeHere runs write, which writes the file rel into the home of
+// container id on this node. A new container has no home until it first
+// starts: it is started and write runs again. The file written is
+// recorded as known.
+func (b *gatewayBox) writeHere(ctx context.Context, id, rel string, write func() error) error {
+	err := write()
+	if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
+		if err = b.s.mgr.Create(ctx, id); err == nil {
+			err = write()
+		}
+	}
+	if err == nil {
+		b.wrote(ctx, id, rel)
+	}
+	return err
 }
 
 // wrote records the file at rel, just written through the host, as known
@@ -550,16 +558,10 @@ func (b *gatewayBox) CopyIn(ctx context.Context, fileID, dir string) (string, er
 		var err error
 		rf, remote := b.away(ctx, c.ID)
 		if !remote {
-			_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
-			if errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrDestroyed) {
-				// A new container has no home until it first starts.
-				if err = b.s.mgr.Create(ctx, c.ID); err == nil {
-					_, err = b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
-				}
-			}
-			if err == nil {
-				b.wrote(ctx, c.ID, rel)
-			}
+			err = b.writeHere(ctx, c.ID, rel, func() error {
+				_, err := b.s.CopyWorkspaceFileIn(ctx, b.p, c.ID, fileID, rel)
+				return err
+			})
 			rf, remote = b.moved(ctx, c.ID, err)
 		}
 		if remote {

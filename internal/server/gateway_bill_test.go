@@ -94,8 +94,8 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 	e.srv.cfg.Logs = e.st.Logs() // the request logs say what ran
 	e.setLogging(t, e.keyA, map[string]any{"enabled": true})
 	c := e.create(e.keyA, "billed")
-	oc := openai.NewClient(option.WithBaseURL(e.url+"/v1/"), option.WithAPIKey(e.keyA), option.WithMaxRetries(0))
-	ac := anthropic.NewClient(aoption.WithBaseURL(e.url+"/"), aoption.WithAPIKey(e.keyA), aoption.WithMaxRetries(0))
+	oc := openAIAt(e.url, e.keyA)
+	ac := anthropicAt(e.url, e.keyA)
 	shellTool := option.WithJSONSet("tools", []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": c.ID}}})
 	msgParams := anthropic.MessageNewParams{Model: "echo/m", MaxTokens: 1000, Messages: userText("go"), Tools: codeExecTool}
 	gc := geminiClient(t, e, e.keyA)

@@ -22,7 +22,7 @@ const salesCSV = "region,revenue\nnorth,10\nsouth,5\nnorth,2.5\n"
 
 func TestResponsesFileIDs(t *testing.T) {
 	g := newGatewayEnv(t)
-	client := g.client(g.keyA)
+	client := g.openAI(g.keyA)
 	f, err := client.Files.New(t.Context(), openai.FileNewParams{File: openai.File(strings.NewReader(salesCSV), "sales.csv", "text/csv"), Purpose: openai.FilePurposeUserData})
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +94,14 @@ func TestResponsesFileIDs(t *testing.T) {
 }
 
 func TestMessagesContainerUpload(t *testing.T) {
-	e := newMsgEnv(t)
+	e := newGatewayEnv(t)
 	betas := []anthropic.AnthropicBeta{anthropic.AnthropicBetaFilesAPI2025_04_14}
-	client := e.client(e.keyA)
+	client := e.anthropic(e.keyA)
 	f, err := client.Beta.Files.Upload(t.Context(), anthropic.BetaFileUploadParams{File: anthropic.File(strings.NewReader(salesCSV), "sales.csv", "text/csv"), Betas: betas})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, model := e.script("upload",
+	s, model := e.scriptAs("upload",
 		gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("toolu_1", "bash_code_execution",
 			map[string]string{"command": `grep -c north "$INPUT_DIR/sales.csv" > "$OUTPUT_DIR/north.txt" && cat "$OUTPUT_DIR/north.txt"`})}},
 		gatewaytest.EchoResult())
@@ -141,7 +141,7 @@ func TestMessagesContainerUpload(t *testing.T) {
 		t.Fatalf("downloaded %q", b)
 	}
 	// Another workspace cannot download it.
-	other := e.client(e.keyB)
+	other := e.anthropic(e.keyB)
 	if _, err := other.Beta.Files.Download(t.Context(), fileID, anthropic.BetaFileDownloadParams{Betas: betas}); err == nil {
 		t.Fatal("another workspace downloaded the output file")
 	}

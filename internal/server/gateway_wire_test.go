@@ -47,7 +47,7 @@ func TestGatewayEveryUpstream(t *testing.T) {
 			for _, stream := range []bool{false, true} {
 				params := responses.ResponseNewParams{Model: fl + "/some-model",
 					Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("What is 1+2+...+100?")}}
-				client := g.client(e.keyA)
+				client := g.openAI(e.keyA)
 				var r *responses.Response
 				var err error
 				shell := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto"}}
@@ -79,7 +79,7 @@ func TestGatewayEveryUpstream(t *testing.T) {
 			}
 		})
 		t.Run("messages client, "+fl+" upstream", func(t *testing.T) {
-			client := (&msgEnv{env: e}).client(e.keyA)
+			client := e.anthropic(e.keyA)
 			params := anthropic.MessageNewParams{Model: anthropic.Model(fl + "/some-model"), MaxTokens: 1000, Tools: codeExecTool,
 				Messages: userText("What is 1+2+...+100?")}
 			m, err := client.Messages.New(t.Context(), params)

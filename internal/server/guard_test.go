@@ -36,7 +36,7 @@ func TestGuardrails(t *testing.T) {
 		}
 	}
 	oai := openaiClient(e, "/v1/")
-	ant := anthropic.NewClient(aoption.WithBaseURL(e.url+"/"), aoption.WithAPIKey(e.keyA), aoption.WithMaxRetries(0))
+	ant := anthropicAt(e.url, e.keyA)
 	respond := func(t *testing.T, system, text string) (*responses.Response, *http.Response, error) {
 		var hr *http.Response
 		p := responses.ResponseNewParams{Model: "local/m1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(text)}}

@@ -94,14 +94,13 @@ func TestRequestLogs(t *testing.T) {
 	})
 	e.srv.cfg.Logs = e.st.Logs()
 	g := &gwEnv{env: e, models: models}
-	m := &msgEnv{env: e, models: models}
 	ctx := t.Context()
 	const secret = "sk-live-THIS-MUST-NEVER-BE-STORED-0123456789"
 	shellTool := map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto"}}}}
 	respond := func(t *testing.T, key, input string, turns ...gatewaytest.Turn) (*responses.Response, error) {
 		t.Helper()
 		g.script(turns...)
-		c := g.client(key)
+		c := g.openAI(key)
 		return c.Responses.New(ctx, responses.ResponseNewParams{Model: "scripted/m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(input)}},
 			option.WithJSONSet("tools", shellTool["tools"]), option.WithHeader("x-api-key", key), option.WithHeader("Cookie", "session="+secret), option.WithHeader("X-Provider-Key", secret),
 			option.WithHeader("User-Agent", "logs-test/1.0"))
@@ -153,9 +152,9 @@ func TestRequestLogs(t *testing.T) {
 		if err != nil || !strings.Contains(r.OutputText(), "5050") {
 			t.Fatalf("%v %v", r, err)
 		}
-		m.script("claude", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": "echo from-bash"})}},
+		g.scriptAs("claude", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": "echo from-bash"})}},
 			gatewaytest.EchoResult())
-		c := m.client(e.keyA, aoption.WithHeader("x-api-key", e.keyA))
+		c := g.anthropic(e.keyA, aoption.WithHeader("x-api-key", e.keyA))
 		msg, err := c.Messages.New(ctx, anthropic.MessageNewParams{Model: "claude/m", MaxTokens: 100, Messages: userText("run it"),
 			System: []anthropic.TextBlockParam{{Text: "You are terse."}}, Tools: codeExecTool})
 		if err != nil || !strings.Contains(fmt.Sprint(msg.Content), "from-bash") {
@@ -217,7 +216,7 @@ func TestRequestLogs(t *testing.T) {
 	})
 
 	t.Run("04 failed and blocked requests are recorded too, with their detections", func(t *testing.T) {
-		c := g.client(e.keyA)
+		c := g.openAI(e.keyA)
 		if _, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "nowhere/m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}); err == nil {
 			t.Fatal("an unknown model answered")
 		}
@@ -248,7 +247,7 @@ func TestRequestLogs(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer cancel()
 		g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_s", "sleep 20")}}, gatewaytest.EchoResult())
-		c := g.client(e.keyA)
+		c := g.openAI(e.keyA)
 		_, err := c.Responses.New(cctx, responses.ResponseNewParams{Model: "scripted/m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("wait")}},
 			option.WithJSONSet("tools", shellTool["tools"]))
 		if err == nil {

@@ -21,28 +21,13 @@ import (
 // The Messages frontend end to end: the official Anthropic SDK as the
 // client, the real server (keys, SQLite, crun sandboxes on the default
 // image) and gatewaytest.Script as the model, one script per provider
-// name so that each case has its own.
+// name so that each case has its own (gwEnv.scriptAs).
 
-type msgEnv struct {
-	*env
-	models gatewaytest.Models
-}
-
-func newMsgEnv(t *testing.T) *msgEnv {
-	models := gatewaytest.Models{}
-	e := newEnv(t, "crun", "default", func(c *Config) { c.Models = models })
-	return &msgEnv{env: e, models: models}
-}
-
-// script registers turns as the model "<name>/m".
-func (e *msgEnv) script(name string, turns ...gatewaytest.Turn) (*gatewaytest.Script, anthropic.Model) {
+// scriptAs registers turns as the model "<name>/m".
+func (e *gwEnv) scriptAs(name string, turns ...gatewaytest.Turn) (*gatewaytest.Script, anthropic.Model) {
 	s := gatewaytest.NewScript(turns...)
 	e.models[name] = s
 	return s, anthropic.Model(name + "/m")
-}
-
-func (e *msgEnv) client(key string, opts ...option.RequestOption) anthropic.Client {
-	return anthropic.NewClient(append([]option.RequestOption{option.WithBaseURL(e.url + "/"), option.WithAPIKey(key), option.WithMaxRetries(0)}, opts...)...)
 }
 
 func userText(s string) []anthropic.MessageParam {
@@ -74,7 +59,7 @@ func types(bs []map[string]any) []string {
 }
 
 func TestMessagesText(t *testing.T) {
-	e := newMsgEnv(t)
+	e := newGatewayEnv(t)
 	for _, tc := range []struct {
 		name string
 		send func(c anthropic.Client, model anthropic.Model) (string, string, error)
@@ -97,7 +82,7 @@ func TestMessagesText(t *testing.T) {
 			return m.Content[0].Text, string(m.StopReason), nil
 		}},
 		{"api-prefix", func(_ anthropic.Client, model anthropic.Model) (string, string, error) {
-			c := e.client(e.keyA, option.WithBaseURL(e.url+"/api/"))
+			c := e.anthropic(e.keyA, option.WithBaseURL(e.url+"/api/"))
 			m, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("hi")})
 			if err != nil {
 				return "", "", err
@@ -106,8 +91,8 @@ func TestMessagesText(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, model := e.script("text"+tc.name, gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Hello there.")}, Usage: gateway.Usage{InputTokens: 12, OutputTokens: 3}})
-			text, stop, err := tc.send(e.client(e.keyA), model)
+			s, model := e.scriptAs("text"+tc.name, gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Hello there.")}, Usage: gateway.Usage{InputTokens: 12, OutputTokens: 3}})
+			text, stop, err := tc.send(e.anthropic(e.keyA), model)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +111,7 @@ func TestMessagesText(t *testing.T) {
 }
 
 func TestMessagesCodeExecution(t *testing.T) {
-	e := newMsgEnv(t)
+	e := newGatewayEnv(t)
 	py := `python3 -c "print(sum(range(1,101)))"`
 	turns := func() []gatewaytest.Turn {
 		return []gatewaytest.Turn{
@@ -135,8 +120,8 @@ func TestMessagesCodeExecution(t *testing.T) {
 			gatewaytest.EchoResult(),
 		}
 	}
-	s, model := e.script("ce", turns()...)
-	c := e.client(e.keyA)
+	s, model := e.scriptAs("ce", turns()...)
+	c := e.anthropic(e.keyA)
 	params := anthropic.MessageNewParams{Model: model, MaxTokens: 1000, Messages: userText("sum 1..100"), Tools: codeExecTool}
 	m, err := c.Messages.New(t.Context(), params)
 	if err != nil {
@@ -186,10 +171,10 @@ func TestMessagesCodeExecution(t *testing.T) {
 
 	// The same script streamed: Accumulate takes every event and the
 	// message is the same one.
-	_, model2 := e.script("ce2", turns()...)
+	_, model2 := e.scriptAs("ce2", turns()...)
 	params.Model = model2
 	// The beta client (?beta=true) decodes the same blocks into its types.
-	_, model3 := e.script("ce3", turns()...)
+	_, model3 := e.scriptAs("ce3", turns()...)
 	bm, err := c.Beta.Messages.New(t.Context(), anthropic.BetaMessageNewParams{Model: model3, MaxTokens: 1000,
 		Messages: []anthropic.BetaMessageParam{anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock("sum 1..100"))},
 		Tools:    []anthropic.BetaToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.BetaCodeExecutionTool20250825Param{}}},
@@ -260,8 +245,8 @@ func editorCall(id string, args map[string]any) gatewaytest.Turn {
 }
 
 func TestMessagesTextEditor(t *testing.T) {
-	e := newMsgEnv(t)
-	_, model := e.script("ed",
+	e := newGatewayEnv(t)
+	_, model := e.scriptAs("ed",
 		editorCall("t1", map[string]any{"command": "create", "path": "notes/a.txt", "file_text": "alpha\nbeta\ngamma\n"}),
 		editorCall("t2", map[string]any{"command": "view", "path": "/workspace/home/notes/a.txt"}),
 		editorCall("t3", map[string]any{"command": "str_replace", "path": "/mnt/data/notes/a.txt", "old_str": "beta", "new_str": "BETA\nbeta2"}),
@@ -275,7 +260,7 @@ func TestMessagesTextEditor(t *testing.T) {
 		editorCall("t11", map[string]any{"command": "delete", "path": "notes/a.txt"}),
 		gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}},
 	)
-	c := e.client(e.keyA)
+	c := e.anthropic(e.keyA)
 	m, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 1000, Messages: userText("edit"), Tools: codeExecTool})
 	if err != nil {
 		t.Fatal(err)
@@ -323,11 +308,11 @@ func TestMessagesTextEditor(t *testing.T) {
 }
 
 func TestMessagesLoop(t *testing.T) {
-	e := newMsgEnv(t)
-	c := e.client(e.keyA)
+	e := newGatewayEnv(t)
+	c := e.anthropic(e.keyA)
 
 	t.Run("bad arguments", func(t *testing.T) {
-		s, model := e.script("bad",
+		s, model := e.scriptAs("bad",
 			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("b1", "bash_code_execution", `{"command": 42`)}},
 			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("b2", "bash_code_execution", map[string]any{"command": 7})}},
 			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("b3", "bash_code_execution", map[string]any{"command": "echo ok"})}},
@@ -355,7 +340,7 @@ func TestMessagesLoop(t *testing.T) {
 	})
 
 	t.Run("restart and a spent budget in one turn", func(t *testing.T) {
-		_, model := e.script("budget", gatewaytest.Turn{Parts: []gateway.Part{
+		_, model := e.scriptAs("budget", gatewaytest.Turn{Parts: []gateway.Part{
 			gatewaytest.Call("r1", "bash_code_execution", map[string]any{"restart": true}),
 			gatewaytest.Call("r2", "bash_code_execution", map[string]any{"command": "echo two"}),
 			gatewaytest.Call("r3", "text_editor_code_execution", map[string]any{"command": "view", "path": "x"}),
@@ -382,7 +367,7 @@ func TestMessagesLoop(t *testing.T) {
 		call := func(id string) gatewaytest.Turn {
 			return gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call(id, "bash_code_execution", map[string]any{"command": "echo run >> runs.txt; wc -l < runs.txt"})}}
 		}
-		s, model := e.script("pause", call("p1"), call("p2"), gatewaytest.EchoResult())
+		s, model := e.scriptAs("pause", call("p1"), call("p2"), gatewaytest.EchoResult())
 		params := anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("go"), Tools: codeExecTool}
 		m, err := c.Messages.New(t.Context(), params, option.WithJSONSet("max_tool_calls", 2))
 		if err != nil {
@@ -394,7 +379,7 @@ func TestMessagesLoop(t *testing.T) {
 		if n := len(s.Requests()); n != 2 {
 			t.Fatalf("%d upstream calls before the pause", n)
 		}
-		_, smodel := e.script("pause-stream", call("p1"), call("p2"))
+		_, smodel := e.scriptAs("pause-stream", call("p1"), call("p2"))
 		sparams := params
 		sparams.Model = smodel
 		acc, _ := streamed(t, c, sparams, option.WithJSONSet("max_tool_calls", 2))
@@ -433,7 +418,7 @@ func TestMessagesLoop(t *testing.T) {
 			{"custom", anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{Name: "get_weather", InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"city": map[string]any{"type": "string"}}}}}, "get_weather"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				s, model := e.script("client"+tc.name,
+				s, model := e.scriptAs("client"+tc.name,
 					gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("s1", "bash_code_execution", map[string]any{"command": "echo server"})}},
 					gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Now yours."), gatewaytest.Call("toolu_c1", tc.call, map[string]any{"command": "ls", "city": "Paris"})}},
 					gatewaytest.EchoResult())
@@ -442,7 +427,7 @@ func TestMessagesLoop(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, smodel := e.script("client-stream"+tc.name,
+				_, smodel := e.scriptAs("client-stream"+tc.name,
 					gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("s1", "bash_code_execution", map[string]any{"command": "echo server"})}},
 					gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Now yours."), gatewaytest.Call("toolu_c1", tc.call, map[string]any{"command": "ls", "city": "Paris"})}})
 				sparams := params
@@ -489,9 +474,9 @@ func TestMessagesLoop(t *testing.T) {
 }
 
 func TestMessagesContainers(t *testing.T) {
-	e := newMsgEnv(t)
-	c := e.client(e.keyA)
-	_, model := e.script("c1", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("w", "bash_code_execution", map[string]any{"command": "echo kept > f.txt"})}},
+	e := newGatewayEnv(t)
+	c := e.anthropic(e.keyA)
+	_, model := e.scriptAs("c1", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("w", "bash_code_execution", map[string]any{"command": "echo kept > f.txt"})}},
 		gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("written")}})
 	m, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("write"), Tools: codeExecTool})
 	if err != nil {
@@ -501,7 +486,7 @@ func TestMessagesContainers(t *testing.T) {
 	if id == "" {
 		t.Fatal("no container")
 	}
-	_, model = e.script("c2", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("r", "bash_code_execution", map[string]any{"command": "cat f.txt"})}}, gatewaytest.EchoResult())
+	_, model = e.scriptAs("c2", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("r", "bash_code_execution", map[string]any{"command": "cat f.txt"})}}, gatewaytest.EchoResult())
 	m2, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("read"), Tools: codeExecTool, Container: anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(id)}})
 	if err != nil {
 		t.Fatal(err)
@@ -513,8 +498,8 @@ func TestMessagesContainers(t *testing.T) {
 	// Another workspace's key cannot name it; nor can anyone name a
 	// container that does not exist.
 	for _, tc := range []struct{ key, container string }{{e.keyB, id}, {e.keyA, "container_nope"}} {
-		s, model := e.script("c3", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("never")}})
-		ck := e.client(tc.key)
+		s, model := e.scriptAs("c3", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("never")}})
+		ck := e.anthropic(tc.key)
 		_, err = ck.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("read"), Tools: codeExecTool, Container: anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(tc.container)}})
 		var ae *anthropic.Error
 		if !errors.As(err, &ae) || ae.StatusCode != http.StatusNotFound || ae.Type() != "not_found_error" {
@@ -533,14 +518,14 @@ func rawTools(tools ...map[string]any) option.RequestOption {
 }
 
 func TestMessagesNamespacedTools(t *testing.T) {
-	e := newMsgEnv(t)
-	c := e.client(e.keyA)
+	e := newGatewayEnv(t)
+	c := e.anthropic(e.keyA)
 	base := func(model anthropic.Model) anthropic.MessageNewParams {
 		return anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("go")}
 	}
 
 	t.Run("shellgate:shell", func(t *testing.T) {
-		s, model := e.script("sh", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c1", "shell", map[string]any{"commands": []string{"echo one > one.txt; cat one.txt", "exit 3"}})}}, gatewaytest.EchoResult())
+		s, model := e.scriptAs("sh", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c1", "shell", map[string]any{"commands": []string{"echo one > one.txt; cat one.txt", "exit 3"}})}}, gatewaytest.EchoResult())
 		m, err := c.Messages.New(t.Context(), base(model), rawTools(map[string]any{"type": "shellgate:shell"}))
 		if err != nil {
 			t.Fatal(err)
@@ -557,7 +542,7 @@ func TestMessagesNamespacedTools(t *testing.T) {
 		// Replayed (raw, as a client keeps it): the model reads the same
 		// text again, nothing runs again, and a new call runs in the
 		// container the replayed result names.
-		s2, model2 := e.script("sh2", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c2", "shell", map[string]any{"commands": []string{"cat one.txt"}})}}, gatewaytest.EchoResult())
+		s2, model2 := e.scriptAs("sh2", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("c2", "shell", map[string]any{"commands": []string{"cat one.txt"}})}}, gatewaytest.EchoResult())
 		var raw struct {
 			Content json.RawMessage `json:"content"`
 		}
@@ -589,7 +574,7 @@ func TestMessagesNamespacedTools(t *testing.T) {
 			if tc.engine != "" {
 				tl["parameters"] = map[string]any{"engine": tc.engine}
 			}
-			_, model := e.script("bash"+tc.engine, gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("toolu_b", "bash", map[string]any{"command": "echo hi; echo err >&2"})}}, gatewaytest.EchoResult())
+			_, model := e.scriptAs("bash"+tc.engine, gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("toolu_b", "bash", map[string]any{"command": "echo hi; echo err >&2"})}}, gatewaytest.EchoResult())
 			m, err := c.Messages.New(t.Context(), base(model), rawTools(tl))
 			if err != nil {
 				t.Fatal(err)
@@ -614,15 +599,15 @@ func TestMessagesNamespacedTools(t *testing.T) {
 }
 
 func TestMessagesErrors(t *testing.T) {
-	e := newMsgEnv(t)
-	_, model := e.script("err", gatewaytest.Turn{Err: &gateway.UpstreamError{Status: 429, Type: "rate_limit_error", Message: "slow down"}})
-	c := e.client(e.keyA)
+	e := newGatewayEnv(t)
+	_, model := e.scriptAs("err", gatewaytest.Turn{Err: &gateway.UpstreamError{Status: 429, Type: "rate_limit_error", Message: "slow down"}})
+	c := e.anthropic(e.keyA)
 	_, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 10, Messages: userText("hi")})
 	var ae *anthropic.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 429 || ae.Type() != "rate_limit_error" || !strings.Contains(ae.Message, "slow down") || ae.RequestID == "" {
 		t.Fatalf("upstream error: %v", err)
 	}
-	_, model = e.script("err2", gatewaytest.Turn{Err: &gateway.UpstreamError{Status: 502, Message: "connection refused"}})
+	_, model = e.scriptAs("err2", gatewaytest.Turn{Err: &gateway.UpstreamError{Status: 502, Message: "connection refused"}})
 	stream := c.Messages.NewStreaming(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 10, Messages: userText("hi")})
 	for stream.Next() {
 	}
@@ -631,7 +616,7 @@ func TestMessagesErrors(t *testing.T) {
 	}
 
 	// A failure after the stream began is an error event.
-	_, model = e.script("err3", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Running."), gatewaytest.Call("e1", "bash_code_execution", map[string]string{"command": "echo hi"})}},
+	_, model = e.scriptAs("err3", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("Running."), gatewaytest.Call("e1", "bash_code_execution", map[string]string{"command": "echo hi"})}},
 		gatewaytest.Turn{Err: &gateway.UpstreamError{Status: 529, Type: "overloaded_error", Message: "busy"}})
 	stream = c.Messages.NewStreaming(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 10, Messages: userText("hi"), Tools: codeExecTool})
 	var acc anthropic.Message
@@ -644,7 +629,7 @@ func TestMessagesErrors(t *testing.T) {
 		t.Fatalf("mid-stream error: %v, %d blocks", err, len(acc.Content))
 	}
 
-	_, model = e.script("ok", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("x")}})
+	_, model = e.scriptAs("ok", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("x")}})
 	valid := fmt.Sprintf(`{"model":%q,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]`, model)
 	manyTools := `[` + strings.Repeat(`{"name":"t","input_schema":{"type":"object"}},`, 10000) + `{"name":"u","input_schema":{"type":"object"}}]`
 	deep := strings.Repeat(`[`, 5000) + strings.Repeat(`]`, 5000)
@@ -710,8 +695,8 @@ func TestMessagesErrors(t *testing.T) {
 }
 
 func TestMessagesConversation(t *testing.T) {
-	e := newMsgEnv(t)
-	s, model := e.script("conv", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}, Stop: gateway.StopSequence,
+	e := newGatewayEnv(t)
+	s, model := e.scriptAs("conv", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}, Stop: gateway.StopSequence,
 		Usage: gateway.Usage{InputTokens: 100, OutputTokens: 5, CacheReadTokens: 60, CacheWriteTokens: 10}})
 	body := fmt.Sprintf(`{"model":%q,"max_tokens":64,"temperature":0.5,"top_p":0.9,"stop_sequences":["END"],"metadata":{"user_id":"u-1"},
 		"system":[{"type":"text","text":"one"},{"type":"text","text":"two"}],
@@ -749,9 +734,9 @@ func TestMessagesConversation(t *testing.T) {
 }
 
 func TestMessagesLegacyCodeExecution(t *testing.T) {
-	e := newMsgEnv(t)
-	_, model := e.script("legacy", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("l1", "code_execution", map[string]string{"code": "import sys\nprint('it''s', 6*7)\nsys.exit(2)"})}}, gatewaytest.EchoResult())
-	c := e.client(e.keyA)
+	e := newGatewayEnv(t)
+	_, model := e.scriptAs("legacy", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("l1", "code_execution", map[string]string{"code": "import sys\nprint('it''s', 6*7)\nsys.exit(2)"})}}, gatewaytest.EchoResult())
+	c := e.anthropic(e.keyA)
 	m, err := c.Messages.New(t.Context(), anthropic.MessageNewParams{Model: model, MaxTokens: 100, Messages: userText("go"),
 		Tools: []anthropic.ToolUnionParam{{OfCodeExecutionTool20250522: &anthropic.CodeExecutionTool20250522Param{}}}})
 	if err != nil {
@@ -767,10 +752,10 @@ func TestMessagesLegacyCodeExecution(t *testing.T) {
 }
 
 func TestMessagesStreamPing(t *testing.T) {
-	e := newMsgEnv(t)
+	e := newGatewayEnv(t)
 	defer func(d time.Duration) { messages.PingInterval = d }(messages.PingInterval)
 	messages.PingInterval = 100 * time.Millisecond
-	_, model := e.script("ping", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("p", "bash_code_execution", map[string]string{"command": "sleep 1.5; echo up"})}},
+	_, model := e.scriptAs("ping", gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("p", "bash_code_execution", map[string]string{"command": "sleep 1.5; echo up"})}},
 		gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}})
 	body := fmt.Sprintf(`{"model":%q,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code_execution_20250825","name":"code_execution"}]}`, model)
 	st, out := e.doH("POST", "/v1/messages", body, map[string]string{"x-api-key": e.keyA})

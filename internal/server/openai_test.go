@@ -13,22 +13,16 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
-// openAIClient is the official openai-go client pointed at the server's
-// /v1, unchanged but for the base URL and key.
-func (e *env) openAIClient(key string) openai.Client {
-	return openai.NewClient(option.WithBaseURL(e.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-}
-
 // openAIEnvelope checks that body is OpenAI's error envelope
 // {"error":{"message","type","param","code"}} and returns its error.
-func openAIEnvelope(t *testing.T, status int, body []byte) openAIErrorDetail {
+func openAIEnvelope(t *testing.T, status int, body []byte) openaierr.Detail {
 	t.Helper()
 	var raw struct {
 		Error map[string]json.RawMessage `json:"error"`
@@ -41,7 +35,7 @@ func openAIEnvelope(t *testing.T, status int, body []byte) openAIErrorDetail {
 			t.Fatalf("status %d: envelope without %q: %s", status, k, body)
 		}
 	}
-	var eb openAIErrorBody
+	var eb openaierr.Body
 	json.Unmarshal(body, &eb)
 	if eb.Error.Message == "" || eb.Error.Type == "" {
 		t.Fatalf("status %d: empty message or type: %s", status, body)
@@ -78,7 +72,7 @@ func TestOpenAIContainers(t *testing.T) {
 		c.NetworkAllow = &egress.Policy{Type: egress.Allowlist, AllowedDomains: []string{"pypi.org", "*.pythonhosted.org"}}
 	})
 	ctx := t.Context()
-	client := e.openAIClient(e.keyA)
+	client := e.openAI(e.keyA)
 
 	created, err := client.Containers.New(ctx, openai.ContainerNewParams{
 		Name:         "My analysis",
@@ -209,7 +203,7 @@ func TestOpenAIContainers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clientB := e.openAIClient(e.keyB)
+		clientB := e.openAI(e.keyB)
 		missing := "cntr_0123456789abcdef0123456789abcdef"
 		for _, m := range []string{"GET", "DELETE"} {
 			stM, bM := e.do(m, "/v1/containers/"+missing, e.keyB, nil)

@@ -146,8 +146,8 @@ var gatewayKinds = []string{"responses", "responses streamed", "messages", "mess
 // gatewayKinds) for container id through the server at url with the
 // official client of its API, to model, which runs a command in it.
 func gatewayRequest(ctx context.Context, kind int, url, key, model, id string) gwOutcome {
-	oc := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	ac := anthropic.NewClient(aoption.WithBaseURL(url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+	oc := openAIAt(url, key)
+	ac := anthropicAt(url, key)
 	shellTool := option.WithJSONSet("tools", []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": id}}})
 	msg := anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 1000, Messages: userText("go"), Tools: codeExecTool}
 	failed := func(err error) gwOutcome {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
-	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
@@ -60,8 +59,8 @@ func TestReplicasGateway(t *testing.T) {
 		billed++
 	}
 	shellTool := []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": c.ID}}}
-	oc := openai.NewClient(option.WithBaseURL(b.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	ac := anthropic.NewClient(aoption.WithBaseURL(b.url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+	oc := openAIAt(b.url, key)
+	ac := anthropicAt(b.url, key)
 	shellTurns := []gatewaytest.Turn{{Parts: []gateway.Part{shellCall("c1", "cat /tmp/only-here")}}, gatewaytest.EchoResult()}
 	bashTurns := []gatewaytest.Turn{{Parts: []gateway.Part{gatewaytest.Call("toolu_1", "bash_code_execution", map[string]string{"command": "cat /tmp/only-here"})}}, gatewaytest.EchoResult()}
 
@@ -226,7 +225,7 @@ func TestReplicasGateway(t *testing.T) {
 			return &gateway.Turn{Parts: []gateway.Part{shellCall("c1", "cat /tmp/only-b")}}
 		}}
 		onA, _ := script("r4", woke, gatewaytest.EchoResult())
-		oa := openai.NewClient(option.WithBaseURL(a.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+		oa := openAIAt(a.url, key)
 		stream := oa.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "r4/m"},
 			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
 		defer stream.Close()
@@ -318,7 +317,7 @@ func TestReplicasGateway(t *testing.T) {
 			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Call("t5", "bash_code_execution", map[string]string{
 				"command": `cat notes/moved.txt "$INPUT_DIR/in.csv" /tmp/only-b && cp notes/moved.txt out.txt`})}},
 			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}})
-		ca := anthropic.NewClient(aoption.WithBaseURL(a.url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+		ca := anthropicAt(a.url, key)
 		m, err := ca.Messages.New(t.Context(), anthropic.MessageNewParams{Model: "m3/m", MaxTokens: 1000, Tools: codeExecTool,
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("edit"), anthropic.NewContainerUploadBlock(up.ID))}},
 			aoption.WithJSONSet("container", c.ID))
@@ -362,7 +361,7 @@ func TestReplicasGateway(t *testing.T) {
 
 	t.Run("09 Responses: the changed files of a call on a container that moved mid-request", func(t *testing.T) {
 		onA, onB := script("r5", moveMidRequest(t, shellCall("c1", "mkdir -p out && printf report > out/report.txt && printf abc > out.txt")), gatewaytest.EchoResult())
-		oa := openai.NewClient(option.WithBaseURL(a.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+		oa := openAIAt(a.url, key)
 		resp, err := oa.Responses.New(t.Context(), responses.ResponseNewParams{Model: "r5/m"},
 			option.WithJSONSet("input", "go"), option.WithJSONSet("tools", shellTool))
 		if err != nil {

@@ -46,10 +46,6 @@ func (g *gwEnv) script(turns ...gatewaytest.Turn) *gatewaytest.Script {
 	return s
 }
 
-func (g *gwEnv) client(key string) openai.Client {
-	return openai.NewClient(option.WithBaseURL(g.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-}
-
 // newResponse sends a request whose body is params plus the raw fields in
 // set (tools, session_id, ... as JSON values).
 func (g *gwEnv) newResponse(t *testing.T, key string, input any, set map[string]any) (*responses.Response, error) {
@@ -58,7 +54,7 @@ func (g *gwEnv) newResponse(t *testing.T, key string, input any, set map[string]
 	for k, v := range set {
 		opts = append(opts, option.WithJSONSet(k, v))
 	}
-	c := g.client(key)
+	c := g.openAI(key)
 	return c.Responses.New(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, opts...)
 }
 
@@ -742,7 +738,7 @@ func TestResponsesContainers(t *testing.T) {
 				for k, v := range set {
 					opts = append(opts, option.WithJSONSet(k, v))
 				}
-				cl := g.client(g.keyA)
+				cl := g.openAI(g.keyA)
 				r, err := cl.Responses.New(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, opts...)
 				if err != nil {
 					t.Fatal(err)
@@ -815,7 +811,7 @@ func TestResponsesUpstreamErrors(t *testing.T) {
 			}
 
 			g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("c1", "echo hi")}}, gatewaytest.Turn{Err: c.err})
-			cl := g.client(g.keyA)
+			cl := g.openAI(g.keyA)
 			stream := cl.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"},
 				option.WithJSONSet("input", "hi"), option.WithJSONSet("tools", []any{nativeShell}))
 			defer stream.Close()
@@ -908,7 +904,7 @@ func TestResponsesStreaming(t *testing.T) {
 	}
 
 	g.script(turns()...)
-	cl := g.client(g.keyA)
+	cl := g.openAI(g.keyA)
 	stream := cl.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"},
 		option.WithJSONSet("input", "go"), option.WithJSONSet("tools", tools))
 	defer stream.Close()
@@ -1020,7 +1016,7 @@ func TestResponsesClientDisconnect(t *testing.T) {
 	s := g.script(gatewaytest.Turn{Parts: []gateway.Part{shellCall("call_1", "echo started; sleep 4; touch /workspace/home/late")}}, gatewaytest.EchoResult())
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	cl := g.client(g.keyA)
+	cl := g.openAI(g.keyA)
 	stream := cl.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "scripted/m"},
 		option.WithJSONSet("input", "go"), option.WithJSONSet("tools", []any{nativeShell}), option.WithJSONSet("session_id", "gone-away"))
 	var cid string
@@ -1148,7 +1144,7 @@ func TestResponsesItemShapesStreamed(t *testing.T) {
 				t.Errorf("the refused step does not show what the model read: %s", plain.Output[len(plain.Output)-2].RawJSON())
 			}
 			g.script(turns()...)
-			cl := g.client(g.keyA)
+			cl := g.openAI(g.keyA)
 			opts := []option.RequestOption{option.WithJSONSet("input", "go")}
 			for k, v := range set {
 				opts = append(opts, option.WithJSONSet(k, v))

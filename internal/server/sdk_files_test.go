@@ -22,12 +22,21 @@ import (
 // The official clients, unchanged, against the real server: only the base
 // URL and the key differ from talking to OpenAI or Anthropic.
 
-func (e *env) openAI(key string) openai.Client {
-	return openai.NewClient(option.WithBaseURL(e.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+// openAIAt is openai-go on the server at url (its /v1).
+func openAIAt(url, key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
-func (e *env) anthropic(key string) anthropic.Client {
-	return anthropic.NewClient(aoption.WithBaseURL(e.url+"/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+// anthropicAt is the Anthropic SDK on the server at url; opts come after
+// the base URL and key, and may replace them.
+func anthropicAt(url, key string, opts ...aoption.RequestOption) anthropic.Client {
+	return anthropic.NewClient(append([]aoption.RequestOption{aoption.WithBaseURL(url + "/"), aoption.WithAPIKey(key), aoption.WithMaxRetries(0)}, opts...)...)
+}
+
+func (e *env) openAI(key string) openai.Client { return openAIAt(e.url, key) }
+
+func (e *env) anthropic(key string, opts ...aoption.RequestOption) anthropic.Client {
+	return anthropicAt(e.url, key, opts...)
 }
 
 func TestOpenAIContainerFiles(t *testing.T) {

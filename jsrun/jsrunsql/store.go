@@ -11,7 +11,8 @@
 // The table holds one row per resumed token: its ID (the token's nonce), when
 // it was first resumed and until when the claim must be kept (the token's
 // expiry plus the clock skew). Rows past that are deleted by Claim, at most
-// once a minute, or by Sweep.
+// once a minute, or by Sweep. The server keeps the same claims in a table of
+// its own database through NewOn (internal/store/sqlstore).
 package jsrunsql
 
 import (
@@ -42,21 +43,28 @@ var schema = []string{
 	`CREATE INDEX IF NOT EXISTS jsrun_continuation_claims_expiry ON jsrun_continuation_claims (expires_at_ms)`,
 }
 
-const (
-	claimSQL   = `INSERT INTO jsrun_continuation_claims (id, used_at_ms, expires_at_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`
-	firstSQL   = `SELECT used_at_ms FROM jsrun_continuation_claims WHERE id = $1`
-	releaseSQL = `DELETE FROM jsrun_continuation_claims WHERE id = $1`
-	sweepSQL   = `DELETE FROM jsrun_continuation_claims WHERE expires_at_ms < $1`
-)
-
 // SweepEvery bounds how often Claim deletes expired claims.
 const SweepEvery = time.Minute
+
+// Conn is what a Store runs its statements through. New and OpenSQLite
+// use a *sql.DB (retrying a busy SQLite database); a program that keeps
+// the claims in a database of its own passes its own Conn to NewOn, with
+// that database's locking and retries.
+type Conn interface {
+	// Exec runs a statement and returns how many rows it affected.
+	Exec(ctx context.Context, q string, args ...any) (int64, error)
+	// QueryRow runs a query of one row and scans it into dest; no row is
+	// sql.ErrNoRows.
+	QueryRow(ctx context.Context, q string, args []any, dest ...any) error
+}
 
 // Store is a jsrun.ContinuationStore in an SQL database. It is safe for
 // concurrent use, also by several processes sharing the database.
 type Store struct {
-	db  *sql.DB
-	own bool
+	conn  Conn
+	close func() error // nil: the caller closes the database
+
+	claimSQL, firstSQL, releaseSQL, sweepSQL, countSQL string
 
 	mu        sync.Mutex
 	lastSweep time.Time
@@ -64,15 +72,30 @@ type Store struct {
 
 var _ jsrun.ContinuationStore = (*Store)(nil)
 
-// New creates the table in db if it is missing and returns a store on it.
-// Close does not close db.
+// NewOn returns a store on the claims table named table, which the caller
+// has created with the columns id (TEXT PRIMARY KEY), used_at_ms and
+// expires_at_ms (BIGINT NOT NULL, Unix milliseconds), reached through
+// conn. Close does nothing.
+func NewOn(conn Conn, table string) *Store {
+	return &Store{
+		conn:       conn,
+		claimSQL:   `INSERT INTO ` + table + ` (id, used_at_ms, expires_at_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+		firstSQL:   `SELECT used_at_ms FROM ` + table + ` WHERE id = $1`,
+		releaseSQL: `DELETE FROM ` + table + ` WHERE id = $1`,
+		sweepSQL:   `DELETE FROM ` + table + ` WHERE expires_at_ms < $1`,
+		countSQL:   `SELECT COUNT(*) FROM ` + table,
+	}
+}
+
+// New creates the table jsrun_continuation_claims in db if it is missing
+// and returns a store on it. Close does not close db.
 func New(ctx context.Context, db *sql.DB) (*Store, error) {
 	for _, q := range schema {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return nil, fmt.Errorf("jsrunsql: creating schema: %w", err)
 		}
 	}
-	return &Store{db: db}, nil
+	return NewOn(dbConn{db}, "jsrun_continuation_claims"), nil
 }
 
 // OpenSQLite opens (creating if needed, mode 0600) the SQLite database at
@@ -107,7 +130,7 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	for {
 		s, err := New(ctx, db)
 		if err == nil {
-			s.own = true
+			s.close = db.Close
 			return s, nil
 		}
 		if !isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
@@ -128,28 +151,42 @@ func isBusy(err error) bool {
 	return c == 5 || c == 6
 }
 
+// dbConn runs statements on a *sql.DB; a busy SQLite database is tried
+// again for up to ten seconds.
+type dbConn struct{ db *sql.DB }
+
+func (c dbConn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	busyUntil := time.Now().Add(10 * time.Second)
+	res, err := c.db.ExecContext(ctx, q, args...)
+	for err != nil && isBusy(err) && time.Now().Before(busyUntil) && ctx.Err() == nil {
+		time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+		res, err = c.db.ExecContext(ctx, q, args...)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c dbConn) QueryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	return c.db.QueryRowContext(ctx, q, args...).Scan(dest...)
+}
+
 // Claim records the first use of id; a second claim gets a *jsrun.UsedError
 // with the time of the first. The insert is one atomic statement, so of any
 // number of concurrent claims exactly one succeeds.
 func (s *Store) Claim(ctx context.Context, id string, at, expiresAt time.Time) error {
 	s.sweepIfDue(ctx, at)
-	busyUntil := time.Now().Add(10 * time.Second)
 	for range 3 {
-		res, err := s.db.ExecContext(ctx, claimSQL, id, at.UnixMilli(), expiresAt.UnixMilli())
-		for err != nil && isBusy(err) && time.Now().Before(busyUntil) && ctx.Err() == nil {
-			time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
-			res, err = s.db.ExecContext(ctx, claimSQL, id, at.UnixMilli(), expiresAt.UnixMilli())
-		}
+		n, err := s.conn.Exec(ctx, s.claimSQL, id, at.UnixMilli(), expiresAt.UnixMilli())
 		if err != nil {
 			return fmt.Errorf("jsrunsql: claiming continuation: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("jsrunsql: claiming continuation: %w", err)
-		} else if n == 1 {
+		if n == 1 {
 			return nil
 		}
 		var first int64
-		err = s.db.QueryRowContext(ctx, firstSQL, id).Scan(&first)
+		err = s.conn.QueryRow(ctx, s.firstSQL, []any{id}, &first)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // released (or swept) in between: claim again
 		}
@@ -161,9 +198,9 @@ func (s *Store) Claim(ctx context.Context, id string, at, expiresAt time.Time) e
 	return fmt.Errorf("jsrunsql: continuation claim of %s keeps changing", id)
 }
 
-// Release forgets the claim of id.
+// Release forgets the claim of id (nothing to forget is not an error).
 func (s *Store) Release(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, releaseSQL, id); err != nil {
+	if _, err := s.conn.Exec(ctx, s.releaseSQL, id); err != nil {
 		return fmt.Errorf("jsrunsql: releasing continuation: %w", err)
 	}
 	return nil
@@ -171,15 +208,16 @@ func (s *Store) Release(ctx context.Context, id string) error {
 
 // Sweep deletes the claims that expired before now and returns how many.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, sweepSQL, now.UnixMilli())
+	n, err := s.conn.Exec(ctx, s.sweepSQL, now.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("jsrunsql: sweeping claims: %w", err)
 	}
-	return res.RowsAffected()
+	return n, nil
 }
 
-// sweepIfDue sweeps at most once per SweepEvery; a failed sweep is retried
-// at the next claim and never fails the claim.
+// sweepIfDue sweeps at most once per SweepEvery (and again when the clock
+// went back); a failed sweep is retried at the next claim and never fails
+// the claim.
 func (s *Store) sweepIfDue(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	due := s.lastSweep.IsZero() || now.Sub(s.lastSweep) >= SweepEvery || now.Before(s.lastSweep)
@@ -199,14 +237,14 @@ func (s *Store) sweepIfDue(ctx context.Context, now time.Time) {
 // Count returns the number of claims held (expired ones until swept).
 func (s *Store) Count(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM jsrun_continuation_claims`).Scan(&n)
+	err := s.conn.QueryRow(ctx, s.countSQL, nil, &n)
 	return n, err
 }
 
 // Close closes the database if OpenSQLite opened it.
 func (s *Store) Close() error {
-	if s.own {
-		return s.db.Close()
+	if s.close != nil {
+		return s.close()
 	}
 	return nil
 }

@@ -249,14 +249,7 @@ func (c *Client) StatFile(ctx context.Context, home, rel string) (homefs.FileInf
 		return homefs.FileInfo{}, err
 	}
 	res, err := c.fileOnce(ctx, FileRequest{Op: FileStat, Home: home, Path: clean})
-	if err != nil {
-		return homefs.FileInfo{}, err
-	}
-	fi, err := fileInfo(res.Info, clean)
-	if err != nil {
-		return homefs.FileInfo{}, c.broke(err)
-	}
-	return fi, nil
+	return c.infoOf(res, err, clean)
 }
 
 // RemoveFile deletes the regular file rel beneath home.
@@ -403,6 +396,12 @@ func (c *Client) PutFilePerm(ctx context.Context, home, rel string, r io.Reader,
 
 func (c *Client) putResult(ctx context.Context, id uint32, fc *fileCall, clean string) (homefs.FileInfo, error) {
 	res, err := c.waitFile(ctx, id, fc)
+	return c.infoOf(res, err, clean)
+}
+
+// infoOf is the file the agent's answer res (or err) describes; an answer
+// without a sound description breaks the connection.
+func (c *Client) infoOf(res FileResult, err error, clean string) (homefs.FileInfo, error) {
 	if err != nil {
 		return homefs.FileInfo{}, err
 	}

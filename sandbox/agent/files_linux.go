@@ -129,6 +129,17 @@ func (s *server) endFiles(limit time.Duration) {
 	}
 }
 
+// statResult describes the regular file clean beneath home as it is now.
+func statResult(home, clean string) *FileResult {
+	f, fi, err := homefs.OpenBeneath(home, clean)
+	if err != nil {
+		return failed(err)
+	}
+	f.Close()
+	e := entry(fi)
+	return &FileResult{Info: &e}
+}
+
 func failed(err error) *FileResult {
 	return &FileResult{Error: err.Error(), Code: fileCode(err)}
 }
@@ -178,13 +189,7 @@ func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) 
 		}
 		return listResult(l)
 	case FileStat:
-		f, fi, err := homefs.OpenBeneath(req.Home, clean)
-		if err != nil {
-			return failed(err)
-		}
-		f.Close()
-		e := entry(fi)
-		return &FileResult{Info: &e}
+		return statResult(req.Home, clean)
 	case FileRemove:
 		if err := homefs.RemoveBeneath(req.Home, clean); err != nil {
 			return failed(err)
@@ -198,13 +203,7 @@ func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) 
 		if err := homefs.WriteBeneathPerm(req.Home, clean, r, -1, -1, fs.FileMode(req.Mode)); err != nil {
 			return failed(err)
 		}
-		f, fi, err := homefs.OpenBeneath(req.Home, clean)
-		if err != nil {
-			return failed(err)
-		}
-		f.Close()
-		e := entry(fi)
-		return &FileResult{Info: &e}
+		return statResult(req.Home, clean)
 	case FileRead:
 		f, fi, err := homefs.OpenBeneath(req.Home, clean)
 		if err != nil {

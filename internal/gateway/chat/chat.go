@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 )
 
 type request struct {
@@ -302,26 +303,7 @@ func Completion(t *gateway.Turn, id, model string) map[string]any {
 
 // WriteError writes an error in OpenAI's envelope.
 func WriteError(w http.ResponseWriter, status int, param, code, msg string) {
-	typ := "invalid_request_error"
-	switch {
-	case status == http.StatusUnauthorized:
-		typ = "authentication_error"
-	case status == http.StatusTooManyRequests:
-		typ = "rate_limit_error"
-	case status >= 500:
-		typ = "server_error"
-	}
-	var p, c any
-	if param != "" {
-		p = param
-	}
-	if code != "" {
-		c = code
-	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": c}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	openaierr.Write(w, &openaierr.Error{Status: status, Type: openaierr.TypeFor(status), Param: param, Code: code, Message: msg})
 }
 
 // writeErr writes err (a request error, an upstream error, or another) in

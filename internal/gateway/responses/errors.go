@@ -7,35 +7,15 @@ import (
 	"net/http"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 )
 
-// apiError is an answer in OpenAI's error envelope:
-// {"error":{"message","type","param","code"}} with param and code null
-// when empty.
-type apiError struct {
-	Status  int
-	Type    string
-	Message string
-	Param   string
-	Code    string
-}
-
-func (e *apiError) Error() string { return e.Message }
+// apiError is an answer in OpenAI's error envelope.
+type apiError = openaierr.Error
 
 // invalid is a 400 invalid_request_error about param.
 func invalid(param, format string, a ...any) error {
 	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, a...)}
-}
-
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
 }
 
 func nullable(s string) *string {
@@ -48,17 +28,13 @@ func nullable(s string) *string {
 // WriteError answers with an error in OpenAI's envelope. The server uses
 // it for what fails before the frontend runs (authentication).
 func WriteError(w http.ResponseWriter, status int, message string) {
-	writeError(w, &apiError{Status: status, Type: typeFor(status), Message: message, Code: codeFor(status)})
+	openaierr.Write(w, &apiError{Status: status, Type: typeFor(status), Message: message, Code: codeFor(status)})
 }
 
-func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
-	}
-	writeJSON(w, e.Status, errorBody{Error: errorDetail{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
-}
+func writeError(w http.ResponseWriter, e *apiError) { openaierr.Write(w, e) }
 
-// typeFor is the error type OpenAI uses for a status.
+// typeFor is the error type OpenAI's Responses API sets for a status
+// (not openaierr.TypeFor: a 401 is invalid_request_error, a 429 "requests").
 func typeFor(status int) string {
 	switch {
 	case status == http.StatusTooManyRequests:

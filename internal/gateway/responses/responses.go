@@ -63,6 +63,7 @@ import (
 	"net/http"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/identity"
 )
 
@@ -94,7 +95,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		}
 	}
 	if f.Models == nil {
-		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
+		openaierr.Write(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
 			Message: "No models are configured on this Shellgate server: start `shellgate serve` with --config naming the providers."})
 		return
 	}
@@ -171,7 +172,7 @@ func (f *Frontend) runFailed(ctx context.Context, w http.ResponseWriter, err err
 		f.log().ErrorContext(ctx, "responses: request failed", "err", err)
 	}
 	if s == nil {
-		writeError(w, ae)
+		openaierr.Write(w, ae)
 		return
 	}
 	s.fail(ae, res)
@@ -182,7 +183,7 @@ func (f *Frontend) writeErr(ctx context.Context, w http.ResponseWriter, err erro
 	if !known {
 		f.log().ErrorContext(ctx, "responses: request failed", "err", err)
 	}
-	writeError(w, ae)
+	openaierr.Write(w, ae)
 }
 
 func (f *Frontend) log() *slog.Logger {

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -29,58 +30,76 @@ func TestContinuationStoreConformance(t *testing.T) {
 	}
 }
 
-// A claim survives closing the database, and two handles on one data
-// directory (two processes: the CLI and the server) share the claims: of
-// concurrent claims through both, exactly one wins.
+// A claim survives closing the database (a restart), and two handles on
+// one database (two processes: the CLI and the server, or two replicas)
+// share the claims: of concurrent claims through both, exactly one wins,
+// round after round.
 func TestContinuationClaimsDurableAndShared(t *testing.T) {
-	dir := t.TempDir()
-	t0 := storetest.T0
-	s, err := OpenSQLite(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Continuations().Claim(t.Context(), "tok", t0, t0.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open := b.factory(t)
+			t0 := storetest.T0
+			first, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.(*DB).Continuations().Claim(t.Context(), "tok", t0, t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			first.Close()
 
-	a, err := OpenSQLite(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := OpenSQLite(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var used *jsrun.UsedError
-	if err := b.Continuations().Claim(t.Context(), "tok", t0.Add(time.Minute), t0.Add(time.Hour)); !errors.As(err, &used) || !used.FirstUse.Equal(t0) {
-		t.Fatalf("claim after reopening: %v, want a UsedError naming %s", err, t0)
-	}
+			handles := make([]*DB, 2)
+			for i := range handles {
+				s, err := open()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				handles[i] = s.(*DB)
+			}
+			var used *jsrun.UsedError
+			if err := handles[1].Continuations().Claim(t.Context(), "tok", t0.Add(time.Minute), t0.Add(time.Hour)); !errors.As(err, &used) || !used.FirstUse.Equal(t0) {
+				t.Fatalf("claim after reopening: %v, want a UsedError naming %s", err, t0)
+			}
 
-	const n = 16
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		st := a
-		if i%2 == 1 {
-			st = b
-		}
-		wg.Go(func() { errs[i] = st.Continuations().Claim(t.Context(), "raced", t0, t0.Add(time.Hour)) })
-	}
-	wg.Wait()
-	won := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errors.Is(err, jsrun.ErrContinuationUsed):
-			t.Errorf("claim: %v", err)
-		}
-	}
-	if won != 1 {
-		t.Fatalf("%d of %d claims through two handles won, want 1", won, n)
+			const rounds, perHandle = 20, 4
+			for r := range rounds {
+				tok := fmt.Sprintf("nonce-%d", r)
+				errs := make([]error, 2*perHandle)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := range errs {
+					st := handles[i%2]
+					wg.Go(func() {
+						<-start
+						errs[i] = st.Continuations().Claim(t.Context(), tok, t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Hour))
+					})
+				}
+				close(start)
+				wg.Wait()
+				won := 0
+				for _, err := range errs {
+					switch {
+					case err == nil:
+						won++
+					case !errors.Is(err, jsrun.ErrContinuationUsed):
+						t.Fatalf("claim: %v", err)
+					}
+				}
+				if won != 1 {
+					t.Fatalf("round %d: %d of %d claims through two handles won, want 1", r, won, len(errs))
+				}
+			}
+			handles[0].Close()
+			s, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.(*DB).Continuations().Claim(t.Context(), "nonce-0", t0.Add(time.Minute), t0.Add(time.Hour)); !errors.Is(err, jsrun.ErrContinuationUsed) {
+				t.Fatalf("claim after a handle restarted: %v", err)
+			}
+		})
 	}
 }
 

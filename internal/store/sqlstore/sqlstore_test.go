@@ -50,59 +50,75 @@ func TestSQLiteFile(t *testing.T) {
 	}
 }
 
-// Processes opening a new data directory at the same moment all get a
-// working store, and the schema is applied once.
+// Processes (replicas) opening a new database at the same moment all get
+// a working store, and the schema is applied once (on PostgreSQL under the
+// advisory lock; without it, concurrent CREATE TABLE IF NOT EXISTS fail).
 func TestConcurrentFirstOpen(t *testing.T) {
-	dir := t.TempDir()
-	const n = 6
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Go(func() {
-			s, err := OpenSQLite(t.Context(), dir)
-			if err != nil {
-				errs <- err
-				return
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open := b.factory(t)
+			const n = 6
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			start := make(chan struct{})
+			for range n {
+				wg.Go(func() {
+					<-start
+					s, err := open()
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer s.Close()
+					if _, _, err := s.Keys().Create(t.Context(), store.Scope{Account: "a", Workspace: "w"}); err != nil {
+						errs <- err
+					}
+				})
 			}
-			defer s.Close()
-			if _, _, err := s.Keys().Create(t.Context(), store.Scope{Account: "a", Workspace: "w"}); err != nil {
-				errs <- err
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			st, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			s := st.(*DB)
+			var steps int
+			if err := s.db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM schema_migrations`).Scan(&steps); err != nil || steps != len(migrations) {
+				t.Fatalf("%d schema steps recorded, want %d (%v)", steps, len(migrations), err)
+			}
+			if v, err := s.SchemaVersion(t.Context()); err != nil || v != len(migrations) {
+				t.Fatalf("schema version %d, %v", v, err)
+			}
+			if keys, err := s.Keys().List(t.Context()); err != nil || len(keys) != n {
+				t.Fatalf("%d keys, want %d (%v)", len(keys), n, err)
 			}
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	s, err := OpenSQLite(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var steps int
-	if err := s.db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM schema_migrations`).Scan(&steps); err != nil || steps != len(migrations) {
-		t.Fatalf("%d schema steps recorded, want %d (%v)", steps, len(migrations), err)
-	}
-	if keys, err := s.Keys().List(t.Context()); err != nil || len(keys) != n {
-		t.Fatalf("%d keys, want %d (%v)", len(keys), n, err)
 	}
 }
 
 // A database migrated by a newer binary is refused, not written to.
 func TestNewerSchemaRefused(t *testing.T) {
-	dir := t.TempDir()
-	s, err := OpenSQLite(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.db.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, 0)`, len(migrations)+1); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	_, err = OpenSQLite(t.Context(), dir)
-	if err == nil || !strings.Contains(err.Error(), "newer than this binary") {
-		t.Fatalf("OpenSQLite on a newer schema: %v", err)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open := b.factory(t)
+			s, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.(*DB).db.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, 0)`, len(migrations)+1); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			_, err = open()
+			if err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+				t.Fatalf("opening a newer schema: %v", err)
+			}
+		})
 	}
 }
 

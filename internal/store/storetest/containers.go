@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -202,11 +201,7 @@ func Containers(t *testing.T, f Factory) {
 		checkPages(t, nil, func(o store.ListOptions) (store.Page[store.Container], error) {
 			return s.Containers().List(t.Context(), scopeA, o)
 		}, func(c store.Container) string { return c.ID })
-		type row struct {
-			at time.Time
-			id string
-		}
-		var rows []row
+		var rows []listed
 		// 25 containers, three per millisecond, created out of order, so
 		// that ties on created_at are broken by id.
 		for _, i := range []int{12, 3, 24, 0, 7, 19, 1, 2, 4, 5, 6, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23} {
@@ -216,22 +211,12 @@ func Containers(t *testing.T, f Factory) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows = append(rows, row{c.CreatedAt, c.ID})
+			rows = append(rows, listed{c.CreatedAt, c.ID})
 			if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeB, fmt.Sprintf("p%02d", i))); err != nil {
 				t.Fatal(err)
 			}
 		}
-		sort.Slice(rows, func(i, j int) bool {
-			if !rows[i].at.Equal(rows[j].at) {
-				return rows[i].at.Before(rows[j].at)
-			}
-			return rows[i].id < rows[j].id
-		})
-		var want []string
-		for _, r := range rows {
-			want = append(want, r.id)
-		}
-		checkPages(t, want, func(o store.ListOptions) (store.Page[store.Container], error) {
+		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.Container], error) {
 			return s.Containers().List(t.Context(), scopeA, o)
 		}, func(c store.Container) string { return c.ID })
 		p, err := s.Containers().List(t.Context(), scopeA, store.ListOptions{Limit: 10, Name: "p07"})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -118,11 +117,7 @@ func Files(t *testing.T, f Factory) {
 	})
 	t.Run("05 pagination", func(t *testing.T) {
 		s := open(t, f(t))
-		type row struct {
-			at time.Time
-			id string
-		}
-		var rows []row
+		var rows []listed
 		for i := range 23 {
 			in := sampleFile(scopeA, fmt.Sprintf("f%d", i))
 			in.CreatedAt = t0.Add(time.Duration((i*7)%5) * time.Millisecond)
@@ -130,22 +125,12 @@ func Files(t *testing.T, f Factory) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows = append(rows, row{got.CreatedAt, got.ID})
+			rows = append(rows, listed{got.CreatedAt, got.ID})
 			if _, err := s.Files().Create(t.Context(), sampleFile(scopeC, "noise")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		sort.Slice(rows, func(i, j int) bool {
-			if !rows[i].at.Equal(rows[j].at) {
-				return rows[i].at.Before(rows[j].at)
-			}
-			return rows[i].id < rows[j].id
-		})
-		var want []string
-		for _, r := range rows {
-			want = append(want, r.id)
-		}
-		checkPages(t, want, func(o store.ListOptions) (store.Page[store.File], error) {
+		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.File], error) {
 			return s.Files().List(t.Context(), scopeA, o)
 		}, func(f store.File) string { return f.ID })
 	})

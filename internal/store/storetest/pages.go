@@ -2,10 +2,34 @@ package storetest
 
 import (
 	"slices"
+	"sort"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
 )
+
+// listed is a record as a listing orders it.
+type listed struct {
+	at time.Time
+	id string
+}
+
+// listOrder returns the ids of rows in list order: ascending created, then
+// id (checkPages's want).
+func listOrder(rows []listed) []string {
+	sort.Slice(rows, func(i, j int) bool {
+		if !rows[i].at.Equal(rows[j].at) {
+			return rows[i].at.Before(rows[j].at)
+		}
+		return rows[i].id < rows[j].id
+	})
+	var want []string
+	for _, r := range rows {
+		want = append(want, r.id)
+	}
+	return want
+}
 
 // checkPages walks a listing page by page in both orders with several
 // page sizes and checks it against want, the ids in ascending (created,

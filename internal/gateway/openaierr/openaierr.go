@@ -1,0 +1,81 @@
+// Package openaierr is OpenAI's error envelope, the one the Responses and
+// Chat Completions frontends and the server's other OpenAI-shaped routes
+// answer in (wire-formats §2.6):
+//
+//	{"error":{"message":"...","type":"invalid_request_error","param":"model","code":null}}
+//
+// param and code are null when there is nothing to say. Each caller picks
+// the type and code its API sets for a status; Write is the one writer.
+package openaierr
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Error is an answer in OpenAI's error envelope; an empty Param or Code is
+// written as null.
+type Error struct {
+	Status  int
+	Type    string
+	Message string
+	Param   string
+	Code    string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Body is the envelope on the wire.
+type Body struct {
+	Error Detail `json:"error"`
+}
+
+// Detail is the envelope's error object.
+type Detail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// TypeFor is the error type OpenAI's Chat Completions and file routes set
+// for a status.
+func TypeFor(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// Write answers with e: a 401 with WWW-Authenticate, the body with its
+// length set (so the client has the whole answer at once) and flushed.
+func Write(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(Body{Error: Detail{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}}) // strings always encode
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(e.Status)
+	w.Write(buf.Bytes())
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
