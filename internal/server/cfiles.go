@@ -508,6 +508,9 @@ func uploadDest(dest, name string) (string, error) {
 			d = rest
 		}
 	}
+	if d == "." {
+		d = "" // the home itself, as the prefixes above
+	}
 	if d == "" || strings.HasSuffix(d, "/") {
 		if name == "" {
 			return "", errorf(http.StatusBadRequest, "the file has no usable name: send a `path` field before `file`")
