@@ -41,17 +41,27 @@ demo: setup build
 
 # Every test, on the real runtimes, as root. SHELLGATE_TEST_STRICT makes a
 # runtime that does not work or an image that is missing a test failure,
-# not a skip: setup and images above provide them all. Packages run one at
-# a time (-p 1): the sandbox suites hold real time limits (a 1 GB line under
-# gVisor, fork loops), which two packages' sandboxes on two cores distort.
+# not a skip: setup and images above provide them all. Each package runs
+# once, in one of two halves that run side by side (make -j2): the
+# packages whose concurrency is worth the race detector run only under
+# -race (mostly CPU); the runtime packages (the sandbox suites, the
+# end-to-end and security suites: mostly waiting on sandboxes) run without
+# it, two packages at a time, then the sandbox manager's lifecycle and
+# concurrent-command cases once more under -race.
+RACE_PKGS := ./internal/... ./jsrun/... ./sandbox/agent/... ./sandbox/kube/... ./sandbox/egress/...
 test: export SHELLGATE_TEST_STRICT = 1
 test: setup images node-clients parity-node console-node
 	$(GO) vet ./...
-	$(GO) test -count=1 -p 1 -timeout 30m ./...
-	$(GO) test -count=1 -race -timeout 20m ./jsrun/... ./sandbox/agent/... ./internal/...
-	$(GO) test -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
-	$(GO) test -count=1 -race -short -timeout 10m ./sandbox/egress/...
+	$(MAKE) -j2 --output-sync=target test-race test-runtimes
 	cd bench/exchtrace && $(GO) vet . && $(GO) test -count=1 .
+
+.PHONY: test-race test-runtimes
+test-race:
+	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
+
+test-runtimes:
+	$(GO) test -count=1 -p 2 -timeout 30m $$($(GO) list ./... | grep -v -E '/shellgate/(internal|jsrun)(/|$$)|/sandbox/(agent|kube|egress)(/|$$)')
+	$(GO) test -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
 
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh
@@ -71,11 +81,3 @@ clean:
 image-oci: build
 	$(GO) run ./cmd/ociimage -kind gateway -o $(BIN)/oci/shellgate -shellgate $(BIN)/shellgate -agent $(BIN)/shellgate-agent
 	if [ -n "$(SANDBOX_ROOTFS)" ]; then $(GO) run ./cmd/ociimage -kind sandbox -o $(BIN)/oci/sandbox -rootfs "$(SANDBOX_ROOTFS)" -agent $(BIN)/shellgate-agent; fi
-
-# sandbox/kube's tests (client-go's fake clientset plus the real agent over
-# TLS), with its home archive (kubehome), with the race detector; `make
-# test` runs them without it above.
-test: test-kube-race
-.PHONY: test-kube-race
-test-kube-race:
-	$(GO) test -count=1 -race -timeout 10m ./sandbox/kube/...
