@@ -251,7 +251,6 @@ func (s *Server) fileErr(err error, ref, what string) error {
 	return err
 }
 
-// fileParam parses {file_id}.
 // holdContainerFile is holdContainer for a route on one of the container's
 // files: the file's path, from {file_id}, is checked first.
 func (s *Server) holdContainerFile(r *http.Request, p Principal) (Container, string, func(), error) {
@@ -263,6 +262,7 @@ func (s *Server) holdContainerFile(r *http.Request, p Principal) (Container, str
 	return c, rel, release, err
 }
 
+// fileParam parses {file_id}.
 func fileParam(r *http.Request) (string, error) {
 	rel, err := ParseCFileID(r.PathValue("file_id"))
 	if err != nil {
