@@ -551,6 +551,12 @@ type Command struct {
 	// after a command that wrote nothing. Without it the watch is left as
 	// it is: the next check still sees this command's writes.
 	CheckHome bool
+	// Resident starts the command as the sandbox's resident process (a
+	// language kernel, see agent.ExecRequest.Resident): it keeps running
+	// after the call, which returns once it has started (exit code 0), and
+	// until the sandbox sleeps or the next resident starts. TimeoutMs and
+	// MaxBytes do not apply; its output is discarded.
+	Resident bool
 }
 
 // Result is one command's output and outcome.
@@ -630,6 +636,7 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 		Dir:       runtime.HomeDir,
 		TimeoutMs: cmd.TimeoutMs,
 		MaxBytes:  cmd.MaxBytes,
+		Resident:  cmd.Resident,
 	}, cmd.OnOutput)
 	switch {
 	case err == nil:

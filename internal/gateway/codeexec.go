@@ -48,6 +48,9 @@ const MaxPromotedFile = 512 << 20
 // *CreateResult, *StrReplaceResult or *CodeExecError.
 type CodeExecDetail struct {
 	Content any
+	// Images are the image outputs of a Python call on the kernel, for
+	// the frontends that return them (Gemini's inlineData parts).
+	Images []tool.Display
 }
 
 // BashResult is bash_code_execution_result (or, for the legacy Python
@@ -244,54 +247,157 @@ func runOne(ctx context.Context, open SandboxFunc, command string, onOutput func
 	if out.Outcome.ExitCode != nil {
 		r.ReturnCode = *out.Outcome.ExitCode
 	}
-	if len(res.Changed) > 0 {
-		sb, err := open(ctx)
-		if err == nil {
-			for _, f := range res.Changed {
-				if f.Bytes > MaxPromotedFile {
-					return fail("output_file_too_large", fmt.Sprintf("the command ran (exit code %d), but the file %s it wrote is %d bytes, over the %d-byte cap for output files", r.ReturnCode, f.Path, f.Bytes, MaxPromotedFile), true)
-				}
-				id, err := sb.Promote(ctx, f.Path)
-				if errors.Is(err, sandbox.ErrTooLarge) {
-					return fail("output_file_too_large", fmt.Sprintf("the command ran (exit code %d), but the file %s it wrote is too large to keep as an output file", r.ReturnCode, f.Path), true)
-				}
-				if err == nil {
-					r.Content = append(r.Content, OutputFile{Type: outputType, FileID: id})
-				}
-			}
-		}
+	if fail := promoteChanged(ctx, open, res.Changed, r, outputType, errorType); fail != nil {
+		return codeExecResult(fail, true)
 	}
 	return codeExecResult(r, true)
 }
 
-// CodeTool is the legacy code_execution_20250522 tool: {"code": "..."}
-// runs Python 3 in the sandbox; the result is code_execution_result.
+// promoteChanged adds the files a call changed to r's content as output
+// file ids; a file too large to keep is the error returned.
+func promoteChanged(ctx context.Context, open SandboxFunc, changed []ChangedFile, r *BashResult, outputType, errorType string) *CodeExecError {
+	if len(changed) == 0 {
+		return nil
+	}
+	sb, err := open(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, f := range changed {
+		if f.Bytes > MaxPromotedFile {
+			return &CodeExecError{Type: errorType, ErrorCode: "output_file_too_large", ErrorMessage: fmt.Sprintf("the command ran (exit code %d), but the file %s it wrote is %d bytes, over the %d-byte cap for output files", r.ReturnCode, f.Path, f.Bytes, MaxPromotedFile)}
+		}
+		id, err := sb.Promote(ctx, f.Path)
+		if errors.Is(err, sandbox.ErrTooLarge) {
+			return &CodeExecError{Type: errorType, ErrorCode: "output_file_too_large", ErrorMessage: fmt.Sprintf("the command ran (exit code %d), but the file %s it wrote is too large to keep as an output file", r.ReturnCode, f.Path)}
+		}
+		if err == nil {
+			r.Content = append(r.Content, OutputFile{Type: outputType, FileID: id})
+		}
+	}
+	return nil
+}
+
+// CodeTool is the legacy code_execution_20250522 tool (and Gemini's
+// codeExecution): {"code": "..."} runs on the container's Python kernel,
+// so state carries from call to call; the result is code_execution_result.
 type CodeTool struct{}
 
 func (CodeTool) Function() Tool {
 	return Tool{
 		Name: CodeExecution,
-		Description: "Run Python 3 code (with pandas and numpy) in the user's persistent Linux sandbox, in /workspace/home " +
-			"(files there persist between calls; no network). Print what you need to see: stdout and stderr come back.",
+		Description: "Run Python 3 code in a Jupyter (IPython) kernel in the user's persistent Linux sandbox " +
+			"(pandas, numpy, matplotlib, scipy, scikit-learn, seaborn, openpyxl). The kernel keeps variables and " +
+			"imports between calls. The working directory is /workspace/home (also /mnt/data): files there persist " +
+			"and are what the user can download; no network. stdout, stderr, the value of the last expression and " +
+			"figures (plt.show() or any open figure) come back.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"The Python code to run."}},"required":["code"]}`),
 	}
 }
 
 func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutput func(cmd, stream int, text string)) StepResult {
-	var a struct {
-		Code *string `json:"code"`
+	c, err := tool.ParsePythonArgs([]byte(call.Arguments))
+	if err != nil {
+		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: err.Error()}, false)
 	}
-	read := func(r *jsonr.Reader) bool {
-		return r.Object(pythonArgNames, func(int) bool { return jsonr.Ptr(r, &a.Code, r.Str) })
+	res, containerID, err := RunPython(ctx, open, c, onOutput)
+	if err != nil {
+		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: ErrorCode(err), ErrorMessage: err.Error()}, containerID != "")
 	}
-	if err := decodeArgs(call.Arguments, &a, `{"code": "..."}`, read); err != nil || a.Code == nil || strings.TrimSpace(*a.Code) == "" {
-		msg := `"code" is missing or empty: give the Python code to run`
-		if err != nil {
-			msg = err.Error()
+	out := res.Output
+	if out.Outcome.Type == "timeout" {
+		msg := fmt.Sprintf("the code did not finish within %d seconds and was interrupted; the kernel and its variables are kept", c.TimeoutMs/1000)
+		if out.Stdout != "" {
+			msg += "; stdout so far: " + out.Stdout
 		}
-		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: msg}, false)
+		if out.Stderr != "" {
+			msg += "; stderr so far: " + out.Stderr
+		}
+		st := codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "execution_time_exceeded", ErrorMessage: msg}, true)
+		st.Detail.(*CodeExecDetail).Images = PythonImages(out)
+		return st
 	}
-	return runOne(ctx, open, "python3 -c "+shellQuote(*a.Code), onOutput, "code_execution_result", "code_execution_output", "code_execution_tool_result_error")
+	r := &BashResult{Type: "code_execution_result", Stdout: PythonStdout(out), Stderr: PythonStderr(out), Content: []OutputFile{}}
+	if out.Outcome.ExitCode != nil {
+		r.ReturnCode = *out.Outcome.ExitCode
+	}
+	if fail := promoteChanged(ctx, open, res.Changed, r, "code_execution_output", "code_execution_tool_result_error"); fail != nil {
+		return codeExecResult(fail, true)
+	}
+	st := codeExecResult(r, true)
+	st.Detail.(*CodeExecDetail).Images = PythonImages(out)
+	return st
+}
+
+// RunPython opens the sandbox and runs c on its kernel; containerID is
+// set once the sandbox was opened.
+func RunPython(ctx context.Context, open SandboxFunc, c tool.PythonCall, onOutput func(cmd, stream int, text string)) (res PythonResult, containerID string, err error) {
+	sb, err := open(ctx)
+	if err != nil {
+		return PythonResult{}, "", err
+	}
+	var f func(stream int, text string)
+	if onOutput != nil {
+		f = func(stream int, text string) { onOutput(0, stream, text) }
+	}
+	res, err = sb.Python(ctx, c, f)
+	return res, sb.ContainerID(), err
+}
+
+// PythonStdout is what a Python call printed, followed by the text of its
+// rich outputs (the value of the last expression, a DataFrame's table) as
+// a notebook shows them, each on its own line.
+func PythonStdout(o tool.PythonOutput) string {
+	s := o.Stdout
+	for _, d := range o.Displays {
+		if d.MIME != "text/plain" {
+			continue
+		}
+		if s != "" && !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		s += d.Text + "\n"
+	}
+	return s
+}
+
+// PythonStderr is a Python call's stderr, then the exception's traceback,
+// then Shellgate's notes, and first, when the kernel is new and earlier
+// state is gone, a line that says so.
+func PythonStderr(o tool.PythonOutput) string {
+	var b strings.Builder
+	if o.Restarted != "" {
+		b.WriteString("shellgate: the Python kernel was restarted and variables, imports and other state from earlier calls are lost: " + o.Restarted + "\n")
+	}
+	b.WriteString(o.Stderr)
+	if o.Error != nil {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+		if len(o.Error.Traceback) > 0 {
+			b.WriteString(strings.Join(o.Error.Traceback, "\n") + "\n")
+		} else {
+			b.WriteString(o.Error.Name + ": " + o.Error.Value + "\n")
+		}
+	}
+	if o.Notes != "" {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString(o.Notes)
+	}
+	return b.String()
+}
+
+// PythonImages are a Python call's image outputs.
+func PythonImages(o tool.PythonOutput) []tool.Display {
+	var out []tool.Display
+	for _, d := range o.Displays {
+		if d.IsImage() {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

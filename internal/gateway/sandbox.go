@@ -53,6 +53,13 @@ type Sandbox interface {
 	// one output per command that ran, and Changed: the files of the home
 	// the call created or modified, most recent first, at most 10.
 	Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, stream int, text string)) (ExecResult, error)
+	// Python runs c on the container's Python kernel (tool.RunPython),
+	// starting it on the first call: variables and imports persist from
+	// call to call until the container sleeps or the kernel dies.
+	// onOutput, when not nil, gets the code's stdout (1) and stderr (2) as
+	// produced. Changed lists the files of the home the call created or
+	// modified, as for Exec.
+	Python(ctx context.Context, c tool.PythonCall, onOutput func(stream int, text string)) (PythonResult, error)
 	// ReadFile reads a regular file beneath the home (path relative to
 	// /workspace/home, or absolute under /workspace/home or /mnt/data), at
 	// most maxBytes (ErrTooLarge beyond).
@@ -79,6 +86,12 @@ type Sandbox interface {
 // ExecResult is what a shell call produced.
 type ExecResult struct {
 	Outputs []tool.CommandOutput
+	Changed []ChangedFile
+}
+
+// PythonResult is what a Python call produced.
+type PythonResult struct {
+	Output  tool.PythonOutput
 	Changed []ChangedFile
 }
 

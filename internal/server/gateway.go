@@ -340,6 +340,36 @@ func (b *gatewayBox) Exec(ctx context.Context, p tool.Plan, onOutput func(cmd, s
 	return res, err
 }
 
+// Python runs c on the container's kernel. A container awake on another
+// node is not reached: its kernel lives there, and the exec API that
+// carries shell calls between nodes does not carry Python calls.
+func (b *gatewayBox) Python(ctx context.Context, c tool.PythonCall, onOutput func(stream int, text string)) (gateway.PythonResult, error) {
+	var res gateway.PythonResult
+	err := b.hold(ctx, func(ct Container) error {
+		if _, ok := b.away(ctx, ct.ID); ok {
+			return errPythonAway
+		}
+		run := &gatewayCall{call: call{s: b.s, id: ct.ID, maxChars: c.MaxOutputLength}, box: b, label: "python: " + c.Code}
+		since := fileClock()
+		out, err := tool.RunPython(ctx, run, ct.ID, c, &b.s.kernels, onOutput)
+		if _, ok := b.moved(ctx, ct.ID, err); ok {
+			return errPythonAway
+		}
+		if err != nil {
+			return gatewayErr(err)
+		}
+		res.Output = out
+		if run.homeChanged {
+			res.Changed = b.changed(context.WithoutCancel(ctx), ct.ID, since)
+		}
+		return nil
+	})
+	return res, err
+}
+
+var errPythonAway = &gateway.RequestError{Status: http.StatusServiceUnavailable,
+	Message: "the container is awake on another Shellgate node; Python calls run only on the node where it is awake: try again when it sleeps there"}
+
 // moved reports where container id is when a local step on it met
 // sandbox.ErrBusy because it woke on another live node after this request
 // was routed: the step is sent there (remoteExec, remoteFiles).
@@ -439,7 +469,10 @@ type gatewayCall struct {
 	call
 	box      *gatewayBox
 	onOutput func(cmd, stream int, text string)
-	n        int
+	// label names the call in request logs instead of its command (a
+	// Python call's client carries the driver's script).
+	label string
+	n     int
 	// homeChanged: some command's result did not say its home was
 	// unchanged (sandbox.Result.HomeUnchanged).
 	homeChanged bool
@@ -458,9 +491,13 @@ func (c *gatewayCall) Exec(ctx context.Context, name string, cmd sandbox.Command
 		cmd.OnOutput = utf8Output(cmd.MaxBytes, func(stream int, text string) { c.onOutput(idx, stream, text) })
 	}
 	c.n++
-	if rl := reqLogFrom(ctx); rl != nil {
+	if rl := reqLogFrom(ctx); rl != nil && !cmd.Resident {
+		label := cmd.Command
+		if c.label != "" {
+			label = c.label
+		}
 		start := time.Now()
-		defer func() { rl.timed(cmd.Command, time.Since(start)) }()
+		defer func() { rl.timed(label, time.Since(start)) }()
 	}
 	cmd.CheckHome = true
 	res, err := c.call.Exec(ctx, name, cmd)

@@ -216,6 +216,7 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/guard"
 	"github.com/shellgate/shellgate/internal/store"
+	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/jsrun"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/egress"
@@ -362,6 +363,9 @@ const (
 // Server serves the HTTP API. Its Handler is safe for concurrent use.
 type Server struct {
 	cfg Config
+	// kernels remembers which containers had a Python kernel, to tell the
+	// model when a call finds it gone (tool.Kernels).
+	kernels tool.Kernels
 	// mgr is the sandbox manager (Config.Sandboxes) behind the awake
 	// quota (awake, quota.go).
 	mgr     sandbox.Backend

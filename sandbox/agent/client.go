@@ -248,6 +248,9 @@ type Output struct {
 	ExecResult
 }
 
+// ErrNoResident: the agent is too old to start resident processes.
+var ErrNoResident = errors.New("agent: the sandbox's agent does not start resident processes (an older version)")
+
 // Exec runs one command and waits for it. When req.TimeoutMs passes first,
 // by the host's clock, the agent kills the command's process tree and
 // reports it timed out. When ctx ends first the command's process tree is
@@ -255,6 +258,9 @@ type Output struct {
 // ends first the error matches ErrClosed (and ErrProtocol if the agent
 // broke the protocol).
 func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc) (Output, error) {
+	if req.Resident && !c.hello.Resident {
+		return Output{}, ErrNoResident
+	}
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = DefaultMaxBytes
 	}

@@ -86,6 +86,10 @@ type Hello struct {
 	// agent (a pod image behind the gateway) leaves it unset and would
 	// ignore them, so the client refuses them with ErrNoFiles instead.
 	Files bool `json:"files,omitempty"`
+	// Resident: the agent starts resident processes (ExecRequest.Resident).
+	// An older agent would run one as a command and kill it at its end, so
+	// the client refuses them with ErrNoResident instead.
+	Resident bool `json:"resident,omitempty"`
 }
 
 // ProtocolVersion is bumped on any incompatible change of the frames.
@@ -107,6 +111,13 @@ type ExecRequest struct {
 	// MaxBytes is the number of bytes kept per stream; the rest is read and
 	// counted but dropped. 0 or less: DefaultMaxBytes.
 	MaxBytes int `json:"max_bytes"`
+	// Resident starts the command as the sandbox's resident process (a
+	// language kernel): it outlives the request, which is answered as soon
+	// as it has started, and the kill of what each command leaves behind
+	// spares it and its descendants. Its stdin, stdout and stderr are
+	// /dev/null. Starting a resident kills the one before it, with its
+	// descendants; when the host goes away it dies with everything else.
+	Resident bool `json:"resident,omitempty"`
 }
 
 // DefaultMaxBytes is the bytes kept per stream of a request without

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -89,7 +91,7 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 		close(sigs)
 		unix.Close(devnull)
 	}()
-	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true})); err != nil {
+	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true, Resident: true})); err != nil {
 		return err
 	}
 	var buf []byte
@@ -207,6 +209,9 @@ type server struct {
 	expired map[uint32]bool
 	// closed: the host is gone (stop); no command starts any more.
 	closed bool
+	// resident is the resident process (ExecRequest.Resident), 0 if none:
+	// killAll spares it and its descendants.
+	resident int
 
 	devnull int                 // read-only /dev/null, every command's stdin
 	env     []string            // every command's environment: the agent's own
@@ -239,7 +244,7 @@ func (s *server) cancel(id uint32) {
 	running := s.mainPID != 0 && s.running == id
 	s.mu.Unlock()
 	if running {
-		killAll()
+		s.killAll()
 	}
 }
 
@@ -276,6 +281,9 @@ func (s *server) reapAll() (any bool) {
 			st := ws
 			s.status = &st
 			close(s.exited)
+		}
+		if pid == s.resident {
+			s.resident = 0
 		}
 		s.mu.Unlock()
 	}
@@ -374,6 +382,9 @@ func (s *server) run(j job, timeUp <-chan struct{}) (res ExecResult) {
 		req.MaxBytes = DefaultMaxBytes
 	}
 	argv := append(append([]string(nil), req.Shell...), req.Command)
+	if req.Resident {
+		return s.startResident(argv, req.Dir)
+	}
 	var outP, errP [2]int
 	if err := unix.Pipe2(outP[:], unix.O_CLOEXEC); err != nil {
 		return ExecResult{ExitCode: -1, Error: err.Error()}
@@ -448,8 +459,8 @@ wait:
 		res.ProcessLimit = s.atProcessLimit(2)
 	}
 	// Whatever the command left behind dies with it: background jobs,
-	// setsid'ed daemons and double-forked orphans alike.
-	killAll()
+	// setsid'ed daemons and double-forked orphans alike (but the resident).
+	s.killAll()
 	s.waitIdle()
 	<-exited
 	readers.Wait()
@@ -479,10 +490,14 @@ wait:
 // processes take a moment to become reapable zombies.
 func (s *server) waitIdle() {
 	for {
-		if err := unix.Kill(-1, 0); err == unix.ESRCH {
+		if s.residentPID() == 0 {
+			if err := unix.Kill(-1, 0); err == unix.ESRCH {
+				return
+			}
+		} else if len(s.others()) == 0 {
 			return
 		}
-		killAll()
+		s.killAll()
 		if s.reapAll() {
 			continue
 		}
@@ -544,8 +559,108 @@ func countTasks() int {
 	return n
 }
 
-// killAll sends SIGKILL to every process of the sandbox except the agent.
-func killAll() { unix.Kill(-1, unix.SIGKILL) }
+// killAll sends SIGKILL to every process of the sandbox except the agent
+// and, when there is one, the resident process and its descendants.
+func (s *server) killAll() {
+	if s.residentPID() == 0 {
+		unix.Kill(-1, unix.SIGKILL)
+		return
+	}
+	for _, pid := range s.others() {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
+func (s *server) residentPID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resident
+}
+
+// others lists the processes that are neither the agent nor the resident
+// or one of its descendants, by the parents /proc gives. A process whose
+// parent cannot be read counts as another (it is killed): a resident's
+// child is reparented to the agent, not to the resident, when its parent
+// dies, so nothing a command starts can join the resident's tree.
+func (s *server) others() []int {
+	res := s.residentPID()
+	proc, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, _ := proc.Readdirnames(-1)
+	proc.Close()
+	parent := map[int]int{}
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == 1 {
+			continue
+		}
+		parent[pid] = 0
+		if b, err := os.ReadFile("/proc/" + name + "/stat"); err == nil {
+			// pid (comm) state ppid …: comm may hold spaces and parens.
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+				if f := strings.Fields(string(b[i+1:])); len(f) >= 2 {
+					parent[pid], _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+	}
+	inTree := func(pid int) bool {
+		for n := 0; pid > 1 && n < 64; n++ {
+			if pid == res {
+				return true
+			}
+			pid = parent[pid]
+		}
+		return false
+	}
+	var out []int
+	for pid := range parent {
+		if !inTree(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// startResident starts argv as the resident process, after killing the
+// one before it and its descendants. It is answered at once: exit code 0
+// once it has started.
+func (s *server) startResident(argv []string, dir string) ExecResult {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ExecResult{ExitCode: -1, Canceled: true}
+	}
+	old := s.resident
+	s.resident = 0
+	s.mu.Unlock()
+	if old != 0 {
+		// Now not spared: the old resident's tree goes with the rest.
+		s.killAll()
+		s.waitIdle()
+	}
+	null, err := unix.Open(os.DevNull, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ExecResult{ExitCode: -1, Error: "open " + os.DevNull + ": " + err.Error()}
+	}
+	defer unix.Close(null)
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   s.env,
+		Files: []uintptr{uintptr(s.devnull), uintptr(null), uintptr(null)},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Credential: s.cred},
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pid, err := syscall.ForkExec(argv[0], argv, attr)
+	if err != nil {
+		return ExecResult{ExitCode: 127, Error: "start " + argv[0] + ": " + err.Error()}
+	}
+	s.resident = pid
+	return ExecResult{}
+}
 
 // stop ends this Serve's commands and file requests before it returns: no
 // command starts any more and queued ones are dropped, the running one and
@@ -561,9 +676,10 @@ func killAll() { unix.Kill(-1, unix.SIGKILL) }
 func (s *server) stop() {
 	s.mu.Lock()
 	s.closed = true
+	s.resident = 0 // the resident goes too
 	s.mu.Unlock()
 	close(s.queue)
-	killAll()
+	s.killAll()
 	s.waitIdle()
 	<-s.workerDone
 	s.endFiles(fileStopWait)

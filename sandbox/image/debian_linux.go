@@ -23,9 +23,14 @@ import (
 const DefaultSuite = "bookworm"
 
 // DefaultPackages are installed on top of debootstrap's minbase variant:
-// enough for an agent to answer questions about a CSV file.
+// enough for an agent to answer questions about a CSV file, in a shell or
+// in the container's Python kernel (IPython's, with matplotlib for charts
+// and what a data-analysis sandbox usually has).
 var DefaultPackages = []string{
 	"bash", "coreutils", "procps", "python3", "python3-pandas", "python3-numpy",
+	"python3-ipykernel", "python3-jupyter-client", "python3-matplotlib",
+	"python3-scipy", "python3-sklearn", "python3-seaborn", "python3-openpyxl",
+	"python3-tabulate",
 	"nodejs", "curl", "ca-certificates", "git", "jq", "sqlite3", "file", "unzip",
 }
 

@@ -268,7 +268,7 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	defer cancel()
 	out, err := s.b.Exec(hostCtx, name, agent.ExecRequest{
 		Shell: s.cfg.Shell, Command: cmd.Command, Dir: s.b.cfg.HomeDir,
-		TimeoutMs: cmd.TimeoutMs, MaxBytes: cmd.MaxBytes,
+		TimeoutMs: cmd.TimeoutMs, MaxBytes: cmd.MaxBytes, Resident: cmd.Resident,
 	}, cmd.OnOutput)
 	switch {
 	case err == nil:
