@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,9 +314,7 @@ func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 		if out.Stderr != "" {
 			msg += "; stderr so far: " + out.Stderr
 		}
-		st := codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "execution_time_exceeded", ErrorMessage: msg}, true)
-		st.Detail.(*CodeExecDetail).Images = PythonImages(out)
-		return st
+		return withImages(codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "execution_time_exceeded", ErrorMessage: msg}, true), out)
 	}
 	r := &BashResult{Type: "code_execution_result", Stdout: PythonStdout(out), Stderr: PythonStderr(out), Content: []OutputFile{}}
 	if out.Outcome.ExitCode != nil {
@@ -324,9 +323,25 @@ func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 	if fail := promoteChanged(ctx, open, res.Changed, r, "code_execution_output", "code_execution_tool_result_error"); fail != nil {
 		return codeExecResult(fail, true)
 	}
-	st := codeExecResult(r, true)
-	st.Detail.(*CodeExecDetail).Images = PythonImages(out)
+	return withImages(codeExecResult(r, true), out)
+}
+
+// withImages adds a Python call's figures to its step: for the model, and
+// for the frontends that return them (CodeExecDetail.Images).
+func withImages(st StepResult, out tool.PythonOutput) StepResult {
+	imgs := PythonImages(out)
+	st.Detail.(*CodeExecDetail).Images = imgs
+	st.Images = ModelImages(imgs)
 	return st
+}
+
+// ModelImages are images as the upstream model is given them.
+func ModelImages(ds []tool.Display) []Image {
+	var out []Image
+	for _, d := range ds {
+		out = append(out, Image{MediaType: d.MIME, Data: base64.StdEncoding.EncodeToString(d.Data)})
+	}
+	return out
 }
 
 // RunPython opens the sandbox and runs c on its kernel; containerID is

@@ -296,7 +296,7 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 					run.Sink.StepDone(step)
 				}
 				results = append(results, Part{Kind: PartToolResult, Result: &ToolResult{
-					CallID: step.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError}})
+					CallID: step.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}})
 			}
 		}
 		if box.sb != nil {

@@ -31,6 +31,9 @@ type StepResult struct {
 	Content  string // what the model reads
 	IsError  bool
 	Executed bool // it ran in the sandbox (usage: tool_calls_executed)
+	// Images go to the model with the result (a Python call's figures),
+	// as image input where the upstream API takes it.
+	Images []Image
 	// Detail is the tool's own result (*ShellDetail, ...) for the client
 	// API's frontend to render in its native shape.
 	Detail any
