@@ -62,7 +62,9 @@ def serve():
     st = {"km": None, "kc": None, "lost": None}
 
     def start(w):
-        km = KernelManager(kernel_name="python3")
+        # Unix sockets, not TCP: a sandbox without network has no
+        # loopback interface up.
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=D + "/k")
         km.start_kernel(cwd=HOME, env=env)
         kc = km.client()
         kc.start_channels()
@@ -90,12 +92,18 @@ def serve():
             except OSError:
                 pass
         finally:
+            # shutdown, not only close: the client's EOF must not wait for
+            # the last reference to the socket to be collected.
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             conn.close()
 
 
 def handle(conn, st, start, stop, queue, select):
-    f = conn.makefile("rb")
-    req = json.loads(base64.b64decode(f.readline(1 << 20)))
+    with conn.makefile("rb") as f:
+        req = json.loads(base64.b64decode(f.readline(1 << 20)))
     code = req["code"]
     timeout = max(0.001, req.get("timeout_ms", 120000) / 1000.0)
     max_text = int(req.get("max_text", 16384))

@@ -36,8 +36,9 @@ var DefaultPackages = []string{
 
 // debianFormat is part of the build key: bump it when the recipe changes
 // (trimming, preparation) so existing images are rebuilt.
-// Format 3 strips setuid/setgid bits and file capabilities.
-const debianFormat = 3
+// Format 3 strips setuid/setgid bits and file capabilities. Format 4
+// drops Boost's headers and static archives (see trim).
+const debianFormat = 4
 
 // DebianOptions configure BuildDebian. The zero value builds the default
 // image.
@@ -450,6 +451,17 @@ func (b *debianBuild) trim() error {
 	emptyDir("usr/share/info", nil)
 	emptyDir("usr/share/lintian", nil)
 	emptyDir("usr/share/locale", func(n string) bool { return n == "locale.alias" })
+	// scipy depends on pythran (its build's Python-to-C++ compiler),
+	// which brings g++, Boost's headers (162 MiB) and static archives
+	// (103 MiB). Nothing in a sandbox links statically or compiles
+	// against Boost; the compilers themselves stay.
+	rm("usr/include/boost")
+	filepath.WalkDir(filepath.Join(b.root, "usr/lib"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.HasSuffix(d.Name(), ".a") {
+			rm(strings.TrimPrefix(p, b.root+"/"))
+		}
+		return nil
+	})
 	// Docs of packages debootstrap installed before the dpkg filter
 	// existed: keep only copyright files.
 	docs := filepath.Join(b.root, "usr/share/doc")
