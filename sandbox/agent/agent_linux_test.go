@@ -27,11 +27,20 @@ func startAgent(t *testing.T, args ...string) *agent.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	return startAgentCmd(t, cmd)
+}
+
+// startAgentCmd starts cmd, which runs the agent as PID 1, and dials it.
+func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agent.Client {
+	t.Helper()
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
-	cmd := exec.Command(bin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,5 +168,51 @@ func TestAgentExitsWhenHostGoesAway(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("agent did not exit after stdin closed")
+	}
+}
+
+// TestAgentResident: a resident process (the Python kernel's driver)
+// outlives the commands, whose leftovers still die, and the next resident
+// replaces it with its descendants. The agent here has a /proc of its own
+// (unshare --mount-proc), as in a sandbox: it tells a resident's tree from
+// the rest by the parents /proc gives.
+func TestAgentResident(t *testing.T) {
+	testenv.NeedRoot(t, "a PID namespace")
+	bin, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startAgentCmd(t, exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", bin))
+	resident := func(tag string) {
+		t.Helper()
+		// The resident and a child of it, as a kernel's driver has.
+		out, err := c.Exec(context.Background(), agent.ExecRequest{Shell: []string{"/bin/bash", "-c"}, Command: "sleep 1001" + tag + " & exec sleep 1002" + tag, Dir: "/", Resident: true}, nil)
+		if err != nil || out.ExitCode != 0 {
+			t.Fatalf("start: %+v %v", out, err)
+		}
+	}
+	alive := func(pattern string) bool {
+		return exec.Command("pgrep", "-f", "^sleep "+pattern+"$").Run() == nil
+	}
+	resident("1")
+	// A command's leftovers (detached or not) die at its end; the
+	// resident's tree does not.
+	run(t, c, "setsid sleep 1000 & sleep 1000 & sleep 0.1", 0, 100)
+	out := run(t, c, "sleep 1000 & sleep 0.1", 300, 100)
+	if alive("1000") || !alive("10011") || !alive("10021") || out.TimedOut {
+		t.Fatalf("after commands: leftovers %v, resident %v %v, %+v", alive("1000"), alive("10011"), alive("10021"), out.ExecResult)
+	}
+	resident("2")
+	if alive("10011") || alive("10021") || !alive("10012") || !alive("10022") {
+		t.Fatalf("a new resident must replace the old one with its children: old %v %v, new %v %v", alive("10011"), alive("10021"), alive("10012"), alive("10022"))
+	}
+	// A resident that exits is reaped and the next command's kill is
+	// the plain one again.
+	run(t, c, "pkill -f '^sleep 1002'; pkill -f '^sleep 1001'; sleep 0.2", 0, 100)
+	if alive("10012") || alive("10022") {
+		t.Fatal("resident left after kill")
+	}
+	if out := run(t, c, "echo after", 0, 100); string(out.Stdout) != "after\n" {
+		t.Fatalf("%q", out.Stdout)
 	}
 }
