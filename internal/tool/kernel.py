@@ -9,7 +9,7 @@
 # The answer is JSON lines: {"t":"started"} or {"t":"restarted","why":…}
 # when the kernel is new, {"t":"stream","name":"stdout"|"stderr","text":…},
 # {"t":"display","data":{mime: value}}, {"t":"error","ename","evalue",
-# "traceback"}, {"t":"note","text":…} and last {"t":"done","timed_out":…,
+# "traceback"}, {"t":"exit","code":…} (sys.exit), {"t":"note","text":…} and last {"t":"done","timed_out":…,
 # "dropped":…}. The driver caps what it sends; the host trusts none of it.
 import base64, json, os, socket, sys, time
 
@@ -69,6 +69,10 @@ def serve():
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=120)
+        # sys.exit(n) ends the call with status n, as it ends a script; the
+        # kernel's hint that it does not exit a kernel is noise here.
+        kc.execute_interactive("import warnings as _w; _w.filterwarnings('ignore', message='To exit: use'); del _w",
+                               silent=True, store_history=False, timeout=60)
         st["km"], st["kc"] = km, kc
 
     def stop(now=True):
@@ -191,6 +195,8 @@ def handle(conn, st, start, stop, queue, select):
                     keep[mime] = v[:max_text]
             if keep:
                 w({"t": "display", "data": keep})
+        elif t == "error" and c.get("ename") == "SystemExit":
+            w({"t": "exit", "code": c.get("evalue", "")})
         elif t == "error":
             w({"t": "error", "ename": c.get("ename", ""), "evalue": c.get("evalue", ""), "traceback": c.get("traceback", [])[:50]})
         elif t == "status" and c.get("execution_state") == "idle":

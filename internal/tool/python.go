@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -224,6 +225,7 @@ type kernelAnswer struct {
 	noKernel bool
 	done     bool
 	timedOut bool
+	exitCode *int     // set by sys.exit
 	chars    [3]int64 // characters the code wrote per stream, kept or not
 	out      PythonOutput
 	stdout   strings.Builder
@@ -270,6 +272,7 @@ func (a *kernelAnswer) take(line []byte) {
 		Ename     string            `json:"ename"`
 		Evalue    string            `json:"evalue"`
 		Traceback []string          `json:"traceback"`
+		Code      string            `json:"code"`
 		TimedOut  bool              `json:"timed_out"`
 		Status    *int              `json:"exit_status"`
 		Stdout    int64             `json:"stdout_chars"`
@@ -336,6 +339,19 @@ func (a *kernelAnswer) take(line []byte) {
 			tb[i] = capped(stripANSI(tb[i]), a.maxChars)
 		}
 		a.out.Error = &PythonError{Name: capped(m.Ename, 200), Value: capped(stripANSI(m.Evalue), a.maxChars), Traceback: tb}
+	case "exit":
+		// sys.exit(arg): as a script's exit status: None or "" is 0, an
+		// integer is itself, anything else is printed to stderr and is 1.
+		code := 1
+		switch n, err := strconv.Atoi(m.Code); {
+		case m.Code == "" || m.Code == "None":
+			code = 0
+		case err == nil:
+			code = n & 0xff
+		default:
+			a.stderr.WriteString(capped(stripANSI(m.Code), a.maxChars) + "\n")
+		}
+		a.exitCode = &code
 	case "note":
 		a.out.Notes += "shellgate: " + capped(m.Text, 1000) + "\n"
 	case "died":
@@ -381,6 +397,8 @@ func (a *kernelAnswer) result(res sandbox.Result, c PythonCall) PythonOutput {
 		if a.timedOut {
 			o.Notes += fmt.Sprintf("shellgate: the code was interrupted after %d ms (its timeout); the kernel and its variables are kept\n", c.TimeoutMs)
 		}
+	case a.exitCode != nil:
+		o.Outcome = Outcome{Type: "exit", ExitCode: a.exitCode}
 	case o.Error != nil:
 		one := 1
 		o.Outcome = Outcome{Type: "exit", ExitCode: &one}

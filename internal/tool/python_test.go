@@ -74,6 +74,14 @@ func pythonKernel(t *testing.T, rt string) {
 			t.Errorf("after the error: %+v", o)
 		}
 	})
+	t.Run("02b sys.exit is the call's exit status", func(t *testing.T) {
+		for code, want := range map[string]int{"import sys; sys.exit(2)": 2, "import sys; sys.exit()": 0, "import sys; sys.exit('bye')": 1} {
+			o := py(t, code, 0)
+			if exit(o) != want || o.Error != nil || strings.Contains(o.Stderr, "To exit") || (want == 1 && o.Stderr != "bye\n") {
+				t.Errorf("%s: %+v", code, o)
+			}
+		}
+	})
 	t.Run("03 a timeout interrupts the code and keeps the kernel", func(t *testing.T) {
 		o := py(t, "print('start', flush=True)\nwhile True: pass", 1500)
 		if o.Outcome.Type != "timeout" || !strings.HasPrefix(o.Stdout, "start") || !strings.Contains(o.Notes, "interrupted") {
