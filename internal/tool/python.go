@@ -262,7 +262,14 @@ func (a *kernelAnswer) feed(stream byte, data []byte) {
 	}
 }
 
+// maxKernelNotes bounds the notes one answer may add (a hostile sandbox
+// can send any number of lines).
+const maxKernelNotes = 4096
+
 func (a *kernelAnswer) take(line []byte) {
+	if len(a.out.Notes) > maxKernelNotes {
+		a.out.Notes = strings.ToValidUTF8(a.out.Notes[:maxKernelNotes], "") + "shellgate: further notes dropped\n"
+	}
 	var m struct {
 		T         string            `json:"t"`
 		Name      string            `json:"name"`
@@ -331,12 +338,17 @@ func (a *kernelAnswer) take(line []byte) {
 			}
 		}
 	case "error":
-		tb := m.Traceback
-		if len(tb) > 50 {
-			tb = tb[:50]
-		}
-		for i := range tb {
-			tb[i] = capped(stripANSI(tb[i]), a.maxChars)
+		// The traceback, as a whole, within the call's character cap.
+		var tb []string
+		room := a.maxChars
+		for _, line := range m.Traceback {
+			if room <= 0 || len(tb) == 50 {
+				tb = append(tb, "[shellgate: traceback truncated]")
+				break
+			}
+			line = capped(stripANSI(line), room)
+			room -= utf8.RuneCountInString(line)
+			tb = append(tb, line)
 		}
 		a.out.Error = &PythonError{Name: capped(m.Ename, 200), Value: capped(stripANSI(m.Evalue), a.maxChars), Traceback: tb}
 	case "exit":
