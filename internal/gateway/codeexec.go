@@ -235,14 +235,7 @@ func runOne(ctx context.Context, open SandboxFunc, command string, onOutput func
 	}
 	out := res.Outputs[0]
 	if out.Outcome.Type == "timeout" {
-		msg := fmt.Sprintf("the command did not finish within %d seconds and was killed", p.TimeoutMs/1000)
-		if out.Stdout != "" {
-			msg += "; stdout so far: " + out.Stdout
-		}
-		if out.Stderr != "" {
-			msg += "; stderr so far: " + out.Stderr
-		}
-		return fail("execution_time_exceeded", msg, true)
+		return fail("execution_time_exceeded", timeoutMessage(fmt.Sprintf("the command did not finish within %d seconds and was killed", p.TimeoutMs/1000), out.Stdout, out.Stderr), true)
 	}
 	r := &BashResult{Type: resultType, Stdout: out.Stdout, Stderr: out.Stderr, Content: []OutputFile{}}
 	if out.Outcome.ExitCode != nil {
@@ -252,6 +245,18 @@ func runOne(ctx context.Context, open SandboxFunc, command string, onOutput func
 		return codeExecResult(fail, true)
 	}
 	return codeExecResult(r, true)
+}
+
+// timeoutMessage is a timed-out run's error message: what happened, then
+// the output so far.
+func timeoutMessage(msg, stdout, stderr string) string {
+	if stdout != "" {
+		msg += "; stdout so far: " + stdout
+	}
+	if stderr != "" {
+		msg += "; stderr so far: " + stderr
+	}
+	return msg
 }
 
 // promoteChanged adds the files a call changed to r's content as output
@@ -307,13 +312,7 @@ func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 	}
 	out := res.Output
 	if out.Outcome.Type == "timeout" {
-		msg := fmt.Sprintf("the code did not finish within %d seconds and was interrupted; the kernel and its variables are kept", c.TimeoutMs/1000)
-		if out.Stdout != "" {
-			msg += "; stdout so far: " + out.Stdout
-		}
-		if out.Stderr != "" {
-			msg += "; stderr so far: " + out.Stderr
-		}
+		msg := timeoutMessage(fmt.Sprintf("the code did not finish within %d seconds and was interrupted; the kernel and its variables are kept", c.TimeoutMs/1000), out.Stdout, out.Stderr)
 		return withImages(codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "execution_time_exceeded", ErrorMessage: msg}, true), out)
 	}
 	r := &BashResult{Type: "code_execution_result", Stdout: PythonStdout(out), Stderr: PythonStderr(out), Content: []OutputFile{}}

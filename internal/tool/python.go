@@ -85,26 +85,16 @@ func (a PythonArgs) Call() (PythonCall, error) {
 	if a.Code == nil || strings.TrimSpace(*a.Code) == "" {
 		return PythonCall{}, invalid(`"code" is missing or empty: give the Python code to run`)
 	}
-	c := PythonCall{Code: *a.Code, TimeoutMs: DefaultTimeoutMs, MaxOutputLength: DefaultMaxOutput}
+	c := PythonCall{Code: *a.Code}
 	if len(c.Code) > MaxPythonCode {
 		return PythonCall{}, invalid(`"code" is %d bytes: at most %d are allowed in one call; write long code to a file with the shell and run it from there`, len(c.Code), MaxPythonCode)
 	}
 	if strings.IndexByte(c.Code, 0) >= 0 {
 		return PythonCall{}, invalid(`"code" contains a NUL character`)
 	}
-	if a.TimeoutMs != nil {
-		t, err := clamp("timeout_ms", *a.TimeoutMs, MaxTimeoutMs, "milliseconds", &c.Notes)
-		if err != nil {
-			return PythonCall{}, err
-		}
-		c.TimeoutMs = t
-	}
-	if a.MaxOutputLength != nil {
-		l, err := clamp("max_output_length", *a.MaxOutputLength, MaxMaxOutput, "characters", &c.Notes)
-		if err != nil {
-			return PythonCall{}, err
-		}
-		c.MaxOutputLength = int(l)
+	var err error
+	if c.TimeoutMs, c.MaxOutputLength, err = limits(a.TimeoutMs, a.MaxOutputLength, &c.Notes); err != nil {
+		return PythonCall{}, err
 	}
 	return c, nil
 }

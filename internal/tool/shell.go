@@ -109,21 +109,31 @@ func (a ShellArgs) Plan() (Plan, error) {
 			return Plan{}, invalid("command %d is empty", i+1)
 		}
 	}
-	if a.TimeoutMs != nil {
-		t, err := clamp("timeout_ms", *a.TimeoutMs, MaxTimeoutMs, "milliseconds", &p.Notes)
-		if err != nil {
-			return Plan{}, err
-		}
-		p.TimeoutMs = t
-	}
-	if a.MaxOutputLength != nil {
-		l, err := clamp("max_output_length", *a.MaxOutputLength, MaxMaxOutput, "characters", &p.Notes)
-		if err != nil {
-			return Plan{}, err
-		}
-		p.MaxOutputLength = int(l)
+	var err error
+	p.TimeoutMs, p.MaxOutputLength, err = limits(a.TimeoutMs, a.MaxOutputLength, &p.Notes)
+	if err != nil {
+		return Plan{}, err
 	}
 	return p, nil
+}
+
+// limits resolves a call's timeout_ms and max_output_length: the defaults
+// when absent, clamped to their maxima with a note, refused when not
+// positive.
+func limits(timeoutMs, maxOutput *int64, notes *[]string) (int64, int, error) {
+	t, l := int64(DefaultTimeoutMs), int64(DefaultMaxOutput)
+	var err error
+	if timeoutMs != nil {
+		if t, err = clamp("timeout_ms", *timeoutMs, MaxTimeoutMs, "milliseconds", notes); err != nil {
+			return 0, 0, err
+		}
+	}
+	if maxOutput != nil {
+		if l, err = clamp("max_output_length", *maxOutput, MaxMaxOutput, "characters", notes); err != nil {
+			return 0, 0, err
+		}
+	}
+	return t, int(l), nil
 }
 
 // clamp accepts a positive limit, lowering one above max to max with a note.
