@@ -240,3 +240,39 @@ func TestMessagesLegacyCodeExecutionFigures(t *testing.T) {
 		t.Fatalf("the model got %d images", len(got))
 	}
 }
+
+// Three runs of four figures each: the model's last request carries the
+// latest 8 (MaxServerToolImages) and the oldest run's result says its
+// figures are no longer shown; the client still gets all 12.
+func TestFiguresBoundedPerRequest(t *testing.T) {
+	args, _ := json.Marshal(map[string]string{"code": "import matplotlib.pyplot as plt\nfor i in range(4):\n    plt.figure(); plt.plot([1, 2, i])\nplt.show()"})
+	plot := scripted.Turn{ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}}
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{plot, plot, plot, {Text: "Three plots."}}})
+	t.Cleanup(model.Close)
+	e := newEnv(t, "crun", "default", func(c *Config) { c.Models = upstream.EveryAPI(model.URL, 60*time.Second) })
+	client := geminiClient(t, e, e.keyA)
+	cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
+	for _, api := range []string{scripted.APIMessages, scripted.APIResponses} {
+		t.Run(api, func(t *testing.T) {
+			model.Reset()
+			resp, err := client.Models.GenerateContent(t.Context(), api+"/m", genai.Text("Plot three times."), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if images, _ := figureParts(t, resp.Candidates[0].Content.Parts); len(images) != 12 {
+				t.Fatalf("the client got %d figures", len(images))
+			}
+			reqs := model.Requests()
+			if len(reqs) != 4 {
+				t.Fatalf("%d upstream calls", len(reqs))
+			}
+			for i, want := range []int{0, 4, 8, 8} {
+				got := toolResultImages(t, api, reqs[i].Body)
+				noted := strings.Contains(string(reqs[i].Raw), "no longer shown")
+				if len(got) != want || noted != (i == 3) {
+					t.Fatalf("upstream call %d: %d images (want %d), note %v", i, len(got), want, noted)
+				}
+			}
+		})
+	}
+}
