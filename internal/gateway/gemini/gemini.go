@@ -5,13 +5,14 @@
 // back to the client as functionCall parts; the codeExecution tool is
 // served by Shellgate on any upstream model: the model is offered a Python
 // function (gateway.CodeTool), each run comes back as an executableCode
-// part followed by a codeExecutionResult part, in order, then the model's
-// text.
+// part followed by a codeExecutionResult part and, when the code drew
+// figures, one inlineData part (image/png) per figure, in order, then the
+// model's text.
 //
 // Parts replayed in a request's history — executableCode and
-// codeExecutionResult pairs, functionCall and functionResponse — become
-// the assistant's tool calls and their results for the upstream model and
-// are never run again.
+// codeExecutionResult pairs (with the inlineData figures right after a
+// result), functionCall and functionResponse — become the assistant's tool
+// calls and their results for the upstream model and are never run again.
 //
 // # How it works
 //
