@@ -296,7 +296,8 @@ func (CodeTool) Function() Tool {
 			"(pandas, numpy, matplotlib, scipy, scikit-learn, seaborn, openpyxl). The kernel keeps variables and " +
 			"imports between calls. The working directory is /workspace/home (also /mnt/data): files there persist " +
 			"and are what the user can download; no network. stdout, stderr, the value of the last expression and " +
-			"figures (plt.show() or any open figure) come back.",
+			"figures (plt.show() or any open figure) come back; to give the user a figure as a file, save it there " +
+			"(plt.savefig('chart.png')).",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"The Python code to run."}},"required":["code"]}`),
 	}
 }
@@ -320,7 +321,7 @@ func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 		r.ReturnCode = *out.Outcome.ExitCode
 	}
 	if fail := promoteChanged(ctx, open, res.Changed, r, "code_execution_output", "code_execution_tool_result_error"); fail != nil {
-		return codeExecResult(fail, true)
+		return withImages(codeExecResult(fail, true), out)
 	}
 	return withImages(codeExecResult(r, true), out)
 }

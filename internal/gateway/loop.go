@@ -19,6 +19,17 @@ const (
 	MaxToolCalls        = 30
 )
 
+// MaxServerToolImages is how many images of server-tool results (a Python
+// call's figures, new or replayed) one request keeps in the conversation it
+// sends the model: those of the latest results. Each call returns at most
+// tool.MaxPythonImages of 1 MiB, but a request runs up to 30 of them and
+// every upstream call resends the whole conversation. The images of older
+// results are replaced by a note in their text (ImagesDroppedNote).
+const MaxServerToolImages = 8
+
+// ImagesDroppedNote ends the text of a result whose images were left out.
+const ImagesDroppedNote = "\n[shellgate: the %d image(s) of this result are no longer shown: a request keeps only the images of its latest tool results, at most %d]"
+
 // BudgetMode says what the loop does when max_tool_calls is spent and the
 // model still wants tools.
 type BudgetMode int
@@ -191,6 +202,10 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			}
 		}
 	}()
+	// figures are the results of server-tool calls that carry images,
+	// oldest first (boundImages).
+	figures := serverToolImages(req.Messages, run.ServerTools)
+	boundImages(figures, MaxServerToolImages)
 	finalTurn := false
 	// prepared is closed when the Preparer's work on the conversation
 	// (started while the tools run) is done; nil when none is running.
@@ -295,8 +310,11 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 				if run.Sink != nil {
 					run.Sink.StepDone(step)
 				}
-				results = append(results, Part{Kind: PartToolResult, Result: &ToolResult{
-					CallID: step.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}})
+				r := &ToolResult{CallID: step.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}
+				results = append(results, Part{Kind: PartToolResult, Result: r})
+				if len(r.Images) > 0 {
+					figures = append(figures, r)
+				}
 			}
 		}
 		if box.sb != nil {
@@ -314,6 +332,14 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			return res, nil
 		}
 		waitPrepared()
+		if boundImages(figures, MaxServerToolImages) {
+			// Results already sent changed: the adapter's memo of the
+			// conversation no longer matches it (Request.Encoded).
+			if req.Encoded.Next != nil {
+				req.Encoded.Next.Discard()
+			}
+			*req.Encoded = Encoded{}
+		}
 		req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: results})
 		if stepCount(res) >= max {
 			if run.Budget == Pause {
@@ -324,6 +350,49 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			req.ToolChoice = ToolChoice{Mode: ChoiceNone}
 		}
 	}
+}
+
+// serverToolImages are the results in msgs, oldest first, that answer a
+// call of one of tools and carry images (a replayed code run's figures).
+func serverToolImages(msgs []Message, tools map[string]ServerTool) []*ToolResult {
+	var out []*ToolResult
+	calls := map[string]bool{}
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			switch {
+			case p.Kind == PartToolCall && p.Call != nil:
+				if _, ok := tools[p.Call.Name]; ok {
+					calls[p.Call.ID] = true
+				}
+			case p.Kind == PartToolResult && p.Result != nil && len(p.Result.Images) > 0 && calls[p.Result.CallID]:
+				out = append(out, p.Result)
+			}
+		}
+	}
+	return out
+}
+
+// boundImages keeps the images of the latest results (oldest first) up to
+// max in all, and leaves out those of every older result, whose text then
+// says so; it reports whether it left any out. A result keeps all its
+// images or none, so each is noted once.
+func boundImages(results []*ToolResult, max int) (changed bool) {
+	n := 0
+	for i := len(results) - 1; i >= 0; i-- {
+		r := results[i]
+		if len(r.Images) == 0 {
+			continue
+		}
+		if n+len(r.Images) <= max && n >= 0 {
+			n += len(r.Images)
+			continue
+		}
+		n = -1 // older results keep none either
+		r.Content += fmt.Sprintf(ImagesDroppedNote, len(r.Images), max)
+		r.Images = nil
+		changed = true
+	}
+	return changed
 }
 
 // turnOnce calls the upstream, forwarding text deltas to the sink until

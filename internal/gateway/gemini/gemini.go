@@ -5,13 +5,14 @@
 // back to the client as functionCall parts; the codeExecution tool is
 // served by Shellgate on any upstream model: the model is offered a Python
 // function (gateway.CodeTool), each run comes back as an executableCode
-// part followed by a codeExecutionResult part, in order, then the model's
-// text.
+// part followed by a codeExecutionResult part and, when the code drew
+// figures, one inlineData part (image/png) per figure, in order, then the
+// model's text.
 //
 // Parts replayed in a request's history — executableCode and
-// codeExecutionResult pairs, functionCall and functionResponse — become
-// the assistant's tool calls and their results for the upstream model and
-// are never run again.
+// codeExecutionResult pairs (with the inlineData figures right after a
+// result), functionCall and functionResponse — become the assistant's tool
+// calls and their results for the upstream model and are never run again.
 //
 // # How it works
 //
@@ -461,7 +462,18 @@ func conversation(contents []*genai.Content, g *gateway.Request) error {
 			}
 			m := gateway.Message{Role: gateway.RoleAssistant}
 			var code *gateway.ToolCall
+			// figures is the result of the code run just replayed: the
+			// inlineData images right after it are its figures, and go
+			// back to the model with it.
+			var figures *gateway.ToolResult
 			for j, p := range c.Parts {
+				if p != nil && p.InlineData != nil && figures != nil && strings.HasPrefix(p.InlineData.MIMEType, "image/") {
+					figures.Images = append(figures.Images, gateway.Image{MediaType: p.InlineData.MIMEType, Data: base64Std(p.InlineData.Data)})
+					continue
+				}
+				if p != nil && !p.Thought {
+					figures = nil
+				}
 				switch {
 				case p == nil, p.Thought:
 				case p.FunctionCall != nil:
@@ -486,8 +498,8 @@ func conversation(contents []*genai.Content, g *gateway.Request) error {
 						return bad("contents[%d].parts[%d].codeExecutionResult: no executableCode before it", i, j)
 					}
 					add(m)
-					add(gateway.Message{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: &gateway.ToolResult{
-						CallID: code.ID, Content: replayedResult(p.CodeExecutionResult), IsError: p.CodeExecutionResult.Outcome != genai.OutcomeOK}}}})
+					figures = &gateway.ToolResult{CallID: code.ID, Content: replayedResult(p.CodeExecutionResult), IsError: p.CodeExecutionResult.Outcome != genai.OutcomeOK}
+					add(gateway.Message{Role: gateway.RoleUser, Parts: []gateway.Part{{Kind: gateway.PartToolResult, Result: figures}}})
 					m, code = gateway.Message{Role: gateway.RoleAssistant}, nil
 				case p.Text != "":
 					m.Parts = append(m.Parts, gateway.Part{Kind: gateway.PartText, Text: p.Text})
@@ -558,6 +570,16 @@ type (
 		Outcome genai.Outcome `json:"outcome"`
 		Output  string        `json:"output"`
 	}
+	// imagePart is a figure of a code run, as Gemini returns the charts
+	// its own code execution draws: an inlineData part after the
+	// codeExecutionResult.
+	imagePart struct {
+		InlineData inlineData `json:"inlineData"`
+	}
+	inlineData struct {
+		Data     []byte `json:"data"` // base64, as genai.Blob's
+		MIMEType string `json:"mimeType"`
+	}
 )
 
 // stepParts are a code run's executableCode and codeExecutionResult.
@@ -567,6 +589,19 @@ func stepParts(s *gateway.Step) (codePart, resultPart) {
 	}
 	json.Unmarshal([]byte(s.Call.Arguments), &a)
 	return codePart{executableCode{Code: a.Code, Language: "PYTHON"}}, resultPart{stepResult(s)}
+}
+
+// stepImages are a code run's figures as inlineData parts.
+func stepImages(s *gateway.Step) []any {
+	d, ok := s.Result.Detail.(*gateway.CodeExecDetail)
+	if !ok {
+		return nil
+	}
+	var parts []any
+	for _, img := range d.Images {
+		parts = append(parts, imagePart{inlineData{Data: img.Data, MIMEType: img.MIME}})
+	}
+	return parts
 }
 
 func stepResult(s *gateway.Step) codeResult {
@@ -644,7 +679,7 @@ func (rd *renderer) response(res *gateway.Result) map[string]any {
 			parts = append(parts, callPart(it.Call))
 		case gateway.ItemStep:
 			code, result := stepParts(it.Step)
-			parts = append(parts, code, result)
+			parts = append(append(parts, code, result), stepImages(it.Step)...)
 		}
 	}
 	return rd.chunk(parts, res)
@@ -690,7 +725,7 @@ func (s *streamer) StepStart(st *gateway.Step) {
 }
 func (s *streamer) StepOutput(*gateway.Step, int, int, string) {}
 func (s *streamer) StepDone(st *gateway.Step) {
-	s.send(s.rd.chunk([]any{resultPart{stepResult(st)}}, nil))
+	s.send(s.rd.chunk(append([]any{resultPart{stepResult(st)}}, stepImages(st)...), nil))
 }
 
 // finish sends the last chunk: no parts, the finish reason and usage.

@@ -2,11 +2,13 @@ package gemini
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"testing"
 
 	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/tool"
 )
 
 // TestStepPartsBytes: a step's parts are written with the bytes of the
@@ -60,3 +62,44 @@ func mapParts(st *gateway.Step) string {
 }
 
 var _ genai.Outcome = genai.OutcomeOK
+
+// A step's figures are inlineData parts after its result, in the shape
+// genai's Part decodes (Blob: mimeType, data in base64), and a replayed
+// run's inlineData parts right after its result go back with that result.
+func TestStepImages(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\n\x00\xff")
+	st := &gateway.Step{Call: gateway.ToolCall{Name: "code_execution", Arguments: `{"code":"plt.show()"}`},
+		Result: gateway.StepResult{Detail: &gateway.CodeExecDetail{Content: &gateway.BashResult{}, Images: []tool.Display{{MIME: "image/png", Data: png}}}}}
+	rd := &renderer{model: "m", id: "x"}
+	b, _ := json.Marshal(rd.response(&gateway.Result{Items: []gateway.Item{{Kind: gateway.ItemStep, Step: st}}}))
+	var resp genai.GenerateContentResponse
+	if err := json.Unmarshal(b, &resp); err != nil {
+		t.Fatal(err)
+	}
+	parts := resp.Candidates[0].Content.Parts
+	if len(parts) != 3 || parts[1].CodeExecutionResult == nil || parts[2].InlineData == nil ||
+		parts[2].InlineData.MIMEType != "image/png" || string(parts[2].InlineData.Data) != string(png) {
+		t.Fatalf("%s", b)
+	}
+
+	// Replayed with a text part after the figure: the figure goes with the
+	// result, an image after the text does not.
+	resp.Candidates[0].Content.Parts = append(parts, &genai.Part{Text: "Here."}, parts[2])
+	req := request{Contents: []*genai.Content{genai.NewContentFromText("plot", genai.RoleUser), resp.Candidates[0].Content,
+		genai.NewContentFromText("again", genai.RoleUser)}, Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
+	run, err := parse(&req, httptest.NewRequest("POST", "/v1beta/models/p/m:generateContent", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run.Request.Messages[2].Parts[0].Result
+	if r == nil || len(r.Images) != 1 || r.Images[0].MediaType != "image/png" || r.Images[0].Data != base64Std(png) {
+		t.Fatalf("replayed result %+v", r)
+	}
+	for _, m := range run.Request.Messages[3:] {
+		for _, p := range m.Parts {
+			if p.Kind == gateway.PartImage {
+				t.Fatalf("an image after the text was kept: %+v", run.Request.Messages)
+			}
+		}
+	}
+}
