@@ -86,7 +86,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		f.writeErr(ctx, w, err)
 		return
 	}
-	if p.shell != 0 {
+	if p.sandboxed() {
 		if answered, err := gateway.Forward(ctx, sbx, p.sel); answered || err != nil {
 			if err != nil {
 				f.writeErr(ctx, w, err)
@@ -124,7 +124,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 	run := &gateway.Run{Model: model, Request: p.req, Sandboxes: sbx, Select: p.sel, Open: p.open,
 		Uploads: p.uploads, MaxToolCalls: p.maxCalls, Budget: gateway.FinalAnswer}
 	var containerID string
-	if p.shell != 0 {
+	if p.sandboxed() {
 		box, err := sbx.Open(ctx, p.sel, p.open)
 		if err != nil {
 			f.writeErr(ctx, w, err)
@@ -136,7 +136,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		defer box.Close()
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
-		run.ServerTools = map[string]gateway.ServerTool{shellFunction: gateway.ShellTool{Name: shellFunction}}
+		run.ServerTools = p.serverTools()
 	}
 	m := newMeta(p, containerID)
 	if !p.stream {
