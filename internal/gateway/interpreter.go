@@ -65,11 +65,12 @@ func (t InterpreterTool) Run(ctx context.Context, open SandboxFunc, call ToolCal
 		return StepResult{Content: "error: " + err.Error(), IsError: true, Executed: containerID != "", Detail: d}
 	}
 	d.Ran, d.Output, d.Changed = true, res.Output, res.Changed
-	return StepResult{Content: InterpreterResultText(PythonStdout(res.Output), PythonStderr(res.Output), res.Changed), Executed: true, Detail: d}
+	return StepResult{Content: InterpreterResultText(PythonStdout(res.Output), PythonStderr(res.Output), res.Changed), Executed: true,
+		Images: ModelImages(PythonImages(res.Output)), Detail: d}
 }
 
 // InterpreterResultText is what the model reads for a code_interpreter
-// call: JSON with its stdout (PythonStdout), its stderr (PythonStderr:
+// call (its figures go with it as images, StepResult.Images): JSON with its stdout (PythonStdout), its stderr (PythonStderr:
 // the traceback, Shellgate's notes, and a line when the kernel was
 // restarted) and the files of /mnt/data the call created or modified.
 func InterpreterResultText(stdout, stderr string, changed []ChangedFile) string {

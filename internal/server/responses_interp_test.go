@@ -149,7 +149,7 @@ func TestResponsesCodeInterpreter(t *testing.T) {
 	})
 
 	t.Run("4 a plot is an image output", func(t *testing.T) {
-		g.script(gatewaytest.Turn{Parts: []gateway.Part{ciCall("call_1", "import matplotlib.pyplot as plt; plt.plot([1,2]); plt.show()")}}, gatewaytest.EchoResult())
+		s := g.script(gatewaytest.Turn{Parts: []gateway.Part{ciCall("call_1", "import matplotlib.pyplot as plt; plt.plot([1,2]); plt.show()")}}, gatewaytest.EchoResult())
 		r, err := g.newResponse(t, g.keyA, "plot", interpDefault)
 		if err != nil {
 			t.Fatal(err)
@@ -172,6 +172,10 @@ func TestResponsesCodeInterpreter(t *testing.T) {
 		}
 		if images != 1 {
 			t.Errorf("%d images: %.2000s", images, c[0].RawJSON())
+		}
+		// The model sees the figure with the result.
+		if res, _ := lastResult(&s.Requests()[1]); len(res.Images) != 1 || res.Images[0].MediaType != "image/png" {
+			t.Errorf("the model was given %d images", len(res.Images))
 		}
 	})
 
