@@ -82,3 +82,34 @@ func TestInterpItems(t *testing.T) {
 		}
 	}
 }
+
+// TestParseInterpreterTool: the tool's container maps onto the request's
+// one container as the shell's environment does, shared with the shell
+// tool; tool_choice and include name it.
+func TestParseInterpreterTool(t *testing.T) {
+	read := func(body string) (*parsed, error) {
+		return readRequest(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/responses", strings.NewReader(body)))
+	}
+	p, err := read(`{"model":"p/m","input":"hi","tools":[{"type":"code_interpreter","container":"cntr_abc"}],"tool_choice":{"type":"code_interpreter"},"include":["code_interpreter_call.outputs"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.interp || !p.ciOutputs || p.sel.ContainerReference != "cntr_abc" || p.req.ToolChoice.Mode != gateway.ChoiceTool || p.req.ToolChoice.Name != interpFunction {
+		t.Errorf("parsed %+v", p)
+	}
+	if _, ok := p.serverTools()[interpFunction].(gateway.InterpreterTool); !ok || len(p.serverTools()) != 1 {
+		t.Errorf("server tools %v", p.serverTools())
+	}
+	p, err = read(`{"model":"p/m","input":"hi","tools":[{"type":"shell","environment":{"type":"container_auto","memory_limit":"4g","file_ids":["file_1"]}},` +
+		`{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g","file_ids":["file_2"]}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.open.MemoryLimit != "4g" || len(p.uploads) != 2 || p.ciOutputs || len(p.serverTools()) != 2 {
+		t.Errorf("parsed %+v", p)
+	}
+	_, err = read(`{"model":"p/m","input":"hi","tools":[{"type":"shell","environment":{"type":"container_auto","memory_limit":"4g"}},{"type":"code_interpreter","container":{"type":"auto","memory_limit":"16g"}}]}`)
+	if ae, ok := err.(*apiError); !ok || ae.Param != "tools[1].container" || !strings.Contains(ae.Message, "memory limits") {
+		t.Errorf("conflicting memory limits: %v", err)
+	}
+}
