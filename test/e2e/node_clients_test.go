@@ -57,8 +57,8 @@ func TestNodeCodeInterpreter(t *testing.T) {
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
 		{ToolCalls: []scripted.ToolCall{{Name: "code_interpreter", Arguments: code("x = 41")}}},
 		{ToolCalls: []scripted.ToolCall{{Name: "code_interpreter", Arguments: code("print(x + 1)\n" +
-			"import matplotlib.pyplot as plt; plt.plot([1, x + 1]); plt.show()\n" +
-			"open('/mnt/data/answer.txt', 'w').write(str(x + 1))")}}},
+			"import matplotlib.pyplot as plt\nplt.plot([1, x + 1])\nplt.show()\n" +
+			"with open('/mnt/data/answer.txt', 'w') as f:\n    f.write(str(x + 1))\n")}}},
 		{Text: "The answer is {{last_tool_stdout}}: [answer.txt](sandbox:/mnt/data/answer.txt)."},
 	}})
 	t.Cleanup(model.Close)
