@@ -289,16 +289,25 @@ func promoteChanged(ctx context.Context, open SandboxFunc, changed []ChangedFile
 // so state carries from call to call; the result is code_execution_result.
 type CodeTool struct{}
 
-func (CodeTool) Function() Tool {
+func (CodeTool) Function() Tool { return PythonFunction(CodeExecution, "") }
+
+// PythonFunction is a Python tool on the container's kernel as the model
+// sees it: the function name, taking {"code": "..."}; extra, when not
+// empty, ends the description.
+func PythonFunction(name, extra string) Tool {
+	desc := "Run Python 3 code in a Jupyter (IPython) kernel in the user's persistent Linux sandbox " +
+		"(pandas, numpy, matplotlib, scipy, scikit-learn, seaborn, openpyxl). The kernel keeps variables and " +
+		"imports between calls. The working directory is /workspace/home (also /mnt/data): files there persist " +
+		"and are what the user can download; no network. stdout, stderr, the value of the last expression and " +
+		"figures (plt.show() or any open figure) come back; to give the user a figure as a file, save it there " +
+		"(plt.savefig('chart.png'))."
+	if extra != "" {
+		desc += " " + extra
+	}
 	return Tool{
-		Name: CodeExecution,
-		Description: "Run Python 3 code in a Jupyter (IPython) kernel in the user's persistent Linux sandbox " +
-			"(pandas, numpy, matplotlib, scipy, scikit-learn, seaborn, openpyxl). The kernel keeps variables and " +
-			"imports between calls. The working directory is /workspace/home (also /mnt/data): files there persist " +
-			"and are what the user can download; no network. stdout, stderr, the value of the last expression and " +
-			"figures (plt.show() or any open figure) come back; to give the user a figure as a file, save it there " +
-			"(plt.savefig('chart.png')).",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"The Python code to run."}},"required":["code"]}`),
+		Name:        name,
+		Description: desc,
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"The Python code to run."}},"required":["code"]}`),
 	}
 }
 

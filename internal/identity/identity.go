@@ -87,7 +87,7 @@ func (c Choice) New() bool { return c.Source == FromNew }
 // Choose applies the rules of the package comment to r.
 func Choose(r Request) (Choice, error) {
 	if r.ContainerReference != "" {
-		if !validReference(r.ContainerReference) {
+		if !ValidReference(r.ContainerReference) {
 			return Choice{}, fmt.Errorf("%w (got %d characters: %q)", ErrBadReference, len(r.ContainerReference), clip(r.ContainerReference))
 		}
 		return Choice{Key: r.ContainerReference, Source: FromReference}, nil
@@ -105,7 +105,7 @@ func Choose(r Request) (Choice, error) {
 		}
 	}
 	for i := len(r.ConversationContainerIDs) - 1; i >= 0; i-- {
-		if id := r.ConversationContainerIDs[i]; validReference(id) {
+		if id := r.ConversationContainerIDs[i]; ValidReference(id) {
 			return Choice{Key: id, Source: FromConversation}, nil
 		}
 	}
@@ -121,7 +121,9 @@ func SessionKey(id string) string {
 	return id
 }
 
-func validReference(s string) bool {
+// ValidReference reports whether s can name a container: 1 to
+// MaxReference letters, digits, '_' or '-'.
+func ValidReference(s string) bool {
 	return len(s) >= 1 && len(s) <= MaxReference && allowed(s)
 }
 

@@ -505,6 +505,19 @@ func stepItems(st *gateway.Step, took func(string) *int64) []logItem {
 			it.Outcome = "error"
 		}
 		return []logItem{it}
+	case *gateway.InterpreterDetail:
+		// The code is the command; the kernel call is not timed per
+		// command, so the step's time is the duration.
+		it := logItem{Type: "command", CallID: id, Command: d.Code, Stderr: d.Error, Outcome: "error"}
+		if it.Command == "" {
+			it.Command = st.Call.Name + ": " + st.Call.Arguments
+		}
+		if d.Ran {
+			ms := st.End.Sub(st.Start).Milliseconds()
+			it.Stdout, it.Stderr = gateway.PythonStdout(d.Output), gateway.PythonStderr(d.Output)
+			it.Outcome, it.ExitCode, it.DurationMs = d.Output.Outcome.Type, d.Output.Outcome.ExitCode, &ms
+		}
+		return []logItem{it}
 	}
 	outcome := "exit"
 	if st.Result.IsError {

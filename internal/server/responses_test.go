@@ -137,6 +137,8 @@ func checkResponse(t *testing.T, r *responses.Response) {
 			checkRequired(t, where, it.AsLocalShellCall())
 		case "local_shell_call_output":
 			checkRequired(t, where, it.AsLocalShellCallOutput())
+		case "code_interpreter_call":
+			checkRequired(t, where, it.AsCodeInterpreterCall())
 		}
 	}
 }
@@ -167,7 +169,7 @@ func TestResponsesText(t *testing.T) {
 	}
 }
 
-var idPattern = regexp.MustCompile(`"(resp|msg|fc|sh|sho|lsh|st_tmp)_[0-9a-f]{48}"`)
+var idPattern = regexp.MustCompile(`"(resp|msg|fc|sh|sho|lsh|st_tmp|ci)_[0-9a-f]{48}"`)
 
 // rawUsage is the usage fields openai-go does not type.
 type rawUsage struct {
@@ -663,7 +665,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"10 bash on responses", body(map[string]any{"tools": []any{map[string]any{"type": "shellgate:bash"}}}), 400, "tools[0].type", "Messages API only"},
 		{"11 openrouter bash", body(map[string]any{"tools": []any{map[string]any{"type": "openrouter:bash"}}}), 400, "tools[0].type", "Messages API only"},
 		{"12 web_search", body(map[string]any{"tools": []any{map[string]any{"type": "web_search"}}}), 400, "tools[0].type", `"web_search" is not supported`},
-		{"13 code_interpreter", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter"}}}), 400, "tools[0].type", `"code_interpreter" is not supported`},
+		{"13 code_interpreter with a bad container", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter", "container": "cntr x/../y"}}}), 400, "tools[0].container", "not a container id"},
 		{"14 two shell tools", body(map[string]any{"tools": []any{nativeShell, map[string]any{"type": "local_shell"}}}), 400, "tools[1].type", "Only one shell tool"},
 		{"15 function named shell beside the shell tool", body(map[string]any{"tools": []any{nativeShell, map[string]any{"type": "function", "name": "shell"}}}), 400, "tools", `named "shell"`},
 		{"16 bad function name", body(map[string]any{"tools": []any{map[string]any{"type": "function", "name": "a b"}}}), 400, "tools[0].name", "does not match"},
@@ -686,6 +688,12 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"33 model without provider", body(map[string]any{"model": "m"}), 400, "model", "provider/model"},
 		{"34 oversized body", `{"model":"scripted/m","input":"` + strings.Repeat("x", 33<<20) + `"}`, 413, "", "larger than"},
 		{"36 unknown file id", body(map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto", "file_ids": []string{"file_nope"}}}}}), 404, "file_id", "file_nope"},
+		{"37 code_interpreter memory_limit", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "auto", "memory_limit": "2g"}}}}), 400, "tools[0].container.memory_limit", "1g, 4g"},
+		{"38 code_interpreter container type", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "container_auto"}}}}), 400, "tools[0].container.type", "expected auto"},
+		{"39 code_interpreter container a number", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter", "container": 5}}}), 400, "tools[0].container", "Invalid type"},
+		{"40 function named code_interpreter beside the tool", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter"}, map[string]any{"type": "function", "name": "code_interpreter"}}}), 400, "tools", `named "code_interpreter"`},
+		{"41 shell and code_interpreter on different containers", body(map[string]any{"tools": []any{map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": "cntr_a"}}, map[string]any{"type": "code_interpreter", "container": "cntr_b"}}}), 400, "tools[1].container", "share one container"},
+		{"42 code_interpreter file_ids not a list", body(map[string]any{"tools": []any{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "auto", "file_ids": "file_1"}}}}), 400, "tools[0].container.file_ids", "Invalid type"},
 		{"35 shell_call_output output not a list", body(map[string]any{"input": []any{map[string]any{"type": "shell_call_output", "call_id": "c", "output": "x"}}}), 400, "input[0].output", "Invalid type"},
 	}
 	for _, c := range cases {

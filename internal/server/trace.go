@@ -236,6 +236,21 @@ func stepSpan(st *gateway.Step) broadcast.Span {
 		case *gateway.CodeExecError:
 			code, msg = c.ErrorCode, c.ErrorMessage
 		}
+	case *gateway.InterpreterDetail:
+		if d.ContainerID != "" {
+			a = append(a, semconv.ContainerID(d.ContainerID))
+		}
+		code, msg = d.ErrorCode, d.Error
+		if d.Ran {
+			o := d.Output.Outcome
+			a = append(a, attribute.String("shellgate.command.outcome", o.Type))
+			if o.ExitCode != nil {
+				a = append(a, semconv.ProcessExitCode(*o.ExitCode))
+			}
+			if d.Output.Restarted != "" {
+				a = append(a, attribute.Bool("shellgate.python.restarted", true))
+			}
+		}
 	}
 	if st.Result.IsError {
 		if code == "" {

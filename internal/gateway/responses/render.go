@@ -35,6 +35,7 @@ const (
 	prefixShellOut  = "sho_"
 	prefixLocal     = "lsh_"
 	prefixRouter    = "st_tmp_"
+	prefixInterp    = "ci_"
 	routerErrStatus = "failed"
 )
 
@@ -48,8 +49,11 @@ type outputText struct {
 	Logprobs    []any  `json:"logprobs"`
 }
 
-func newOutputText(text string) outputText {
-	return outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
+func newOutputText(text string, annotations ...any) outputText {
+	if annotations == nil {
+		annotations = []any{}
+	}
+	return outputText{Type: "output_text", Text: text, Annotations: annotations, Logprobs: []any{}}
 }
 
 type messageItem struct {
@@ -296,16 +300,22 @@ func router(typ, id, status string, v stepView, containerID string) routerItem {
 // response).
 func (m *meta) renderOutput(res *gateway.Result) []json.RawMessage {
 	out := []json.RawMessage{}
+	var cites citer
 	for _, it := range res.Items {
 		switch it.Kind {
 		case gateway.ItemText:
 			if it.Text != "" {
-				out = append(out, raw(newMessage(newID(prefixMessage), "completed", newOutputText(it.Text))))
+				out = append(out, raw(newMessage(newID(prefixMessage), "completed", newOutputText(it.Text, cites.cite(it.Text, m.containerID)...))))
 			}
 		case gateway.ItemClientCall:
 			out = append(out, raw(functionCallItem{ID: newID(prefixFunction), Type: "function_call", Status: "completed",
 				Arguments: it.Call.Arguments, CallID: it.Call.ID, Name: it.Call.Name}))
 		case gateway.ItemStep:
+			if isInterp(it.Step) {
+				out = append(out, raw(m.interpDone(newID(prefixInterp), it.Step)))
+				cites.add(it.Step)
+				continue
+			}
 			v := viewStep(it.Step)
 			switch m.p.shell {
 			case shellNative:
@@ -326,7 +336,7 @@ type meta struct {
 	p           *parsed
 	id          string
 	created     int64
-	containerID string // the request's container ("" without a shell tool)
+	containerID string // the request's container ("" without a server tool)
 }
 
 func newMeta(p *parsed, containerID string) *meta {

@@ -27,8 +27,9 @@ const (
 
 // wireRequest is the body of POST /v1/responses, as far as Shellgate reads
 // it. Polymorphic fields stay raw and are decoded by shape. Fields not
-// listed here are accepted and ignored (SDKs send options, like include or
-// reasoning, that have no meaning for the gateway).
+// listed here are accepted and ignored (SDKs send options, like
+// reasoning, that have no meaning for the gateway); of include, only
+// "code_interpreter_call.outputs" has a meaning, the others are ignored.
 type wireRequest struct {
 	Model              string            `json:"model"`
 	Instructions       *string           `json:"instructions"`
@@ -56,6 +57,7 @@ type wireRequest struct {
 		} `json:"format"`
 	} `json:"text"`
 	Reasoning json.RawMessage `json:"reasoning"`
+	Include   []string        `json:"include"`
 }
 
 // shellKind says which item shape renders a shell step.
@@ -79,9 +81,16 @@ type parsed struct {
 	shell     shellKind
 	shellType string // the tool's type as sent ("shell", "openrouter:shell", ...)
 	shellTool int    // its index in tools
-	uploads   []gateway.Upload
-	open      gateway.OpenOptions
-	sel       identity.Request
+	// The code_interpreter tool, when the request has one.
+	interp     bool
+	interpTool int // its index in tools
+	// ciOutputs: include has "code_interpreter_call.outputs".
+	ciOutputs bool
+	// The request's one container, as the server tools' settings give it.
+	containerParam string // the param that set it, for conflicts ("tools[0].environment")
+	uploads        []gateway.Upload
+	open           gateway.OpenOptions
+	sel            identity.Request
 
 	// Echoed in the response object.
 	tools        []json.RawMessage
@@ -185,6 +194,26 @@ var functionName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // shellFunction is the name the model sees for every shell-like tool.
 const shellFunction = "shell"
 
+// interpFunction is the name the model sees for code_interpreter.
+const interpFunction = gateway.CodeInterpreter
+
+// sandboxed reports whether the request has a server tool, which runs in
+// the request's container.
+func (p *parsed) sandboxed() bool { return p.shell != 0 || p.interp }
+
+// serverTools are the request's server tools by the function name the
+// model sees.
+func (p *parsed) serverTools() map[string]gateway.ServerTool {
+	t := map[string]gateway.ServerTool{}
+	if p.shell != 0 {
+		t[shellFunction] = gateway.ShellTool{Name: shellFunction}
+	}
+	if p.interp {
+		t[interpFunction] = gateway.InterpreterTool{Name: interpFunction}
+	}
+	return t
+}
+
 func parse(w *wireRequest, headerSession string) (*parsed, error) {
 	p := &parsed{
 		model: w.Model, maxCalls: gateway.DefaultMaxToolCalls, temperature: 1, topP: 1, parallel: true,
@@ -255,6 +284,11 @@ func parse(w *wireRequest, headerSession string) (*parsed, error) {
 		}
 		// Larger budgets are clamped to the maximum (SPEC §1.5).
 		p.maxCalls = int(min(*m, gateway.MaxToolCalls))
+	}
+	for _, inc := range w.Include {
+		if inc == "code_interpreter_call.outputs" {
+			p.ciOutputs = true
+		}
 	}
 	if err := parseTools(p, req); err != nil {
 		return nil, err
@@ -365,18 +399,70 @@ func parseTools(p *parsed, req *gateway.Request) error {
 			if err := parseShellTool(p, h.Type, raw, param); err != nil {
 				return err
 			}
+		case "code_interpreter":
+			if p.interp {
+				return invalid(param+".type", "Only one code_interpreter tool per request: tools[%d] is already one.", p.interpTool)
+			}
+			p.interp, p.interpTool = true, i
+			if err := parseInterpreterTool(p, raw, param); err != nil {
+				return err
+			}
 		case "shellgate:bash", "openrouter:bash":
 			return invalid(param+".type", "The %s tool is available on the Messages API only (POST /v1/messages). On the Responses API use {\"type\":\"shell\"} or {\"type\":\"shellgate:shell\"}.", h.Type)
 		case "":
 			return invalid(param+".type", "Missing required parameter: '%s.type'.", param)
 		default:
-			return invalid(param+".type", "Tool type %q is not supported by Shellgate. Supported tools: function, shell, local_shell, shellgate:shell and openrouter:shell.", clip(h.Type))
+			return invalid(param+".type", "Tool type %q is not supported by Shellgate. Supported tools: function, shell, local_shell, shellgate:shell, openrouter:shell and code_interpreter.", clip(h.Type))
 		}
 	}
 	if p.shell != 0 && names[shellFunction] {
 		return invalid("tools", "A function tool named %q cannot be used together with the %s tool: the model sees that tool as a function named %q.", shellFunction, p.shellType, shellFunction)
 	}
+	if p.interp && names[interpFunction] {
+		return invalid("tools", "A function tool named %q cannot be used together with the code_interpreter tool: the model sees that tool as a function named %q.", interpFunction, interpFunction)
+	}
 	return nil
+}
+
+// parseInterpreterTool reads code_interpreter's container: a container id
+// ("cntr_…", as a container_reference) or {"type":"auto", file_ids,
+// memory_limit, network_policy} (as container_auto); none is auto.
+func parseInterpreterTool(p *parsed, raw json.RawMessage, param string) error {
+	var t struct {
+		Container json.RawMessage `json:"container"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return jsonError(param, err)
+	}
+	param += ".container"
+	c := bytes.TrimSpace(t.Container)
+	if len(c) == 0 || string(c) == "null" {
+		return nil
+	}
+	switch c[0] {
+	case '"':
+		var id string
+		json.Unmarshal(c, &id)
+		if !identity.ValidReference(id) {
+			return invalid(param, "Invalid '%s': %q is not a container id (1-%d letters, digits, '_' or '-', like cntr_…); give a container id or {\"type\": \"auto\"}.", param, clip(id), identity.MaxReference)
+		}
+		return useEnvironment(p, &environment{Type: "container_reference", ContainerID: id}, param)
+	case '{':
+		var a struct {
+			Type          string          `json:"type"`
+			FileIDs       []string        `json:"file_ids"`
+			MemoryLimit   string          `json:"memory_limit"`
+			NetworkPolicy json.RawMessage `json:"network_policy"`
+		}
+		if err := json.Unmarshal(c, &a); err != nil {
+			return jsonError(param, err)
+		}
+		if a.Type != "auto" {
+			return invalid(param+".type", "Invalid '%s.type': %q (expected auto).", param, clip(a.Type))
+		}
+		return useEnvironment(p, &environment{Type: "container_auto", FileIDs: a.FileIDs, MemoryLimit: a.MemoryLimit, NetworkPolicy: a.NetworkPolicy}, param)
+	}
+	return invalid(param, "Invalid type for '%s': expected a container id (a string) or an object {\"type\": \"auto\", ...}.", param)
 }
 
 func parseShellTool(p *parsed, typ string, raw json.RawMessage, param string) error {
@@ -417,8 +503,18 @@ func parseShellTool(p *parsed, typ string, raw json.RawMessage, param string) er
 		}
 		param += ".parameters.environment"
 	}
+	return useEnvironment(p, env, param)
+}
+
+// useEnvironment applies a server tool's container settings to the
+// request's one container (nil: no settings). The shell and
+// code_interpreter share it: settings of both must agree.
+func useEnvironment(p *parsed, env *environment, param string) error {
 	if env == nil {
 		return nil
+	}
+	conflict := func(what string) error {
+		return invalid(param, "%s and %s set different %s: the request's server tools share one container, so give it once (or the same on both).", p.containerParam, param, what)
 	}
 	switch env.Type {
 	case "", "container_auto":
@@ -427,14 +523,22 @@ func parseShellTool(p *parsed, typ string, raw json.RawMessage, param string) er
 		default:
 			return invalid(param+".memory_limit", "Invalid '%s.memory_limit': %q (expected one of 1g, 4g, 16g, 64g).", param, clip(env.MemoryLimit))
 		}
-		p.open.MemoryLimit = env.MemoryLimit
+		if env.MemoryLimit != "" {
+			if p.open.MemoryLimit != "" && p.open.MemoryLimit != env.MemoryLimit {
+				return conflict("memory limits")
+			}
+			p.open.MemoryLimit = env.MemoryLimit
+		}
 		if err := checkNetworkPolicy(env.NetworkPolicy, param+".network_policy"); err != nil {
 			return err
 		}
 		if len(env.NetworkPolicy) > 0 && string(env.NetworkPolicy) != "null" {
+			if p.open.NetworkPolicy != nil && !bytes.Equal(p.open.NetworkPolicy, env.NetworkPolicy) {
+				return conflict("network policies")
+			}
 			p.open.NetworkPolicy = env.NetworkPolicy
 		}
-		if len(env.FileIDs) > maxFileIDs {
+		if len(p.uploads)+len(env.FileIDs) > maxFileIDs {
 			return invalid(param+".file_ids", "Invalid '%s.file_ids': at most %d files per request.", param, maxFileIDs)
 		}
 		for _, id := range env.FileIDs {
@@ -447,11 +551,17 @@ func parseShellTool(p *parsed, typ string, raw json.RawMessage, param string) er
 		if env.ContainerID == "" {
 			return invalid(param+".container_id", "Missing required parameter: '%s.container_id'.", param)
 		}
+		if p.sel.ContainerReference != "" && p.sel.ContainerReference != env.ContainerID {
+			return conflict("containers")
+		}
 		p.sel.ContainerReference = env.ContainerID
 	case "local":
 		return invalid(param+".type", "A local shell environment runs on the client; Shellgate runs shell calls in its own sandbox. Use container_auto or container_reference, or a function tool for a client-side shell.")
 	default:
 		return invalid(param+".type", "Invalid '%s.type': %q (expected container_auto or container_reference).", param, clip(env.Type))
+	}
+	if p.containerParam == "" {
+		p.containerParam = param
 	}
 	return nil
 }
@@ -498,7 +608,7 @@ func parseToolChoice(raw json.RawMessage, p *parsed, req *gateway.Request) (gate
 		case "none":
 			return gateway.ToolChoice{Mode: gateway.ChoiceNone}, nil
 		case "required":
-			if len(req.Tools) == 0 && p.shell == 0 {
+			if len(req.Tools) == 0 && !p.sandboxed() {
 				return gateway.ToolChoice{}, invalid("tool_choice", "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.")
 			}
 			return gateway.ToolChoice{Mode: gateway.ChoiceRequired}, nil
@@ -525,6 +635,11 @@ func parseToolChoice(raw json.RawMessage, p *parsed, req *gateway.Request) (gate
 			return gateway.ToolChoice{}, invalid("tool_choice.type", "Tool choice %q not found in 'tools' parameter.", clip(o.Type))
 		}
 		return gateway.ToolChoice{Mode: gateway.ChoiceTool, Name: shellFunction}, nil
+	case "code_interpreter":
+		if !p.interp {
+			return gateway.ToolChoice{}, invalid("tool_choice.type", "Tool choice %q not found in 'tools' parameter.", clip(o.Type))
+		}
+		return gateway.ToolChoice{Mode: gateway.ChoiceTool, Name: interpFunction}, nil
 	}
-	return gateway.ToolChoice{}, invalid("tool_choice.type", "tool_choice of type %q is not supported by Shellgate (use none, auto, required, a function or the shell tool).", clip(o.Type))
+	return gateway.ToolChoice{}, invalid("tool_choice.type", "tool_choice of type %q is not supported by Shellgate (use none, auto, required, a function, the shell tool or code_interpreter).", clip(o.Type))
 }

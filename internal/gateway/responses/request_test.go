@@ -23,6 +23,7 @@ func FuzzReadRequest(f *testing.F) {
 		`{"model":"p/m","input":[{"type":"local_shell_call","call_id":"c","action":{"type":"exec","command":["ls","-l"]}},{"type":"local_shell_call_output","id":"c","output":"{}"}]}`,
 		`{"model":"p/m","input":[{"type":"openrouter:shell","call_id":"c","arguments":"{}","output":[]}],"tools":[{"type":"openrouter:shell","parameters":{"engine":"auto"}}],"tool_choice":{"type":"openrouter:shell"}}`,
 		`{"model":"p/m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"r"}]}],"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],"tool_choice":"required","max_tool_calls":99,"metadata":{"a":"b"}}`,
+		`{"model":"p/m","input":[{"type":"code_interpreter_call","id":"ci_1","status":"completed","code":"x=1","container_id":"cntr_1","outputs":[{"type":"logs","logs":"1"},{"type":"image","url":"data:image/png;base64,AA=="}]}],"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["f"],"memory_limit":"4g"}},{"type":"shell"}],"tool_choice":{"type":"code_interpreter"},"include":["code_interpreter_call.outputs"]}`,
 		`{"model":1}`, `[]`, `null`, `{"model":"p/m","input":[null]}`, `{"model":"p/m","input":[{"type":"message","role":"user","content":null}]}`,
 	} {
 		f.Add(s)

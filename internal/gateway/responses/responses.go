@@ -15,7 +15,12 @@
 //
 // All of them run in Shellgate's sandbox, whatever the engine (there is no
 // pass-through to a provider's hosted shell). shellgate:bash and
-// openrouter:bash are Messages-only (400 here), other hosted tools are 400.
+// openrouter:bash are Messages-only (400 here), other hosted tools are 400
+// but one: {"type":"code_interpreter"} is the function "code_interpreter"
+// (gateway.InterpreterTool, the container's Python kernel), its steps
+// code_interpreter_call items (interpreter.go), the files they write cited
+// on the next message. It shares the request's one container with the
+// shell tool; a step is shown by the tool its call names.
 //
 // A step that did not run (arguments the tool refused, the max_tool_calls
 // budget spent, the sandbox unavailable) shows what the model read: the
@@ -86,7 +91,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		f.writeErr(ctx, w, err)
 		return
 	}
-	if p.shell != 0 {
+	if p.sandboxed() {
 		if answered, err := gateway.Forward(ctx, sbx, p.sel); answered || err != nil {
 			if err != nil {
 				f.writeErr(ctx, w, err)
@@ -124,7 +129,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 	run := &gateway.Run{Model: model, Request: p.req, Sandboxes: sbx, Select: p.sel, Open: p.open,
 		Uploads: p.uploads, MaxToolCalls: p.maxCalls, Budget: gateway.FinalAnswer}
 	var containerID string
-	if p.shell != 0 {
+	if p.sandboxed() {
 		box, err := sbx.Open(ctx, p.sel, p.open)
 		if err != nil {
 			f.writeErr(ctx, w, err)
@@ -136,7 +141,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		defer box.Close()
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
-		run.ServerTools = map[string]gateway.ServerTool{shellFunction: gateway.ShellTool{Name: shellFunction}}
+		run.ServerTools = p.serverTools()
 	}
 	m := newMeta(p, containerID)
 	if !p.stream {

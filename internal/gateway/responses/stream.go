@@ -33,6 +33,7 @@ type streamer struct {
 	items  []itemSlot // by output_index
 	text   *textState // the message being streamed, if any
 	steps  map[*gateway.Step]*stepState
+	cites  citer // files of code_interpreter steps the next message cites
 	buf    bytes.Buffer
 }
 
@@ -46,6 +47,7 @@ type textState struct {
 }
 
 type stepState struct {
+	interp  bool // a code_interpreter step (callID, callIdx: its item)
 	view    stepView
 	callIdx int
 	callID  string
@@ -155,9 +157,13 @@ func (s *streamer) TextDone(text string) {
 		return
 	}
 	t := s.openText()
+	anns := s.cites.cite(text, s.m.containerID)
+	for k, a := range anns {
+		s.emit("response.output_text.annotation.added", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "annotation_index": k, "annotation": a})
+	}
 	s.emit("response.output_text.done", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "text": text, "logprobs": []any{}})
-	s.emit("response.content_part.done", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "part": newOutputText(text)})
-	s.finish(t.index, newMessage(t.id, "completed", newOutputText(text)))
+	s.emit("response.content_part.done", event{"item_id": t.id, "output_index": t.index, "content_index": 0, "part": newOutputText(text, anns...)})
+	s.finish(t.index, newMessage(t.id, "completed", newOutputText(text, anns...)))
 	s.text = nil
 }
 
@@ -176,6 +182,10 @@ func (s *streamer) ClientCall(c gateway.ToolCall) {
 func (s *streamer) StepStart(step *gateway.Step) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if isInterp(step) {
+		s.interpStart(step)
+		return
+	}
 	st := &stepState{view: viewCall(step.Call)}
 	s.steps[step] = st
 	v, cid := st.view, s.m.containerID
@@ -207,7 +217,7 @@ func (s *streamer) StepOutput(step *gateway.Step, cmd, stream int, text string) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.steps[step]
-	if st == nil || st.done || s.m.p.shell != shellNative {
+	if st == nil || st.done || st.interp || s.m.p.shell != shellNative {
 		return
 	}
 	key := "stdout"
@@ -225,6 +235,12 @@ func (s *streamer) StepDone(step *gateway.Step) {
 		return
 	}
 	st.done = true
+	if st.interp {
+		s.emit("response.code_interpreter_call.completed", event{"item_id": st.callID, "output_index": st.callIdx})
+		s.finish(st.callIdx, s.m.interpDone(st.callID, step))
+		s.cites.add(step)
+		return
+	}
 	v := viewStep(step)
 	switch s.m.p.shell {
 	case shellNative:
@@ -240,6 +256,26 @@ func (s *streamer) StepDone(step *gateway.Step) {
 	default:
 		s.finish(st.callIdx, router(s.m.p.shellType, st.callID, "completed", v, s.m.containerID))
 	}
+}
+
+// interpStart shows a code_interpreter call about to run: the item added,
+// its code, and interpreting.
+func (s *streamer) interpStart(step *gateway.Step) {
+	st := &stepState{interp: true, callID: newID(prefixInterp)}
+	s.steps[step] = st
+	st.callIdx = s.add(s.m.interpPending(st.callID))
+	ev := func() event { return event{"item_id": st.callID, "output_index": st.callIdx} }
+	s.emit("response.code_interpreter_call.in_progress", ev())
+	code := interpCode(step)
+	if code != "" {
+		e := ev()
+		e["delta"] = code
+		s.emit("response.code_interpreter_call_code.delta", e)
+	}
+	e := ev()
+	e["code"] = code
+	s.emit("response.code_interpreter_call_code.done", e)
+	s.emit("response.code_interpreter_call.interpreting", ev())
 }
 
 // output is the finished items in output_index order.
