@@ -322,6 +322,11 @@ func (a *kernelAnswer) take(line []byte) {
 				a.out.Displays = append(a.out.Displays, Display{MIME: mime, Data: img})
 			}
 		}
+		if _, img := m.Data["image/png"]; img || m.Data["image/jpeg"] != "" {
+			// A figure's text is its repr ("<Figure size 640x480 with 1
+			// Axes>"): a notebook shows the image alone.
+			return
+		}
 		for _, mime := range []string{"text/html", "text/plain"} {
 			if v, ok := m.Data[mime]; ok {
 				a.out.Displays = append(a.out.Displays, Display{MIME: mime, Text: capped(stripANSI(v), a.maxChars)})

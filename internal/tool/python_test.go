@@ -92,7 +92,7 @@ func pythonKernel(t *testing.T, rt string) {
 		}
 	})
 	t.Run("04 a figure is an image", func(t *testing.T) {
-		o := py(t, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t')", 0)
+		o := py(t, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t');", 0)
 		var imgs int
 		for _, d := range o.Displays {
 			if d.IsImage() {
@@ -102,8 +102,8 @@ func pythonKernel(t *testing.T, rt string) {
 				}
 			}
 		}
-		if imgs != 1 || exit(o) != 0 {
-			t.Errorf("%d images: %+v", imgs, o)
+		if imgs != 1 || exit(o) != 0 || len(o.Displays) != 1 {
+			t.Errorf("%d images of %d displays, outcome %+v, stderr %q", imgs, len(o.Displays), o.Outcome, o.Stderr)
 		}
 	})
 	t.Run("05 output is capped and marked", func(t *testing.T) {
