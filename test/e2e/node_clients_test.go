@@ -63,7 +63,7 @@ func TestNodeCodeInterpreter(t *testing.T) {
 	}})
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
-	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 7)
+	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 8)
 }
 
 // TestNodeGeminiCharts runs @google/genai against the real binary on the

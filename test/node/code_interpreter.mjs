@@ -9,6 +9,7 @@
 import OpenAI from 'openai';
 import { generateText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
+import { Agent, run, codeInterpreterTool, setDefaultOpenAIClient, setTracingDisabled } from '@openai/agents';
 
 const base = process.env.SHELLGATE_BASE;
 const key = process.env.SHELLGATE_KEY;
@@ -40,8 +41,7 @@ async function checkResponse(r) {
   assert(second.container_id === first.container_id && second.status === 'completed', 'second call: ' + JSON.stringify(second));
   const logs = second.outputs.filter((o) => o.type === 'logs').map((o) => o.logs).join('');
   const images = second.outputs.filter((o) => o.type === 'image');
-  // (The figure's text/plain repr follows: the kernel keeps it beside the image.)
-  assert(logs.startsWith('42\n'), 'logs: ' + JSON.stringify(logs));
+  assert(logs === '42\n', 'logs: ' + JSON.stringify(logs));
   assert(images.length === 1 && images[0].url.startsWith('data:image/png;base64,'), 'images: ' + images.length);
   const msg = r.output[r.output.length - 1];
   assert(msg.type === 'message' && r.output_text.includes('The answer is 42'), 'answer: ' + r.output_text);
@@ -99,6 +99,23 @@ await check('ai generateText, @ai-sdk/openai codeInterpreter', async () => {
   assert(logs.startsWith('42\n'), 'logs: ' + JSON.stringify(logs));
   assert(r.text.includes('The answer is 42'), 'answer: ' + r.text);
   return r.content.map((p) => p.type);
+});
+
+// The OpenAI Agents SDK's hosted codeInterpreterTool, run by its own
+// runner on the Responses API.
+setDefaultOpenAIClient(openai);
+setTracingDisabled(true);
+
+await check('@openai/agents run with codeInterpreterTool', async () => {
+  const agent = new Agent({ name: 'analyst', model: 'messages/m', tools: [codeInterpreterTool()] });
+  const r = await run(agent, question);
+  // The SDK keeps a hosted call as a hosted_tool_call with the item as
+  // the API sent it in providerData.
+  const calls = r.newItems.filter((it) => it.type === 'tool_call_item' && it.rawItem.type === 'hosted_tool_call').map((it) => ({ ...it.rawItem.providerData, status: it.rawItem.status }));
+  assert(calls.length === 2 && calls.every((c) => c.type === 'code_interpreter_call' && c.status === 'completed'), 'calls: ' + JSON.stringify(calls));
+  assert(calls[0].code === 'x = 41' && calls[1].container_id === calls[0].container_id, 'one container: ' + JSON.stringify(calls.map((c) => c.container_id)));
+  assert(String(r.finalOutput).includes('The answer is 42'), 'final output: ' + r.finalOutput);
+  return r.newItems.map((it) => it.type);
 });
 
 process.exit(failed);
