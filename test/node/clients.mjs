@@ -9,6 +9,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { generateText, streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createAnthropic } from '@ai-sdk/anthropic';
+import { check, assert, failed } from './check.mjs';
 
 const base = process.env.SHELLGATE_BASE;
 const key = process.env.SHELLGATE_KEY;
@@ -16,19 +17,6 @@ const question = 'What is 1+2+...+100? Use the sandbox.';
 const shellTool = { type: 'shell', environment: { type: 'container_auto' } };
 const codeExec = { type: 'code_execution_20250825', name: 'code_execution' };
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    const detail = await fn();
-    console.log(JSON.stringify({ case: name, ok: true, detail }));
-  } catch (err) {
-    failed++;
-    console.log(JSON.stringify({ case: name, ok: false, detail: String(err && err.stack || err) }));
-  }
-}
-function assert(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
 
 const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0 });
 const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
@@ -107,4 +95,4 @@ await check('ai streamText, @ai-sdk/anthropic code execution', async () => {
   return content.map((p) => p.type);
 });
 
-process.exit(failed);
+process.exit(failed());

@@ -10,6 +10,7 @@ import OpenAI from 'openai';
 import { generateText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent, run, codeInterpreterTool, setDefaultOpenAIClient, setTracingDisabled } from '@openai/agents';
+import { check, assert, failed } from './check.mjs';
 
 const base = process.env.SHELLGATE_BASE;
 const key = process.env.SHELLGATE_KEY;
@@ -17,19 +18,6 @@ const question = 'What is 41+1? Plot it and save it.';
 const tools = [{ type: 'code_interpreter', container: { type: 'auto' } }];
 const include = ['code_interpreter_call.outputs'];
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    const detail = await fn();
-    console.log(JSON.stringify({ case: name, ok: true, detail }));
-  } catch (err) {
-    failed++;
-    console.log(JSON.stringify({ case: name, ok: false, detail: String(err && err.stack || err) }));
-  }
-}
-function assert(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
 
 // checkResponse asserts the items of the scripted run: two calls on one
 // container, the second's logs and plot, the answer citing the file.
@@ -118,4 +106,4 @@ await check('@openai/agents run with codeInterpreterTool', async () => {
   return r.newItems.map((it) => it.type);
 });
 
-process.exit(failed);
+process.exit(failed());

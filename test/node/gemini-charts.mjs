@@ -6,24 +6,12 @@
 // JSON line {case, ok, detail}; the exit code is the number of failed
 // cases. Run by test/e2e (TestNodeGeminiCharts).
 import { GoogleGenAI } from '@google/genai';
+import { check, assert, failed } from './check.mjs';
 
 const base = process.env.SHELLGATE_BASE;
 const key = process.env.SHELLGATE_KEY;
 const upstreams = (process.env.SHELLGATE_UPSTREAMS || 'gemini').split(',');
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    const detail = await fn();
-    console.log(JSON.stringify({ case: name, ok: true, detail }));
-  } catch (err) {
-    failed++;
-    console.log(JSON.stringify({ case: name, ok: false, detail: String(err && err.stack || err) }));
-  }
-}
-function assert(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
 const kind = (p) => p.executableCode ? 'code' : p.codeExecutionResult ? 'result' : p.inlineData ? 'image' : p.text !== undefined ? 'text' : Object.keys(p).join('+');
 const isPNG = (b64) => Buffer.from(b64, 'base64').subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
 
@@ -57,4 +45,4 @@ for (const upstream of upstreams) {
   });
 }
 
-process.exit(failed);
+process.exit(failed());
