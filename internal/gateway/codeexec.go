@@ -424,8 +424,6 @@ func PythonImages(o tool.PythonOutput) []tool.Display {
 	return out
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // EditorTool is Anthropic's text_editor_code_execution: view, create and
 // str_replace on files beneath /workspace/home.
 type EditorTool struct{}
