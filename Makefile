@@ -45,24 +45,25 @@ demo: setup build
 # once: the packages whose concurrency is worth the race detector only
 # under -race; the runtime packages (the sandbox suites, the end-to-end and
 # security suites) without it and one at a time (-p 1: they hold real time
-# and disk limits, such as the disk reserve of /tmp, that another package
-# beside them distorts; run side by side, TestStorage's reserve case failed),
-# then the sandbox manager's lifecycle and concurrent-command cases once
-# more under -race.
+# and disk limits that another runtime package beside them distorts), then
+# the sandbox manager's lifecycle and concurrent-command cases once more
+# under -race. The two halves run side by side (make -j2): most of their
+# time is spent waiting on sandboxes, not on the two cores.
+# TESTFLAGS=-json gives each test's duration (the suite's profile).
 RACE_PKGS := ./internal/... ./jsrun/... ./sandbox/agent/... ./sandbox/kube/... ./sandbox/egress/...
 test: export SHELLGATE_TEST_STRICT = 1
 test: setup images node-clients parity-node console-node
 	$(GO) vet ./...
-	$(MAKE) test-race test-runtimes
+	$(MAKE) -j2 --output-sync=line test-race test-runtimes
 	cd bench/exchtrace && $(GO) vet . && $(GO) test -count=1 .
 
 .PHONY: test-race test-runtimes
 test-race:
-	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
+	$(GO) test $(TESTFLAGS) -count=1 -race -timeout 20m $(RACE_PKGS)
 
 test-runtimes:
-	$(GO) test -count=1 -p 1 -timeout 30m $$($(GO) list ./... | grep -v -E '/shellgate/(internal|jsrun)(/|$$)|/sandbox/(agent|kube|egress)(/|$$)')
-	$(GO) test -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
+	$(GO) test $(TESTFLAGS) -count=1 -p 1 -timeout 30m $$($(GO) list ./... | grep -v -E '/shellgate/(internal|jsrun)(/|$$)|/sandbox/(agent|kube|egress)(/|$$)')
+	$(GO) test $(TESTFLAGS) -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
 
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh
