@@ -45,10 +45,11 @@ demo: setup build
 # once: the packages whose concurrency is worth the race detector only
 # under -race; the runtime packages (the sandbox suites, the end-to-end and
 # security suites) without it and one at a time (-p 1: they hold real time
-# and disk limits that another runtime package beside them distorts), then
-# the sandbox manager's lifecycle and concurrent-command cases once more
-# under -race. The two halves run side by side (make -j2): most of their
-# time is spent waiting on sandboxes, not on the two cores.
+# and disk limits that another runtime package beside them distorts); the
+# sandbox manager's lifecycle and concurrent-command cases run once more
+# under -race, in the race half, which is the shorter. The two halves run
+# side by side (make -j2): most of their time is spent waiting on
+# sandboxes, not on the two cores.
 # TESTFLAGS=-json gives each test's duration (the suite's profile).
 RACE_PKGS := ./internal/... ./jsrun/... ./sandbox/agent/... ./sandbox/kube/... ./sandbox/egress/...
 test: export SHELLGATE_TEST_STRICT = 1
@@ -60,10 +61,10 @@ test: setup images node-clients parity-node console-node
 .PHONY: test-race test-runtimes
 test-race:
 	$(GO) test $(TESTFLAGS) -count=1 -race -timeout 20m $(RACE_PKGS)
+	$(GO) test $(TESTFLAGS) -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
 
 test-runtimes:
 	$(GO) test $(TESTFLAGS) -count=1 -p 1 -timeout 30m $$($(GO) list ./... | grep -v -E '/shellgate/(internal|jsrun)(/|$$)|/sandbox/(agent|kube|egress)(/|$$)')
-	$(GO) test $(TESTFLAGS) -count=1 -race -timeout 10m -run 'TestLifecycle|TestConformance/crun/1[1457]' ./sandbox/
 
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh
