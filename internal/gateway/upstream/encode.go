@@ -374,20 +374,20 @@ func (e *Endpoint) prepare(ctx context.Context, req *gateway.Request, stream boo
 
 // Prepare implements gateway.Preparer.
 func (c *Responses) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, responsesBody, "input", responsesPath, c.headers())
+	c.prepare(ctx, req, stream, responsesBody, "input", responsesPath, c.hdr)
 }
 
 // Prepare implements gateway.Preparer.
 func (c *Messages) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, messagesBody, "messages", messagesPath, c.headers())
+	c.prepare(ctx, req, stream, messagesBody, "messages", messagesPath, c.hdr)
 }
 
 // Prepare implements gateway.Preparer.
 func (c *Gemini) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, geminiBody, "contents", geminiPath(req.Model, stream), c.headers())
+	c.prepare(ctx, req, stream, geminiBody, "contents", geminiPath(req.Model, stream), c.hdr)
 }
 
 // Prepare implements gateway.Preparer.
 func (c *Chat) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, chatBody, "messages", chatPath, c.headers())
+	c.prepare(ctx, req, stream, chatBody, "messages", chatPath, c.hdr)
 }
