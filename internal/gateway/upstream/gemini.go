@@ -227,11 +227,7 @@ func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, from, tail, leanGeminiContent)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, from, tail, leanGeminiContent)
 }
 
 // geminiTurn is the text and calls of answers (one, or a stream's chunks

@@ -284,11 +284,7 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 		extra["stream"] = true
 		p.SetExtraFields(extra)
 	}
-	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, leanMessage)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, leanMessage)
 }
 
 const messagesPath = "/v1/messages"

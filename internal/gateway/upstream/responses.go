@@ -221,11 +221,7 @@ func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if stream {
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, from, tail, leanResponsesItem)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, from, tail, leanResponsesItem)
 }
 
 const responsesPath = "/responses"
