@@ -173,3 +173,23 @@ func EchoResult() Turn {
 		return &gateway.Turn{Parts: []gateway.Part{Text(text)}, Stop: gateway.StopEnd, Usage: gateway.Usage{InputTokens: 30, OutputTokens: 7}}
 	}}
 }
+
+// JSONAt walks a decoded JSON value (any, as encoding/json decodes it) by
+// object keys (string) and array indexes (int); nil where the path leads
+// nowhere.
+func JSONAt(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			a, _ := v.([]any)
+			if k >= len(a) {
+				return nil
+			}
+			v = a[k]
+		}
+	}
+	return v
+}
