@@ -330,33 +330,19 @@ func BenchmarkFileTransfer(b *testing.B) {
 				b.ReportMetric(mib/d.Seconds(), name+"-MiB/s-"+tag)
 				b.ReportMetric(cp.Seconds()/d.Seconds(), name+"-vs-cp-"+tag)
 			}
-			download := func(path string) int64 {
-				req, _ := http.NewRequest("GET", e.url+path, nil)
-				req.Header.Set("Authorization", "Bearer "+e.keyA)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer resp.Body.Close()
-				n, _ := io.Copy(io.Discard, resp.Body)
-				if resp.StatusCode != http.StatusOK {
-					b.Fatalf("GET %s: %d", path, resp.StatusCode)
-				}
-				return n
-			}
 			transfer("workspace-upload", func() int64 {
 				st, body := e.streamedUpload(b, "/api/v1/files", nil, size)
 				e.must(st, body, &f)
 				return f.SizeBytes
 			})
-			transfer("workspace-download", func() int64 { return download("/api/v1/files/" + f.ID + "/content") })
+			transfer("workspace-download", func() int64 { return e.streamedDownload(b, "/api/v1/files/"+f.ID+"/content") })
 			var cf ContainerFile
 			transfer("container-upload", func() int64 {
 				st, body := e.streamedUpload(b, "/api/v1/containers/"+c.ID+"/files", map[string]string{"path": "big-" + tag}, size)
 				e.must(st, body, &cf)
 				return cf.Bytes
 			})
-			transfer("container-download", func() int64 { return download("/api/v1/containers/" + c.ID + "/files/" + cf.ID + "/content") })
+			transfer("container-download", func() int64 { return e.streamedDownload(b, "/api/v1/containers/"+c.ID+"/files/"+cf.ID+"/content") })
 			if st, body := e.do("DELETE", "/api/v1/files/"+f.ID, e.keyA, nil); st != http.StatusOK {
 				b.Errorf("deleting the workspace file: %d %s", st, body)
 			}
