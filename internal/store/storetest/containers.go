@@ -148,12 +148,7 @@ func Containers(t *testing.T, f Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Containers().Delete(t.Context(), scopeA, c.ID); err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Containers().Get(t.Context(), scopeA, c.ID)
-		wantErr(t, err, store.ErrNotFound, "Get after delete")
-		wantErr(t, s.Containers().Delete(t.Context(), scopeA, c.ID), store.ErrNotFound, "second delete")
+		deleteOnce(t, s.Containers(), c.ID)
 		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d")); err != nil {
 			t.Fatalf("the name of a deleted container is not free: %v", err)
 		}

@@ -75,12 +75,7 @@ func Files(t *testing.T, f Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Files().Delete(t.Context(), scopeA, a.ID); err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Files().Get(t.Context(), scopeA, a.ID)
-		wantErr(t, err, store.ErrNotFound, "Get after delete")
-		wantErr(t, s.Files().Delete(t.Context(), scopeA, a.ID), store.ErrNotFound, "second delete")
+		deleteOnce(t, s.Files(), a.ID)
 	})
 	t.Run("04 invalid files", func(t *testing.T) {
 		s := open(t, f(t))

@@ -129,6 +129,18 @@ func othersSeeNothing[T any](t *testing.T, rows scoped[T], a T, id, missing stri
 	}
 }
 
+// deleteOnce deletes scope A's row id, which is then gone: Get and a
+// second Delete are ErrNotFound.
+func deleteOnce[T any](t *testing.T, rows scoped[T], id string) {
+	t.Helper()
+	if err := rows.Delete(t.Context(), scopeA, id); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rows.Get(t.Context(), scopeA, id)
+	wantErr(t, err, store.ErrNotFound, "Get after delete")
+	wantErr(t, rows.Delete(t.Context(), scopeA, id), store.ErrNotFound, "second delete")
+}
+
 func contextWithCancel(t *testing.T) (context.Context, func()) {
 	return context.WithCancel(t.Context())
 }
