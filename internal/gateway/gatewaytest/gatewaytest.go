@@ -2,7 +2,8 @@
 // frontend tests: a gateway.Upstream that plays scripted turns and records
 // what it was sent. (The wire-level scripted model, a real HTTP server
 // speaking the upstream APIs, is internal/gateway/scripted; tests of whole
-// requests use that.)
+// requests use that.) JSONAt walks a decoded JSON body, for the checks of
+// what either model was sent.
 package gatewaytest
 
 import (
