@@ -150,34 +150,31 @@ func TestBatching(t *testing.T) {
 var fastRetry = Retry{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond, MaxElapsedTime: 2 * time.Second}
 
 func TestFailures(t *testing.T) {
-	t.Run("503 is retried, then counted failed", func(t *testing.T) {
-		rcv := otlptest.NewReceiver()
-		defer rcv.Close()
-		rcv.SetStatus(http.StatusServiceUnavailable)
-		b := newBroadcaster(t, Destination{Type: TypeOTLPHTTP, Endpoint: rcv.URL, Name: "busy", Retry: fastRetry})
-		b.Record(tree(time.Now(), "r"))
-		b.Shutdown(t.Context()) // waits for the export, retries included
-		if n := rcv.Attempts(); n < 3 {
-			t.Errorf("%d attempts, want retries", n)
-		}
-		if f, s := counter(b.failed, "busy"), counter(b.sent, "busy"); f != 1 || s != 0 {
-			t.Errorf("failed %v sent %v", f, s)
-		}
-	})
-	t.Run("500 is not retryable (OTLP spec): one attempt, counted failed", func(t *testing.T) {
-		rcv := otlptest.NewReceiver()
-		defer rcv.Close()
-		rcv.SetStatus(http.StatusInternalServerError)
-		b := newBroadcaster(t, Destination{Type: TypeOTLPHTTP, Endpoint: rcv.URL, Name: "broken", Retry: fastRetry})
-		b.Record(tree(time.Now(), "r"))
-		b.Shutdown(t.Context())
-		if n := rcv.Attempts(); n != 1 {
-			t.Errorf("%d attempts, want 1", n)
-		}
-		if f := counter(b.failed, "broken"); f != 1 {
-			t.Errorf("failed %v", f)
-		}
-	})
+	for _, c := range []struct {
+		name    string
+		status  int
+		retried bool
+	}{
+		{"503 is retried, then counted failed", http.StatusServiceUnavailable, true},
+		{"500 is not retryable (OTLP spec): one attempt, counted failed", http.StatusInternalServerError, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rcv := otlptest.NewReceiver()
+			defer rcv.Close()
+			rcv.SetStatus(c.status)
+			b := newBroadcaster(t, Destination{Type: TypeOTLPHTTP, Endpoint: rcv.URL, Name: "refused", Retry: fastRetry})
+			b.Record(tree(time.Now(), "r"))
+			b.Shutdown(t.Context()) // waits for the export, retries included
+			if n := rcv.Attempts(); c.retried && n < 3 {
+				t.Errorf("%d attempts, want retries", n)
+			} else if !c.retried && n != 1 {
+				t.Errorf("%d attempts, want 1", n)
+			}
+			if f, s := counter(b.failed, "refused"), counter(b.sent, "refused"); f != 1 || s != 0 {
+				t.Errorf("failed %v sent %v", f, s)
+			}
+		})
+	}
 	t.Run("nobody listening: failed", func(t *testing.T) {
 		rcv := otlptest.NewReceiver()
 		url := rcv.URL

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,23 +48,7 @@ func BenchmarkChatPassThrough(b *testing.B) {
 			viaShellgate := func() { call(e.url+"/v1/chat/completions", via, e.keyA) }
 			viaDirect()
 			viaShellgate()
-			var d, s []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				viaShellgate()
-				t1 := time.Now()
-				viaDirect()
-				s, d = append(s, t1.Sub(t0)), append(d, time.Since(t1))
-			}
-			median := func(x []time.Duration) float64 {
-				slices.Sort(x)
-				return float64(x[len(x)/2]) / float64(time.Microsecond)
-			}
-			ms, md := median(s), median(d)
-			b.ReportMetric(ms, "shellgate-µs")
-			b.ReportMetric(md, "direct-µs")
-			b.ReportMetric(ms-md, "added-µs")
-			b.ReportMetric(ms/md, "ratio")
+			sideBySide(b, "µs", "shellgate", viaShellgate, "direct", viaDirect)
 		})
 	}
 }

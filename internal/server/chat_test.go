@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 )
@@ -82,7 +83,7 @@ func TestChatPassThrough(t *testing.T) {
 				t.Errorf("answer %s", cc.RawJSON())
 			}
 			rec := up.Last()
-			if get(rec.Body, "model") != "m1" || get(rec.Body, "temperature") != 0.3 || get(rec.Body, "messages", 0, "content") != "Be brief." {
+			if gatewaytest.JSONAt(rec.Body, "model") != "m1" || gatewaytest.JSONAt(rec.Body, "temperature") != 0.3 || gatewaytest.JSONAt(rec.Body, "messages", 0, "content") != "Be brief." {
 				t.Errorf("upstream got %s", rec.Raw)
 			}
 			if rec.Header.Get("Authorization") != "Bearer sk-upstream" {
@@ -109,7 +110,7 @@ func TestChatPassThrough(t *testing.T) {
 				msg.ToolCalls[0].Function.Arguments != `{"city":"Paris"}` || acc.Choices[0].FinishReason != "tool_calls" {
 				t.Errorf("%d chunks accumulate to %+v", chunks, acc.ChatCompletion)
 			}
-			if get(up.Last().Body, "stream") != true || get(up.Last().Body, "model") != "qwen3" {
+			if gatewaytest.JSONAt(up.Last().Body, "stream") != true || gatewaytest.JSONAt(up.Last().Body, "model") != "qwen3" {
 				t.Errorf("upstream got %s", up.Last().Raw)
 			}
 		})
@@ -288,22 +289,4 @@ func TestChatNoProviders(t *testing.T) {
 	if st, _ := e.do("GET", "/v1/models", "", nil); st != http.StatusUnauthorized {
 		t.Errorf("no key: %d", st)
 	}
-}
-
-// get walks a decoded JSON body.
-func get(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			a, _ := v.([]any)
-			if k >= len(a) {
-				return nil
-			}
-			v = a[k]
-		}
-	}
-	return v
 }

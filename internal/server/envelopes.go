@@ -50,10 +50,13 @@ func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
 	writeOpenAIError(w, err)
 }
 
+// openAIErrorCode is the code OpenAI sets for a status ("" for none).
 func openAIErrorCode(status int) string {
 	switch status {
 	case http.StatusUnauthorized:
 		return "invalid_api_key"
+	case http.StatusTooManyRequests:
+		return "rate_limit_exceeded"
 	case http.StatusNotFound:
 		return "not_found"
 	case http.StatusRequestEntityTooLarge:

@@ -76,13 +76,7 @@ func writeOpenAIError(w http.ResponseWriter, err error) {
 		ae = errorf(http.StatusInternalServerError, "internal error")
 	}
 	code := ae.code
-	switch {
-	case code != "":
-	case ae.status == http.StatusUnauthorized:
-		code = "invalid_api_key"
-	case ae.status == http.StatusTooManyRequests:
-		code = "rate_limit_exceeded"
-	default:
+	if code == "" {
 		code = openAIErrorCode(ae.status)
 	}
 	errorHeaders(w, ae)

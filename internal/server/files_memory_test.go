@@ -42,6 +42,24 @@ func (e *env) streamedUpload(t testing.TB, path string, fields map[string]string
 	return resp.StatusCode, b
 }
 
+// streamedDownload GETs path with key A and reads the body into nothing,
+// returning the bytes it had; any status but 200 fails t.
+func (e *env) streamedDownload(t testing.TB, path string) int64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+e.keyA)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, _ := io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	return n
+}
+
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
@@ -95,16 +113,7 @@ func TestFileStreamsBoundedMemory(t *testing.T) {
 		t.Errorf("workspace upload of %d MiB: %d bytes stored, heap grew %d MiB", size>>20, f.SizeBytes, grew>>20)
 	}
 	var n int64
-	grew = heapPeak(func() {
-		req, _ := http.NewRequest("GET", e.url+"/api/v1/files/"+f.ID+"/content", nil)
-		req.Header.Set("Authorization", "Bearer "+e.keyA)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	})
+	grew = heapPeak(func() { n = e.streamedDownload(t, "/api/v1/files/"+f.ID+"/content") })
 	t.Logf("workspace download: heap grew %.1f MiB", float64(grew)/(1<<20))
 	if n != size || grew > bound {
 		t.Errorf("workspace download: %d bytes, heap grew %d MiB", n, grew>>20)
@@ -121,16 +130,7 @@ func TestFileStreamsBoundedMemory(t *testing.T) {
 	if cf.Bytes != csize || grew > bound {
 		t.Errorf("container upload: %d bytes, heap grew %d MiB", cf.Bytes, grew>>20)
 	}
-	grew = heapPeak(func() {
-		req, _ := http.NewRequest("GET", e.url+"/api/v1/containers/"+c.ID+"/files/"+cf.ID+"/content", nil)
-		req.Header.Set("Authorization", "Bearer "+e.keyA)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	})
+	grew = heapPeak(func() { n = e.streamedDownload(t, "/api/v1/containers/"+c.ID+"/files/"+cf.ID+"/content") })
 	if n != csize || grew > bound {
 		t.Errorf("container download: %d bytes, heap grew %d MiB", n, grew>>20)
 	}

@@ -180,7 +180,7 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 			case err != nil:
 				t.Fatal(err)
 			}
-			if bs := blocks(t, m); len(bs) < 2 || get(bs[1], "content", "stdout") != "ran\n" || m.Container.ID != c.ID {
+			if bs := blocks(t, m); len(bs) < 2 || gatewaytest.JSONAt(bs[1], "content", "stdout") != "ran\n" || m.Container.ID != c.ID {
 				t.Fatalf("%s", m.RawJSON())
 			}
 			return ""

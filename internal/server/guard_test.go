@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
 
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/store"
 )
@@ -52,11 +53,11 @@ func TestGuardrails(t *testing.T) {
 		rec := up.Last()
 		msgs, _ := rec.Body["messages"].([]any)
 		for i := len(msgs) - 1; i >= 0; i-- {
-			if get(msgs[i], "role") == "user" {
-				if s, ok := get(msgs[i], "content").(string); ok {
+			if gatewaytest.JSONAt(msgs[i], "role") == "user" {
+				if s, ok := gatewaytest.JSONAt(msgs[i], "content").(string); ok {
 					return s
 				}
-				if s, ok := get(msgs[i], "content", 0, "text").(string); ok {
+				if s, ok := gatewaytest.JSONAt(msgs[i], "content", 0, "text").(string); ok {
 					return s
 				}
 			}

@@ -79,6 +79,23 @@ func (m *memSampler) done() (heapMiB, rssMiB, anonMiB float64) {
 	return float64(m.heapPeak.Load()) / (1 << 20), float64(procStatusKiB("VmHWM")) / 1024, float64(m.anonPeak.Load()) / 1024
 }
 
+// report stops m and reports its peaks as name-heap-peak-MiB,
+// name-rss-peak-MiB and name-rss-anon-peak-MiB, each followed by suffix.
+func (m *memSampler) report(b *testing.B, name, suffix string) {
+	heap, rss, anon := m.done()
+	b.ReportMetric(heap, name+"-heap-peak-MiB"+suffix)
+	b.ReportMetric(rss, name+"-rss-peak-MiB"+suffix)
+	b.ReportMetric(anon, name+"-rss-anon-peak-MiB"+suffix)
+}
+
+// reportLoad reports a load's median and 99th-percentile latencies and
+// its errors as name-p50-ms, name-p99-ms and name-errors.
+func reportLoad(b *testing.B, name string, lat []time.Duration, errs []error) {
+	b.ReportMetric(percentileMs(lat, 0.5), name+"-p50-ms")
+	b.ReportMetric(percentileMs(lat, 0.99), name+"-p99-ms")
+	b.ReportMetric(float64(len(errs)), name+"-errors")
+}
+
 // procStatusKiB is a kB field of /proc/self/status.
 func procStatusKiB(field string) int64 {
 	f, err := os.Open("/proc/self/status")
@@ -170,7 +187,7 @@ func BenchmarkGatewayConcurrent(b *testing.B) {
 			err := post(client, e.url+path, body, hdr)
 			return []time.Duration{time.Since(t0)}, err
 		})
-		heap, rss, anon := mem.done()
+		mem.report(b, "gateway", "")
 		if got := len(model.Requests()); got != gwClients*(gwCalls+1) {
 			errs = append(errs, fmt.Errorf("the model got %d requests, want %d", got, gwClients*(gwCalls+1)))
 		}
@@ -197,16 +214,9 @@ func BenchmarkGatewayConcurrent(b *testing.B) {
 		}
 		b.ReportMetric(float64(gwClients)/wall.Seconds(), "gateway-req/s")
 		b.ReportMetric(float64(gwClients*gwCalls)/wall.Seconds(), "gateway-toolcalls/s")
-		b.ReportMetric(percentileMs(lat, 0.5), "gateway-p50-ms")
-		b.ReportMetric(percentileMs(lat, 0.99), "gateway-p99-ms")
-		b.ReportMetric(float64(len(errs)), "gateway-errors")
-		b.ReportMetric(heap, "gateway-heap-peak-MiB")
-		b.ReportMetric(rss, "gateway-rss-peak-MiB")
-		b.ReportMetric(anon, "gateway-rss-anon-peak-MiB")
+		reportLoad(b, "gateway", lat, errs)
 		b.ReportMetric(float64(gwClients)/dwall.Seconds(), "direct-req/s")
-		b.ReportMetric(percentileMs(dlat, 0.5), "direct-p50-ms")
-		b.ReportMetric(percentileMs(dlat, 0.99), "direct-p99-ms")
-		b.ReportMetric(float64(len(derrs)), "direct-errors")
+		reportLoad(b, "direct", dlat, derrs)
 		b.ReportMetric(dwall.Seconds()/wall.Seconds(), "throughput-ratio")
 	}
 }
@@ -250,7 +260,7 @@ func BenchmarkExecConcurrent(b *testing.B) {
 			}
 			return d, nil
 		})
-		heap, rss, anon := mem.done()
+		mem.report(b, "http", "")
 		lwall, llat, lerrs := load(execSessions, func(i int) ([]time.Duration, error) {
 			var d []time.Duration
 			for range execCommands {
@@ -267,16 +277,9 @@ func BenchmarkExecConcurrent(b *testing.B) {
 		}
 		n := float64(execSessions * execCommands)
 		b.ReportMetric(n/wall.Seconds(), "http-calls/s")
-		b.ReportMetric(percentileMs(lat, 0.5), "http-p50-ms")
-		b.ReportMetric(percentileMs(lat, 0.99), "http-p99-ms")
-		b.ReportMetric(float64(len(errs)), "http-errors")
-		b.ReportMetric(heap, "http-heap-peak-MiB")
-		b.ReportMetric(rss, "http-rss-peak-MiB")
-		b.ReportMetric(anon, "http-rss-anon-peak-MiB")
+		reportLoad(b, "http", lat, errs)
 		b.ReportMetric(n/lwall.Seconds(), "library-calls/s")
-		b.ReportMetric(percentileMs(llat, 0.5), "library-p50-ms")
-		b.ReportMetric(percentileMs(llat, 0.99), "library-p99-ms")
-		b.ReportMetric(float64(len(lerrs)), "library-errors")
+		reportLoad(b, "library", llat, lerrs)
 		b.ReportMetric(lwall.Seconds()/wall.Seconds(), "throughput-ratio")
 	}
 }
@@ -320,43 +323,26 @@ func BenchmarkFileTransfer(b *testing.B) {
 				t0 := time.Now()
 				n := fn()
 				d := time.Since(t0)
-				heap, rss, anon := mem.done()
+				mem.report(b, name, "-"+tag)
 				if n != size {
 					b.Errorf("%s %s: %d bytes", name, tag, n)
 				}
 				b.ReportMetric(mib/d.Seconds(), name+"-MiB/s-"+tag)
 				b.ReportMetric(cp.Seconds()/d.Seconds(), name+"-vs-cp-"+tag)
-				b.ReportMetric(heap, name+"-heap-peak-MiB-"+tag)
-				b.ReportMetric(rss, name+"-rss-peak-MiB-"+tag)
-				b.ReportMetric(anon, name+"-rss-anon-peak-MiB-"+tag)
-			}
-			download := func(path string) int64 {
-				req, _ := http.NewRequest("GET", e.url+path, nil)
-				req.Header.Set("Authorization", "Bearer "+e.keyA)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer resp.Body.Close()
-				n, _ := io.Copy(io.Discard, resp.Body)
-				if resp.StatusCode != http.StatusOK {
-					b.Fatalf("GET %s: %d", path, resp.StatusCode)
-				}
-				return n
 			}
 			transfer("workspace-upload", func() int64 {
 				st, body := e.streamedUpload(b, "/api/v1/files", nil, size)
 				e.must(st, body, &f)
 				return f.SizeBytes
 			})
-			transfer("workspace-download", func() int64 { return download("/api/v1/files/" + f.ID + "/content") })
+			transfer("workspace-download", func() int64 { return e.streamedDownload(b, "/api/v1/files/"+f.ID+"/content") })
 			var cf ContainerFile
 			transfer("container-upload", func() int64 {
 				st, body := e.streamedUpload(b, "/api/v1/containers/"+c.ID+"/files", map[string]string{"path": "big-" + tag}, size)
 				e.must(st, body, &cf)
 				return cf.Bytes
 			})
-			transfer("container-download", func() int64 { return download("/api/v1/containers/" + c.ID + "/files/" + cf.ID + "/content") })
+			transfer("container-download", func() int64 { return e.streamedDownload(b, "/api/v1/containers/"+c.ID+"/files/"+cf.ID+"/content") })
 			if st, body := e.do("DELETE", "/api/v1/files/"+f.ID, e.keyA, nil); st != http.StatusOK {
 				b.Errorf("deleting the workspace file: %d %s", st, body)
 			}

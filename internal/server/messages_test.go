@@ -132,15 +132,15 @@ func TestMessagesCodeExecution(t *testing.T) {
 		t.Fatalf("blocks %v", got)
 	}
 	use, res := bs[1], bs[2]
-	if use["name"] != "bash_code_execution" || get(use, "input", "command") != py || !strings.HasPrefix(fmt.Sprint(use["id"]), "srvtoolu_") {
+	if use["name"] != "bash_code_execution" || gatewaytest.JSONAt(use, "input", "command") != py || !strings.HasPrefix(fmt.Sprint(use["id"]), "srvtoolu_") {
 		t.Fatalf("server_tool_use %v", use)
 	}
-	if res["tool_use_id"] != use["id"] || get(res, "content", "type") != "bash_code_execution_result" ||
-		get(res, "content", "stdout") != "5050\n" || get(res, "content", "return_code") != 0.0 {
+	if res["tool_use_id"] != use["id"] || gatewaytest.JSONAt(res, "content", "type") != "bash_code_execution_result" ||
+		gatewaytest.JSONAt(res, "content", "stdout") != "5050\n" || gatewaytest.JSONAt(res, "content", "return_code") != 0.0 {
 		t.Fatalf("result %v", res)
 	}
-	if cont, ok := get(res, "content", "content").([]any); !ok || len(cont) != 0 {
-		t.Fatalf("content.content %v", get(res, "content", "content"))
+	if cont, ok := gatewaytest.JSONAt(res, "content", "content").([]any); !ok || len(cont) != 0 {
+		t.Fatalf("content.content %v", gatewaytest.JSONAt(res, "content", "content"))
 	}
 	if m.StopReason != "end_turn" || m.Container.ID == "" || m.Container.ExpiresAt.IsZero() {
 		t.Fatalf("stop %q container %+v", m.StopReason, m.Container)
@@ -150,7 +150,7 @@ func TestMessagesCodeExecution(t *testing.T) {
 	}
 	var raw map[string]any
 	json.Unmarshal([]byte(m.RawJSON()), &raw)
-	if get(raw, "usage", "server_tool_use_details", "tool_calls_executed") != 1.0 || get(raw, "usage", "cost_details", "server_tool_cost") == nil {
+	if gatewaytest.JSONAt(raw, "usage", "server_tool_use_details", "tool_calls_executed") != 1.0 || gatewaytest.JSONAt(raw, "usage", "cost_details", "server_tool_cost") == nil {
 		t.Fatalf("usage %v", raw["usage"])
 	}
 	// The model got the output as the tool result, and the tools it saw.
@@ -326,11 +326,11 @@ func TestMessagesLoop(t *testing.T) {
 			t.Fatalf("blocks %v", types(bs))
 		}
 		for _, i := range []int{1, 3} {
-			if get(bs[i], "content", "type") != "bash_code_execution_tool_result_error" || get(bs[i], "content", "error_code") != "invalid_tool_input" {
+			if gatewaytest.JSONAt(bs[i], "content", "type") != "bash_code_execution_tool_result_error" || gatewaytest.JSONAt(bs[i], "content", "error_code") != "invalid_tool_input" {
 				t.Fatalf("block %d: %v", i, bs[i])
 			}
 		}
-		if get(bs[5], "content", "stdout") != "ok\n" {
+		if gatewaytest.JSONAt(bs[5], "content", "stdout") != "ok\n" {
 			t.Fatalf("third call %v", bs[5])
 		}
 		reqs := s.Requests()
@@ -354,9 +354,9 @@ func TestMessagesLoop(t *testing.T) {
 		if m.StopReason != "pause_turn" || len(bs) != 6 {
 			t.Fatalf("stop %q blocks %v", m.StopReason, types(bs))
 		}
-		if get(bs[1], "content", "type") != "bash_code_execution_result" || !strings.Contains(fmt.Sprint(get(bs[1], "content", "stdout")), "restarted") ||
-			get(bs[3], "content", "stdout") != "two\n" ||
-			get(bs[5], "content", "type") != "text_editor_code_execution_tool_result_error" || get(bs[5], "content", "error_code") != "too_many_requests" {
+		if gatewaytest.JSONAt(bs[1], "content", "type") != "bash_code_execution_result" || !strings.Contains(fmt.Sprint(gatewaytest.JSONAt(bs[1], "content", "stdout")), "restarted") ||
+			gatewaytest.JSONAt(bs[3], "content", "stdout") != "two\n" ||
+			gatewaytest.JSONAt(bs[5], "content", "type") != "text_editor_code_execution_tool_result_error" || gatewaytest.JSONAt(bs[5], "content", "error_code") != "too_many_requests" {
 			t.Fatalf("blocks %v", bs)
 		}
 	})
@@ -438,7 +438,7 @@ func TestMessagesLoop(t *testing.T) {
 				if got := types(bs); m.StopReason != "tool_use" || !reflect.DeepEqual(got, []string{"server_tool_use", "bash_code_execution_tool_result", "text", "tool_use"}) {
 					t.Fatalf("stop %q blocks %v", m.StopReason, got)
 				}
-				if bs[3]["name"] != tc.call || bs[3]["id"] != "toolu_c1" || get(bs[3], "input", "city") != "Paris" {
+				if bs[3]["name"] != tc.call || bs[3]["id"] != "toolu_c1" || gatewaytest.JSONAt(bs[3], "input", "city") != "Paris" {
 					t.Fatalf("tool_use %v", bs[3])
 				}
 				if tc.name == "bash_20250124" {
@@ -534,9 +534,9 @@ func TestMessagesNamespacedTools(t *testing.T) {
 		if got := types(bs); !reflect.DeepEqual(got, []string{"server_tool_use", "shellgate_shell_tool_result", "text"}) {
 			t.Fatalf("blocks %v", got)
 		}
-		out, _ := get(bs[1], "content", "output").([]any)
-		if bs[0]["name"] != "shellgate:shell" || len(out) != 2 || get(out[0], "stdout") != "one\n" || get(out[1], "outcome", "exit_code") != 3.0 ||
-			get(bs[1], "content", "container_id") != m.Container.ID {
+		out, _ := gatewaytest.JSONAt(bs[1], "content", "output").([]any)
+		if bs[0]["name"] != "shellgate:shell" || len(out) != 2 || gatewaytest.JSONAt(out[0], "stdout") != "one\n" || gatewaytest.JSONAt(out[1], "outcome", "exit_code") != 3.0 ||
+			gatewaytest.JSONAt(bs[1], "content", "container_id") != m.Container.ID {
 			t.Fatalf("blocks %v", bs)
 		}
 		// Replayed (raw, as a client keeps it): the model reads the same
@@ -591,7 +591,7 @@ func TestMessagesNamespacedTools(t *testing.T) {
 				t.Fatalf("blocks %v", bs)
 			}
 			cont := bs[1]["content"]
-			if get(cont, "command") != "echo hi; echo err >&2" || get(cont, "stdout") != "hi\n" || get(cont, "stderr") != "err\n" || get(cont, "exitCode") != 0.0 {
+			if gatewaytest.JSONAt(cont, "command") != "echo hi; echo err >&2" || gatewaytest.JSONAt(cont, "stdout") != "hi\n" || gatewaytest.JSONAt(cont, "stderr") != "err\n" || gatewaytest.JSONAt(cont, "exitCode") != 0.0 {
 				t.Fatalf("bash result %v", cont)
 			}
 		})
@@ -746,7 +746,7 @@ func TestMessagesLegacyCodeExecution(t *testing.T) {
 	if got := types(bs); !reflect.DeepEqual(got, []string{"server_tool_use", "code_execution_tool_result", "text"}) || bs[0]["name"] != "code_execution" {
 		t.Fatalf("blocks %v", bs)
 	}
-	if get(bs[1], "content", "type") != "code_execution_result" || get(bs[1], "content", "stdout") != "its 42\n" || get(bs[1], "content", "return_code") != 2.0 {
+	if gatewaytest.JSONAt(bs[1], "content", "type") != "code_execution_result" || gatewaytest.JSONAt(bs[1], "content", "stdout") != "its 42\n" || gatewaytest.JSONAt(bs[1], "content", "return_code") != 2.0 {
 		t.Fatalf("result %v", bs[1])
 	}
 }

@@ -58,35 +58,25 @@ func TestReplicasDatabaseConnectionLoss(t *testing.T) {
 	var mu sync.Mutex
 	answered := map[string]int{} // container → calls answered 200
 	var failures []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	var traffic []func(i int)
 	for _, x := range []struct {
 		r   *replica
 		ref string
 		id  string
 	}{{a, "on-a", ca.ID}, {b, "on-b", cb.ID}} {
 		answered[x.id] = 1
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				st, body := execOnce(x.r, x.ref, "echo "+fmt.Sprint(i))
-				mu.Lock()
-				if st == 200 {
-					answered[x.id]++
-				} else {
-					failures = append(failures, fmt.Sprintf("%s: %d %s", x.ref, st, body))
-				}
-				mu.Unlock()
+		traffic = append(traffic, func(i int) {
+			st, body := execOnce(x.r, x.ref, "echo "+fmt.Sprint(i))
+			mu.Lock()
+			if st == 200 {
+				answered[x.id]++
+			} else {
+				failures = append(failures, fmt.Sprintf("%s: %d %s", x.ref, st, body))
 			}
+			mu.Unlock()
 		})
 	}
-	killed := killRounds(kill, 200*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	killed := killRounds(kill, 200*time.Millisecond, traffic...)
 	if killed == 0 {
 		t.Fatal("no backend was terminated")
 	}
@@ -245,26 +235,9 @@ func TestReplicasGatewayDatabaseConnectionLoss(t *testing.T) {
 			others = append(others, fmt.Sprintf("%s %s: %s", gatewayKinds[kind], id, o.text))
 		}
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, x := range []struct {
-		via *replica
-		id  string
-	}{{b, ca.ID}, {b, cb.ID}} {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				send(x.via, x.id, i%len(gatewayKinds))
-			}
-		})
-	}
-	killed := killRounds(kill, 300*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	killed := killRounds(kill, 300*time.Millisecond,
+		func(i int) { send(b, ca.ID, i%len(gatewayKinds)) },
+		func(i int) { send(b, cb.ID, i%len(gatewayKinds)) })
 	if killed == 0 {
 		t.Fatal("no backend was terminated")
 	}
@@ -320,14 +293,32 @@ func backendKiller(t *testing.T, dsn string) func() int {
 	}
 }
 
-// killRounds terminates the replicas' backends five times, every apart,
-// while traffic runs, waits every more and says how many it terminated.
-func killRounds(kill func() int, every time.Duration) int {
+// killRounds runs each of traffic over and over (i = 0, 1, …), each in its
+// own goroutine, while it terminates the replicas' backends five times,
+// every apart; it stops the traffic every after the last and says how
+// many backends it terminated.
+func killRounds(kill func() int, every time.Duration, traffic ...func(i int)) int {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, f := range traffic {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f(i)
+			}
+		})
+	}
 	killed := 0
 	for range 5 {
 		time.Sleep(every)
 		killed += kill()
 	}
 	time.Sleep(every)
+	close(stop)
+	wg.Wait()
 	return killed
 }

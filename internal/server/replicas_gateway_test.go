@@ -112,7 +112,7 @@ func TestReplicasGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 		bs := blocks(t, m)
-		if len(bs) < 2 || get(bs[1], "content", "stdout") != "only-on-a\n" || m.Container.ID != c.ID {
+		if len(bs) < 2 || gatewaytest.JSONAt(bs[1], "content", "stdout") != "only-on-a\n" || m.Container.ID != c.ID {
 			t.Fatalf("%s", m.RawJSON())
 		}
 		servedByA(t, onA, onB)

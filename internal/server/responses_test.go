@@ -50,12 +50,38 @@ func (g *gwEnv) script(turns ...gatewaytest.Turn) *gatewaytest.Script {
 // set (tools, session_id, ... as JSON values).
 func (g *gwEnv) newResponse(t *testing.T, key string, input any, set map[string]any) (*responses.Response, error) {
 	t.Helper()
+	c := g.openAI(key)
+	return c.Responses.New(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, jsonSets(input, set)...)
+}
+
+// streamResponse is newResponse streamed: its events, each checked to
+// decode and to carry its sequence number.
+func (g *gwEnv) streamResponse(t *testing.T, key string, input any, set map[string]any) []responses.ResponseStreamEventUnion {
+	t.Helper()
+	c := g.openAI(key)
+	stream := c.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, jsonSets(input, set)...)
+	defer stream.Close()
+	var events []responses.ResponseStreamEventUnion
+	for stream.Next() {
+		ev := stream.Current()
+		if ev.SequenceNumber != int64(len(events)) || ev.AsAny() == nil {
+			t.Fatalf("event %d: sequence_number %d, decodes %v: %s", len(events), ev.SequenceNumber, ev.AsAny() != nil, ev.RawJSON())
+		}
+		events = append(events, ev)
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// jsonSets is the request options that set input and the fields in set.
+func jsonSets(input any, set map[string]any) []option.RequestOption {
 	opts := []option.RequestOption{option.WithJSONSet("input", input)}
 	for k, v := range set {
 		opts = append(opts, option.WithJSONSet(k, v))
 	}
-	c := g.openAI(key)
-	return c.Responses.New(t.Context(), responses.ResponseNewParams{Model: "scripted/m"}, opts...)
+	return opts
 }
 
 const sumCommand = `python3 -c "print(sum(range(1,101)))"`
@@ -912,26 +938,13 @@ func TestResponsesStreaming(t *testing.T) {
 	}
 
 	g.script(turns()...)
-	cl := g.openAI(g.keyA)
-	stream := cl.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{Model: "scripted/m"},
-		option.WithJSONSet("input", "go"), option.WithJSONSet("tools", tools))
-	defer stream.Close()
-	var events []responses.ResponseStreamEventUnion
-	for stream.Next() {
-		events = append(events, stream.Current())
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
+	events := g.streamResponse(t, g.keyA, "go", map[string]any{"tools": tools})
 	var types []string
 	done := map[int64]string{} // output_index → item of output_item.done
 	var deltas []string        // command 0's stdout deltas, until its done
 	cmdDone := false
-	for i, ev := range events {
+	for _, ev := range events {
 		types = append(types, ev.Type)
-		if ev.SequenceNumber != int64(i) || ev.AsAny() == nil {
-			t.Fatalf("event %d: sequence_number %d, decodes %v: %s", i, ev.SequenceNumber, ev.AsAny() != nil, ev.RawJSON())
-		}
 		switch ev.Type {
 		case "response.output_item.done":
 			done[ev.OutputIndex] = ev.Item.RawJSON()

@@ -121,17 +121,7 @@ func TestValidBlobID(t *testing.T) {
 // workspace names it: a young one may be an upload whose record is being
 // written, and a recorded one is a file.
 func TestSweepBlobs(t *testing.T) {
-	dir := t.TempDir()
-	b, err := store.OpenLocalBlobs(filepath.Join(dir, "files"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	db, err := sqlstore.OpenSQLite(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	dir, b, db := openSweepable(t)
 	put := func(id string, age time.Duration) {
 		t.Helper()
 		if _, err := b.Put(t.Context(), id, strings.NewReader(id), 100); err != nil {
@@ -144,10 +134,7 @@ func TestSweepBlobs(t *testing.T) {
 	}
 	kept := store.NewID("file")
 	put(kept, 2*store.OrphanAge)
-	if _, err := db.Files().Create(t.Context(), store.File{ID: kept, Scope: store.Scope{Account: "acme", Workspace: "prod"},
-		Name: "kept.csv", Bytes: int64(len(kept)), SHA256: strings.Repeat("0", 64), Purpose: "user_data", Source: "upload"}); err != nil {
-		t.Fatal(err)
-	}
+	recordFile(t, db, kept, "kept.csv", int64(len(kept)))
 	orphans := make([]string, 1100) // more than one batch
 	for i := range orphans {
 		orphans[i] = store.NewID("file")
@@ -174,5 +161,31 @@ func TestSweepBlobs(t *testing.T) {
 	}
 	if n, err := store.SweepBlobs(t.Context(), b, db.Files(), time.Now().Add(-store.OrphanAge)); err != nil || n != 0 {
 		t.Fatalf("a second sweep = %d, %v", n, err)
+	}
+}
+
+// openSweepable opens what SweepBlobs works on: local blobs in dir/files
+// and a SQLite store in dir, both closed when tb ends.
+func openSweepable(tb testing.TB) (dir string, b *store.LocalBlobs, db *sqlstore.DB) {
+	dir = tb.TempDir()
+	b, err := store.OpenLocalBlobs(filepath.Join(dir, "files"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	db, err = sqlstore.OpenSQLite(tb.Context(), dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return dir, b, db
+}
+
+// recordFile writes the file record that names blob id.
+func recordFile(tb testing.TB, db *sqlstore.DB, id, name string, bytes int64) {
+	tb.Helper()
+	if _, err := db.Files().Create(tb.Context(), store.File{ID: id, Scope: store.Scope{Account: "acme", Workspace: "prod"},
+		Name: name, Bytes: bytes, SHA256: strings.Repeat("0", 64), Purpose: "user_data", Source: "upload"}); err != nil {
+		tb.Fatal(err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
-	"github.com/shellgate/shellgate/internal/store/sqlstore"
 )
 
 // BenchmarkSweepBlobs: one sweep of 5,000 local blobs that all have their
@@ -16,27 +15,14 @@ import (
 // cannot do with less, listing the blob directory (os.ReadDir with each
 // entry's Info): the cost of asking the database about every blob.
 func BenchmarkSweepBlobs(b *testing.B) {
-	dir := b.TempDir()
-	blobs, err := store.OpenLocalBlobs(filepath.Join(dir, "files"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer blobs.Close()
-	db, err := sqlstore.OpenSQLite(b.Context(), dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	dir, blobs, db := openSweepable(b)
 	const n = 5000
 	for range n {
 		id := store.NewID("file")
 		if _, err := blobs.Put(b.Context(), id, strings.NewReader("x"), 1); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := db.Files().Create(b.Context(), store.File{ID: id, Scope: store.Scope{Account: "acme", Workspace: "prod"},
-			Name: "x", Bytes: 1, SHA256: strings.Repeat("0", 64), Purpose: "user_data", Source: "upload"}); err != nil {
-			b.Fatal(err)
-		}
+		recordFile(b, db, id, "x", 1)
 	}
 	cutoff := time.Now().Add(time.Minute) // every blob is old enough
 	b.Run("SweepBlobs", func(b *testing.B) {

@@ -2,7 +2,8 @@
 // frontend tests: a gateway.Upstream that plays scripted turns and records
 // what it was sent. (The wire-level scripted model, a real HTTP server
 // speaking the upstream APIs, is internal/gateway/scripted; tests of whole
-// requests use that.)
+// requests use that.) JSONAt walks a decoded JSON body, for the checks of
+// what either model was sent.
 package gatewaytest
 
 import (
@@ -172,4 +173,24 @@ func EchoResult() Turn {
 		}
 		return &gateway.Turn{Parts: []gateway.Part{Text(text)}, Stop: gateway.StopEnd, Usage: gateway.Usage{InputTokens: 30, OutputTokens: 7}}
 	}}
+}
+
+// JSONAt walks a decoded JSON value (any, as encoding/json decodes it) by
+// object keys (string) and array indexes (int); nil where the path leads
+// nowhere.
+func JSONAt(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			a, _ := v.([]any)
+			if k >= len(a) {
+				return nil
+			}
+			v = a[k]
+		}
+	}
+	return v
 }

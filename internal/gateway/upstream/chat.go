@@ -31,25 +31,12 @@ import (
 // send, are tool_use); a refusal's text is the turn's text.
 type Chat struct {
 	Endpoint
-	hdr http.Header // headers(), built once (read only)
+	hdr http.Header // the API key's header (keyHeader), read only
 }
 
 // NewChat returns the adapter for e.
 func NewChat(e Endpoint) *Chat {
-	c := &Chat{Endpoint: e}
-	c.hdr = c.headers()
-	return c
-}
-
-func (c *Chat) headers() http.Header {
-	if c.hdr != nil {
-		return c.hdr
-	}
-	h := http.Header{}
-	if c.APIKey != "" {
-		h.Set("Authorization", "Bearer "+c.APIKey)
-	}
-	return h
+	return &Chat{Endpoint: e, hdr: keyHeader("Authorization", "Bearer ", e.APIKey)}
 }
 
 // chatParams translates req into Chat Completions parameters, with the
@@ -194,24 +181,14 @@ func chatBody(req *gateway.Request, stream bool) ([]byte, error) {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, nil)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIChat, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, nil)
 }
 
 const chatPath = "/chat/completions"
 
 // Turn implements gateway.Upstream.
 func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	ready := readyOf(req)
-	body, err := chatBody(req, onDelta != nil)
-	if err != nil {
-		ready.Discard()
-		return nil, err
-	}
-	call, err := c.post(ctx, chatPath, body, c.headers(), ready)
+	call, err := c.send(ctx, req, onDelta != nil, chatBody, chatPath, c.hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +367,7 @@ func (c *Chat) Forward(ctx context.Context, body []byte) (*http.Response, error)
 	for k, v := range c.Header {
 		req.Header[k] = v
 	}
-	for k, v := range c.headers() {
+	for k, v := range c.hdr {
 		req.Header[k] = v
 	}
 	resp, err := c.client().Do(req)

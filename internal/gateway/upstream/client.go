@@ -210,6 +210,29 @@ func (c *call) start() {
 	c.w.add(c)
 }
 
+// keyHeader is the header that carries an adapter's API key, name set to
+// prefix+key; empty when there is no key.
+func keyHeader(name, prefix, key string) http.Header {
+	h := http.Header{}
+	if key != "" {
+		h.Set(name, prefix+key)
+	}
+	return h
+}
+
+// send is the exchange of one Turn: body, the adapter's request encoder,
+// encodes req, and post sends it to path with the exchange Prepare made
+// ready, if any (taken before encoding; discarded if encoding fails).
+func (e *Endpoint) send(ctx context.Context, req *gateway.Request, stream bool, body func(*gateway.Request, bool) ([]byte, error), path string, hdr http.Header) (*call, error) {
+	ready := readyOf(req)
+	b, err := body(req, stream)
+	if err != nil {
+		ready.Discard()
+		return nil, err
+	}
+	return e.post(ctx, path, b, hdr, ready)
+}
+
 // post sends body to path and returns the exchange with a 2xx answer, or
 // the error the adapter returns (an *UpstreamError or ctx's error).
 //

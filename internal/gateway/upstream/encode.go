@@ -34,19 +34,24 @@ import (
 //
 // lean, when not nil, encodes an element without the SDK (lean.go) or
 // says it cannot.
+//
+// An error is the Turn's: a gateway.BadRequest.
 func encodeBody[ES ~[]E, E, T any](req *gateway.Request, flavour string, stream bool, p any, elemsKey string, elems *ES, tools *[]T, from int, tail []int, lean func([]byte, *E) ([]byte, bool)) (body []byte, err error) {
 	m := req.Encoded
+	defer func() {
+		if err != nil {
+			if m != nil {
+				resetMemo(m, flavour) // half updated: not used again
+			}
+			body, err = nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
+		}
+	}()
 	if m == nil {
 		return json.Marshal(p)
 	}
 	if m.Flavour != flavour {
 		resetMemo(m, flavour)
 	}
-	defer func() {
-		if err != nil {
-			resetMemo(m, flavour) // half updated: not used again
-		}
-	}()
 	es, ts := *elems, *tools
 	// Of the other fields the loop changes only the tool choice.
 	key := gateway.TopKey{ToolChoice: req.ToolChoice, Stream: stream}
@@ -374,20 +379,20 @@ func (e *Endpoint) prepare(ctx context.Context, req *gateway.Request, stream boo
 
 // Prepare implements gateway.Preparer.
 func (c *Responses) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, responsesBody, "input", responsesPath, c.headers())
+	c.prepare(ctx, req, stream, responsesBody, "input", responsesPath, c.hdr)
 }
 
 // Prepare implements gateway.Preparer.
 func (c *Messages) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, messagesBody, "messages", messagesPath, c.headers())
+	c.prepare(ctx, req, stream, messagesBody, "messages", messagesPath, c.hdr)
 }
 
 // Prepare implements gateway.Preparer.
 func (c *Gemini) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, geminiBody, "contents", geminiPath(req.Model, stream), c.headers())
+	c.prepare(ctx, req, stream, geminiBody, "contents", geminiPath(req.Model, stream), c.hdr)
 }
 
 // Prepare implements gateway.Preparer.
 func (c *Chat) Prepare(ctx context.Context, req *gateway.Request, stream bool) {
-	c.prepare(ctx, req, stream, chatBody, "messages", chatPath, c.headers())
+	c.prepare(ctx, req, stream, chatBody, "messages", chatPath, c.hdr)
 }

@@ -33,25 +33,12 @@ import (
 // blocking reasons to refusal, a turn with calls to tool_use, else end.
 type Gemini struct {
 	Endpoint
-	hdr http.Header // headers(), built once (read only)
+	hdr http.Header // the API key's header (keyHeader), read only
 }
 
 // NewGemini returns the adapter for e.
 func NewGemini(e Endpoint) *Gemini {
-	c := &Gemini{Endpoint: e}
-	c.hdr = c.headers()
-	return c
-}
-
-func (c *Gemini) headers() http.Header {
-	if c.hdr != nil {
-		return c.hdr
-	}
-	h := http.Header{}
-	if c.APIKey != "" {
-		h.Set("x-goog-api-key", c.APIKey)
-	}
-	return h
+	return &Gemini{Endpoint: e, hdr: keyHeader("x-goog-api-key", "", e.APIKey)}
 }
 
 // geminiRequest is the body of generateContent.
@@ -240,11 +227,7 @@ func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, from, tail, leanGeminiContent)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIGemini, false, p, "contents", &p.Contents, &p.Tools, from, tail, leanGeminiContent)
 }
 
 // geminiTurn is the text and calls of answers (one, or a stream's chunks
@@ -409,13 +392,7 @@ func geminiPath(model string, stream bool) string {
 
 // Turn implements gateway.Upstream.
 func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	ready := readyOf(req)
-	body, err := geminiBody(req, onDelta != nil)
-	if err != nil {
-		ready.Discard()
-		return nil, err
-	}
-	call, err := c.post(ctx, geminiPath(req.Model, onDelta != nil), body, c.headers(), ready)
+	call, err := c.send(ctx, req, onDelta != nil, geminiBody, geminiPath(req.Model, onDelta != nil), c.hdr)
 	if err != nil {
 		return nil, err
 	}

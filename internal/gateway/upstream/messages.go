@@ -37,26 +37,14 @@ const DefaultMaxTokens = 4096
 // input_tokens plus both cache counts, as the other APIs count it.
 type Messages struct {
 	Endpoint
-	hdr http.Header // headers(), built once (read only)
+	hdr http.Header // the API key's and the version's headers, read only
 }
 
 // NewMessages returns the adapter for e.
 func NewMessages(e Endpoint) *Messages {
-	c := &Messages{Endpoint: e}
-	c.hdr = c.headers()
-	return c
-}
-
-func (c *Messages) headers() http.Header {
-	if c.hdr != nil {
-		return c.hdr
-	}
-	h := http.Header{}
-	if c.APIKey != "" {
-		h.Set("x-api-key", c.APIKey)
-	}
-	h.Set("anthropic-version", AnthropicVersion)
-	return h
+	hdr := keyHeader("x-api-key", "", e.APIKey)
+	hdr.Set("anthropic-version", AnthropicVersion)
+	return &Messages{Endpoint: e, hdr: hdr}
 }
 
 func anthropicImage(img *gateway.Image) anthropic.ImageBlockParamSourceUnion {
@@ -296,24 +284,14 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 		extra["stream"] = true
 		p.SetExtraFields(extra)
 	}
-	body, err := encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, leanMessage)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIMessages, stream, &p, "messages", &p.Messages, &p.Tools, from, tail, leanMessage)
 }
 
 const messagesPath = "/v1/messages"
 
 // Turn implements gateway.Upstream.
 func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	ready := readyOf(req)
-	body, err := messagesBody(req, onDelta != nil)
-	if err != nil {
-		ready.Discard()
-		return nil, err
-	}
-	call, err := c.post(ctx, messagesPath, body, c.headers(), ready)
+	call, err := c.send(ctx, req, onDelta != nil, messagesBody, messagesPath, c.hdr)
 	if err != nil {
 		return nil, err
 	}

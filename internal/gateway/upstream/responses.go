@@ -28,25 +28,12 @@ import (
 // refusal part to refusal, function calls to tool_use, else end.
 type Responses struct {
 	Endpoint
-	hdr http.Header // headers(), built once (read only)
+	hdr http.Header // the API key's header (keyHeader), read only
 }
 
 // NewResponses returns the adapter for e.
 func NewResponses(e Endpoint) *Responses {
-	c := &Responses{Endpoint: e}
-	c.hdr = c.headers()
-	return c
-}
-
-func (c *Responses) headers() http.Header {
-	if c.hdr != nil {
-		return c.hdr
-	}
-	h := http.Header{}
-	if c.APIKey != "" {
-		h.Set("Authorization", "Bearer "+c.APIKey)
-	}
-	return h
+	return &Responses{Endpoint: e, hdr: keyHeader("Authorization", "Bearer ", e.APIKey)}
 }
 
 // responsesParams translates req into Responses parameters, with the
@@ -234,24 +221,14 @@ func responsesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if stream {
 		p.SetExtraFields(map[string]any{"stream": true})
 	}
-	body, err := encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, from, tail, leanResponsesItem)
-	if err != nil {
-		return nil, gateway.BadRequest("", "encoding the upstream request: %v", err)
-	}
-	return body, nil
+	return encodeBody(req, gateway.APIResponses, stream, &p, "input", &p.Input.OfInputItemList, &p.Tools, from, tail, leanResponsesItem)
 }
 
 const responsesPath = "/responses"
 
 // Turn implements gateway.Upstream.
 func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	ready := readyOf(req)
-	body, err := responsesBody(req, onDelta != nil)
-	if err != nil {
-		ready.Discard()
-		return nil, err
-	}
-	call, err := c.post(ctx, responsesPath, body, c.headers(), ready)
+	call, err := c.send(ctx, req, onDelta != nil, responsesBody, responsesPath, c.hdr)
 	if err != nil {
 		return nil, err
 	}

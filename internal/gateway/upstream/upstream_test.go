@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 )
 
@@ -216,24 +217,6 @@ func conversation() *gateway.Request {
 	}
 }
 
-// get walks a decoded JSON body: keys and indexes.
-func get(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			a, _ := v.([]any)
-			if k >= len(a) {
-				return nil
-			}
-			v = a[k]
-		}
-	}
-	return v
-}
-
 // TestRequestTranslation: the conversation reaches each API as that API
 // spells it, and the scripted upstream (validating like the real one)
 // accepts it.
@@ -379,11 +362,11 @@ func TestRequestTranslation(t *testing.T) {
 					t.Fatalf("recorded %s status %d stream %v", rec.API, rec.Status, rec.Stream)
 				}
 				for _, c := range checks[api] {
-					if got := get(rec.Body, c.path...); !reflect.DeepEqual(got, c.want) {
+					if got := gatewaytest.JSONAt(rec.Body, c.path...); !reflect.DeepEqual(got, c.want) {
 						t.Errorf("%v = %#v, want %#v", c.path, got, c.want)
 					}
 				}
-				if stream && api != gateway.APIGemini && get(rec.Body, "stream") != true {
+				if stream && api != gateway.APIGemini && gatewaytest.JSONAt(rec.Body, "stream") != true {
 					t.Error("stream not set")
 				}
 				switch api {
@@ -433,7 +416,7 @@ func TestToolChoice(t *testing.T) {
 			if _, err := adapter(api, srv.URL, 0).Turn(context.Background(), req, nil); err != nil {
 				t.Fatalf("%s %s: %v", api, mode, err)
 			}
-			if got := get(srv.Last().Body, choiceKey(api)); !reflect.DeepEqual(got, want[api][mode]) {
+			if got := gatewaytest.JSONAt(srv.Last().Body, choiceKey(api)); !reflect.DeepEqual(got, want[api][mode]) {
 				t.Errorf("%s %s: tool_choice %#v, want %#v", api, mode, got, want[api][mode])
 			}
 		}
@@ -442,7 +425,7 @@ func TestToolChoice(t *testing.T) {
 		if _, err := adapter(api, srv.URL, 0).Turn(context.Background(), req, nil); err != nil {
 			t.Fatalf("%s no tools: %v", api, err)
 		}
-		if got := get(srv.Last().Body, choiceKey(api)); got != nil {
+		if got := gatewaytest.JSONAt(srv.Last().Body, choiceKey(api)); got != nil {
 			t.Errorf("%s: tool_choice %v without tools", api, got)
 		}
 	}
@@ -627,7 +610,7 @@ func TestToolResultImages(t *testing.T) {
 		if _, err := adapter(api, srv.URL, 0).Turn(context.Background(), req, nil); err != nil {
 			t.Fatalf("%s: %v", api, err)
 		}
-		got := get(srv.Last().Body, want[api]...)
+		got := gatewaytest.JSONAt(srv.Last().Body, want[api]...)
 		if s, _ := got.(string); !strings.Contains(s, "iVBORw0KGgo=") {
 			t.Errorf("%s: %v = %v in %s", api, want[api], got, srv.Last().Raw)
 		}

@@ -67,22 +67,7 @@ func Files(t *testing.T, f Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		missing := store.NewID("file")
-		for _, sc := range []store.Scope{scopeB, scopeC} {
-			_, ef := s.Files().Get(t.Context(), sc, a.ID)
-			_, em := s.Files().Get(t.Context(), sc, missing)
-			sameAsMissing(t, ef, a.ID, em, missing, "Get")
-			sameAsMissing(t, s.Files().Delete(t.Context(), sc, a.ID), a.ID, s.Files().Delete(t.Context(), sc, missing), missing, "Delete")
-			_, ef = s.Files().List(t.Context(), sc, store.ListOptions{After: a.ID, Limit: 10})
-			_, em = s.Files().List(t.Context(), sc, store.ListOptions{After: missing, Limit: 10})
-			sameAsMissing(t, ef, a.ID, em, missing, "List after")
-			if p, err := s.Files().List(t.Context(), sc, store.ListOptions{Limit: 10}); err != nil || len(p.Items) != 0 {
-				t.Fatalf("%+v lists %+v, %v", sc, p, err)
-			}
-		}
-		if g, err := s.Files().Get(t.Context(), scopeA, a.ID); err != nil || !reflect.DeepEqual(g, a) {
-			t.Fatalf("A's file after the other scopes' attempts: %+v, %v", g, err)
-		}
+		othersSeeNothing(t, s.Files(), a, a.ID, store.NewID("file"), nil)
 	})
 	t.Run("03 delete", func(t *testing.T) {
 		s := open(t, f(t))
@@ -90,12 +75,7 @@ func Files(t *testing.T, f Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Files().Delete(t.Context(), scopeA, a.ID); err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Files().Get(t.Context(), scopeA, a.ID)
-		wantErr(t, err, store.ErrNotFound, "Get after delete")
-		wantErr(t, s.Files().Delete(t.Context(), scopeA, a.ID), store.ErrNotFound, "second delete")
+		deleteOnce(t, s.Files(), a.ID)
 	})
 	t.Run("04 invalid files", func(t *testing.T) {
 		s := open(t, f(t))

@@ -20,6 +20,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -92,6 +93,52 @@ func sameAsMissing(t *testing.T, foreign error, foreignID string, missing error,
 	if a, b := strings.ReplaceAll(foreign.Error(), foreignID, "ID"), strings.ReplaceAll(missing.Error(), missingID, "ID"); a != b {
 		t.Fatalf("%s: another scope's id answers %q, a missing one %q", what, a, b)
 	}
+}
+
+// scoped is what Containers and Files have in common: each scope's rows,
+// by id.
+type scoped[T any] interface {
+	Get(ctx context.Context, scope store.Scope, id string) (T, error)
+	Delete(ctx context.Context, scope store.Scope, id string) error
+	List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[T], error)
+}
+
+// othersSeeNothing checks that to scopes B and C scope A's row a (id)
+// answers like a missing id (Get, Delete, List after it), that they list
+// nothing, and, after more (the calls of rows' own type, for each scope,
+// may be nil), that a is unchanged.
+func othersSeeNothing[T any](t *testing.T, rows scoped[T], a T, id, missing string, more func(sc store.Scope, missing string)) {
+	t.Helper()
+	for _, sc := range []store.Scope{scopeB, scopeC} {
+		_, ef := rows.Get(t.Context(), sc, id)
+		_, em := rows.Get(t.Context(), sc, missing)
+		sameAsMissing(t, ef, id, em, missing, "Get")
+		sameAsMissing(t, rows.Delete(t.Context(), sc, id), id, rows.Delete(t.Context(), sc, missing), missing, "Delete")
+		_, ef = rows.List(t.Context(), sc, store.ListOptions{After: id, Limit: 10})
+		_, em = rows.List(t.Context(), sc, store.ListOptions{After: missing, Limit: 10})
+		sameAsMissing(t, ef, id, em, missing, "List after")
+		if p, err := rows.List(t.Context(), sc, store.ListOptions{Limit: 10}); err != nil || len(p.Items) != 0 || p.HasMore {
+			t.Fatalf("%+v lists %+v, %v", sc, p, err)
+		}
+		if more != nil {
+			more(sc, missing)
+		}
+	}
+	if got, err := rows.Get(t.Context(), scopeA, id); err != nil || !reflect.DeepEqual(got, a) {
+		t.Fatalf("A's row after the other scopes' attempts: %+v, %v", got, err)
+	}
+}
+
+// deleteOnce deletes scope A's row id, which is then gone: Get and a
+// second Delete are ErrNotFound.
+func deleteOnce[T any](t *testing.T, rows scoped[T], id string) {
+	t.Helper()
+	if err := rows.Delete(t.Context(), scopeA, id); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rows.Get(t.Context(), scopeA, id)
+	wantErr(t, err, store.ErrNotFound, "Get after delete")
+	wantErr(t, rows.Delete(t.Context(), scopeA, id), store.ErrNotFound, "second delete")
 }
 
 func contextWithCancel(t *testing.T) (context.Context, func()) {
