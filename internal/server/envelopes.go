@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"net/http"
+
+	"github.com/shellgate/shellgate/internal/gateway/messages"
 )
 
 // shape is the wire format a route answers in: its error envelope, and for
@@ -15,15 +17,6 @@ const (
 	shapeOpenAI
 	shapeAnthropic
 )
-
-// anthropicError is Anthropic's error envelope (wire-formats §3.7).
-type anthropicError struct {
-	Type  string `json:"type"` // "error"
-	Error struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
 
 // writeErrorAs answers err in the envelope of sh, with the same statuses
 // and messages as writeError.
@@ -40,11 +33,7 @@ func writeErrorAs(w http.ResponseWriter, sh shape, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
 	}
 	if sh == shapeAnthropic {
-		var body anthropicError
-		body.Type = "error"
-		body.Error.Type = anthropicErrorType(ae.status)
-		body.Error.Message = ae.msg
-		writeJSON(w, ae.status, body)
+		messages.WriteError(w, "", ae.status, "", ae.msg)
 		return
 	}
 	writeOpenAIError(w, err)
@@ -63,26 +52,6 @@ func openAIErrorCode(status int) string {
 		return "file_too_large"
 	}
 	return ""
-}
-
-func anthropicErrorType(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return "authentication_error"
-	case status == http.StatusForbidden:
-		return "permission_error"
-	case status == http.StatusNotFound:
-		return "not_found_error"
-	case status == http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status == http.StatusServiceUnavailable:
-		return "overloaded_error"
-	case status >= 500:
-		return "api_error"
-	}
-	return "invalid_request_error"
 }
 
 // shapeFunc picks the shape of a request.
