@@ -22,6 +22,15 @@ const StrictVar = "SHELLGATE_TEST_STRICT"
 // Strict reports whether missing prerequisites must fail tests.
 func Strict() bool { return os.Getenv(StrictVar) == "1" }
 
+// ImagesDir is the image store the tests use: setup's (make images), or
+// SHELLGATE_TEST_IMAGES.
+func ImagesDir() string {
+	if d := os.Getenv("SHELLGATE_TEST_IMAGES"); d != "" {
+		return d
+	}
+	return "/var/lib/shellgate/images"
+}
+
 // Missing skips t because something it needs is missing here, or fails it
 // when Strict.
 func Missing(t testing.TB, format string, args ...any) {

@@ -29,12 +29,7 @@ import (
 
 // ImagesDir is where the suite finds images: $SHELLGATE_TEST_IMAGES, else
 // the default data directory's.
-func ImagesDir() string {
-	if d := os.Getenv("SHELLGATE_TEST_IMAGES"); d != "" {
-		return d
-	}
-	return "/var/lib/shellgate/images"
-}
+func ImagesDir() string { return testenv.ImagesDir() }
 
 // Limits are small on purpose: the limit cases hit them quickly.
 var Limits = runtime.Limits{CPUs: 1, MemoryBytes: 256 << 20, Processes: 64, TmpBytes: 32 << 20, ShmBytes: 16 << 20}
