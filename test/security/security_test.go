@@ -58,7 +58,10 @@ func code(o tool.CommandOutput) int {
 // command looking.
 func leftovers(t *testing.T, m *sandbox.Manager, box string) string {
 	t.Helper()
-	o := run(t, m, box, "ps -o pid,args | grep -v -e 'ps -o' -e grep -e PID -e shellgate-agent -e '[0-9] sh -lc' -e '\\[exe\\]' || true")
+	// Not this command's own shell and its children (ps, awk, grep): a
+	// child caught between fork and exec has no command line yet, and
+	// busybox shows it as "[sh]".
+	o := run(t, m, box, `ps -o pid,ppid,args | awk -v sh=$$ '$1 != "PID" && $1 != sh && $2 != sh' | grep -v -e shellgate-agent -e '\[exe\]' || true`)
 	return strings.TrimSpace(o.Stdout + o.Stderr)
 }
 
