@@ -671,14 +671,7 @@ func TestMessagesErrors(t *testing.T) {
 			}
 			hdr["anthropic-version"] = "2023-06-01"
 			st, body := e.doH("POST", "/v1/messages?beta=true", tc.body, hdr)
-			var env struct {
-				Type  string `json:"type"`
-				Error struct {
-					Type    string `json:"type"`
-					Message string `json:"message"`
-				} `json:"error"`
-				RequestID string `json:"request_id"`
-			}
+			var env anthropicErrorBody
 			if err := json.Unmarshal(body, &env); err != nil {
 				t.Fatalf("%d %s", st, body)
 			}
@@ -692,6 +685,17 @@ func TestMessagesErrors(t *testing.T) {
 	if st != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "request_too_large") {
 		t.Fatalf("oversized: %d %s", st, body)
 	}
+}
+
+// anthropicErrorBody is Anthropic's error envelope as a client reads it
+// (wire-formats §3.7).
+type anthropicErrorBody struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+	RequestID string `json:"request_id"`
 }
 
 func TestMessagesConversation(t *testing.T) {

@@ -271,14 +271,7 @@ func workspaceFilesSDKs(t *testing.T, e *env) {
 		// Anthropic's envelope on /v1 when the request is Anthropic's.
 		st, b = e.doH("GET", "/v1/files/nope", nil, map[string]string{"x-api-key": e.keyA, "anthropic-version": "2023-06-01"})
 		// wire-formats §3.7: the envelope carries the request's id.
-		var ae struct {
-			Type  string `json:"type"`
-			Error struct {
-				Type    string `json:"type"`
-				Message string `json:"message"`
-			} `json:"error"`
-			RequestID string `json:"request_id"`
-		}
+		var ae anthropicErrorBody
 		if st != 404 || json.Unmarshal(b, &ae) != nil || ae.Type != "error" || ae.Error.Type != "not_found_error" || !strings.HasPrefix(ae.RequestID, "req_") {
 			t.Errorf("anthropic 404: %d %s", st, b)
 		}
