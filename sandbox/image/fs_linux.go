@@ -152,6 +152,9 @@ func stripPrivileges(root string) (int, error) {
 			case err == nil:
 				did = true
 			case errors.Is(err, unix.ENODATA), errors.Is(err, unix.EOPNOTSUPP):
+			case errors.Is(err, unix.EPERM) && noCapabilities(p):
+				// Unprivileged, removing is refused even where there is
+				// nothing to remove (and nothing could have set it).
 			default:
 				return fmt.Errorf("strip capabilities %s: %w", p, err)
 			}
@@ -202,4 +205,10 @@ func statIDs(fi fs.FileInfo) ([2]int, bool) {
 		return [2]int{}, false
 	}
 	return [2]int{int(st.Uid), int(st.Gid)}, true
+}
+
+// noCapabilities reports whether p has no file capabilities attribute.
+func noCapabilities(p string) bool {
+	_, err := unix.Lgetxattr(p, capabilityXattr, nil)
+	return errors.Is(err, unix.ENODATA) || errors.Is(err, unix.EOPNOTSUPP)
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // StorageSuite covers the data directory, homes and file copies: what must
@@ -191,6 +192,7 @@ func StorageSuite(t *testing.T, rt string) {
 	t.Run("06 below the reserve commands and copies are refused, reads and destroy work", func(t *testing.T) {
 		// The data directory on a file system of its own, so that its
 		// free space is the test's alone.
+		testenv.NeedRoot(t, "a loop-mounted file system")
 		fsDir := t.TempDir()
 		fsImg, data := filepath.Join(fsDir, "fs.img"), filepath.Join(fsDir, "data")
 		for _, c := range [][]string{

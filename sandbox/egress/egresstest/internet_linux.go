@@ -32,6 +32,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellgate/shellgate/testenv"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -71,6 +73,7 @@ const BigSize = 100 << 20
 // New builds the internet and removes it when t ends.
 func New(t testing.TB) *Internet {
 	t.Helper()
+	testenv.NeedRoot(t, "a test internet needs network namespaces, veths and firewall rules")
 	slotLock, x := lockIndex(t)
 	in := &Internet{
 		Prefix: netip.MustParsePrefix(fmt.Sprintf("10.251.%d.0/24", x)),
