@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox/ctxio"
+	"github.com/shellgate/shellgate/sandbox/flock"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/homefs"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -145,7 +146,7 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 					errs = append(errs, m.archiveHome(context.Background(), b.name))
 				}
 			}
-			unlockFile(owner)
+			flock.Unlock(owner)
 		}
 		unlockHome()
 		if err := errors.Join(errs...); err != nil {
@@ -156,7 +157,7 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 		if err := os.Mkdir(sdir, 0o700); err != nil {
 			return err
 		}
-		owner, err = lockFile(filepath.Join(sdir, "owner.lock"))
+		owner, err = flock.TryLock(filepath.Join(sdir, "owner.lock"))
 		return err
 	})
 	if err == nil {
