@@ -1041,10 +1041,7 @@ func lifecycleCalls(t *testing.T, rt string) {
 // mounts and loses no home.
 func CrashSuite(t *testing.T, rt string) {
 	Skip(t, rt, "busybox")
-	data := DataDir(t)
-	if err := os.Symlink(ImagesDir(), filepath.Join(data, "images")); err != nil {
-		t.Fatal(err)
-	}
+	data := DataDirWithImages(t)
 	cmd := startKeepCLI(t, rt, data)
 	cmd.Process.Kill()
 	cmd.Wait()
@@ -1065,9 +1062,7 @@ func CrashSuite(t *testing.T, rt string) {
 	}
 }
 
-// startKeepCLI starts the real CLI (built from this module every time,
-// into the test's own directory: one left beside the agent by an earlier
-// checkout at the same path may speak an older protocol) running, in
+// startKeepCLI starts the real CLI (BuildCLI) running, in
 // sandbox "crashy" of data, a command that writes "precious" to keep.txt
 // and sleeps. It returns once the file holds its content; the caller
 // kills the process.
@@ -1077,10 +1072,7 @@ func startKeepCLI(t *testing.T, rt, data string, flags ...string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", cli, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build shellgate: %v\n%s", err, out)
-	}
+	cli := BuildCLI(t)
 	args := append([]string{"exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy"}, flags...)
 	cmd := exec.Command(cli, append(args, "--", "echo precious > keep.txt && sync && sleep 1000")...)
 	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agentBin)

@@ -251,10 +251,7 @@ EOF`
 // it before the cleanup, the next one does after.
 func SlotCrashSuite(t *testing.T, rt string) {
 	Skip(t, rt, "busybox")
-	data := DataDir(t)
-	if err := os.Symlink(ImagesDir(), filepath.Join(data, "images")); err != nil {
-		t.Fatal(err)
-	}
+	data := DataDirWithImages(t)
 	ctx := context.Background()
 	m1, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.DataDir = data })
 	Run(t, m1, "early", "true")
