@@ -68,18 +68,6 @@ const (
 	MaxPathBytes  = homefs.MaxPathBytes
 )
 
-const (
-	sourceXattr      = homefs.SourceXattr
-	uploadTempPrefix = homefs.UploadTempPrefix
-)
-
-var (
-	fileKind    = homefs.FileKind
-	openError   = homefs.OpenError
-	openBeneath = homefs.OpenBeneath
-	listDir     = homefs.ListDir
-)
-
 // withHome runs fn as one op on the named sandbox with the host path of
 // its mounted home (see the comment at the top of this file).
 func (m *Manager) withHome(ctx context.Context, name string, fn func(ctx context.Context, dir string) error) error {
@@ -217,7 +205,7 @@ func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (F
 		if err := homefs.WriteBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}, runtime.UID, runtime.GID); err != nil {
 			return err
 		}
-		f, fi, err := openBeneath(dir, clean)
+		f, fi, err := homefs.OpenBeneath(dir, clean)
 		if err != nil {
 			return err
 		}
@@ -304,7 +292,7 @@ func (m *Manager) OpenFile(ctx context.Context, name, rel string, maxBytes int64
 	if err != nil {
 		return fail(err)
 	}
-	f, info, err := openBeneath(dir, clean)
+	f, info, err := homefs.OpenBeneath(dir, clean)
 	if err != nil {
 		done()
 		return fail(err)
@@ -348,7 +336,7 @@ func (m *Manager) StatFile(ctx context.Context, name, rel string) (FileInfo, err
 	}
 	var info FileInfo
 	err = m.withHome(ctx, name, func(ctx context.Context, dir string) error {
-		f, fi, err := openBeneath(dir, clean)
+		f, fi, err := homefs.OpenBeneath(dir, clean)
 		if err != nil {
 			return err
 		}
