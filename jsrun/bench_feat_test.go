@@ -36,22 +36,13 @@ return summarize(rows);`
 func benchLanguage(b *testing.B, src string, lang Language, fresh bool) {
 	r := benchRunner(b)
 	ctx := context.Background()
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	timeEach(b, 0, func(i int) time.Duration {
 		s := src
 		if fresh { // a program never seen before: no cached transform
 			s += "\n// run " + strconv.Itoa(i) + " " + strconv.FormatInt(time.Now().UnixNano(), 36)
 		}
-		t := time.Now()
-		res, err := r.Run(ctx, Input{Source: s, Language: lang})
-		d = append(d, time.Since(t))
-		if err != nil || res.Status != StatusCompleted {
-			b.Fatal(res, err)
-		}
-	}
-	b.StopTimer()
-	percentiles(b, d)
+		return timedRun(b, r, ctx, Input{Source: s, Language: lang})
+	})
 }
 
 // BenchmarkLanguage runs the same program as JavaScript and as TypeScript:
@@ -105,18 +96,15 @@ func BenchmarkHostCalls10(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			r := benchRunner(b)
 			ctx := context.Background()
-			d := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			timeEach(b, 0, func(int) time.Duration {
 				t := time.Now()
 				res, err := r.Run(ctx, Input{Source: c.src, HostFunctions: benchSyncHost})
-				d = append(d, time.Since(t))
+				d := time.Since(t)
 				if err != nil || res.Value != 45.0 {
 					b.Fatal(res, err)
 				}
-			}
-			b.StopTimer()
-			percentiles(b, d)
+				return d
+			})
 		})
 	}
 }
@@ -139,13 +127,7 @@ func BenchmarkInterruptResumeCodec(b *testing.B) {
 			}
 			ctx := context.Background()
 			interruptResume(b, r, ctx)
-			d := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				d = append(d, interruptResume(b, r, ctx))
-			}
-			b.StopTimer()
-			percentiles(b, d)
+			timeEach(b, 0, func(int) time.Duration { return interruptResume(b, r, ctx) })
 		})
 	}
 }
@@ -182,18 +164,7 @@ func BenchmarkModules(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			r := benchRunner(b)
 			ctx := context.Background()
-			d := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				t := time.Now()
-				res, err := r.Run(ctx, c.in)
-				d = append(d, time.Since(t))
-				if err != nil || res.Status != StatusCompleted {
-					b.Fatal(res, err)
-				}
-			}
-			b.StopTimer()
-			percentiles(b, d)
+			timeEach(b, 0, func(int) time.Duration { return timedRun(b, r, ctx, c.in) })
 		})
 	}
 }

@@ -47,10 +47,25 @@ func percentiles(b *testing.B, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs")
 }
 
-// timedRun runs src to completion and returns how long it took.
-func timedRun(b *testing.B, r *Runner, ctx context.Context, src string) time.Duration {
+// timeEach calls step b.N times, after a pause each (0: back to back),
+// and reports the percentiles of the durations step returns.
+func timeEach(b *testing.B, pause time.Duration, step func(i int) time.Duration) {
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		d = append(d, step(i))
+	}
+	b.StopTimer()
+	percentiles(b, d)
+}
+
+// timedRun runs in to completion and returns how long it took.
+func timedRun(b *testing.B, r *Runner, ctx context.Context, in Input) time.Duration {
 	t := time.Now()
-	res, err := r.Run(ctx, Input{Source: src, HostFunctions: benchHost})
+	res, err := r.Run(ctx, in)
 	d := time.Since(t)
 	if err != nil || res.Status != StatusCompleted {
 		b.Fatal(res, err)
@@ -58,16 +73,15 @@ func timedRun(b *testing.B, r *Runner, ctx context.Context, src string) time.Dur
 	return d
 }
 
+// timedSource is timedRun of src with benchHost's functions.
+func timedSource(b *testing.B, r *Runner, ctx context.Context, src string) time.Duration {
+	return timedRun(b, r, ctx, Input{Source: src, HostFunctions: benchHost})
+}
+
 func benchSource(b *testing.B, src string) {
 	r := benchRunner(b)
 	ctx := context.Background()
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		d = append(d, timedRun(b, r, ctx, src))
-	}
-	b.StopTimer()
-	percentiles(b, d)
+	timeEach(b, 0, func(int) time.Duration { return timedSource(b, r, ctx, src) })
 }
 
 func BenchmarkFreshRun(b *testing.B) { benchSource(b, "return 1+1") }
@@ -76,7 +90,7 @@ func BenchmarkFreshRun(b *testing.B) { benchSource(b, "return 1+1") }
 // context is ready (Config.Prewarm), at one run per 5 ms so the pool keeps
 // up; ns/op includes the pause, the p50/p99 metrics do not.
 func BenchmarkFreshRunPrewarmed(b *testing.B) {
-	benchPrewarmed(b, func(r *Runner, ctx context.Context) time.Duration { return timedRun(b, r, ctx, "return 1+1") })
+	benchPrewarmed(b, 5*time.Millisecond, func(r *Runner, ctx context.Context) time.Duration { return timedSource(b, r, ctx, "return 1+1") })
 }
 
 // BenchmarkFreshRunPrewarmedClosedLoop is BenchmarkFreshRunPrewarmed at
@@ -84,25 +98,12 @@ func BenchmarkFreshRunPrewarmed(b *testing.B) {
 // and most runs harden their own context while the prewarm goroutine
 // competes for the CPU (ns/op is the throughput; p50-µs/p99-µs the latency).
 func BenchmarkFreshRunPrewarmedClosedLoop(b *testing.B) {
-	r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore(), Prewarm: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	ctx := context.Background()
-	time.Sleep(100 * time.Millisecond)
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		d = append(d, timedRun(b, r, ctx, "return 1+1"))
-	}
-	b.StopTimer()
-	percentiles(b, d)
+	benchPrewarmed(b, 0, func(r *Runner, ctx context.Context) time.Duration { return timedSource(b, r, ctx, "return 1+1") })
 }
 
-// benchPrewarmed times step with Config.Prewarm, one step per 5 ms so the
-// pool keeps up (ns/op includes the pauses; read p50-µs/p99-µs).
-func benchPrewarmed(b *testing.B, step func(*Runner, context.Context) time.Duration) {
+// benchPrewarmed times step with Config.Prewarm, after a pause each (5 ms
+// lets the pool keep up: ns/op includes the pauses; read p50-µs/p99-µs).
+func benchPrewarmed(b *testing.B, pause time.Duration, step func(*Runner, context.Context) time.Duration) {
 	r, err := NewRunner(Config{Secret: testSecret, Store: NewMemoryStore(), Prewarm: 4})
 	if err != nil {
 		b.Fatal(err)
@@ -110,14 +111,7 @@ func benchPrewarmed(b *testing.B, step func(*Runner, context.Context) time.Durat
 	defer r.Close()
 	ctx := context.Background()
 	time.Sleep(100 * time.Millisecond)
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		time.Sleep(5 * time.Millisecond)
-		d = append(d, step(r, ctx))
-	}
-	b.StopTimer()
-	percentiles(b, d)
+	timeEach(b, pause, func(int) time.Duration { return step(r, ctx) })
 }
 
 func BenchmarkHostRoundTrip(b *testing.B) { benchSource(b, "return await host.echo(1)") }
@@ -148,20 +142,14 @@ func interruptResume(b *testing.B, r *Runner, ctx context.Context) time.Duration
 func BenchmarkInterruptResume(b *testing.B) {
 	r := benchRunner(b)
 	ctx := context.Background()
-	d := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		d = append(d, interruptResume(b, r, ctx))
-	}
-	b.StopTimer()
-	percentiles(b, d)
+	timeEach(b, 0, func(int) time.Duration { return interruptResume(b, r, ctx) })
 }
 
 // BenchmarkInterruptResumePrewarmed is BenchmarkInterruptResume with
 // Config.Prewarm, paced like BenchmarkFreshRunPrewarmed (ns/op includes the
 // 5 ms pauses; read p50-µs/p99-µs).
 func BenchmarkInterruptResumePrewarmed(b *testing.B) {
-	benchPrewarmed(b, func(r *Runner, ctx context.Context) time.Duration { return interruptResume(b, r, ctx) })
+	benchPrewarmed(b, 5*time.Millisecond, func(r *Runner, ctx context.Context) time.Duration { return interruptResume(b, r, ctx) })
 }
 
 // BenchmarkConcurrent1000 starts 1,000 runs at once, each holding its

@@ -1,6 +1,7 @@
 package jsrun
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -47,60 +48,49 @@ var DefaultLimits = Limits{
 	ModuleBytes:        4 << 20,
 }
 
+// namedInt is one int field of Limits.
+type namedInt struct {
+	name string
+	p    *int
+}
+
+// ints lists l's int fields (all but Timeout), so that merge, lower and
+// validate name each field once.
+func (l *Limits) ints() []namedInt {
+	return []namedInt{
+		{"MemoryBytes", &l.MemoryBytes}, {"StackBytes", &l.StackBytes}, {"ResultBytes", &l.ResultBytes},
+		{"SourceBytes", &l.SourceBytes}, {"HostArgumentsBytes", &l.HostArgumentsBytes},
+		{"HostOutputBytes", &l.HostOutputBytes}, {"HostCalls", &l.HostCalls},
+		{"InFlightHostCalls", &l.InFlightHostCalls}, {"ConsoleBytes", &l.ConsoleBytes},
+		{"ContinuationBytes", &l.ContinuationBytes}, {"ModuleRequests", &l.ModuleRequests},
+		{"ModuleBytes", &l.ModuleBytes},
+	}
+}
+
 // merge returns l with every zero field taken from base.
 func (l Limits) merge(base Limits) Limits {
-	pick := func(v, b int) int {
-		if v == 0 {
-			return b
-		}
-		return v
+	l.Timeout = cmp.Or(l.Timeout, base.Timeout)
+	b := base.ints()
+	for i, f := range l.ints() {
+		*f.p = cmp.Or(*f.p, *b[i].p)
 	}
-	out := base
-	if l.Timeout != 0 {
-		out.Timeout = l.Timeout
-	}
-	out.MemoryBytes = pick(l.MemoryBytes, base.MemoryBytes)
-	out.StackBytes = pick(l.StackBytes, base.StackBytes)
-	out.ResultBytes = pick(l.ResultBytes, base.ResultBytes)
-	out.SourceBytes = pick(l.SourceBytes, base.SourceBytes)
-	out.HostArgumentsBytes = pick(l.HostArgumentsBytes, base.HostArgumentsBytes)
-	out.HostOutputBytes = pick(l.HostOutputBytes, base.HostOutputBytes)
-	out.HostCalls = pick(l.HostCalls, base.HostCalls)
-	out.InFlightHostCalls = pick(l.InFlightHostCalls, base.InFlightHostCalls)
-	out.ConsoleBytes = pick(l.ConsoleBytes, base.ConsoleBytes)
-	out.ContinuationBytes = pick(l.ContinuationBytes, base.ContinuationBytes)
-	out.ModuleRequests = pick(l.ModuleRequests, base.ModuleRequests)
-	out.ModuleBytes = pick(l.ModuleBytes, base.ModuleBytes)
-	return out
+	return l
 }
 
 // lower returns the limits of a run that asked for l on a runner whose
 // limits are op (complete, no zero field): per field, the smaller of the two,
 // and op's where l is zero. A request never raises the operator's limits.
 func (l Limits) lower(op Limits) Limits {
-	pick := func(v, o int) int {
-		if v == 0 || v > o {
-			return o
+	if l.Timeout == 0 || l.Timeout > op.Timeout {
+		l.Timeout = op.Timeout
+	}
+	o := op.ints()
+	for i, f := range l.ints() {
+		if *f.p == 0 || *f.p > *o[i].p {
+			*f.p = *o[i].p
 		}
-		return v
 	}
-	out := op
-	if l.Timeout != 0 && l.Timeout < op.Timeout {
-		out.Timeout = l.Timeout
-	}
-	out.MemoryBytes = pick(l.MemoryBytes, op.MemoryBytes)
-	out.StackBytes = pick(l.StackBytes, op.StackBytes)
-	out.ResultBytes = pick(l.ResultBytes, op.ResultBytes)
-	out.SourceBytes = pick(l.SourceBytes, op.SourceBytes)
-	out.HostArgumentsBytes = pick(l.HostArgumentsBytes, op.HostArgumentsBytes)
-	out.HostOutputBytes = pick(l.HostOutputBytes, op.HostOutputBytes)
-	out.HostCalls = pick(l.HostCalls, op.HostCalls)
-	out.InFlightHostCalls = pick(l.InFlightHostCalls, op.InFlightHostCalls)
-	out.ConsoleBytes = pick(l.ConsoleBytes, op.ConsoleBytes)
-	out.ContinuationBytes = pick(l.ContinuationBytes, op.ContinuationBytes)
-	out.ModuleRequests = pick(l.ModuleRequests, op.ModuleRequests)
-	out.ModuleBytes = pick(l.ModuleBytes, op.ModuleBytes)
-	return out
+	return l
 }
 
 const maxLimit = 1<<31 - 1
@@ -109,16 +99,9 @@ func (l Limits) validate() error {
 	if l.Timeout < 0 || l.Timeout > maxLimit*time.Millisecond {
 		return newError(CodeInvalidInput, "limit Timeout must be positive and at most 2^31-1 ms")
 	}
-	for name, v := range map[string]int{
-		"MemoryBytes": l.MemoryBytes, "StackBytes": l.StackBytes, "ResultBytes": l.ResultBytes,
-		"SourceBytes": l.SourceBytes, "HostArgumentsBytes": l.HostArgumentsBytes,
-		"HostOutputBytes": l.HostOutputBytes, "HostCalls": l.HostCalls,
-		"InFlightHostCalls": l.InFlightHostCalls, "ConsoleBytes": l.ConsoleBytes,
-		"ContinuationBytes": l.ContinuationBytes, "ModuleRequests": l.ModuleRequests,
-		"ModuleBytes": l.ModuleBytes,
-	} {
-		if v < 0 || v > maxLimit {
-			return newError(CodeInvalidInput, "limit %s must be positive and at most 2^31-1, got %d", name, v)
+	for _, f := range l.ints() {
+		if *f.p < 0 || *f.p > maxLimit {
+			return newError(CodeInvalidInput, "limit %s must be positive and at most 2^31-1, got %d", f.name, *f.p)
 		}
 	}
 	if l.MemoryBytes != 0 && l.MemoryBytes < 1<<20 {

@@ -2,6 +2,7 @@ package jsrun
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -99,5 +100,26 @@ func TestRequestCanLowerLimits(t *testing.T) {
 	// Zero fields keep the operator's limit.
 	if got := (Limits{ResultBytes: 10}).lower(operatorLimits); got.Timeout != operatorLimits.Timeout || got.ResultBytes != 10 || got.HostCalls != 3 {
 		t.Fatalf("lower: %+v", got)
+	}
+}
+
+// TestLimitsIntsNamesEveryField: merge, lower and validate see only the
+// fields ints lists, so a field added to Limits must be listed there.
+func TestLimitsIntsNamesEveryField(t *testing.T) {
+	var l Limits
+	listed := map[string]bool{}
+	for _, f := range l.ints() {
+		listed[f.name] = true
+		if field, ok := reflect.TypeOf(l).FieldByName(f.name); !ok || reflect.ValueOf(&l).Elem().FieldByIndex(field.Index).Addr().Interface() != f.p {
+			t.Errorf("ints names %s with another field's address", f.name)
+		}
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(l)) {
+		if f.Type.Kind() == reflect.Int && !listed[f.Name] {
+			t.Errorf("Limits.%s is not in ints", f.Name)
+		}
+	}
+	if n := reflect.TypeOf(l).NumField(); n != len(listed)+1 { // and Timeout
+		t.Errorf("Limits has %d fields, ints lists %d besides Timeout", n, len(listed))
 	}
 }

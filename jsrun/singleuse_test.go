@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // effects returns a host namespace whose approve interrupts and, once
@@ -82,19 +84,10 @@ func TestConcurrentResumesOneWins(t *testing.T) {
 	src := `return await tools.approve('go')`
 	res := mustRun(t, r, Input{Source: src, HostFunctions: hf})
 	const n = 16
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, errs[i] = r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, true)})
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(n, func(i int) {
+		_, errs[i] = r.Run(context.Background(), Input{Source: src, HostFunctions: hf, Continuation: res.Continuation, Resolutions: resolveAll(res, true)})
+	})
 	won, used := 0, 0
 	for _, err := range errs {
 		switch ErrorCode(err) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/homefs"
 )
 
 // TestListDirPaging checks the walk's order and cursors on a plain
@@ -42,7 +44,7 @@ func TestListDirPaging(t *testing.T) {
 	}
 	mk(root, "", 0)
 	os.Mkdir(filepath.Join(root, "empty"), 0o755)
-	os.WriteFile(filepath.Join(root, uploadTempPrefix+"x"), nil, 0o644)
+	os.WriteFile(filepath.Join(root, homefs.UploadTempPrefix+"x"), nil, 0o644)
 	slices.Sort(want)
 	if len(want) < 20 {
 		t.Fatalf("tree too small: %d files", len(want))
@@ -66,7 +68,7 @@ func TestListDirPaging(t *testing.T) {
 					if pages > 10*len(want)+10 {
 						t.Fatalf("desc %v limit %d budget %d: paging does not end", desc, limit, budget)
 					}
-					l, err := listDir(ctx, fd, opts, budget)
+					l, err := homefs.ListDir(ctx, fd, opts, budget)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -104,7 +106,7 @@ func TestListDirPaging(t *testing.T) {
 	}
 	os.MkdirAll(deep, 0o755)
 	os.WriteFile(filepath.Join(deep, "f"), nil, 0o644)
-	l, err := listDir(ctx, fd, ListOptions{Limit: 1000}, 1<<20)
+	l, err := homefs.ListDir(ctx, fd, ListOptions{Limit: 1000}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

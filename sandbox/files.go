@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox/ctxio"
+	"github.com/shellgate/shellgate/sandbox/flock"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/homefs"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -65,18 +66,6 @@ const (
 	MaxListScan   = homefs.MaxListScan
 	MaxDirEntries = homefs.MaxDirEntries
 	MaxPathBytes  = homefs.MaxPathBytes
-)
-
-const (
-	sourceXattr      = homefs.SourceXattr
-	uploadTempPrefix = homefs.UploadTempPrefix
-)
-
-var (
-	fileKind    = homefs.FileKind
-	openError   = homefs.OpenError
-	openBeneath = homefs.OpenBeneath
-	listDir     = homefs.ListDir
 )
 
 // withHome runs fn as one op on the named sandbox with the host path of
@@ -145,7 +134,7 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 					errs = append(errs, m.archiveHome(context.Background(), b.name))
 				}
 			}
-			unlockFile(owner)
+			flock.Unlock(owner)
 		}
 		unlockHome()
 		if err := errors.Join(errs...); err != nil {
@@ -156,7 +145,7 @@ func (m *Manager) homeLocked(ctx context.Context, b *box) (dir string, done func
 		if err := os.Mkdir(sdir, 0o700); err != nil {
 			return err
 		}
-		owner, err = lockFile(filepath.Join(sdir, "owner.lock"))
+		owner, err = flock.TryLock(filepath.Join(sdir, "owner.lock"))
 		return err
 	})
 	if err == nil {
@@ -216,7 +205,7 @@ func (m *Manager) PutFile(ctx context.Context, name, rel string, r io.Reader) (F
 		if err := homefs.WriteBeneath(dir, clean, &reserveReader{m: m, what: what, r: ctxio.Reader(ctx, r)}, runtime.UID, runtime.GID); err != nil {
 			return err
 		}
-		f, fi, err := openBeneath(dir, clean)
+		f, fi, err := homefs.OpenBeneath(dir, clean)
 		if err != nil {
 			return err
 		}
@@ -303,7 +292,7 @@ func (m *Manager) OpenFile(ctx context.Context, name, rel string, maxBytes int64
 	if err != nil {
 		return fail(err)
 	}
-	f, info, err := openBeneath(dir, clean)
+	f, info, err := homefs.OpenBeneath(dir, clean)
 	if err != nil {
 		done()
 		return fail(err)
@@ -347,7 +336,7 @@ func (m *Manager) StatFile(ctx context.Context, name, rel string) (FileInfo, err
 	}
 	var info FileInfo
 	err = m.withHome(ctx, name, func(ctx context.Context, dir string) error {
-		f, fi, err := openBeneath(dir, clean)
+		f, fi, err := homefs.OpenBeneath(dir, clean)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/egress"
+	"github.com/shellgate/shellgate/sandbox/flock"
 	"github.com/shellgate/shellgate/sandbox/home"
 	"github.com/shellgate/shellgate/sandbox/image"
 	"github.com/shellgate/shellgate/sandbox/mounts"
@@ -106,7 +107,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 		if err := os.Chmod(dir, 0o711); err != nil {
 			return err
 		}
-		if inst.owner, err = lockFile(filepath.Join(dir, "owner.lock")); err != nil {
+		if inst.owner, err = flock.TryLock(filepath.Join(dir, "owner.lock")); err != nil {
 			return err
 		}
 		if !m.cfg.SharedHostUser {
@@ -324,7 +325,7 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 		inst.slot.release()
 	}
 	if inst.owner != nil {
-		unlockFile(inst.owner)
+		flock.Unlock(inst.owner)
 		inst.owner = nil
 	}
 	return err
@@ -354,20 +355,6 @@ func unmountAll(dir string) error {
 	return errors.Join(errs...)
 }
 
-// lockFile creates path and takes an exclusive flock on it without
-// waiting. The lock lives as long as the returned file (or the process).
-func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
 // lockHome takes the named home's owner lock: one process at a time may
 // hold a sandbox awake.
 //
@@ -377,7 +364,7 @@ func lockFile(path string) (*os.File, error) {
 func (m *Manager) lockHome(name string) (func(), error) {
 	path := m.homeLockPath(name)
 	for {
-		f, err := lockFile(path)
+		f, err := flock.TryLock(path)
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s", ErrBusy, name)
 		}
@@ -386,29 +373,20 @@ func (m *Manager) lockHome(name string) (func(), error) {
 		}
 		var held, now unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
-			unlockFile(f)
+			flock.Unlock(f)
 			return nil, err
 		}
 		err = unix.Stat(path, &now)
 		if errors.Is(err, unix.ENOENT) || err == nil && (now.Dev != held.Dev || now.Ino != held.Ino) {
-			unlockFile(f)
+			flock.Unlock(f)
 			continue
 		}
 		if err != nil {
-			unlockFile(f)
+			flock.Unlock(f)
 			return nil, err
 		}
-		return func() { unlockFile(f) }, nil
+		return func() { flock.Unlock(f) }, nil
 	}
-}
-
-// unlockFile releases a lock from lockFile. The explicit LOCK_UN matters: a
-// child forked by another goroutine (a runtime CLI being started) holds a
-// copy of the descriptor until it execs, and a plain Close would leave the
-// lock held by that copy for a moment.
-func unlockFile(f *os.File) {
-	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	f.Close()
 }
 
 // cleanOrphans removes the containers and mounts of every sandbox whose
@@ -441,7 +419,7 @@ func (m *Manager) cleanOrphansLocked(ctx context.Context) error {
 	var errs []error
 	for _, e := range entries {
 		dir := filepath.Join(m.dirs.run, e.Name())
-		owner, err := lockFile(filepath.Join(dir, "owner.lock"))
+		owner, err := flock.TryLock(filepath.Join(dir, "owner.lock"))
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			continue // a live process owns it
 		}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -89,24 +90,12 @@ func ResolveSettings(ctx context.Context, f SettingsFunc, def Settings, name str
 // over fills s's zero fields from def.
 func (s Settings) over(def Settings) Settings {
 	l, d := &s.Limits, def.Limits
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.Processes == 0 {
-		l.Processes = d.Processes
-	}
-	if l.TmpBytes == 0 {
-		l.TmpBytes = d.TmpBytes
-	}
-	if l.ShmBytes == 0 {
-		l.ShmBytes = d.ShmBytes
-	}
-	if s.HomeBytes == 0 {
-		s.HomeBytes = def.HomeBytes
-	}
+	l.CPUs = cmp.Or(l.CPUs, d.CPUs)
+	l.MemoryBytes = cmp.Or(l.MemoryBytes, d.MemoryBytes)
+	l.Processes = cmp.Or(l.Processes, d.Processes)
+	l.TmpBytes = cmp.Or(l.TmpBytes, d.TmpBytes)
+	l.ShmBytes = cmp.Or(l.ShmBytes, d.ShmBytes)
+	s.HomeBytes = cmp.Or(s.HomeBytes, def.HomeBytes)
 	return s
 }
 

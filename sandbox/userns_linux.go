@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/flock"
 )
 
 // Every sandbox runs in its own user namespace with its own range of host
@@ -78,7 +80,7 @@ func (m *Manager) acquireSlot(sandboxDir string) (*slot, error) {
 		if m.hostIDs.overlaps(uint32(idBase+n*idsPerSlot), idsPerSlot) {
 			continue
 		}
-		f, err := lockFile(filepath.Join(dir, strconv.Itoa(n)))
+		f, err := flock.TryLock(filepath.Join(dir, strconv.Itoa(n)))
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			continue
 		}
@@ -86,11 +88,11 @@ func (m *Manager) acquireSlot(sandboxDir string) (*slot, error) {
 			return nil, err
 		}
 		if prev := readSlotOwner(f); prev != "" && dirExists(prev) {
-			unlockFile(f) // a crashed process's sandbox, not cleaned up yet
+			flock.Unlock(f) // a crashed process's sandbox, not cleaned up yet
 			continue
 		}
 		if err := writeSlotOwner(f, sandboxDir); err != nil {
-			unlockFile(f)
+			flock.Unlock(f)
 			return nil, err
 		}
 		return &slot{n: n, lock: f}, nil
@@ -104,7 +106,7 @@ func (s *slot) release() {
 		return
 	}
 	s.lock.Truncate(0)
-	unlockFile(s.lock)
+	flock.Unlock(s.lock)
 	s.lock = nil
 }
 
@@ -151,14 +153,14 @@ func (s *slot) nsPath(pin string) (string, error) {
 func sweepSlots() {
 	entries, _ := os.ReadDir(SlotsDir)
 	for _, e := range entries {
-		f, err := lockFile(filepath.Join(SlotsDir, e.Name()))
+		f, err := flock.TryLock(filepath.Join(SlotsDir, e.Name()))
 		if err != nil {
 			continue // held: alive
 		}
 		if prev := readSlotOwner(f); prev == "" || !dirExists(prev) {
 			f.Truncate(0)
 		}
-		unlockFile(f)
+		flock.Unlock(f)
 	}
 }
 

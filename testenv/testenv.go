@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -91,4 +92,19 @@ func Eventually(d time.Duration, ok func() bool) bool {
 			return false
 		}
 	}
+}
+
+// AtOnce runs f(0), ..., f(n-1), each in a goroutine of its own, released
+// together so that they race, and returns when all have returned.
+func AtOnce(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }

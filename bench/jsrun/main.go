@@ -115,6 +115,24 @@ func ms(us float64) string {
 	return fmt.Sprintf("%.3f ms", us/1000)
 }
 
+// timeCalls calls fn warmup times untimed, then n times, after a pause
+// each (0: back to back), and returns the percentiles of the timed calls.
+func timeCalls(n, warmup int, pause time.Duration, fn func()) stat {
+	for range warmup {
+		fn()
+	}
+	d := make([]time.Duration, 0, n)
+	for range n {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		t := time.Now()
+		fn()
+		d = append(d, time.Since(t))
+	}
+	return percentiles(d)
+}
+
 func percentiles(d []time.Duration) stat {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	at := func(p float64) float64 {
@@ -174,17 +192,7 @@ func runGo(n, concurrent, runConcurrent int) map[string]stat {
 	}
 	out := map[string]stat{}
 	for _, name := range []string{"bare", "fresh", "roundtrip", "ten", "interrupt_resume"} {
-		fn := cases[name]
-		for i := 0; i < 20; i++ {
-			fn()
-		}
-		d := make([]time.Duration, 0, n)
-		for i := 0; i < n; i++ {
-			t := time.Now()
-			fn()
-			d = append(d, time.Since(t))
-		}
-		out[name] = percentiles(d)
+		out[name] = timeCalls(n, 20, 0, cases[name])
 	}
 	// The same two cases with prewarmed contexts, paced so the pool keeps
 	// up: the latency a server sees below saturation.
@@ -195,16 +203,8 @@ func runGo(n, concurrent, runConcurrent int) map[string]stat {
 	defer pr.Close()
 	r = pr
 	for _, name := range []string{"fresh", "interrupt_resume"} {
-		fn := cases[name]
 		time.Sleep(100 * time.Millisecond)
-		d := make([]time.Duration, 0, n)
-		for i := 0; i < n; i++ {
-			time.Sleep(5 * time.Millisecond)
-			t := time.Now()
-			fn()
-			d = append(d, time.Since(t))
-		}
-		out[name+"_prewarmed"] = percentiles(d)
+		out[name+"_prewarmed"] = timeCalls(n, 0, 5*time.Millisecond, cases[name])
 	}
 	// The smaller count first: each case's peak RSS is a fresh high-water mark.
 	if runConcurrent > 0 {
@@ -250,16 +250,7 @@ func runGoOnly(name string, n int) stat {
 			panic(fmt.Sprint(res, err))
 		}
 	}
-	for i := 0; i < 20; i++ {
-		fn()
-	}
-	d := make([]time.Duration, 0, n)
-	for i := 0; i < n; i++ {
-		t := time.Now()
-		fn()
-		d = append(d, time.Since(t))
-	}
-	return percentiles(d)
+	return timeCalls(n, 20, 0, fn)
 }
 
 func goConcurrent(r *jsrun.Runner, n int) stat {

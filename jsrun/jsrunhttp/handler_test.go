@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/jsrun"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // memSandbox is an in-memory Sandbox for tests: files in a map, and "echo X"
@@ -307,18 +308,7 @@ func TestApprovedCallRunsOnce(t *testing.T) {
 	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
 	const n = 8
 	codes := make([]int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			codes[i], _, _ = s.post(t, "ws_a", req)
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(n, func(i int) { codes[i], _, _ = s.post(t, "ws_a", req) })
 	ok, conflict := 0, 0
 	for _, c := range codes {
 		switch c {

@@ -11,11 +11,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shellgate/shellgate/jsrun"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // T0 is the clock the suite starts from; claims are made at T0 and later.
@@ -60,18 +60,9 @@ func Run(t *testing.T, newStore func(t *testing.T) jsrun.ContinuationStore) {
 		s := newStore(t)
 		const n = 32
 		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = s.Claim(ctx, "raced", T0.Add(time.Duration(i)*time.Millisecond), T0.Add(time.Hour))
-			}()
-		}
-		close(start)
-		wg.Wait()
+		testenv.AtOnce(n, func(i int) {
+			errs[i] = s.Claim(ctx, "raced", T0.Add(time.Duration(i)*time.Millisecond), T0.Add(time.Hour))
+		})
 		won, used := 0, 0
 		for _, err := range errs {
 			switch {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/flock"
 )
 
 // Config configures an Engine. Zero fields take the defaults.
@@ -282,7 +284,7 @@ func (n *Net) Close() error {
 		n.slot.release()
 	} else {
 		// Left for the next owner of the lock to clean.
-		unlockFile(n.slot.lock)
+		flock.Unlock(n.slot.lock)
 	}
 	return err
 }
@@ -341,17 +343,17 @@ func (e *Engine) Sweep() error {
 	}
 	var errs []error
 	for n := range cand {
-		f, err := lockFile(filepath.Join(SlotsDir, strconv.Itoa(n)))
+		f, err := flock.TryLock(filepath.Join(SlotsDir, strconv.Itoa(n)))
 		if err != nil {
 			continue // held by a live sandbox (or no slots dir yet)
 		}
 		if err := e.teardownSlot(n, ""); err != nil {
 			errs = append(errs, fmt.Errorf("slot %d: %w", n, err))
-			unlockFile(f)
+			flock.Unlock(f)
 			continue
 		}
 		f.Truncate(0)
-		unlockFile(f)
+		flock.Unlock(f)
 	}
 	return errors.Join(errs...)
 }
@@ -361,11 +363,11 @@ func (e *Engine) Sweep() error {
 func (e *Engine) Leftovers() []string {
 	var out []string
 	held := func(n int) bool {
-		f, err := lockFile(filepath.Join(SlotsDir, strconv.Itoa(n)))
+		f, err := flock.TryLock(filepath.Join(SlotsDir, strconv.Itoa(n)))
 		if err != nil {
 			return true
 		}
-		unlockFile(f)
+		flock.Unlock(f)
 		return false
 	}
 	for _, n := range strayLinks() {

@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/flock"
 )
 
 // A slot is one /30 of the pool and everything named after its number N:
@@ -71,7 +73,7 @@ func (e *Engine) acquireSlot() (*slot, error) {
 		return nil, err
 	}
 	for n := 0; n < slotCount(e.cfg.Pool); n++ {
-		f, err := lockFile(filepath.Join(SlotsDir, strconv.Itoa(n)))
+		f, err := flock.TryLock(filepath.Join(SlotsDir, strconv.Itoa(n)))
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			continue
 		}
@@ -82,16 +84,16 @@ func (e *Engine) acquireSlot() (*slot, error) {
 		if st, err := f.Stat(); err == nil && st.Size() > 0 {
 			if err := e.teardownSlot(n, ""); err != nil {
 				e.log.Warn("egress: slot left by a crashed process is not clean, skipping it", "slot", n, "err", err)
-				unlockFile(f)
+				flock.Unlock(f)
 				continue
 			}
 		}
 		if err := f.Truncate(0); err != nil {
-			unlockFile(f)
+			flock.Unlock(f)
 			return nil, err
 		}
 		if _, err := f.WriteAt([]byte("in use\n"), 0); err != nil {
-			unlockFile(f)
+			flock.Unlock(f)
 			return nil, err
 		}
 		return s, nil
@@ -105,7 +107,7 @@ func (s *slot) release() {
 		return
 	}
 	s.lock.Truncate(0)
-	unlockFile(s.lock)
+	flock.Unlock(s.lock)
 	s.lock = nil
 }
 
@@ -296,25 +298,4 @@ func strayPins() []int {
 		}
 	}
 	return out
-}
-
-// lockFile creates path and takes an exclusive flock on it without
-// waiting.
-func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// unlockFile releases the lock explicitly: a child forked meanwhile holds
-// a copy of the descriptor until it execs.
-func unlockFile(f *os.File) {
-	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	f.Close()
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/flock"
 )
 
 // lock takes the per-name lock file DATA/images/.lock-NAME (flock, so it is
@@ -20,13 +22,7 @@ func (s *Store) lock(name string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("image %q: lock: %w", name, err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := flock.Lock(f, unix.LOCK_EX); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("image %q: lock: %w", name, err)
 	}
@@ -34,12 +30,8 @@ func (s *Store) lock(name string) (func(), error) {
 }
 
 func (s *Store) tryLock(name string) (func(), bool) {
-	f, err := os.OpenFile(filepath.Join(s.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := flock.TryLock(filepath.Join(s.dir, ".lock-"+name))
 	if err != nil {
-		return nil, false
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
 		return nil, false
 	}
 	return func() { f.Close() }, true

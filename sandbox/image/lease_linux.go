@@ -41,6 +41,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellgate/shellgate/sandbox/flock"
 )
 
 const (
@@ -141,19 +143,19 @@ func (s *Store) Acquire(name string) (*Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("image %q: lease: %w", name, err)
 		}
-		if err := flock(f, unix.LOCK_SH); err != nil {
+		if err := flock.Lock(f, unix.LOCK_SH); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("image %q: lease: %w", name, err)
 		}
 		// The version may have been collected (renamed away) or, for
 		// the old layout, replaced between resolve and the lock.
 		if !samePath(f, path) {
-			unlockFile(f)
+			flock.Unlock(f)
 			continue
 		}
 		img, err := s.readAt(name, dir, version)
 		if err != nil {
-			unlockFile(f)
+			flock.Unlock(f)
 			return nil, err
 		}
 		return &Lease{Image: img, s: s, f: f}, nil
@@ -165,7 +167,7 @@ func (s *Store) Acquire(name string) (*Lease, error) {
 // lease holds it, it is removed. Release is idempotent.
 func (l *Lease) Release() {
 	l.once.Do(func() {
-		unlockFile(l.f)
+		flock.Unlock(l.f)
 		l.s.collect(l.Image.Name)
 	})
 }
@@ -178,22 +180,6 @@ func samePath(f *os.File, path string) bool {
 	}
 	b, err := os.Stat(path)
 	return err == nil && os.SameFile(a, b)
-}
-
-func flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
-// unlockFile drops f's lock before closing it: a child forked meanwhile
-// shares the open file until it execs.
-func unlockFile(f *os.File) {
-	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	f.Close()
 }
 
 // switchTo makes version the current one of name. The caller holds name's
@@ -289,7 +275,7 @@ func lockUnused(dir string) (*os.File, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flock.Lock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		return nil, false
 	}
@@ -301,7 +287,7 @@ func lockUnused(dir string) (*os.File, bool) {
 func (s *Store) discard(name string, dirs []string, locks []*os.File) error {
 	defer func() {
 		for _, f := range locks {
-			unlockFile(f)
+			flock.Unlock(f)
 		}
 	}()
 	if len(dirs) == 0 {
@@ -316,7 +302,7 @@ func (s *Store) discard(name string, dirs []string, locks []*os.File) error {
 		errs = append(errs, os.Rename(d, filepath.Join(trash, fmt.Sprintf("%d-%s", i, filepath.Base(d)))))
 	}
 	for _, f := range locks {
-		unlockFile(f)
+		flock.Unlock(f)
 	}
 	locks = nil
 	errs = append(errs, removeTree(trash))
@@ -353,7 +339,7 @@ func (s *Store) Remove(name string) error {
 		f, ok := lockUnused(d)
 		if !ok {
 			for _, l := range locks {
-				unlockFile(l)
+				flock.Unlock(l)
 			}
 			return &InUseError{Name: name}
 		}
@@ -362,7 +348,7 @@ func (s *Store) Remove(name string) error {
 	if cur != link { // the name is a link to a version
 		if err := os.Remove(link); err != nil {
 			for _, l := range locks {
-				unlockFile(l)
+				flock.Unlock(l)
 			}
 			return fmt.Errorf("remove image %q: %w", name, err)
 		}

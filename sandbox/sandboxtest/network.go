@@ -476,60 +476,46 @@ func NetworkBench(b *testing.B, rt string) {
 	m, _ := Open(b, rt, "default", func(c *sandbox.Config) { c.Egress = e; c.Limits.MemoryBytes = 512 << 20 })
 	p := &policies{m: map[string]*egress.Policy{}}
 	m.SetSettings(p.get)
-	b.Run("download", func(b *testing.B) {
-		p.set("dl", "allowed.test")
-		var proxied, direct float64
-		for i := 0; i < b.N; i++ {
-			// In alternating order, so that the shared machine's load
-			// falls on both alike.
-			for j := range 2 {
-				if (i+j)%2 == 0 {
-					o := Shell(b, m, "dl", Call{Commands: []string{"curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big"}, TimeoutMs: i64(120000)})[0]
-					var v float64
-					if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
-						b.Fatalf("curl: %+v", o)
+	addr := in.Addr("allowed.test").String()
+	for _, c := range []struct {
+		name      string
+		inSandbox string   // a command printing bytes per second
+		onHost    []string // the same, run directly
+	}{
+		{"download", "curl -sS -o /dev/null -w '%{speed_download}' http://allowed.test/big",
+			[]string{"curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", "http://" + addr + "/big"}},
+		{"download-1MiB-reads", "python3 -c '" + bigReader + "' allowed.test",
+			[]string{"python3", "-c", bigReader, addr}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p.set("dl", "allowed.test")
+			var proxied, direct float64
+			for i := 0; i < b.N; i++ {
+				// In alternating order, so that the shared machine's load
+				// falls on both alike.
+				for j := range 2 {
+					if (i+j)%2 == 0 {
+						o := Shell(b, m, "dl", Call{Commands: []string{c.inSandbox}, TimeoutMs: i64(120000)})[0]
+						var v float64
+						if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
+							b.Fatalf("%s: %+v", c.onHost[0], o)
+						}
+						proxied += v
+						continue
 					}
-					proxied += v
-					continue
-				}
-				out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", "http://"+in.Addr("allowed.test").String()+"/big").Output()
-				var v float64
-				if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
-					b.Fatalf("host curl: %v %q", err, out)
-				}
-				direct += v
-			}
-		}
-		b.ReportMetric(proxied/float64(b.N)/1e6, "proxy-MB/s")
-		b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
-		b.ReportMetric(proxied/direct, "ratio")
-	})
-	b.Run("download-1MiB-reads", func(b *testing.B) {
-		p.set("dl", "allowed.test")
-		var proxied, direct float64
-		for i := 0; i < b.N; i++ {
-			for j := range 2 {
-				if (i+j)%2 == 0 {
-					o := Shell(b, m, "dl", Call{Commands: []string{"python3 -c '" + bigReader + "' allowed.test"}, TimeoutMs: i64(120000)})[0]
+					out, err := exec.Command(c.onHost[0], c.onHost[1:]...).Output()
 					var v float64
-					if _, err := fmt.Sscan(o.Stdout, &v); err != nil || exitCode(o) != 0 {
-						b.Fatalf("python3: %+v", o)
+					if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
+						b.Fatalf("host %s: %v %q", c.onHost[0], err, out)
 					}
-					proxied += v
-					continue
+					direct += v
 				}
-				out, err := exec.Command("python3", "-c", bigReader, in.Addr("allowed.test").String()).Output()
-				var v float64
-				if _, err2 := fmt.Sscan(string(out), &v); err != nil || err2 != nil {
-					b.Fatalf("host python3: %v %q", err, out)
-				}
-				direct += v
 			}
-		}
-		b.ReportMetric(proxied/float64(b.N)/1e6, "proxy-MB/s")
-		b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
-		b.ReportMetric(proxied/direct, "ratio")
-	})
+			b.ReportMetric(proxied/float64(b.N)/1e6, "proxy-MB/s")
+			b.ReportMetric(direct/float64(b.N)/1e6, "direct-MB/s")
+			b.ReportMetric(proxied/direct, "ratio")
+		})
+	}
 	for _, c := range []struct {
 		name    string
 		domains []string

@@ -1041,46 +1041,10 @@ func lifecycleCalls(t *testing.T, rt string) {
 // mounts and loses no home.
 func CrashSuite(t *testing.T, rt string) {
 	Skip(t, rt, "busybox")
-	agentBin, err := agentbin.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The CLI is built every time, into the test's own directory (the
-	// build cache makes it quick): one left beside the agent by an
-	// earlier checkout at the same path may speak an older protocol.
-	cli := filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", cli, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build shellgate: %v\n%s", err, out)
-	}
-	data := DataDir(t)
-	os.Symlink(ImagesDir(), filepath.Join(data, "images"))
-	cmd := exec.Command(cli, "exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy", "--",
-		"echo precious > keep.txt && sync && echo ready && sleep 1000")
-	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agentBin)
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The CLI prints output after the command, so watch the file instead:
-	// its content, since the shell creates it before writing to it.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		runDirs, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home", "keep.txt"))
-		if len(runDirs) > 0 {
-			if b, _ := os.ReadFile(runDirs[0]); string(b) == "precious\n" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("sandbox never wrote keep.txt")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	data := DataDirWithImages(t)
+	cmd := startKeepCLI(t, rt, data)
 	cmd.Process.Kill()
 	cmd.Wait()
-	_ = stdout
 	if len(mountsUnder(filepath.Join(data, "run"))) == 0 {
 		t.Fatal("expected the killed process to leave mounts behind")
 	}
@@ -1095,5 +1059,43 @@ func CrashSuite(t *testing.T, rt string) {
 	}
 	if o := Run(t, m, "crashy", "cat keep.txt"); o.Stdout != "precious\n" {
 		t.Errorf("home lost after crash: %+v %q %q", o.Outcome, o.Stdout, o.Stderr)
+	}
+}
+
+// startKeepCLI starts the real CLI (BuildCLI) running, in
+// sandbox "crashy" of data, a command that writes "precious" to keep.txt
+// and sleeps. It returns once the file holds its content; the caller
+// kills the process.
+func startKeepCLI(t *testing.T, rt, data string, flags ...string) *exec.Cmd {
+	t.Helper()
+	agentBin, err := agentbin.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := BuildCLI(t)
+	args := append([]string{"exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy"}, flags...)
+	cmd := exec.Command(cli, append(args, "--", "echo precious > keep.txt && sync && sleep 1000")...)
+	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agentBin)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI prints output after the command, so watch the file instead:
+	// its content, not the file, since the shell creates it before writing
+	// to it and under runsc the file shows on the host before the sentry
+	// writes its data back.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		found, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home", "keep.txt"))
+		if len(found) > 0 {
+			if b, _ := os.ReadFile(found[0]); string(b) == "precious\n" {
+				return cmd
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the CLI's sandbox never wrote keep.txt")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

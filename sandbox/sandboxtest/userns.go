@@ -15,10 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
-	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 )
 
 // Host id ranges of sandboxes: slot N is 100000+N·65536 onwards.
@@ -253,46 +251,13 @@ EOF`
 // it before the cleanup, the next one does after.
 func SlotCrashSuite(t *testing.T, rt string) {
 	Skip(t, rt, "busybox")
-	agent, err := agentbin.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", cli, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build shellgate: %v\n%s", err, out)
-	}
-	data := DataDir(t)
-	if err := os.Symlink(ImagesDir(), filepath.Join(data, "images")); err != nil {
-		t.Fatal(err)
-	}
+	data := DataDirWithImages(t)
 	ctx := context.Background()
 	m1, _ := Open(t, rt, "busybox", func(c *sandbox.Config) { c.DataDir = data })
 	Run(t, m1, "early", "true")
 	early := slotOf(t, data, "early")
 
-	cmd := exec.Command(cli, "exec", "--data-dir", data, "--runtime", rt, "--image", "busybox", "--sandbox", "crashy", "--home-mb", "32", "--",
-		"echo precious > keep.txt && sync && sleep 1000")
-	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+agent)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Wait for the content, not the file: under runsc the file shows on
-	// the host before the sentry writes its data back.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		found, _ := filepath.Glob(filepath.Join(data, "run", "sandboxes", "*", "private", "home", "keep.txt"))
-		if len(found) > 0 {
-			if b, _ := os.ReadFile(found[0]); string(b) == "precious\n" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("the CLI's sandbox never wrote keep.txt")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd := startKeepCLI(t, rt, data, "--home-mb", "32")
 	crashed := slotOf(t, data, "crashy")
 	crashedDir := filepath.Join(data, "run", "sandboxes", containerOf(t, data, "crashy"))
 	if crashed == early {

@@ -32,14 +32,8 @@ func cli(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	data := sandboxtest.DataDir(t)
-	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
-		t.Fatal(err)
-	}
+	bin := sandboxtest.BuildCLI(t)
+	data := sandboxtest.DataDirWithImages(t)
 	return func(args ...string) (string, string, int) {
 		// A hung CLI is a failure, not a hung suite: SIGTERM after the
 		// watchdog, SIGKILL if that does not end it.

@@ -13,15 +13,13 @@ import (
 
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/sqlstore"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestKeysCLI drives `shellgate keys` as scripts do. It needs no root and
 // no runtime: keys live in DATA/shellgate.db.
 func TestKeysCLI(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := sandboxtest.BuildCLI(t)
 	run := func(env []string, args ...string) (stdout, stderr string, code int) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), env...)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestServePostgresReplicas runs two `shellgate serve` processes, each
@@ -24,7 +25,7 @@ import (
 // of both is one ledger. Neither writes a DATA/shellgate.db.
 func TestServePostgresReplicas(t *testing.T) {
 	bin, dataA, env := serveBinary(t)
-	dataB := dataDir(t)
+	dataB := sandboxtest.DataDirWithImages(t)
 	dsn := pgtest.NewDatabase(t)
 	env = append(env, "SHELLGATE_DATABASE="+dsn, "SHELLGATE_CONTINUATION_SECRET="+strings.Repeat("s3cret-", 6))
 	baseA, _, _, logsA := startServe(t, bin, dataA, env)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestServeRouting runs two `shellgate serve` processes as replicas with
@@ -16,7 +17,7 @@ import (
 // archived) the container wakes through B with its files.
 func TestServeRouting(t *testing.T) {
 	bin, dataA, env := serveBinary(t)
-	dataB := dataDir(t)
+	dataB := sandboxtest.DataDirWithImages(t)
 	bucket := s3test.NewBucket(t)
 	env = append(env, "SHELLGATE_DATABASE="+pgtest.NewDatabase(t),
 		"SHELLGATE_STORAGE=s3://"+bucket.Bucket+"/?endpoint="+bucket.Endpoint,

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,22 +30,7 @@ func serveBinary(t *testing.T) (bin, data string, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin = filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin, dataDir(t), append(os.Environ(), "SHELLGATE_AGENT="+agent)
-}
-
-// dataDir is a new data directory that shares the test images (another
-// replica's, in the scale-out tests).
-func dataDir(t *testing.T) string {
-	t.Helper()
-	data := sandboxtest.DataDir(t)
-	if err := os.Symlink(sandboxtest.ImagesDir(), filepath.Join(data, "images")); err != nil {
-		t.Fatal(err)
-	}
-	return data
+	return sandboxtest.BuildCLI(t), sandboxtest.DataDirWithImages(t), append(os.Environ(), "SHELLGATE_AGENT="+agent)
 }
 
 // lastLine is the last line of s (what `keys create` prints last is the key).

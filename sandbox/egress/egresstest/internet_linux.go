@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellgate/shellgate/sandbox/egress"
+	"github.com/shellgate/shellgate/sandbox/flock"
 )
 
 // Internet is the test's outside world.
@@ -163,14 +164,13 @@ func lockIndex(t testing.TB) (*os.File, int) {
 		t.Fatal(err)
 	}
 	for x := 0; x < 100; x++ {
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(x)), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		f, err := flock.TryLock(filepath.Join(dir, strconv.Itoa(x)))
+		if err == nil {
 			return f, x
 		}
-		f.Close()
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			t.Fatal(err)
+		}
 	}
 	t.Fatal("no free test internet index")
 	return nil, 0
