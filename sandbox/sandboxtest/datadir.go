@@ -2,9 +2,10 @@ package sandboxtest
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 )
 
 // DataDir returns a fresh data directory for a test. Sandboxes run as
@@ -31,15 +32,14 @@ func DataDirWithImages(t testing.TB) string {
 	return data
 }
 
-// BuildCLI builds this module's shellgate command into the test's own
-// directory and returns its path. It is built every time (the build cache
-// makes it quick): one left beside the agent by an earlier checkout at the
-// same path may speak an older protocol.
+// BuildCLI returns this module's shellgate command, built once per test
+// process (agentbin.BuildCommand): the code under test, never a binary an
+// earlier checkout left behind.
 func BuildCLI(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "shellgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shellgate/shellgate/cmd/shellgate").CombinedOutput(); err != nil {
-		t.Fatalf("build shellgate: %v\n%s", err, out)
+	bin, err := agentbin.BuildCommand("shellgate", "shellgate")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
