@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/shellgate/shellgate/sandbox"
@@ -60,7 +62,47 @@ type PythonCall struct {
 	TimeoutMs       int64
 	MaxOutputLength int
 	Notes           []string // what was adjusted, as Plan's
+
+	// Programmatic tool calling: Tools are client tools the code may call
+	// (async functions in the kernel's namespace, keyword arguments);
+	// calling one pauses the execution in the kernel and the call's output
+	// is the ToolCall. Denied are client tools the code may not call
+	// (calling one raises ToolError naming Caller, the code execution tool
+	// version).
+	Tools, Denied []string
+	Caller        string
+	// Resume, when set, answers the tool call a paused execution waits
+	// for instead of running Code; the execution goes on from there.
+	Resume *PythonResume
 }
+
+// PythonResume is a client tool's answer to a paused execution.
+type PythonResume struct {
+	Call string // PythonToolCall.Call of the paused execution
+	// Result is what the tool returns to the code; Error, when not empty,
+	// is raised in the code instead (a ToolError).
+	Result, Error string
+}
+
+// PythonToolCall is a client tool called by code: the execution waits in
+// the kernel for PythonResume (at most ToolWait).
+type PythonToolCall struct {
+	Call  string // the driver's token for this call: 24 hex digits
+	Name  string // one of PythonCall.Tools
+	Input json.RawMessage
+}
+
+// Limits of programmatic tool calls.
+const (
+	// MaxToolInput bounds a tool call's input (JSON) the code makes.
+	MaxToolInput = 256 << 10
+	// MaxToolResult bounds a tool's result handed to the code: it travels
+	// in the client's command line, as the code does.
+	MaxToolResult = 64 << 10
+	// ToolWait is how long a paused execution waits for its tool result
+	// (kernel.py's PARK_S): then it is ended, and a resume finds it gone.
+	ToolWait = 300 * time.Second
+)
 
 // PythonArgs are the arguments a model writes for a Python tool.
 type PythonArgs struct {
@@ -121,6 +163,13 @@ type PythonOutput struct {
 	// that died), each ending in a newline.
 	Notes     string
 	Truncated bool
+	// ToolCall is set when the code called a client tool: the execution
+	// is paused in the kernel (Outcome is then zero), to be resumed with
+	// PythonCall.Resume.
+	ToolCall *PythonToolCall
+	// Expired says why a resume found no paused execution to answer (it
+	// waited too long, another call ended it, the container slept).
+	Expired string
 }
 
 // Display is one rich output: an image (Data) or text (Text).
@@ -173,10 +222,23 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 		"code": c.Code, "timeout_ms": c.TimeoutMs, "max_text": c.MaxOutputLength,
 		"max_images": MaxPythonImages, "max_image_bytes": MaxPythonImageBytes,
 	}
+	if len(c.Tools) > 0 || len(c.Denied) > 0 {
+		req["tools"], req["denied"], req["caller"] = c.Tools, c.Denied, c.Caller
+	}
+	if r := c.Resume; r != nil {
+		req = map[string]any{"resume": true, "call": r.Call, "result": r.Result, "timeout_ms": c.TimeoutMs}
+		if r.Error != "" {
+			req["error"] = r.Error
+			delete(req, "result")
+		} else if len(r.Result) > MaxToolResult {
+			req["error"] = fmt.Sprintf("the tool's result is %d bytes: at most %d bytes reach the code", len(r.Result), MaxToolResult)
+			delete(req, "result")
+		}
+	}
 	run := func(wait bool) (*kernelAnswer, sandbox.Result, error) {
 		req["wait"] = wait
 		b, _ := json.Marshal(req)
-		a := &kernelAnswer{onOutput: onOutput, maxChars: c.MaxOutputLength}
+		a := &kernelAnswer{onOutput: onOutput, maxChars: c.MaxOutputLength, tools: c.Tools}
 		res, err := ex.Exec(ctx, name, sandbox.Command{
 			Command:   "exec python3 -I -S -c " + shellQuote(kernelScript) + " call " + base64.StdEncoding.EncodeToString(b),
 			TimeoutMs: c.TimeoutMs + kernelGraceMs,
@@ -188,6 +250,10 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 	a, res, err := run(false)
 	if err != nil {
 		return PythonOutput{}, err
+	}
+	if a.noKernel && res.ExitCode == 3 && c.Resume != nil {
+		// No driver: the kernel and the paused execution are gone.
+		return PythonOutput{Expired: "the container's Python kernel is not running (the container slept or was restarted while the execution waited), so the paused execution is gone"}, nil
 	}
 	if a.noKernel && res.ExitCode == 3 {
 		had := k.started(name)
@@ -214,6 +280,8 @@ type kernelAnswer struct {
 	bad      int // lines that were not the driver's
 	noKernel bool
 	done     bool
+	tools    []string // the client tools the code may call
+	paused   bool
 	timedOut bool
 	exitCode *int     // set by sys.exit
 	chars    [3]int64 // characters the code wrote per stream, kept or not
@@ -277,6 +345,8 @@ func (a *kernelAnswer) take(line []byte) {
 		Dropped   struct {
 			Images int `json:"images"`
 		} `json:"dropped"`
+		Call  string          `json:"call"`
+		Input json.RawMessage `json:"input"`
 	}
 	if len(line) > maxKernelLine || json.Unmarshal(line, &m) != nil || a.done {
 		a.bad++
@@ -367,6 +437,20 @@ func (a *kernelAnswer) take(line []byte) {
 			st = fmt.Sprint(*m.Status)
 		}
 		a.out.Notes += "shellgate: the Python kernel exited during this call (exit status " + st + "); the next call starts a new kernel, and variables, imports and other state are lost\n"
+	case "tool_call":
+		if err := a.toolCall(m.Call, m.Name, m.Input); err != nil {
+			a.out.Notes += "shellgate: a tool call from the kernel was refused: " + err.Error() + "\n"
+			a.bad++
+		}
+	case "paused":
+		a.paused = a.out.ToolCall != nil
+		a.done = a.paused
+	case "expired":
+		a.out.Expired = capped(stripANSI(m.Why), 1000)
+		if a.out.Expired == "" {
+			a.out.Expired = "the paused execution is gone"
+		}
+		a.done = true
 	case "done":
 		a.done, a.timedOut = true, m.TimedOut
 		a.chars[1], a.chars[2] = m.Stdout, m.Stderr
@@ -376,6 +460,33 @@ func (a *kernelAnswer) take(line []byte) {
 	default:
 		a.bad++
 	}
+}
+
+var toolCallToken = regexp.MustCompile(`^[0-9a-f]{24}$`)
+
+// toolCall checks a tool call the kernel reports: nothing from the sandbox
+// is trusted.
+func (a *kernelAnswer) toolCall(call, name string, input json.RawMessage) error {
+	if a.out.ToolCall != nil {
+		return fmt.Errorf("a second tool call in one answer")
+	}
+	if !toolCallToken.MatchString(call) {
+		return fmt.Errorf("malformed call token")
+	}
+	if !slices.Contains(a.tools, name) {
+		return fmt.Errorf("%q is not a tool the code may call", capped(name, 128))
+	}
+	if len(input) > MaxToolInput {
+		return fmt.Errorf("input of %d bytes, over %d", len(input), MaxToolInput)
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(input, &obj) != nil || obj == nil {
+		return fmt.Errorf("input is not a JSON object")
+	}
+	var buf bytes.Buffer
+	json.Compact(&buf, input)
+	a.out.ToolCall = &PythonToolCall{Call: call, Name: name, Input: json.RawMessage(strings.ToValidUTF8(buf.String(), "\uFFFD"))}
+	return nil
 }
 
 func (a *kernelAnswer) images() int {
