@@ -417,6 +417,9 @@ func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool
 	}
 	step.Result = r.Resume(ctx, box.get, rs.Call, rs.Answer, onOut)
 	step.End = time.Now()
+	if step.Result.Executed {
+		res.ToolCallsExecuted++
+	}
 	if box.fatal != nil {
 		return true, box.fatal
 	}

@@ -1,0 +1,177 @@
+package messages
+
+// Programmatic tool calling: client tools whose allowed_callers name the
+// request's code execution tool version are async functions in the code
+// of its Python tool (code_execution, gateway.CodeTool with Programmatic).
+// A call pauses the execution in the container's kernel; the response
+// ends with the code_execution server_tool_use and the client's tool_use,
+// whose caller {"type": <version>, "tool_id": <server_tool_use id>} says
+// the code made it, and stop_reason "tool_use". The client's next request
+// ends with that assistant content and a user tool_result for the call:
+// parse finds the paused server_tool_use (the one left without a result)
+// and the loop resumes it (gateway.Run.Resume) in the container the
+// request names. Calls made by code and their results are the client's
+// business: the model never sees them, only the code_execution_tool_result
+// that ends the execution.
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+)
+
+// codeCallers are the allowed_callers naming a code execution version.
+var codeCallers = []string{"code_execution_20250825", "code_execution_20260120", "code_execution_20260521"}
+
+// customTool is a client tool as declared, for programmaticTools.
+type customTool struct {
+	i    int
+	tool gateway.Tool
+	code string // the code execution version allowed to call it; "" none
+}
+
+// progCall is a client tool_use made by code, on replay.
+type progCall struct {
+	exec  string // the id of the server_tool_use whose code made it
+	token string // the kernel's token for the call (the id without toolu_)
+	msg   int    // index of the message holding it
+}
+
+// progID is the id of a tool_use made by code: toolu_ and the kernel's
+// token for the call.
+var progID = regexp.MustCompile(`^toolu_([0-9a-f]{24})$`)
+
+// allowedCallers reads a custom tool's allowed_callers: whether the model
+// may call it, and which code execution version's code may.
+func allowedCallers(i int, in []string) (direct bool, code string, err error) {
+	if in == nil {
+		return true, "", nil
+	}
+	if len(in) == 0 {
+		return false, "", badRequest("tools.%d.allowed_callers: empty; name \"direct\" (the model calls it) and/or a code execution version (code calls it)", i)
+	}
+	for j, c := range in {
+		switch {
+		case c == "direct":
+			direct = true
+		case slices.Contains(codeCallers, c):
+			if code != "" && code != c {
+				return false, "", badRequest("tools.%d.allowed_callers.%d: %q and %q: one request has one code execution tool", i, j, code, c)
+			}
+			code = c
+		default:
+			return false, "", badRequest("tools.%d.allowed_callers.%d: %q is not one of direct, %s", i, j, clip(c), strings.Join(codeCallers, ", "))
+		}
+	}
+	return direct, code, nil
+}
+
+// programmaticTools adds the Python code_execution tool whose code calls
+// the client tools that allow it.
+func (p *parsed) programmaticTools(claim func(int, string) error, addServer func(int, string, gateway.ServerTool, toolKind) error) error {
+	var prog gateway.Programmatic
+	for _, c := range p.custom {
+		switch {
+		case c.code == "":
+			prog.Denied = append(prog.Denied, c.tool.Name)
+		case p.codeExec == "":
+			return badRequest("tools.%d.allowed_callers: %s names a code execution tool the request does not have; add {\"type\":%q,\"name\":\"code_execution\"} to tools", c.i, c.code, c.code)
+		case c.code != p.codeExec:
+			return badRequest("tools.%d.allowed_callers: %s is not the request's code execution tool, %s", c.i, c.code, p.codeExec)
+		default:
+			prog.Tools = append(prog.Tools, c.tool)
+		}
+	}
+	if len(prog.Tools) == 0 {
+		return nil
+	}
+	prog.Caller = p.codeExec
+	return addServer(p.codeExecAt, gateway.CodeExecution, gateway.CodeTool{Programmatic: &prog}, toolKind{kind: "codeexec", typ: p.codeExec})
+}
+
+// programmaticUse takes a replayed tool_use made by code: it is recorded,
+// not shown to the model.
+func (p *parsed) programmaticUse(where string, i int, b block) error {
+	if !slices.Contains(codeCallers, b.Caller.Type) {
+		return badRequest("%s.caller.type: %q is not direct or one of %s", where, clip(b.Caller.Type), strings.Join(codeCallers, ", "))
+	}
+	if _, ok := p.execCalls[b.Caller.ToolID]; !ok {
+		return badRequest("%s.caller.tool_id: %q names no code_execution server_tool_use before it", where, clip(b.Caller.ToolID))
+	}
+	m := progID.FindStringSubmatch(b.ID)
+	if m == nil {
+		return badRequest("%s.id: %q is not the id of a tool call made by Shellgate's code execution (toolu_ and 24 hex digits)", where, clip(b.ID))
+	}
+	if _, dup := p.prog[b.ID]; dup {
+		return badRequest("%s.id: tool_use id %q is used twice", where, clip(b.ID))
+	}
+	p.prog[b.ID] = progCall{exec: b.Caller.ToolID, token: m[1], msg: i}
+	return nil
+}
+
+// resumeCall finds the server tool call left open, which must be a
+// code execution paused on a client tool call answered in the last
+// message, and makes it the run's Resume. open are the server_tool_use
+// ids without a result block; msgs the conversation as the model will
+// see it.
+func (p *parsed) resumeCall(open map[string]string, last int, msgs []gateway.Message) ([]gateway.Message, error) {
+	if len(open) == 0 {
+		return msgs, nil
+	}
+	// The client calls made by code in the last assistant message.
+	var paused []string
+	for id, pc := range p.prog {
+		if _, ok := open[pc.exec]; ok && pc.msg == last-1 {
+			paused = append(paused, id)
+		}
+	}
+	for id := range open {
+		if len(paused) == 1 && p.prog[paused[0]].exec == id {
+			continue
+		}
+		for tu, pc := range p.prog {
+			if pc.exec == id {
+				return nil, badRequest("messages: the code of server_tool_use %q waits for the result of tool_use %q: the request must end with the assistant message holding that tool_use and a user message with its tool_result", clip(id), clip(tu))
+			}
+		}
+		return nil, badRequest("messages: server_tool_use %q has no result block after it", clip(id))
+	}
+	if len(paused) != 1 {
+		return nil, badRequest("messages.%d: %d tool_use blocks made by code wait for a result; a paused execution waits for one at a time", last-1, len(paused))
+	}
+	id := paused[0]
+	pc := p.prog[id]
+	ans, ok := p.answers[id]
+	if !ok || p.answerMsg[id] != last {
+		return nil, badRequest("messages.%d: tool_use %q (called by the code of server_tool_use %q) needs its tool_result in the last user message", last, clip(id), clip(pc.exec))
+	}
+	if _, ok := p.run.ServerTools[gateway.CodeExecution].(gateway.CodeTool); !ok || p.run.ServerTools[gateway.CodeExecution].(gateway.CodeTool).Programmatic == nil {
+		return nil, badRequest("tools: the conversation resumes code that calls client tools; send the tools of the request that made the call (with their allowed_callers) and its code execution tool")
+	}
+	sel := p.run.Select
+	if sel.ContainerReference == "" && sel.BodySessionID == "" && sel.HeaderSessionID == "" {
+		return nil, badRequest("container: required to resume the code of server_tool_use %q, which waits for tool_use %q in its container: send the container id of the response that made the call", clip(pc.exec), clip(id))
+	}
+	rs := &gateway.Resume{Call: *p.execCalls[pc.exec], Answer: gateway.ToolAnswer{Call: pc.token, Content: ans.Content, IsError: ans.IsError}}
+	// The client's other content of its last message follows the result.
+	if n := len(msgs); n > 0 && msgs[n-1].Role == gateway.RoleUser {
+		rs.Rest, msgs = msgs[n-1].Parts, msgs[:n-1]
+	}
+	n := len(msgs)
+	if n == 0 || msgs[n-1].Role != gateway.RoleAssistant || !holdsCall(msgs[n-1], pc.exec) {
+		return nil, badRequest("messages: the code_execution server_tool_use %q must be in the last assistant message, followed only by the tool_use its code made", clip(pc.exec))
+	}
+	p.run.Resume = rs
+	return msgs, nil
+}
+
+func holdsCall(m gateway.Message, id string) bool {
+	for _, pt := range m.Parts {
+		if pt.Kind == gateway.PartToolCall && pt.Call != nil && pt.Call.ID == id {
+			return true
+		}
+	}
+	return false
+}
