@@ -65,3 +65,45 @@ func TestKernelAnswerHostile(t *testing.T) {
 		t.Errorf("bad lines %d, notes %q", a.bad, o.Notes[:min(80, len(o.Notes))])
 	}
 }
+
+// TestKernelAnswerToolCall is the host's check of a client tool call the
+// kernel reports (programmatic tool calling): only a well-formed call of
+// an allowed tool, with a JSON object under the size bound, pauses the
+// execution; anything else is dropped with a note and the answer does not
+// read as paused.
+func TestKernelAnswerToolCall(t *testing.T) {
+	const token = "0123456789abcdef01234567"
+	answer := func(lines ...string) PythonOutput {
+		a := &kernelAnswer{maxChars: 100, tools: []string{"get_weather"}}
+		for _, l := range lines {
+			a.feed(1, []byte(l+"\n"))
+		}
+		return a.result(sandbox.Result{}, PythonCall{MaxOutputLength: 100})
+	}
+	o := answer(`{"t":"stream","name":"stdout","text":"before\n"}`,
+		`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{ "city" : "Paris" }}`, `{"t":"paused"}`)
+	if o.ToolCall == nil || o.ToolCall.Call != token || o.ToolCall.Name != "get_weather" || string(o.ToolCall.Input) != `{"city":"Paris"}` || o.Notes != "" {
+		t.Fatalf("a good call: %+v %+v", o.ToolCall, o)
+	}
+	for name, line := range map[string]string{
+		"a tool not allowed":  `{"t":"tool_call","call":"` + token + `","name":"rm_rf","input":{}}`,
+		"a malformed token":   `{"t":"tool_call","call":"../../x","name":"get_weather","input":{}}`,
+		"input not an object": `{"t":"tool_call","call":"` + token + `","name":"get_weather","input":[1]}`,
+		"input over the bound": `{"t":"tool_call","call":"` + token + `","name":"get_weather","input":{"a":"` +
+			strings.Repeat("x", MaxToolInput) + `"}}`,
+	} {
+		o := answer(line, `{"t":"paused"}`)
+		if o.ToolCall != nil || !strings.Contains(o.Notes, "tool call from the kernel was refused") || !strings.Contains(o.Notes, "answer ended early") {
+			t.Errorf("%s: call %+v, notes %q", name, o.ToolCall, o.Notes)
+		}
+	}
+	o = answer(`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{}}`,
+		`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{"second":1}}`, `{"t":"paused"}`)
+	if o.ToolCall == nil || string(o.ToolCall.Input) != `{}` {
+		t.Errorf("a second call in one answer replaced the first: %+v", o.ToolCall)
+	}
+	o = answer(`{"t":"expired","why":"the execution waited more than 300 s for the result of get_weather and was ended"}`)
+	if !strings.Contains(o.Expired, "300 s") || o.ToolCall != nil {
+		t.Errorf("expired: %+v", o)
+	}
+}
