@@ -165,3 +165,101 @@ func TestPythonArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonToolCalls is programmatic tool calling on the kernel, on every
+// runtime: code calls client tools as async functions; each call pauses
+// the execution in the kernel and a resume hands it the result, in the
+// same kernel with its state; a tool the code may not call, a tool's
+// error, another call while one waits and a sandbox that sleeps each end
+// clearly, the kernel alive.
+func TestPythonToolCalls(t *testing.T) {
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) { pythonToolCalls(t, rt) })
+	}
+}
+
+func pythonToolCalls(t *testing.T, rt string) {
+	m, _ := sandboxtest.Open(t, rt, "default")
+	const box = "ptc"
+	var k tool.Kernels
+	ctx := context.Background()
+	tools := []string{"get_weather"}
+	run := func(t *testing.T, c tool.PythonCall) tool.PythonOutput {
+		t.Helper()
+		if c.TimeoutMs == 0 {
+			c.TimeoutMs, c.MaxOutputLength = 60_000, 10_000
+		}
+		c.Tools, c.Denied, c.Caller = tools, []string{"send_email"}, "code_execution_20260120"
+		o, err := tool.RunPython(ctx, m, box, c, &k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	code := func(t *testing.T, src string) tool.PythonOutput { return run(t, tool.PythonCall{Code: src}) }
+	resume := func(t *testing.T, call *tool.PythonToolCall, result, errText string) tool.PythonOutput {
+		t.Helper()
+		if call == nil {
+			t.Fatal("no tool call to resume")
+		}
+		return run(t, tool.PythonCall{Resume: &tool.PythonResume{Call: call.Call, Result: result, Error: errText}})
+	}
+
+	t.Run("01 two calls, each resumed, in one execution", func(t *testing.T) {
+		o := code(t, "x = 41\nprint('before')\n"+
+			"try:\n    await send_email(to='a')\nexcept ToolError as e:\n    print('refused:', e)\n"+
+			"a = await get_weather(city='Paris')\nprint('got', a)\nb = await get_weather(city='Oslo')\nprint(a, b, x + 1)")
+		if o.ToolCall == nil || o.ToolCall.Name != "get_weather" || string(o.ToolCall.Input) != `{"city":"Paris"}` {
+			t.Fatalf("first pause: %+v", o)
+		}
+		o = resume(t, o.ToolCall, "sunny", "")
+		if o.ToolCall == nil || string(o.ToolCall.Input) != `{"city":"Oslo"}` {
+			t.Fatalf("second pause: %+v", o)
+		}
+		o = resume(t, o.ToolCall, "rainy", "")
+		want := "before\nrefused: the tool send_email cannot be called from code: its allowed_callers do not include code_execution_20260120\ngot sunny\nsunny rainy 42\n"
+		if o.ToolCall != nil || o.Stdout != want || o.Outcome.Type != "exit" || *o.Outcome.ExitCode != 0 {
+			t.Errorf("end: stdout %q, want %q; %+v", o.Stdout, want, o)
+		}
+	})
+	t.Run("02 a tool's error is ToolError in the code; a tool not allowed is refused", func(t *testing.T) {
+		// The driver refuses a call of a tool not allowed even when code
+		// asks for it by hand, without the tool functions.
+		o := code(t, "import builtins, json\n"+
+			"print(json.loads(builtins.input('\\x1eshellgate-tool ' + json.dumps({'name': 'rm_rf', 'input': {}})))['error'])\n"+
+			"try:\n    await get_weather(city='Nowhere')\nexcept ToolError as e:\n    print('failed:', e)\n")
+		o = resume(t, o.ToolCall, "", "the tool reported an error: no such city")
+		if o.Stdout != "there is no tool 'rm_rf' callable from code in this request (callable: get_weather)\nfailed: the tool reported an error: no such city\n" || o.Error != nil {
+			t.Errorf("%q %+v", o.Stdout, o)
+		}
+	})
+	t.Run("03 another call ends the waiting execution; a late resume says why", func(t *testing.T) {
+		o := code(t, "y = 1\nawait get_weather(city='Paris')\ny = 2")
+		if o.ToolCall == nil {
+			t.Fatalf("no pause: %+v", o)
+		}
+		if o2 := code(t, "print(x, y)"); o2.Stdout != "41 1\n" || o2.Restarted != "" {
+			t.Errorf("the next call: %+v", o2)
+		}
+		o = resume(t, o.ToolCall, "sunny", "")
+		if !strings.Contains(o.Expired, "another Python call came") {
+			t.Errorf("late resume: %+v", o)
+		}
+		if o := resume(t, &tool.PythonToolCall{Call: "0123456789abcdef01234567"}, "x", ""); !strings.Contains(o.Expired, "no execution") {
+			t.Errorf("unknown call: %+v", o)
+		}
+	})
+	t.Run("04 a sandbox that sleeps ends the waiting execution", func(t *testing.T) {
+		o := code(t, "await get_weather(city='Paris')")
+		if o.ToolCall == nil {
+			t.Fatalf("no pause: %+v", o)
+		}
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		o = resume(t, o.ToolCall, "sunny", "")
+		if !strings.Contains(o.Expired, "container slept") {
+			t.Errorf("after sleep: %+v", o)
+		}
+	})
+}
