@@ -66,6 +66,30 @@ func TestNodeCodeInterpreter(t *testing.T) {
 	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 8)
 }
 
+// TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
+// calling through @anthropic-ai/sdk (messages.create and messages.stream,
+// on the three upstream flavours) on the default image: the scripted
+// model's code calls the client's get_weather twice (each call pauses the
+// execution in the kernel; the client's tool_result, naming the container,
+// resumes it) and a tool it may not call once (ToolError in the code), then
+// the model answers with the code's output. Plus the bad input: a resume
+// without its container, a tool_result no execution waits for.
+func TestNodeProgrammaticToolCalls(t *testing.T) {
+	node, dir := nodeClients(t)
+	sandboxtest.Skip(t, "runsc", "default")
+	bin, data, env := serveBinary(t)
+	code := "try:\n    await send_email(to='x@example.com')\nexcept ToolError as e:\n    print('refused:', e)\n" +
+		"rs = []\nfor city in ['Paris', 'Oslo']:\n    rs.append(await get_weather(city=city))\nprint('; '.join(rs))\n"
+	args, _ := json.Marshal(map[string]string{"code": code})
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}},
+		{Text: "The weather: {{last_tool_stdout}}"},
+	}})
+	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
+	runNode(t, node, dir, "programmatic.mjs", base, key, logs, 8)
+}
+
 // TestNodeGeminiCharts runs @google/genai against the real binary on the
 // default image: the scripted model plots with the code tool, and the
 // chart comes back as an inlineData part (generateContent and
