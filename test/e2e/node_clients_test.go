@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -88,6 +89,21 @@ func TestNodeProgrammaticToolCalls(t *testing.T) {
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
 	runNode(t, node, dir, "programmatic.mjs", base, key, logs, 8)
+	// The model is told how to call the tool from code, and never sees it
+	// as its own tool, nor the calls the code made and their results.
+	direct := regexp.MustCompile(`"name"\s*:\s*"get_weather"`)
+	told := 0
+	for _, r := range model.Requests() {
+		if direct.Match(r.Raw) {
+			t.Errorf("%s request %d shows get_weather to the model: %.2000s", r.API, r.Turn, r.Raw)
+		}
+		if bytes.Contains(r.Raw, []byte("await get_weather(")) {
+			told++
+		}
+	}
+	if n := len(model.Requests()); told != n || n == 0 {
+		t.Errorf("%d of %d requests tell the model how to call get_weather from code", told, n)
+	}
 }
 
 // TestNodeGeminiCharts runs @google/genai against the real binary on the
