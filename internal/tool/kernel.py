@@ -20,7 +20,8 @@
 # kernel, waiting. A later call {"resume":true,"call":TOKEN,"result"|"error"}
 # hands the answer to the waiting code and streams the execution on (the
 # output of the earlier stretches first): it may call another tool, or end
-# with "done". A parked execution waits at most PARK_S seconds; then, or
+# with "done". A parked execution waits at most PARK_S seconds (the call's
+# "park_s"); then, or
 # when another call comes, it is ended (the tool raises ToolError) and a
 # resume for it gets {"t":"expired","why"}.
 import base64, json, os, socket, sys, time
@@ -149,9 +150,9 @@ def serve():
             conn, _ = srv.accept()
         except socket.timeout:
             x = st["parked"]
-            if x is not None and time.monotonic() - x["parked_at"] > PARK_S:
+            if x is not None and time.monotonic() - x["parked_at"] > x["park_s"]:
                 try:
-                    end_parked(st, stop, queue, "the execution waited more than %d s for the result of %s and was ended" % (PARK_S, x["name"]))
+                    end_parked(st, stop, queue, "the execution waited more than %d s for the result of %s and was ended" % (x["park_s"], x["name"]))
                 except Exception:
                     st["parked"] = None
             continue
@@ -195,6 +196,11 @@ def handle(conn, st, start, stop, queue, select):
             why = st["ended"].get(req.get("call")) or "no execution of this container's kernel is waiting for that tool result (it ended, or the container slept since it was paused)"
             w({"t": "expired", "why": why})
             return
+        if time.monotonic() - parked["parked_at"] > parked["park_s"]:
+            why = "the execution waited more than %d s for the result of %s and was ended" % (parked["park_s"], parked["name"])
+            end_parked(st, stop, queue, why)
+            w({"t": "expired", "why": why})
+            return
         st["parked"] = None
         km, kc = st["km"], st["kc"]
         if not km.is_alive():
@@ -234,7 +240,7 @@ def handle(conn, st, start, stop, queue, select):
                 silent=True, store_history=False, timeout=60, output_hook=lambda m: None)
             st["tools"] = tools + denied
         x = {
-            "tools": tools, "lines": [],
+            "tools": tools, "lines": [], "park_s": float(req.get("park_s", PARK_S)),
             "msg_id": kc.execute(req["code"], store_history=True, allow_stdin=bool(tools), stop_on_error=False),
             "max_text": int(req.get("max_text", 16384)), "max_images": int(req.get("max_images", 4)),
             "max_image": int(req.get("max_image_bytes", 2 << 20)),

@@ -71,6 +71,9 @@ type PythonCall struct {
 	// version).
 	Tools, Denied []string
 	Caller        string
+	// ToolWait bounds how long the execution waits for a tool's result
+	// (0: ToolWait).
+	ToolWait time.Duration
 	// Resume, when set, answers the tool call a paused execution waits
 	// for instead of running Code; the execution goes on from there.
 	Resume *PythonResume
@@ -224,6 +227,9 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 	}
 	if len(c.Tools) > 0 || len(c.Denied) > 0 {
 		req["tools"], req["denied"], req["caller"] = c.Tools, c.Denied, c.Caller
+		if c.ToolWait > 0 {
+			req["park_s"] = c.ToolWait.Seconds()
+		}
 	}
 	if r := c.Resume; r != nil {
 		req = map[string]any{"resume": true, "call": r.Call, "result": r.Result, "timeout_ms": c.TimeoutMs}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox/runtime"
@@ -249,7 +250,36 @@ func pythonToolCalls(t *testing.T, rt string) {
 			t.Errorf("unknown call: %+v", o)
 		}
 	})
-	t.Run("04 a sandbox that sleeps ends the waiting execution", func(t *testing.T) {
+	t.Run("04 the wait is bounded", func(t *testing.T) {
+		o := run(t, tool.PythonCall{Code: "await get_weather(city='Paris')", ToolWait: time.Millisecond})
+		if o.ToolCall == nil {
+			t.Fatalf("no pause: %+v", o)
+		}
+		// The resume comes later than the bound: the client's start alone
+		// takes longer.
+		o = resume(t, o.ToolCall, "sunny", "")
+		if !strings.Contains(o.Expired, "waited more than 0 s for the result of get_weather") {
+			t.Errorf("late resume: %+v", o)
+		}
+		if o := code(t, "print(x)"); o.Stdout != "41\n" {
+			t.Errorf("after the bound: %+v", o)
+		}
+	})
+	t.Run("05 a resumed execution is timed as any call", func(t *testing.T) {
+		// Code that awaits runs as an asynchronous cell, which this
+		// ipykernel (6.17) does not stop on interrupt, awaiting or not: at
+		// the timeout the kernel is stopped, as for code that ignores
+		// signals, and the next call says so (docs/python.md).
+		o := code(t, "r = await get_weather(city='Paris')\nprint(r, flush=True)\nwhile True: pass")
+		o = run(t, tool.PythonCall{Resume: &tool.PythonResume{Call: o.ToolCall.Call, Result: "sunny"}, TimeoutMs: 1500, MaxOutputLength: 1000})
+		if o.Outcome.Type != "timeout" || o.Stdout != "sunny\n" {
+			t.Errorf("%+v", o)
+		}
+		if o := code(t, "x = 41\nprint(x)"); o.Stdout != "41\n" || o.Restarted == "" {
+			t.Errorf("after the timeout: %+v", o)
+		}
+	})
+	t.Run("06 a sandbox that sleeps ends the waiting execution", func(t *testing.T) {
 		o := code(t, "await get_weather(city='Paris')")
 		if o.ToolCall == nil {
 			t.Fatalf("no pause: %+v", o)
