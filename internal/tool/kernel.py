@@ -33,6 +33,43 @@ PARK_S = 300
 MAX_TOOL_INPUT = 256 << 10
 TOOL_PROMPT = "\x1eshellgate-tool "
 
+# Run silently in a new kernel: an interrupt stops code that awaits (an
+# asynchronous cell, as code calling tools is). ipykernel 6.17 turns SIGINT
+# in such a cell into a callback on a loop that does not run it, so the
+# cell never stops and the kernel had to be killed. Here SIGINT cancels the
+# cell at its await (CancelledError) or, when it lands in the cell's own
+# code (a busy loop, time.sleep), raises Interrupted there: an Exception,
+# since a KeyboardInterrupt would escape the task and end the event loop.
+ASYNC_INTERRUPT = r"""
+def _shellgate_async_interrupt():
+    import asyncio, contextlib, os, signal, tempfile
+    cells = os.path.join(tempfile.gettempdir(), "ipykernel_")
+
+    class Interrupted(Exception):
+        "The code was interrupted (its timeout) while running code that awaits."
+
+    @contextlib.contextmanager
+    def cancel_on_sigint(future):
+        loop = asyncio.get_event_loop()
+
+        def handle(signum, frame):
+            if frame is not None and frame.f_code.co_filename.startswith(cells):
+                raise Interrupted("interrupted")
+            loop.call_soon_threadsafe(lambda: future.done() or future.cancel())
+
+        save = signal.signal(signal.SIGINT, handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, save)
+
+    get_ipython().kernel._cancel_on_sigint = cancel_on_sigint
+
+
+_shellgate_async_interrupt()
+del _shellgate_async_interrupt
+"""
+
 # Run silently in the kernel before a call with tools: defines the tool
 # functions. The answer to the input request is JSON: {"result": text} or
 # {"error": text}.
@@ -129,6 +166,7 @@ def serve():
         # kernel's hint that it does not exit a kernel is noise here.
         kc.execute_interactive("import warnings as _w; _w.filterwarnings('ignore', message='To exit: use'); del _w",
                                silent=True, store_history=False, timeout=60)
+        kc.execute_interactive(ASYNC_INTERRUPT, silent=True, store_history=False, timeout=60, output_hook=lambda m: None)
         st["km"], st["kc"] = km, kc
 
     def stop(now=True):

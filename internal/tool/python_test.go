@@ -91,6 +91,13 @@ func pythonKernel(t *testing.T, rt string) {
 		if o := py(t, "print(x)", 0); o.Stdout != "41\n" || o.Restarted != "" {
 			t.Errorf("after the timeout: %+v", o)
 		}
+		// Code that awaits (an asynchronous cell) too.
+		if o := py(t, "import asyncio\nawait asyncio.sleep(0)\nwhile True: pass", 1500); o.Outcome.Type != "timeout" || o.Error == nil || o.Error.Name != "Interrupted" {
+			t.Errorf("async: %+v", o)
+		}
+		if o := py(t, "print(x)", 0); o.Stdout != "41\n" || o.Restarted != "" {
+			t.Errorf("after the async timeout: %+v", o)
+		}
 	})
 	t.Run("04 a figure is an image", func(t *testing.T) {
 		o := py(t, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t');", 0)
@@ -265,18 +272,18 @@ func pythonToolCalls(t *testing.T, rt string) {
 			t.Errorf("after the bound: %+v", o)
 		}
 	})
-	t.Run("05 a resumed execution is timed as any call", func(t *testing.T) {
-		// Code that awaits runs as an asynchronous cell, which this
-		// ipykernel (6.17) does not stop on interrupt, awaiting or not: at
-		// the timeout the kernel is stopped, as for code that ignores
-		// signals, and the next call says so (docs/python.md).
-		o := code(t, "r = await get_weather(city='Paris')\nprint(r, flush=True)\nwhile True: pass")
-		o = run(t, tool.PythonCall{Resume: &tool.PythonResume{Call: o.ToolCall.Call, Result: "sunny"}, TimeoutMs: 1500, MaxOutputLength: 1000})
-		if o.Outcome.Type != "timeout" || o.Stdout != "sunny\n" {
-			t.Errorf("%+v", o)
-		}
-		if o := code(t, "x = 41\nprint(x)"); o.Stdout != "41\n" || o.Restarted == "" {
-			t.Errorf("after the timeout: %+v", o)
+	t.Run("05 a resumed execution is timed and interrupted as any call, the kernel kept", func(t *testing.T) {
+		// Code that awaits runs as an asynchronous cell: the interrupt
+		// cancels it at an await, or raises Interrupted in its own code.
+		for _, tail := range []string{"while True: pass", "import time\ntime.sleep(100)", "import asyncio\nawait asyncio.sleep(100)"} {
+			o := code(t, "r = await get_weather(city='Paris')\nprint(r, flush=True)\n"+tail)
+			o = run(t, tool.PythonCall{Resume: &tool.PythonResume{Call: o.ToolCall.Call, Result: "sunny"}, TimeoutMs: 1500, MaxOutputLength: 1000})
+			if o.Outcome.Type != "timeout" || o.Stdout != "sunny\n" || o.Error == nil {
+				t.Errorf("%s: %+v", tail, o)
+			}
+			if o := code(t, "print(r, x)"); o.Stdout != "sunny 41\n" || o.Restarted != "" {
+				t.Errorf("%s: after the timeout: %+v", tail, o)
+			}
 		}
 	})
 	t.Run("06 a sandbox that sleeps ends the waiting execution", func(t *testing.T) {
