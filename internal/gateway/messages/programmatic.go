@@ -22,6 +22,15 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway"
 )
 
+var pyIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// pyKeywords are Python's keywords (and soft keywords that cannot name a
+// function called as name(...) without confusion).
+var pyKeywords = map[string]bool{"False": true, "None": true, "True": true, "and": true, "as": true, "assert": true, "async": true,
+	"await": true, "break": true, "class": true, "continue": true, "def": true, "del": true, "elif": true, "else": true, "except": true,
+	"finally": true, "for": true, "from": true, "global": true, "if": true, "import": true, "in": true, "is": true, "lambda": true,
+	"nonlocal": true, "not": true, "or": true, "pass": true, "raise": true, "return": true, "try": true, "while": true, "with": true, "yield": true}
+
 // codeCallers are the allowed_callers naming a code execution version.
 var codeCallers = []string{"code_execution_20250825", "code_execution_20260120", "code_execution_20260521"}
 
@@ -80,6 +89,8 @@ func (p *parsed) programmaticTools(claim func(int, string) error, addServer func
 			return badRequest("tools.%d.allowed_callers: %s names a code execution tool the request does not have; add {\"type\":%q,\"name\":\"code_execution\"} to tools", c.i, c.code, c.code)
 		case c.code != p.codeExec:
 			return badRequest("tools.%d.allowed_callers: %s is not the request's code execution tool, %s", c.i, c.code, p.codeExec)
+		case !pyIdent.MatchString(c.tool.Name) || pyKeywords[c.tool.Name]:
+			return badRequest("tools.%d.name: %q cannot be called from code: a tool callable from code needs a name that is a Python identifier (letters, digits, '_', not a keyword)", c.i, c.tool.Name)
 		default:
 			prog.Tools = append(prog.Tools, c.tool)
 		}

@@ -59,10 +59,12 @@ func TestProgrammaticTools(t *testing.T) {
 	}
 
 	for body, want := range map[string]string{
-		`[{"type":"code_execution_20260120","name":"code_execution"},{"name":"f","input_schema":{"type":"object"},"allowed_callers":["bogus"]}]`:                   "tools.1.allowed_callers.0",
-		`[{"name":"f","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}]`:                                                            "tools.0.allowed_callers: code_execution_20260120 names a code execution tool the request does not have",
-		`[{"type":"code_execution_20250825","name":"code_execution"},{"name":"f","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}]`: "is not the request's code execution tool, code_execution_20250825",
-		`[{"type":"code_execution_20260120","name":"code_execution"},{"name":"f","input_schema":{"type":"object"},"allowed_callers":[]}]`:                          "tools.1.allowed_callers: empty",
+		`[{"type":"code_execution_20260120","name":"code_execution"},{"name":"f","input_schema":{"type":"object"},"allowed_callers":["bogus"]}]`:                             "tools.1.allowed_callers.0",
+		`[{"name":"f","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}]`:                                                                      "tools.0.allowed_callers: code_execution_20260120 names a code execution tool the request does not have",
+		`[{"type":"code_execution_20250825","name":"code_execution"},{"name":"f","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}]`:           "is not the request's code execution tool, code_execution_20250825",
+		`[{"type":"code_execution_20260120","name":"code_execution"},{"name":"f","input_schema":{"type":"object"},"allowed_callers":[]}]`:                                    "tools.1.allowed_callers: empty",
+		`[{"type":"code_execution_20260120","name":"code_execution"},{"name":"get-weather","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}]`: `tools.1.name: "get-weather" cannot be called from code`,
+		`[{"type":"code_execution_20260120","name":"code_execution"},{"name":"class","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}]`:       `tools.1.name: "class" cannot be called from code`,
 	} {
 		_, err := parseBody(t, `{"model":"p/m","max_tokens":10,"tools":`+body+`,"messages":[{"role":"user","content":"hi"}]}`)
 		var re *reqError
