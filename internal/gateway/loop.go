@@ -59,7 +59,9 @@ type Run struct {
 	// Resume, when set, continues a server tool call paused on a client
 	// tool call in an earlier request (programmatic tool calling) before
 	// the model is asked anything: Request.Messages end with the
-	// assistant turn holding Resume.Call.
+	// assistant turn holding Resume.Call, and maybe a user message with the
+	// client's other content (results of its direct tool calls, text),
+	// which then follows the resumed call's result.
 	Resume *Resume
 }
 
@@ -68,10 +70,6 @@ type Run struct {
 type Resume struct {
 	Call   ToolCall // the server tool call, as the conversation holds it
 	Answer ToolAnswer
-	// Rest are the other parts of the client's last user message (results
-	// of its direct tool calls, text): they follow the resumed call's
-	// result in the conversation.
-	Rest []Part
 }
 
 // Upload is a workspace file to copy into the container before its first
@@ -435,7 +433,11 @@ func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool
 		run.Sink.StepDone(step)
 	}
 	r2 := &ToolResult{CallID: rs.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}
-	req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: append([]Part{{Kind: PartToolResult, Result: r2}}, rs.Rest...)})
+	var rest []Part
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == RoleUser {
+		rest, req.Messages = req.Messages[n-1].Parts, req.Messages[:n-1]
+	}
+	req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: append([]Part{{Kind: PartToolResult, Result: r2}}, rest...)})
 	return false, nil
 }
 

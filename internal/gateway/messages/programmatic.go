@@ -166,11 +166,12 @@ func (p *parsed) resumeCall(open map[string]string, last int, msgs []gateway.Mes
 		return nil, badRequest("container: required to resume the code of server_tool_use %q, which waits for tool_use %q in its container: send the container id of the response that made the call", clip(pc.exec), clip(id))
 	}
 	rs := &gateway.Resume{Call: *p.execCalls[pc.exec], Answer: gateway.ToolAnswer{Call: pc.token, Content: ans.Content, IsError: ans.IsError}}
-	// The client's other content of its last message follows the result.
-	if n := len(msgs); n > 0 && msgs[n-1].Role == gateway.RoleUser {
-		rs.Rest, msgs = msgs[n-1].Parts, msgs[:n-1]
-	}
+	// The client's other content of its last message stays in the
+	// conversation (screened with it); the loop puts it after the result.
 	n := len(msgs)
+	if n > 0 && msgs[n-1].Role == gateway.RoleUser {
+		n--
+	}
 	if n == 0 || msgs[n-1].Role != gateway.RoleAssistant || !holdsCall(msgs[n-1], pc.exec) {
 		return nil, badRequest("messages: the code_execution server_tool_use %q must be in the last assistant message, followed only by the tool_use its code made", clip(pc.exec))
 	}

@@ -100,12 +100,12 @@ func TestProgrammaticResume(t *testing.T) {
 		rs.Answer.Call != token || rs.Answer.Content != "sunny\n21C" || rs.Answer.IsError {
 		t.Fatalf("resume: %+v", rs)
 	}
-	if len(rs.Rest) != 1 || rs.Rest[0].Text != "thanks" {
-		t.Errorf("the rest of the last message: %+v", rs.Rest)
-	}
+	// The client's other content stays in the conversation (the loop
+	// puts it after the resumed call's result).
 	msgs := p.run.Request.Messages
-	last := msgs[len(msgs)-1]
-	if len(msgs) != 2 || last.Role != gateway.RoleAssistant || len(last.Parts) != 2 || last.Parts[1].Call == nil || last.Parts[1].Call.ID != "srvtoolu_1" {
+	call, rest := msgs[len(msgs)-2], msgs[len(msgs)-1]
+	if len(msgs) != 3 || call.Role != gateway.RoleAssistant || len(call.Parts) != 2 || call.Parts[1].Call == nil || call.Parts[1].Call.ID != "srvtoolu_1" ||
+		rest.Role != gateway.RoleUser || len(rest.Parts) != 1 || rest.Parts[0].Text != "thanks" {
 		b, _ := json.Marshal(msgs)
 		t.Errorf("the model's conversation: %s", b)
 	}
