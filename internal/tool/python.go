@@ -508,6 +508,11 @@ func (a *kernelAnswer) images() int {
 // result completes the output once the client's command has ended.
 func (a *kernelAnswer) result(res sandbox.Result, c PythonCall) PythonOutput {
 	o := a.out
+	if o.ToolCall != nil && !a.paused {
+		// A call the driver did not pause on: nothing waits for its result.
+		o.ToolCall = nil
+		o.Notes += "shellgate: a tool call from the kernel was dropped: the execution did not pause for it\n"
+	}
 	var cutOut, cutErr bool
 	o.Stdout, cutOut = capText([]byte(a.stdout.String()), max(a.chars[1], int64(a.stdout.Len())), c.MaxOutputLength)
 	o.Stderr, cutErr = capText([]byte(a.stderr.String()), max(a.chars[2], int64(a.stderr.Len())), c.MaxOutputLength)

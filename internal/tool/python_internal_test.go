@@ -102,6 +102,10 @@ func TestKernelAnswerToolCall(t *testing.T) {
 	if o.ToolCall == nil || string(o.ToolCall.Input) != `{}` {
 		t.Errorf("a second call in one answer replaced the first: %+v", o.ToolCall)
 	}
+	o = answer(`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{}}`, `{"t":"done","timed_out":false}`)
+	if o.ToolCall != nil || !strings.Contains(o.Notes, "did not pause") {
+		t.Errorf("a call without the pause: %+v", o)
+	}
 	o = answer(`{"t":"expired","why":"the execution waited more than 300 s for the result of get_weather and was ended"}`)
 	if !strings.Contains(o.Expired, "300 s") || o.ToolCall != nil {
 		t.Errorf("expired: %+v", o)
