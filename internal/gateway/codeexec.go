@@ -352,8 +352,8 @@ func (t CodeTool) Function() Tool {
 		return PythonFunction(CodeExecution, "")
 	}
 	var b strings.Builder
-	b.WriteString("The code can call these tools of the user's as async functions, with keyword arguments as their input schema names them " +
-		"(top-level await works: `r = await " + p.Tools[0].Name + "(...)`); each returns the tool's result as a string (json.loads it when it is JSON) " +
+	b.WriteString("The code can call these tools of the user's as async functions, with keyword arguments as their input schema names them, " +
+		"or positional ones in the order of its properties (top-level await works: `r = await " + p.Tools[0].Name + "(...)`); each returns the tool's result as a string (json.loads it when it is JSON) " +
 		"and raises ToolError when the tool fails. Call them from code to process many results without reading each one:")
 	for _, c := range p.Tools {
 		doc := fmt.Sprintf("\n- %s: %s Input schema: %s", c.Name, c.Description, compactJSON(c.Parameters))
@@ -363,6 +363,33 @@ func (t CodeTool) Function() Tool {
 		b.WriteString(doc)
 	}
 	return PythonFunction(CodeExecution, b.String())
+}
+
+// schemaProperties are the names of a JSON Schema's properties, in the
+// order the schema lists them (nil when it has none or does not parse).
+func schemaProperties(schema []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(schema, &top) != nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(top["properties"]))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var names []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		name, _ := t.(string)
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return nil
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 func compactJSON(raw []byte) string {
@@ -379,8 +406,10 @@ func (t CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOu
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: err.Error()}, false)
 	}
 	if p := t.Programmatic; p != nil {
+		c.ToolParams = map[string][]string{}
 		for _, f := range p.Tools {
 			c.Tools = append(c.Tools, f.Name)
+			c.ToolParams[f.Name] = schemaProperties(f.Parameters)
 		}
 		c.Denied, c.Caller = p.Denied, p.Caller
 	}

@@ -74,7 +74,7 @@ del _shellgate_async_interrupt
 # functions. The answer to the input request is JSON: {"result": text} or
 # {"error": text}.
 TOOLS_SETUP = r"""
-def _shellgate_tools(allowed, denied, caller, stale):
+def _shellgate_tools(allowed, denied, caller, stale, params):
     import builtins, json, keyword
     ns = get_ipython().user_ns
 
@@ -82,15 +82,23 @@ def _shellgate_tools(allowed, denied, caller, stale):
         "A client tool's call failed: the tool reported an error, or its result never came."
 
     def make(name):
+        names = params.get(name) or []
+
         async def tool(*args, **kwargs):
-            if args:
-                raise TypeError("%s() takes keyword arguments only, as its input_schema names them: %s(key=value, ...)" % (name, name))
+            # Positional arguments fill the input schema's properties in
+            # their order.
+            if len(args) > len(names):
+                raise TypeError("%s() takes at most %d positional argument(s) (%s); pass the input as keyword arguments" % (name, len(names), ", ".join(names)))
+            for k, v in zip(names, args):
+                if k in kwargs:
+                    raise TypeError("%s() got multiple values for argument %r" % (name, k))
+                kwargs[k] = v
             reply = json.loads(builtins.input("\x1eshellgate-tool " + json.dumps({"name": name, "input": kwargs})))
             if "error" in reply:
                 raise ToolError(reply["error"])
             return reply["result"]
         tool.__name__ = tool.__qualname__ = name
-        tool.__doc__ = "The client tool %s: await %s(key=value, ...) returns its result as a string." % (name, name)
+        tool.__doc__ = "The client tool %s: await %s(%s) returns its result as a string." % (name, name, ", ".join(names) or "key=value, ...")
         return tool
 
     def refuse(name):
@@ -273,8 +281,9 @@ def handle(conn, st, start, stop, queue, select):
         tools = [n for n in req.get("tools") or [] if isinstance(n, str)]
         denied = [n for n in req.get("denied") or [] if isinstance(n, str)]
         if tools or denied or st["tools"]:
-            kc.execute_interactive(TOOLS_SETUP + "\n_shellgate_tools(%s, %s, %s, %s)\ndel _shellgate_tools\n" % (
-                json.dumps(tools), json.dumps(denied), json.dumps(str(req.get("caller", ""))), json.dumps(st["tools"])),
+            params = req.get("params") if isinstance(req.get("params"), dict) else {}
+            kc.execute_interactive(TOOLS_SETUP + "\n_shellgate_tools(%s, %s, %s, %s, %s)\ndel _shellgate_tools\n" % (
+                json.dumps(tools), json.dumps(denied), json.dumps(str(req.get("caller", ""))), json.dumps(st["tools"]), json.dumps(params)),
                 silent=True, store_history=False, timeout=60, output_hook=lambda m: None)
             st["tools"] = tools + denied
         x = {

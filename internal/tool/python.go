@@ -71,6 +71,9 @@ type PythonCall struct {
 	// version).
 	Tools, Denied []string
 	Caller        string
+	// ToolParams are each tool's input properties in their schema's
+	// order: positional arguments fill them.
+	ToolParams map[string][]string
 	// ToolWait bounds how long the execution waits for a tool's result
 	// (0: ToolWait).
 	ToolWait time.Duration
@@ -226,7 +229,7 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 		"max_images": MaxPythonImages, "max_image_bytes": MaxPythonImageBytes,
 	}
 	if len(c.Tools) > 0 || len(c.Denied) > 0 {
-		req["tools"], req["denied"], req["caller"] = c.Tools, c.Denied, c.Caller
+		req["tools"], req["denied"], req["caller"], req["params"] = c.Tools, c.Denied, c.Caller, c.ToolParams
 		if c.ToolWait > 0 {
 			req["park_s"] = c.ToolWait.Seconds()
 		}

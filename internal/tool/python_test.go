@@ -198,6 +198,7 @@ func pythonToolCalls(t *testing.T, rt string) {
 			c.TimeoutMs, c.MaxOutputLength = 60_000, 10_000
 		}
 		c.Tools, c.Denied, c.Caller = tools, []string{"send_email"}, "code_execution_20260120"
+		c.ToolParams = map[string][]string{"get_weather": {"city", "unit"}}
 		o, err := tool.RunPython(ctx, m, box, c, &k, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -216,18 +217,25 @@ func pythonToolCalls(t *testing.T, rt string) {
 	t.Run("01 two calls, each resumed, in one execution", func(t *testing.T) {
 		o := code(t, "x = 41\nprint('before')\n"+
 			"try:\n    await send_email(to='a')\nexcept ToolError as e:\n    print('refused:', e)\n"+
-			"a = await get_weather(city='Paris')\nprint('got', a)\nb = await get_weather(city='Oslo')\nprint(a, b, x + 1)")
+			"a = await get_weather(city='Paris')\nprint('got', a)\nb = await get_weather('Oslo', 'C')\nprint(a, b, x + 1)")
 		if o.ToolCall == nil || o.ToolCall.Name != "get_weather" || string(o.ToolCall.Input) != `{"city":"Paris"}` {
 			t.Fatalf("first pause: %+v", o)
 		}
 		o = resume(t, o.ToolCall, "sunny", "")
-		if o.ToolCall == nil || string(o.ToolCall.Input) != `{"city":"Oslo"}` {
+		if o.ToolCall == nil || string(o.ToolCall.Input) != `{"city":"Oslo","unit":"C"}` {
 			t.Fatalf("second pause: %+v", o)
 		}
 		o = resume(t, o.ToolCall, "rainy", "")
 		want := "before\nrefused: the tool send_email cannot be called from code: its allowed_callers do not include code_execution_20260120\ngot sunny\nsunny rainy 42\n"
 		if o.ToolCall != nil || o.Stdout != want || o.Outcome.Type != "exit" || *o.Outcome.ExitCode != 0 {
 			t.Errorf("end: stdout %q, want %q; %+v", o.Stdout, want, o)
+		}
+	})
+	t.Run("01b arguments that do not fit are a TypeError, before any call", func(t *testing.T) {
+		o := code(t, "for args, kw in [(('a', 'b', 'c'), {}), (('a',), {'city': 'b'})]:\n    try:\n        await get_weather(*args, **kw)\n    except TypeError as e:\n        print(e)")
+		want := "get_weather() takes at most 2 positional argument(s) (city, unit); pass the input as keyword arguments\nget_weather() got multiple values for argument 'city'\n"
+		if o.ToolCall != nil || o.Stdout != want {
+			t.Errorf("stdout %q, want %q; %+v", o.Stdout, want, o)
 		}
 	})
 	t.Run("02 a tool's error is ToolError in the code; a tool not allowed is refused", func(t *testing.T) {

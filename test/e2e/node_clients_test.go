@@ -80,7 +80,7 @@ func TestNodeProgrammaticToolCalls(t *testing.T) {
 	sandboxtest.Skip(t, "runsc", "default")
 	bin, data, env := serveBinary(t)
 	code := "try:\n    await send_email(to='x@example.com')\nexcept ToolError as e:\n    print('refused:', e)\n" +
-		"rs = []\nfor city in ['Paris', 'Oslo']:\n    rs.append(await get_weather(city=city))\nprint('; '.join(rs))\n"
+		"rs = [await get_weather(city='Paris')]\nrs.append(await get_weather('Oslo'))\nprint('; '.join(rs))\n"
 	args, _ := json.Marshal(map[string]string{"code": code})
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
 		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}},
