@@ -309,17 +309,17 @@ type Programmatic struct {
 
 // ToolAnswer is a client's result for a client tool call made by code.
 type ToolAnswer struct {
-	Call    string // the paused call (ToolCall.ID of StepResult.Paused)
+	Call    string // the paused call (a ToolCall.ID of StepResult.Paused)
 	Content string
 	IsError bool
 }
 
-// Resumer is a server tool whose steps can pause on a client tool call
-// and be resumed with its answer in a later request.
+// Resumer is a server tool whose steps can pause on client tool calls and
+// be resumed with their answers in a later request.
 type Resumer interface {
-	// Resume hands a to the execution call paused in and runs it on, as
-	// Run would.
-	Resume(ctx context.Context, sb SandboxFunc, call ToolCall, a ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult
+	// Resume hands answers (one per paused call) to the execution call
+	// paused in and runs it on, as Run would.
+	Resume(ctx context.Context, sb SandboxFunc, call ToolCall, answers []ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult
 }
 
 // PythonFunction is a Python tool on the container's kernel as the model
@@ -416,22 +416,26 @@ func (t CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOu
 	return pythonStep(ctx, open, c, onOutput)
 }
 
-// Resume answers the client tool call the execution of call waits for.
-func (t CodeTool) Resume(ctx context.Context, open SandboxFunc, call ToolCall, a ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult {
+// Resume answers the client tool calls the execution of call waits for.
+func (t CodeTool) Resume(ctx context.Context, open SandboxFunc, call ToolCall, answers []ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult {
 	c, err := tool.ParsePythonArgs([]byte(call.Arguments))
 	if err != nil {
 		// The limits come from the call as it was made; a call that did
 		// not parse never ran, so there is nothing to resume.
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: err.Error()}, false)
 	}
-	c.Resume = &tool.PythonResume{Call: a.Call, Result: a.Content}
+	c.Resume = &tool.PythonResume{}
+	for _, a := range answers {
+		pa := tool.PythonAnswer{Call: a.Call, Result: a.Content}
+		if a.IsError {
+			pa.Error = "the tool reported an error: " + a.Content
+		}
+		c.Resume.Answers = append(c.Resume.Answers, pa)
+	}
 	if t.Programmatic != nil {
 		for _, f := range t.Programmatic.Tools {
 			c.Tools = append(c.Tools, f.Name)
 		}
-	}
-	if a.IsError {
-		c.Resume.Error = "the tool reported an error: " + a.Content
 	}
 	return pythonStep(ctx, open, c, onOutput)
 }
@@ -442,8 +446,12 @@ func pythonStep(ctx context.Context, open SandboxFunc, c tool.PythonCall, onOutp
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: ErrorCode(err), ErrorMessage: err.Error()}, containerID != "")
 	}
 	out := res.Output
-	if tc := out.ToolCall; tc != nil {
-		return StepResult{Executed: true, Paused: &ToolCall{ID: tc.Call, Name: tc.Name, Arguments: string(tc.Input)}}
+	if len(out.ToolCalls) > 0 {
+		st := StepResult{Executed: true}
+		for _, tc := range out.ToolCalls {
+			st.Paused = append(st.Paused, ToolCall{ID: tc.Call, Name: tc.Name, Arguments: string(tc.Input)})
+		}
+		return st
 	}
 	if out.Expired != "" {
 		code := "unavailable"

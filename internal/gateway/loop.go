@@ -65,11 +65,11 @@ type Run struct {
 	Resume *Resume
 }
 
-// Resume is a paused server tool call and the client's answer to the
-// client tool call its code made.
+// Resume is a paused server tool call and the client's answers to the
+// client tool calls its code made.
 type Resume struct {
-	Call   ToolCall // the server tool call, as the conversation holds it
-	Answer ToolAnswer
+	Call    ToolCall // the server tool call, as the conversation holds it
+	Answers []ToolAnswer
 }
 
 // Upload is a workspace file to copy into the container before its first
@@ -382,14 +382,15 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	}
 }
 
-// pauseStep ends step, paused on a client tool call its code made: the
-// call goes to the client.
+// pauseStep ends step, paused on client tool calls its code made: the
+// calls go to the client.
 func pauseStep(run *Run, res *Result, step *Step) {
-	c := *step.Result.Paused
-	c.Caller = step.Call.ID
-	res.Items = append(res.Items, Item{Kind: ItemClientCall, Call: &c, Step: step})
-	if run.Sink != nil {
-		run.Sink.ClientCall(c)
+	for _, c := range step.Result.Paused {
+		c.Caller = step.Call.ID
+		res.Items = append(res.Items, Item{Kind: ItemClientCall, Call: &c, Step: step})
+		if run.Sink != nil {
+			run.Sink.ClientCall(c)
+		}
 	}
 }
 
@@ -413,7 +414,7 @@ func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool
 	if run.Sink != nil {
 		onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
 	}
-	step.Result = r.Resume(ctx, box.get, rs.Call, rs.Answer, onOut)
+	step.Result = r.Resume(ctx, box.get, rs.Call, rs.Answers, onOut)
 	step.End = time.Now()
 	if step.Result.Executed {
 		res.ToolCallsExecuted++

@@ -14,11 +14,12 @@
 #
 # Client tools (programmatic tool calling): a call whose request names
 # "tools" gets each as an async function in the kernel's namespace. Calling
-# one makes the kernel ask for input (Jupyter's stdin channel, as input()
-# does); the driver answers the client with {"t":"tool_call","call":TOKEN,
-# "name","input"} and {"t":"paused"} and keeps the execution parked in the
-# kernel, waiting. A later call {"resume":true,"call":TOKEN,"result"|"error"}
-# hands the answer to the waiting code and streams the execution on (the
+# one (or several together, asyncio.gather) makes the kernel ask for input
+# (Jupyter's stdin channel, as input() does); the driver answers the client
+# with {"t":"tool_call","call":TOKEN,"name","input"} per call and
+# {"t":"paused"} and keeps the execution parked in the kernel, waiting. A
+# later call {"resume":true,"answers":[{"call":TOKEN,"result"|"error"}]}
+# hands the answers to the waiting code and streams the execution on (the
 # output of the earlier stretches first): it may call another tool, or end
 # with "done". A parked execution waits at most PARK_S seconds (the call's
 # "park_s"); then, or
@@ -31,6 +32,7 @@ SOCK = D + "/sock"
 HOME = "/workspace/home"
 PARK_S = 300
 MAX_TOOL_INPUT = 256 << 10
+MAX_BATCH = 32
 TOOL_PROMPT = "\x1eshellgate-tool "
 
 # Run silently in a new kernel: an interrupt stops code that awaits (an
@@ -75,11 +77,36 @@ del _shellgate_async_interrupt
 # {"error": text}.
 TOOLS_SETUP = r"""
 def _shellgate_tools(allowed, denied, caller, stale, params):
-    import builtins, json, keyword
+    import asyncio, builtins, json, keyword
     ns = get_ipython().user_ns
 
     class ToolError(Exception):
         "A client tool's call failed: the tool reported an error, or its result never came."
+
+    # Calls started together (asyncio.gather) go to the client together:
+    # the first schedules flush, which runs once every task started has
+    # made its call, and waits for all their results at once.
+    pending = []
+
+    def flush():
+        batch = pending[:]
+        del pending[:]
+        try:
+            reply = json.loads(builtins.input("\x1eshellgate-tool " + json.dumps([{"name": n, "input": i} for n, i, f in batch])))
+        except BaseException as e:
+            for n, i, f in batch:
+                if not f.done():
+                    f.set_exception(e if isinstance(e, Exception) else ToolError("the call was interrupted"))
+            return
+        if not isinstance(reply, list):
+            reply = [reply] * len(batch)
+        for (n, i, f), r in zip(batch, reply):
+            if f.done():
+                continue
+            if "error" in r:
+                f.set_exception(ToolError(r["error"]))
+            else:
+                f.set_result(r.get("result", ""))
 
     def make(name):
         names = params.get(name) or []
@@ -93,10 +120,13 @@ def _shellgate_tools(allowed, denied, caller, stale, params):
                 if k in kwargs:
                     raise TypeError("%s() got multiple values for argument %r" % (name, k))
                 kwargs[k] = v
-            reply = json.loads(builtins.input("\x1eshellgate-tool " + json.dumps({"name": name, "input": kwargs})))
-            if "error" in reply:
-                raise ToolError(reply["error"])
-            return reply["result"]
+            json.dumps(kwargs)  # not JSON: the TypeError is the caller's
+            loop = asyncio.get_running_loop()
+            f = loop.create_future()
+            pending.append((name, kwargs, f))
+            if len(pending) == 1:
+                loop.call_soon(flush)
+            return await f
         tool.__name__ = tool.__qualname__ = name
         tool.__doc__ = "The client tool %s: await %s(%s) returns its result as a string." % (name, name, ", ".join(names) or "key=value, ...")
         return tool
@@ -238,9 +268,13 @@ def handle(conn, st, start, stop, queue, select):
     parked = st["parked"]
     if "resume" in req:
         # A client tool's result for a parked execution.
-        if parked is None or parked["call"] != req.get("call"):
-            why = st["ended"].get(req.get("call")) or "no execution of this container's kernel is waiting for that tool result (it ended, or the container slept since it was paused)"
-            w({"t": "expired", "why": why})
+        answers = req.get("answers") if isinstance(req.get("answers"), list) else []
+        tokens = [a.get("call") for a in answers if isinstance(a, dict)]
+        if parked is None or sorted(tokens) != sorted(parked["calls"]):
+            why = next((st["ended"][t] for t in tokens if t in st["ended"]), None)
+            if why is None and parked is not None and set(tokens) & set(parked["calls"]):
+                why = "the results of all the calls the execution waits for must come together (%d calls, %d results)" % (len(parked["calls"]), len(tokens))
+            w({"t": "expired", "why": why or "no execution of this container's kernel is waiting for that tool result (it ended, or the container slept since it was paused)"})
             return
         if time.monotonic() - parked["parked_at"] > parked["park_s"]:
             why = "the execution waited more than %d s for the result of %s and was ended" % (parked["park_s"], parked["name"])
@@ -255,7 +289,8 @@ def handle(conn, st, start, stop, queue, select):
             w({"t": "expired", "why": "the Python kernel exited while the execution waited for the tool result"})
             return
         x = parked
-        kc.input(json.dumps({"error": req["error"]} if "error" in req else {"result": req.get("result", "")}))
+        by = {a["call"]: a for a in answers}
+        kc.input(json.dumps([{"error": str(by[t]["error"])} if "error" in by[t] else {"result": str(by[t].get("result", ""))} for t in x["calls"]]))
         for line in x["lines"]:
             w(line)
     else:
@@ -327,18 +362,25 @@ def run(conn, st, stop, queue, select, x, timeout, w, gone):
             except queue.Empty:
                 req = None
             if req is not None and req.get("msg_type") == "input_request":
-                call = tool_request(req.get("content", {}).get("prompt", ""), x["tools"])
-                if isinstance(call, str):
-                    kc.input(json.dumps({"error": call}) if call else "")
-                    if not call:
-                        out({"t": "note", "text": "input() has no one to read from here; it returned an empty string"})
+                calls = tool_request(req.get("content", {}).get("prompt", ""), x["tools"])
+                if calls == "":
+                    kc.input("")
+                    out({"t": "note", "text": "input() has no one to read from here; it returned an empty string"})
+                    continue
+                if isinstance(calls, str):
+                    kc.input(json.dumps({"error": calls}))
+                    continue
+                if isinstance(calls[0], str):
+                    kc.input(json.dumps([{"error": why} for why in calls]))
                     continue
                 if interrupted is not None:
                     kc.input(json.dumps({"error": "the execution is being interrupted"}))
                     continue
-                x["call"], x["name"], x["parked_at"] = os.urandom(12).hex(), call["name"], time.monotonic()
+                x["calls"] = [os.urandom(12).hex() for _ in calls]
+                x["name"], x["parked_at"] = ", ".join(sorted({c["name"] for c in calls})), time.monotonic()
                 st["parked"] = x
-                w({"t": "tool_call", "call": x["call"], "name": call["name"], "input": call["input"]})
+                for token, c in zip(x["calls"], calls):
+                    w({"t": "tool_call", "call": token, "name": c["name"], "input": c["input"]})
                 w({"t": "paused"})
                 return
         try:
@@ -390,22 +432,33 @@ def run(conn, st, stop, queue, select, x, timeout, w, gone):
 
 
 def tool_request(prompt, allowed):
-    """The call an input request asks for: {"name","input"}; or why it is
-    refused (a string); or "" for an input() that is not a tool call."""
+    """The calls an input request asks for: [{"name","input"}]; or, for
+    each, why it is refused (a list of strings, one per call, or one string
+    for the request); or "" for an input() that is not a tool call."""
     if not isinstance(prompt, str) or not prompt.startswith(TOOL_PROMPT):
         return ""
-    if len(prompt) > MAX_TOOL_INPUT + 1024:
-        return "the tool call's input is over %d bytes of JSON" % MAX_TOOL_INPUT
+    if len(prompt) > MAX_TOOL_INPUT * 4 + 1024:
+        return "the tool calls' input is over %d bytes of JSON" % (MAX_TOOL_INPUT * 4)
     try:
-        call = json.loads(prompt[len(TOOL_PROMPT):])
+        calls = json.loads(prompt[len(TOOL_PROMPT):])
     except ValueError as e:
         return "the tool call is not valid JSON: %s" % e
-    name, inp = call.get("name") if isinstance(call, dict) else None, call.get("input") if isinstance(call, dict) else None
-    if name not in allowed:
-        return "there is no tool %r callable from code in this request (callable: %s)" % (name, ", ".join(allowed) or "none")
-    if not isinstance(inp, dict):
-        return "a tool's input must be keyword arguments (a JSON object)"
-    return {"name": name, "input": inp}
+    if not isinstance(calls, list) or not calls or len(calls) > MAX_BATCH:
+        return "a batch of 1 to %d tool calls is expected" % MAX_BATCH
+    why = []
+    for c in calls:
+        name, inp = (c.get("name"), c.get("input")) if isinstance(c, dict) else (None, None)
+        if name not in allowed:
+            why.append("there is no tool %r callable from code in this request (callable: %s)" % (name, ", ".join(allowed) or "none"))
+        elif not isinstance(inp, dict):
+            why.append("a tool's input must be keyword arguments (a JSON object)")
+        elif len(json.dumps(inp)) > MAX_TOOL_INPUT:
+            why.append("the input of %s is over %d bytes of JSON" % (name, MAX_TOOL_INPUT))
+        else:
+            why.append(None)
+    if any(why):
+        return [w or "not called: another call made with it was refused" for w in why]
+    return [{"name": c["name"], "input": c["input"]} for c in calls]
 
 
 def end_parked(st, stop, queue, why):
@@ -414,7 +467,8 @@ def end_parked(st, stop, queue, why):
     stopped if it does not stop then)."""
     x, km, kc = st["parked"], st["km"], st["kc"]
     st["parked"] = None
-    st["ended"][x["call"]] = why
+    for t in x["calls"]:
+        st["ended"][t] = why
     while len(st["ended"]) > 16:
         del st["ended"][next(iter(st["ended"]))]
     if km is None or not km.is_alive():

@@ -77,21 +77,28 @@ type PythonCall struct {
 	// ToolWait bounds how long the execution waits for a tool's result
 	// (0: ToolWait).
 	ToolWait time.Duration
-	// Resume, when set, answers the tool call a paused execution waits
+	// Resume, when set, answers the tool calls a paused execution waits
 	// for instead of running Code; the execution goes on from there.
 	Resume *PythonResume
 }
 
-// PythonResume is a client tool's answer to a paused execution.
+// PythonResume are the client's answers to the tool calls a paused
+// execution waits for: one for each, together.
 type PythonResume struct {
-	Call string // PythonToolCall.Call of the paused execution
+	Answers []PythonAnswer
+}
+
+// PythonAnswer answers one tool call.
+type PythonAnswer struct {
+	Call string // PythonToolCall.Call
 	// Result is what the tool returns to the code; Error, when not empty,
 	// is raised in the code instead (a ToolError).
 	Result, Error string
 }
 
 // PythonToolCall is a client tool called by code: the execution waits in
-// the kernel for PythonResume (at most ToolWait).
+// the kernel for PythonResume (at most ToolWait). Calls the code starts
+// together (asyncio.gather) pause it together.
 type PythonToolCall struct {
 	Call  string // the driver's token for this call: 24 hex digits
 	Name  string // one of PythonCall.Tools
@@ -102,9 +109,15 @@ type PythonToolCall struct {
 const (
 	// MaxToolInput bounds a tool call's input (JSON) the code makes.
 	MaxToolInput = 256 << 10
-	// MaxToolResult bounds a tool's result handed to the code: it travels
-	// in the client's command line, as the code does.
-	MaxToolResult = 64 << 10
+	// MaxToolResult bounds a tool's result handed to the code, as JSON
+	// text, and MaxToolResults the results of one resume together: they
+	// travel in the client's command line, which Linux caps at 128 KiB per
+	// argument (base64 of the JSON).
+	MaxToolResult  = 64 << 10
+	MaxToolResults = 80 << 10
+	// MaxToolBatch bounds the calls the code makes at once (kernel.py's
+	// MAX_BATCH).
+	MaxToolBatch = 32
 	// ToolWait is how long a paused execution waits for its tool result
 	// (kernel.py's PARK_S): then it is ended, and a resume finds it gone.
 	ToolWait = 300 * time.Second
@@ -169,10 +182,10 @@ type PythonOutput struct {
 	// that died), each ending in a newline.
 	Notes     string
 	Truncated bool
-	// ToolCall is set when the code called a client tool: the execution
+	// ToolCalls are set when the code called client tools: the execution
 	// is paused in the kernel (Outcome is then zero), to be resumed with
-	// PythonCall.Resume.
-	ToolCall *PythonToolCall
+	// PythonCall.Resume answering each.
+	ToolCalls []PythonToolCall
 	// Expired says why a resume found no paused execution to answer (it
 	// waited too long, another call ended it, the container slept).
 	Expired string
@@ -235,14 +248,21 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 		}
 	}
 	if r := c.Resume; r != nil {
-		req = map[string]any{"resume": true, "call": r.Call, "result": r.Result, "timeout_ms": c.TimeoutMs}
-		if r.Error != "" {
-			req["error"] = r.Error
-			delete(req, "result")
-		} else if len(r.Result) > MaxToolResult {
-			req["error"] = fmt.Sprintf("the tool's result is %d bytes: at most %d bytes reach the code", len(r.Result), MaxToolResult)
-			delete(req, "result")
+		var answers []map[string]string
+		total := 0
+		for _, a := range r.Answers {
+			enc, _ := json.Marshal(a.Result)
+			switch {
+			case a.Error != "":
+				answers = append(answers, map[string]string{"call": a.Call, "error": capped(a.Error, 4096)})
+			case len(enc) > MaxToolResult || total+len(enc) > MaxToolResults:
+				answers = append(answers, map[string]string{"call": a.Call, "error": fmt.Sprintf("the tool's result is %d bytes of JSON: at most %d bytes (%d for the results of one resume together) reach the code", len(enc), MaxToolResult, MaxToolResults)})
+			default:
+				total += len(enc)
+				answers = append(answers, map[string]string{"call": a.Call, "result": a.Result})
+			}
 		}
+		req = map[string]any{"resume": true, "answers": answers, "timeout_ms": c.TimeoutMs}
 	}
 	run := func(wait bool) (*kernelAnswer, sandbox.Result, error) {
 		req["wait"] = wait
@@ -452,7 +472,7 @@ func (a *kernelAnswer) take(line []byte) {
 			a.bad++
 		}
 	case "paused":
-		a.paused = a.out.ToolCall != nil
+		a.paused = len(a.out.ToolCalls) > 0
 		a.done = a.paused
 	case "expired":
 		a.out.Expired = capped(stripANSI(m.Why), 1000)
@@ -476,8 +496,13 @@ var toolCallToken = regexp.MustCompile(`^[0-9a-f]{24}$`)
 // toolCall checks a tool call the kernel reports: nothing from the sandbox
 // is trusted.
 func (a *kernelAnswer) toolCall(call, name string, input json.RawMessage) error {
-	if a.out.ToolCall != nil {
-		return fmt.Errorf("a second tool call in one answer")
+	if len(a.out.ToolCalls) >= MaxToolBatch {
+		return fmt.Errorf("more than %d tool calls at once", MaxToolBatch)
+	}
+	for _, c := range a.out.ToolCalls {
+		if c.Call == call {
+			return fmt.Errorf("the same call token twice")
+		}
 	}
 	if !toolCallToken.MatchString(call) {
 		return fmt.Errorf("malformed call token")
@@ -494,7 +519,7 @@ func (a *kernelAnswer) toolCall(call, name string, input json.RawMessage) error 
 	}
 	var buf bytes.Buffer
 	json.Compact(&buf, input)
-	a.out.ToolCall = &PythonToolCall{Call: call, Name: name, Input: json.RawMessage(strings.ToValidUTF8(buf.String(), "\uFFFD"))}
+	a.out.ToolCalls = append(a.out.ToolCalls, PythonToolCall{Call: call, Name: name, Input: json.RawMessage(strings.ToValidUTF8(buf.String(), "\uFFFD"))})
 	return nil
 }
 
@@ -511,9 +536,9 @@ func (a *kernelAnswer) images() int {
 // result completes the output once the client's command has ended.
 func (a *kernelAnswer) result(res sandbox.Result, c PythonCall) PythonOutput {
 	o := a.out
-	if o.ToolCall != nil && !a.paused {
-		// A call the driver did not pause on: nothing waits for its result.
-		o.ToolCall = nil
+	if len(o.ToolCalls) > 0 && !a.paused {
+		// Calls the driver did not pause on: nothing waits for a result.
+		o.ToolCalls = nil
 		o.Notes += "shellgate: a tool call from the kernel was dropped: the execution did not pause for it\n"
 	}
 	var cutOut, cutErr bool

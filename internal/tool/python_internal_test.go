@@ -2,6 +2,7 @@ package tool
 
 import (
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -82,8 +83,8 @@ func TestKernelAnswerToolCall(t *testing.T) {
 	}
 	o := answer(`{"t":"stream","name":"stdout","text":"before\n"}`,
 		`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{ "city" : "Paris" }}`, `{"t":"paused"}`)
-	if o.ToolCall == nil || o.ToolCall.Call != token || o.ToolCall.Name != "get_weather" || string(o.ToolCall.Input) != `{"city":"Paris"}` || o.Notes != "" {
-		t.Fatalf("a good call: %+v %+v", o.ToolCall, o)
+	if len(o.ToolCalls) != 1 || o.ToolCalls[0].Call != token || o.ToolCalls[0].Name != "get_weather" || string(o.ToolCalls[0].Input) != `{"city":"Paris"}` || o.Notes != "" {
+		t.Fatalf("a good call: %+v %+v", o.ToolCalls, o)
 	}
 	for name, line := range map[string]string{
 		"a tool not allowed":  `{"t":"tool_call","call":"` + token + `","name":"rm_rf","input":{}}`,
@@ -93,21 +94,32 @@ func TestKernelAnswerToolCall(t *testing.T) {
 			strings.Repeat("x", MaxToolInput) + `"}}`,
 	} {
 		o := answer(line, `{"t":"paused"}`)
-		if o.ToolCall != nil || !strings.Contains(o.Notes, "tool call from the kernel was refused") || !strings.Contains(o.Notes, "answer ended early") {
-			t.Errorf("%s: call %+v, notes %q", name, o.ToolCall, o.Notes)
+		if o.ToolCalls != nil || !strings.Contains(o.Notes, "tool call from the kernel was refused") || !strings.Contains(o.Notes, "answer ended early") {
+			t.Errorf("%s: calls %+v, notes %q", name, o.ToolCalls, o.Notes)
 		}
 	}
+	// Calls made together (asyncio.gather) pause together; a token twice
+	// is refused.
+	const token2 = "76543210fedcba9876543210"
 	o = answer(`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{}}`,
-		`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{"second":1}}`, `{"t":"paused"}`)
-	if o.ToolCall == nil || string(o.ToolCall.Input) != `{}` {
-		t.Errorf("a second call in one answer replaced the first: %+v", o.ToolCall)
+		`{"t":"tool_call","call":"`+token2+`","name":"get_weather","input":{"second":1}}`,
+		`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{"third":1}}`, `{"t":"paused"}`)
+	if len(o.ToolCalls) != 2 || string(o.ToolCalls[0].Input) != `{}` || o.ToolCalls[1].Call != token2 || !strings.Contains(o.Notes, "the same call token twice") {
+		t.Errorf("calls made together: %+v, notes %q", o.ToolCalls, o.Notes)
+	}
+	var many []string
+	for i := range MaxToolBatch + 1 {
+		many = append(many, fmt.Sprintf(`{"t":"tool_call","call":"%024x","name":"get_weather","input":{}}`, i))
+	}
+	if o := answer(append(many, `{"t":"paused"}`)...); len(o.ToolCalls) != MaxToolBatch || !strings.Contains(o.Notes, "more than") {
+		t.Errorf("%d calls at once kept, notes %q", len(o.ToolCalls), o.Notes)
 	}
 	o = answer(`{"t":"tool_call","call":"`+token+`","name":"get_weather","input":{}}`, `{"t":"done","timed_out":false}`)
-	if o.ToolCall != nil || !strings.Contains(o.Notes, "did not pause") {
+	if o.ToolCalls != nil || !strings.Contains(o.Notes, "did not pause") {
 		t.Errorf("a call without the pause: %+v", o)
 	}
 	o = answer(`{"t":"expired","why":"the execution waited more than 300 s for the result of get_weather and was ended"}`)
-	if !strings.Contains(o.Expired, "300 s") || o.ToolCall != nil {
+	if !strings.Contains(o.Expired, "300 s") || o.ToolCalls != nil {
 		t.Errorf("expired: %+v", o)
 	}
 }

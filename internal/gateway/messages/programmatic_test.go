@@ -97,7 +97,7 @@ func TestProgrammaticResume(t *testing.T) {
 	}
 	rs := p.run.Resume
 	if rs == nil || rs.Call.ID != "srvtoolu_1" || rs.Call.Name != gateway.CodeExecution || !strings.Contains(rs.Call.Arguments, "get_weather") ||
-		rs.Answer.Call != token || rs.Answer.Content != "sunny\n21C" || rs.Answer.IsError {
+		len(rs.Answers) != 1 || rs.Answers[0].Call != token || rs.Answers[0].Content != "sunny\n21C" || rs.Answers[0].IsError {
 		t.Fatalf("resume: %+v", rs)
 	}
 	// The client's other content stays in the conversation (the loop
@@ -139,8 +139,8 @@ func TestProgrammaticResume(t *testing.T) {
 func TestProgrammaticRender(t *testing.T) {
 	rd := &renderer{kinds: map[string]toolKind{gateway.CodeExecution: {kind: "codeexec", typ: "code_execution_20260120"}}}
 	step := &gateway.Step{Call: gateway.ToolCall{ID: "call_7", Name: gateway.CodeExecution, Arguments: `{"code":"await get_weather(city='Paris')"}`},
-		Result: gateway.StepResult{Paused: &gateway.ToolCall{ID: token, Name: "get_weather", Arguments: `{"city":"Paris"}`}}}
-	call := *step.Result.Paused
+		Result: gateway.StepResult{Paused: []gateway.ToolCall{{ID: token, Name: "get_weather", Arguments: `{"city":"Paris"}`}}}}
+	call := step.Result.Paused[0]
 	call.Caller = step.Call.ID
 	m := rd.message(&gateway.Result{Stop: gateway.StopToolUse, Items: []gateway.Item{{Kind: gateway.ItemStep, Step: step}, {Kind: gateway.ItemClientCall, Call: &call, Step: step}}})
 	got, _ := json.Marshal(m.Content)
