@@ -70,9 +70,10 @@ func TestNodeCodeInterpreter(t *testing.T) {
 // TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
 // calling through @anthropic-ai/sdk (messages.create and messages.stream,
 // on the three upstream flavours) on the default image: the scripted
-// model's code calls the client's get_weather twice (each call pauses the
-// execution in the kernel; the client's tool_result, naming the container,
-// resumes it) and a tool it may not call once (ToolError in the code), then
+// model's code calls the client's get_weather once, then twice together
+// (asyncio.gather: one response with both tool_use blocks); each pause
+// waits in the kernel until the client's tool_results, naming the
+// container, resume it and a tool it may not call once (ToolError in the code), then
 // the model answers with the code's output. Plus the bad input: a resume
 // without its container, a tool_result no execution waits for.
 func TestNodeProgrammaticToolCalls(t *testing.T) {
@@ -80,7 +81,7 @@ func TestNodeProgrammaticToolCalls(t *testing.T) {
 	sandboxtest.Skip(t, "runsc", "default")
 	bin, data, env := serveBinary(t)
 	code := "try:\n    await send_email(to='x@example.com')\nexcept ToolError as e:\n    print('refused:', e)\n" +
-		"rs = [await get_weather(city='Paris')]\nrs.append(await get_weather('Oslo'))\nprint('; '.join(rs))\n"
+		"import asyncio\nrs = [await get_weather(city='Paris')]\nrs += await asyncio.gather(get_weather('Oslo'), get_weather(city='Rome'))\nprint('; '.join(rs))\n"
 	args, _ := json.Marshal(map[string]string{"code": code})
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
 		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}},

@@ -3,7 +3,8 @@
 // programmatic.mjs, with SHELLGATE_BASE and SHELLGATE_KEY set, and models
 // "responses/m", "messages/m" and "chat/m" configured on a scripted model
 // whose first turn runs Python (code_execution) that calls the client's
-// get_weather twice and a tool code may not call once, and whose second
+// get_weather once, then twice together (asyncio.gather), and a tool code
+// may not call once, and whose second
 // turn answers with the code's output. The client plays get_weather:
 // each tool_use its code makes (caller: the code execution version and the
 // server_tool_use id) is answered with a tool_result in the next request,
@@ -22,7 +23,7 @@ const tools = [
   { name: 'get_weather', description: 'The weather in a city.', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }, allowed_callers: [version] },
   { name: 'send_email', description: 'Sends an email.', input_schema: { type: 'object', properties: { to: { type: 'string' } } } },
 ];
-const weather = { Paris: 'sunny', Oslo: 'rainy' };
+const weather = { Paris: 'sunny', Oslo: 'rainy', Rome: 'hot' };
 const question = 'What is the weather in Paris and Oslo?';
 
 // create sends one request, streamed or not, and returns the message.
@@ -45,24 +46,26 @@ async function converse(model, stream) {
   for (let round = 0; m.stop_reason === 'tool_use'; round++) {
     assert(round < 3, 'too many rounds');
     const calls = m.content.filter((b) => b.type === 'tool_use');
-    assert(calls.length === 1, 'tool_use blocks: ' + JSON.stringify(m.content));
-    const call = calls[0];
-    assert(call.name === 'get_weather' && call.caller && call.caller.type === version && call.caller.tool_id === use.id, 'tool_use: ' + JSON.stringify(call));
+    for (const call of calls) {
+      assert(call.name === 'get_weather' && call.caller && call.caller.type === version && call.caller.tool_id === use.id, 'tool_use: ' + JSON.stringify(call));
+    }
     assert(m.content.every((b) => b.type !== 'code_execution_tool_result'), 'a result before the code ended: ' + JSON.stringify(m.content));
-    asked.push(call.input.city);
+    asked.push(calls.map((c) => c.input.city).join('+'));
     messages.push({ role: 'assistant', content: m.content });
-    messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: `${call.input.city}: ${weather[call.input.city]}` }] });
+    messages.push({ role: 'user', content: calls.map((call) => ({ type: 'tool_result', tool_use_id: call.id, content: `${call.input.city}: ${weather[call.input.city]}` })) });
     m = await create(stream, { model, max_tokens: 1000, tools, messages, container });
   }
-  assert(asked.join(',') === 'Paris,Oslo', 'cities asked: ' + asked);
+  // Paris alone, then Oslo and Rome together (asyncio.gather): one
+  // response with a tool_use each.
+  assert(asked.join(',') === 'Paris,Oslo+Rome', 'cities asked, by round: ' + asked);
   const types = m.content.map((b) => b.type).join(',');
   assert(types === 'code_execution_tool_result,text', 'blocks after the last resume: ' + types + ' ' + JSON.stringify(m.content));
   const res = m.content[0];
   assert(res.tool_use_id === use.id && res.content.type === 'code_execution_result' && res.content.return_code === 0, 'result: ' + JSON.stringify(res));
   const out = res.content.stdout;
   assert(out.includes('refused: the tool send_email cannot be called from code: its allowed_callers do not include ' + version), 'the refused call: ' + JSON.stringify(out));
-  assert(out.includes('Paris: sunny; Oslo: rainy'), 'stdout: ' + JSON.stringify(out));
-  assert(m.stop_reason === 'end_turn' && m.content[1].text.includes('Paris: sunny; Oslo: rainy'), 'answer: ' + JSON.stringify(m.content[1]) + ' ' + m.stop_reason);
+  assert(out.includes('Paris: sunny; Oslo: rainy; Rome: hot'), 'stdout: ' + JSON.stringify(out));
+  assert(m.stop_reason === 'end_turn' && m.content[1].text.includes('Paris: sunny; Oslo: rainy; Rome: hot'), 'answer: ' + JSON.stringify(m.content[1]) + ' ' + m.stop_reason);
   assert(m.container && m.container.id === container, 'container after resume: ' + JSON.stringify(m.container));
   return { container, stdout: out };
 }
