@@ -27,7 +27,10 @@
 // assistant tool call plus a user tool result, with the same text the model
 // read live: the code-execution tools (`internal/gateway/codeexec.go`) answer
 // the model with their result block's content as JSON, so the block alone
-// reproduces it.
+// reproduces it. Client tools whose `allowed_callers` name the code
+// execution version are called from its Python code (programmatic tool
+// calling, `programmatic.go`): a call pauses the run with a `tool_use`
+// carrying `caller`, and the request answering it becomes `Run.Resume`.
 package messages
 
 import (
