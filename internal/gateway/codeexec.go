@@ -287,9 +287,40 @@ func promoteChanged(ctx context.Context, open SandboxFunc, changed []ChangedFile
 // CodeTool is the legacy code_execution_20250522 tool (and Gemini's
 // codeExecution): {"code": "..."} runs on the container's Python kernel,
 // so state carries from call to call; the result is code_execution_result.
-type CodeTool struct{}
+// With Programmatic set it is Anthropic's Python tool of programmatic tool
+// calling: the code can call client tools, pausing the execution
+// (StepResult.Paused) until the client's result resumes it (Resume).
+type CodeTool struct {
+	Programmatic *Programmatic
+}
 
-func (CodeTool) Function() Tool { return PythonFunction(CodeExecution, "") }
+// Programmatic are the client tools code may call.
+type Programmatic struct {
+	// Tools may be called from code; their descriptions and schemas go
+	// into the function's description for the model.
+	Tools []Tool
+	// Denied are the client's other tools: calling one from code raises
+	// an error naming Caller.
+	Denied []string
+	// Caller is the code execution tool's version, as the client named it
+	// ("code_execution_20260120"): client calls made by code carry it.
+	Caller string
+}
+
+// ToolAnswer is a client's result for a client tool call made by code.
+type ToolAnswer struct {
+	Call    string // the paused call (a ToolCall.ID of StepResult.Paused)
+	Content string
+	IsError bool
+}
+
+// Resumer is a server tool whose steps can pause on client tool calls and
+// be resumed with their answers in a later request.
+type Resumer interface {
+	// Resume hands answers (one per paused call) to the execution call
+	// paused in and runs it on, as Run would.
+	Resume(ctx context.Context, sb SandboxFunc, call ToolCall, answers []ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult
+}
 
 // PythonFunction is a Python tool on the container's kernel as the model
 // sees it: the function name, taking {"code": "..."}; extra, when not
@@ -311,16 +342,125 @@ func PythonFunction(name, extra string) Tool {
 	}
 }
 
-func (CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutput func(cmd, stream int, text string)) StepResult {
+// maxToolDoc bounds what one client tool adds to the Python function's
+// description.
+const maxToolDoc = 4096
+
+func (t CodeTool) Function() Tool {
+	p := t.Programmatic
+	if p == nil || len(p.Tools) == 0 {
+		return PythonFunction(CodeExecution, "")
+	}
+	var b strings.Builder
+	b.WriteString("The code can call these tools of the user's as async functions, with keyword arguments as their input schema names them, " +
+		"or positional ones in the order of its properties (top-level await works: `r = await " + p.Tools[0].Name + "(...)`); each returns the tool's result as a string (json.loads it when it is JSON) " +
+		"and raises ToolError when the tool fails. Call them from code to process many results without reading each one:")
+	for _, c := range p.Tools {
+		doc := fmt.Sprintf("\n- %s: %s Input schema: %s", c.Name, c.Description, compactJSON(c.Parameters))
+		if len(doc) > maxToolDoc {
+			doc = doc[:maxToolDoc] + "…"
+		}
+		b.WriteString(doc)
+	}
+	return PythonFunction(CodeExecution, b.String())
+}
+
+// schemaProperties are the names of a JSON Schema's properties, in the
+// order the schema lists them (nil when it has none or does not parse).
+func schemaProperties(schema []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(schema, &top) != nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(top["properties"]))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var names []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		name, _ := t.(string)
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return nil
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+func compactJSON(raw []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+func (t CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutput func(cmd, stream int, text string)) StepResult {
 	c, err := tool.ParsePythonArgs([]byte(call.Arguments))
 	if err != nil {
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: err.Error()}, false)
 	}
+	if p := t.Programmatic; p != nil {
+		c.ToolParams = map[string][]string{}
+		for _, f := range p.Tools {
+			c.Tools = append(c.Tools, f.Name)
+			c.ToolParams[f.Name] = schemaProperties(f.Parameters)
+		}
+		c.Denied, c.Caller = p.Denied, p.Caller
+	}
+	return pythonStep(ctx, open, c, onOutput)
+}
+
+// Resume answers the client tool calls the execution of call waits for.
+func (t CodeTool) Resume(ctx context.Context, open SandboxFunc, call ToolCall, answers []ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult {
+	c, err := tool.ParsePythonArgs([]byte(call.Arguments))
+	if err != nil {
+		// The limits come from the call as it was made; a call that did
+		// not parse never ran, so there is nothing to resume.
+		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: err.Error()}, false)
+	}
+	c.Resume = &tool.PythonResume{}
+	for _, a := range answers {
+		pa := tool.PythonAnswer{Call: a.Call, Result: a.Content}
+		if a.IsError {
+			pa.Error = "the tool reported an error: " + a.Content
+		}
+		c.Resume.Answers = append(c.Resume.Answers, pa)
+	}
+	if t.Programmatic != nil {
+		for _, f := range t.Programmatic.Tools {
+			c.Tools = append(c.Tools, f.Name)
+		}
+	}
+	return pythonStep(ctx, open, c, onOutput)
+}
+
+func pythonStep(ctx context.Context, open SandboxFunc, c tool.PythonCall, onOutput func(cmd, stream int, text string)) StepResult {
 	res, containerID, err := RunPython(ctx, open, c, onOutput)
 	if err != nil {
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: ErrorCode(err), ErrorMessage: err.Error()}, containerID != "")
 	}
 	out := res.Output
+	if len(out.ToolCalls) > 0 {
+		st := StepResult{Executed: true}
+		for _, tc := range out.ToolCalls {
+			st.Paused = append(st.Paused, ToolCall{ID: tc.Call, Name: tc.Name, Arguments: string(tc.Input)})
+		}
+		return st
+	}
+	if out.Expired != "" {
+		code := "unavailable"
+		if strings.Contains(out.Expired, "waited more than") {
+			code = "execution_time_exceeded"
+		}
+		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: code,
+			ErrorMessage: "the code's execution could not be resumed with the tool result: " + out.Expired}, true)
+	}
 	if out.Outcome.Type == "timeout" {
 		msg := timeoutMessage(fmt.Sprintf("the code did not finish within %d seconds and was interrupted; the kernel and its variables are kept", c.TimeoutMs/1000), out.Stdout, out.Stderr)
 		return withImages(codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "execution_time_exceeded", ErrorMessage: msg}, true), out)

@@ -97,3 +97,18 @@ func TestDecodeArgsMatchesDecoder(t *testing.T) {
 		t.Errorf("the reader took %d of %d arguments", read, len(corpus))
 	}
 }
+
+// TestSchemaProperties: positional arguments of a tool called from code
+// fill its schema's properties in the order the client wrote them.
+func TestSchemaProperties(t *testing.T) {
+	for schema, want := range map[string]string{
+		`{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"object","properties":{"x":{}}},"mid":{}}}`: "zeta,alpha,mid",
+		`{"type":"object"}`:  "",
+		`{"properties":[1]}`: "",
+		`not json`:           "",
+	} {
+		if got := strings.Join(schemaProperties([]byte(schema)), ","); got != want {
+			t.Errorf("%s: %q, want %q", schema, got, want)
+		}
+	}
+}

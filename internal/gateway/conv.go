@@ -153,6 +153,9 @@ type ToolCall struct {
 	ID        string // the call id as the conversation knows it ("call_…", "toolu_…")
 	Name      string
 	Arguments string
+	// Caller is the id of the server tool call whose code made this
+	// client call (programmatic tool calling); "" for the model's own.
+	Caller string
 }
 
 // ToolResult answers the ToolCall with the same id.

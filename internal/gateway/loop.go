@@ -56,6 +56,20 @@ type Run struct {
 	MaxToolCalls int      // 0: DefaultMaxToolCalls
 	Budget       BudgetMode
 	Sink         Sink // nil: not streamed
+	// Resume, when set, continues a server tool call paused on a client
+	// tool call in an earlier request (programmatic tool calling) before
+	// the model is asked anything: Request.Messages end with the
+	// assistant turn holding Resume.Call, and maybe a user message with the
+	// client's other content (results of its direct tool calls, text),
+	// which then follows the resumed call's result.
+	Resume *Resume
+}
+
+// Resume is a paused server tool call and the client's answers to the
+// client tool calls its code made.
+type Resume struct {
+	Call    ToolCall // the server tool call, as the conversation holds it
+	Answers []ToolAnswer
 }
 
 // Upload is a workspace file to copy into the container before its first
@@ -98,7 +112,7 @@ type Item struct {
 	Kind ItemKind
 	Text string
 	Call *ToolCall
-	Step *Step
+	Step *Step // the step; for a client call made by code, the step whose code made it
 }
 
 // Step is one server tool call and its result.
@@ -110,6 +124,9 @@ type Step struct {
 	// Start and End bound the step's run (equal for a step that did not
 	// run: the budget was spent).
 	Start, End time.Time
+	// Resumed says the step was started by an earlier request (Run.Resume):
+	// its call was shown then, its result is this run's.
+	Resumed bool
 }
 
 // UpstreamCall is one call of the run to the upstream model, for traces.
@@ -223,6 +240,11 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			req.Encoded.Next = nil
 		}
 	}()
+	if run.Resume != nil {
+		if done, err := resume(ctx, run, res, box); done || err != nil {
+			return res, err
+		}
+	}
 	for {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -253,6 +275,7 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 
 		var results []Part
 		clientCalls := 0
+		paused := false
 		for i, p := range turn.Parts {
 			switch p.Kind {
 			case PartText:
@@ -307,6 +330,13 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 						return res, box.fatal
 					}
 				}
+				if step.Result.Paused != nil {
+					// The code waits for a client tool: the client
+					// answers it in its next request (Run.Resume).
+					pauseStep(run, res, step)
+					paused = true
+					continue
+				}
 				if run.Sink != nil {
 					run.Sink.StepDone(step)
 				}
@@ -320,8 +350,8 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		if box.sb != nil {
 			res.ContainerID, res.ExpiresAt = box.sb.ContainerID(), box.sb.ExpiresAt()
 		}
-		if finalTurn || len(results) == 0 || clientCalls > 0 {
-			if clientCalls > 0 {
+		if finalTurn || len(results) == 0 || clientCalls > 0 || paused {
+			if clientCalls > 0 || paused {
 				res.Stop = StopToolUse
 			} else if finalTurn || len(results) > 0 {
 				res.Stop = StopEnd
@@ -350,6 +380,66 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			req.ToolChoice = ToolChoice{Mode: ChoiceNone}
 		}
 	}
+}
+
+// pauseStep ends step, paused on client tool calls its code made: the
+// calls go to the client.
+func pauseStep(run *Run, res *Result, step *Step) {
+	for _, c := range step.Result.Paused {
+		c.Caller = step.Call.ID
+		res.Items = append(res.Items, Item{Kind: ItemClientCall, Call: &c, Step: step})
+		if run.Sink != nil {
+			run.Sink.ClientCall(c)
+		}
+	}
+}
+
+// resume runs run.Resume's step on with the client's answer. done says
+// the run ends there (the code called a client tool again); else the
+// step's result ends the conversation and the model is asked next.
+func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool, err error) {
+	rs, req := run.Resume, run.Request
+	st := run.ServerTools[rs.Call.Name]
+	r, ok := st.(Resumer)
+	if !ok {
+		return true, &RequestError{Status: 400, Message: fmt.Sprintf("the tool call %s cannot be resumed: %s is not a tool whose code calls client tools in this request", rs.Call.ID, rs.Call.Name)}
+	}
+	res.ToolCallsRequested++
+	step := &Step{Call: rs.Call, Tool: st, Resumed: true, Start: time.Now()}
+	res.Items = append(res.Items, Item{Kind: ItemStep, Step: step})
+	if run.Sink != nil {
+		run.Sink.StepStart(step)
+	}
+	var onOut func(cmd, stream int, text string)
+	if run.Sink != nil {
+		onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
+	}
+	step.Result = r.Resume(ctx, box.get, rs.Call, rs.Answers, onOut)
+	step.End = time.Now()
+	if step.Result.Executed {
+		res.ToolCallsExecuted++
+	}
+	if box.fatal != nil {
+		return true, box.fatal
+	}
+	if box.sb != nil {
+		res.ContainerID, res.ExpiresAt = box.sb.ContainerID(), box.sb.ExpiresAt()
+	}
+	if step.Result.Paused != nil {
+		pauseStep(run, res, step)
+		res.Stop = StopToolUse
+		return true, ctx.Err()
+	}
+	if run.Sink != nil {
+		run.Sink.StepDone(step)
+	}
+	r2 := &ToolResult{CallID: rs.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}
+	var rest []Part
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == RoleUser {
+		rest, req.Messages = req.Messages[n-1].Parts, req.Messages[:n-1]
+	}
+	req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: append([]Part{{Kind: PartToolResult, Result: r2}}, rest...)})
+	return false, nil
 }
 
 // serverToolImages are the results in msgs, oldest first, that answer a

@@ -37,6 +37,10 @@ type StepResult struct {
 	// Detail is the tool's own result (*ShellDetail, ...) for the client
 	// API's frontend to render in its native shape.
 	Detail any
+	// Paused is set when the step has no result yet: its code called these
+	// client tools and waits, in the sandbox, for the client's answers
+	// (Resumer). Their IDs are the tool's tokens for the calls.
+	Paused []ToolCall
 }
 
 // ShellDetail is the result of a shell call.

@@ -349,7 +349,11 @@ func (b *gatewayBox) Python(ctx context.Context, c tool.PythonCall, onOutput fun
 		if _, ok := b.away(ctx, ct.ID); ok {
 			return errPythonAway
 		}
-		run := &gatewayCall{call: call{s: b.s, id: ct.ID, maxChars: c.MaxOutputLength}, box: b, label: "python: " + c.Code}
+		label := "python: " + c.Code
+		if c.Resume != nil {
+			label = "python: resumed with a client tool's result"
+		}
+		run := &gatewayCall{call: call{s: b.s, id: ct.ID, maxChars: c.MaxOutputLength}, box: b, label: label}
 		since := fileClock()
 		out, err := tool.RunPython(ctx, run, ct.ID, c, &b.s.kernels, onOutput)
 		if _, ok := b.moved(ctx, ct.ID, err); ok {

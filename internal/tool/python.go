@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/shellgate/shellgate/sandbox"
@@ -60,7 +62,66 @@ type PythonCall struct {
 	TimeoutMs       int64
 	MaxOutputLength int
 	Notes           []string // what was adjusted, as Plan's
+
+	// Programmatic tool calling: Tools are client tools the code may call
+	// (async functions in the kernel's namespace, keyword arguments);
+	// calling one pauses the execution in the kernel and the call's output
+	// is the ToolCall. Denied are client tools the code may not call
+	// (calling one raises ToolError naming Caller, the code execution tool
+	// version).
+	Tools, Denied []string
+	Caller        string
+	// ToolParams are each tool's input properties in their schema's
+	// order: positional arguments fill them.
+	ToolParams map[string][]string
+	// ToolWait bounds how long the execution waits for a tool's result
+	// (0: ToolWait).
+	ToolWait time.Duration
+	// Resume, when set, answers the tool calls a paused execution waits
+	// for instead of running Code; the execution goes on from there.
+	Resume *PythonResume
 }
+
+// PythonResume are the client's answers to the tool calls a paused
+// execution waits for: one for each, together.
+type PythonResume struct {
+	Answers []PythonAnswer
+}
+
+// PythonAnswer answers one tool call.
+type PythonAnswer struct {
+	Call string // PythonToolCall.Call
+	// Result is what the tool returns to the code; Error, when not empty,
+	// is raised in the code instead (a ToolError).
+	Result, Error string
+}
+
+// PythonToolCall is a client tool called by code: the execution waits in
+// the kernel for PythonResume (at most ToolWait). Calls the code starts
+// together (asyncio.gather) pause it together.
+type PythonToolCall struct {
+	Call  string // the driver's token for this call: 24 hex digits
+	Name  string // one of PythonCall.Tools
+	Input json.RawMessage
+}
+
+// Limits of programmatic tool calls.
+const (
+	// MaxToolInput bounds a tool call's input (JSON) the code makes.
+	MaxToolInput = 256 << 10
+	// MaxToolResult bounds a tool's result handed to the code, as JSON
+	// text, and MaxToolResults the results of one resume together: they
+	// travel in the client's command line, which Linux caps at 128 KiB per
+	// argument (base64 of the JSON).
+	MaxToolResult  = 64 << 10
+	MaxToolResults = 80 << 10
+	// MaxToolBatch bounds the calls the code makes at once (kernel.py's
+	// MAX_BATCH).
+	MaxToolBatch = 32
+	// ToolWait is how long a paused execution waits for its tool result
+	// (kernel.py's PARK_S): then it is ended, and a resume finds it gone.
+	ToolWait = 300 * time.Second
+)
 
 // PythonArgs are the arguments a model writes for a Python tool.
 type PythonArgs struct {
@@ -121,6 +182,13 @@ type PythonOutput struct {
 	// that died), each ending in a newline.
 	Notes     string
 	Truncated bool
+	// ToolCalls are set when the code called client tools: the execution
+	// is paused in the kernel (Outcome is then zero), to be resumed with
+	// PythonCall.Resume answering each.
+	ToolCalls []PythonToolCall
+	// Expired says why a resume found no paused execution to answer (it
+	// waited too long, another call ended it, the container slept).
+	Expired string
 }
 
 // Display is one rich output: an image (Data) or text (Text).
@@ -173,10 +241,33 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 		"code": c.Code, "timeout_ms": c.TimeoutMs, "max_text": c.MaxOutputLength,
 		"max_images": MaxPythonImages, "max_image_bytes": MaxPythonImageBytes,
 	}
+	if len(c.Tools) > 0 || len(c.Denied) > 0 {
+		req["tools"], req["denied"], req["caller"], req["params"] = c.Tools, c.Denied, c.Caller, c.ToolParams
+		if c.ToolWait > 0 {
+			req["park_s"] = c.ToolWait.Seconds()
+		}
+	}
+	if r := c.Resume; r != nil {
+		var answers []map[string]string
+		total := 0
+		for _, a := range r.Answers {
+			enc, _ := json.Marshal(a.Result)
+			switch {
+			case a.Error != "":
+				answers = append(answers, map[string]string{"call": a.Call, "error": capped(a.Error, 4096)})
+			case len(enc) > MaxToolResult || total+len(enc) > MaxToolResults:
+				answers = append(answers, map[string]string{"call": a.Call, "error": fmt.Sprintf("the tool's result is %d bytes of JSON: at most %d bytes (%d for the results of one resume together) reach the code", len(enc), MaxToolResult, MaxToolResults)})
+			default:
+				total += len(enc)
+				answers = append(answers, map[string]string{"call": a.Call, "result": a.Result})
+			}
+		}
+		req = map[string]any{"resume": true, "answers": answers, "timeout_ms": c.TimeoutMs}
+	}
 	run := func(wait bool) (*kernelAnswer, sandbox.Result, error) {
 		req["wait"] = wait
 		b, _ := json.Marshal(req)
-		a := &kernelAnswer{onOutput: onOutput, maxChars: c.MaxOutputLength}
+		a := &kernelAnswer{onOutput: onOutput, maxChars: c.MaxOutputLength, tools: c.Tools}
 		res, err := ex.Exec(ctx, name, sandbox.Command{
 			Command:   "exec python3 -I -S -c " + shellQuote(kernelScript) + " call " + base64.StdEncoding.EncodeToString(b),
 			TimeoutMs: c.TimeoutMs + kernelGraceMs,
@@ -188,6 +279,10 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 	a, res, err := run(false)
 	if err != nil {
 		return PythonOutput{}, err
+	}
+	if a.noKernel && res.ExitCode == 3 && c.Resume != nil {
+		// No driver: the kernel and the paused execution are gone.
+		return PythonOutput{Expired: "the container's Python kernel is not running (the container slept or was restarted while the execution waited), so the paused execution is gone"}, nil
 	}
 	if a.noKernel && res.ExitCode == 3 {
 		had := k.started(name)
@@ -214,6 +309,8 @@ type kernelAnswer struct {
 	bad      int // lines that were not the driver's
 	noKernel bool
 	done     bool
+	tools    []string // the client tools the code may call
+	paused   bool
 	timedOut bool
 	exitCode *int     // set by sys.exit
 	chars    [3]int64 // characters the code wrote per stream, kept or not
@@ -277,6 +374,8 @@ func (a *kernelAnswer) take(line []byte) {
 		Dropped   struct {
 			Images int `json:"images"`
 		} `json:"dropped"`
+		Call  string          `json:"call"`
+		Input json.RawMessage `json:"input"`
 	}
 	if len(line) > maxKernelLine || json.Unmarshal(line, &m) != nil || a.done {
 		a.bad++
@@ -367,6 +466,20 @@ func (a *kernelAnswer) take(line []byte) {
 			st = fmt.Sprint(*m.Status)
 		}
 		a.out.Notes += "shellgate: the Python kernel exited during this call (exit status " + st + "); the next call starts a new kernel, and variables, imports and other state are lost\n"
+	case "tool_call":
+		if err := a.toolCall(m.Call, m.Name, m.Input); err != nil {
+			a.out.Notes += "shellgate: a tool call from the kernel was refused: " + err.Error() + "\n"
+			a.bad++
+		}
+	case "paused":
+		a.paused = len(a.out.ToolCalls) > 0
+		a.done = a.paused
+	case "expired":
+		a.out.Expired = capped(stripANSI(m.Why), 1000)
+		if a.out.Expired == "" {
+			a.out.Expired = "the paused execution is gone"
+		}
+		a.done = true
 	case "done":
 		a.done, a.timedOut = true, m.TimedOut
 		a.chars[1], a.chars[2] = m.Stdout, m.Stderr
@@ -376,6 +489,38 @@ func (a *kernelAnswer) take(line []byte) {
 	default:
 		a.bad++
 	}
+}
+
+var toolCallToken = regexp.MustCompile(`^[0-9a-f]{24}$`)
+
+// toolCall checks a tool call the kernel reports: nothing from the sandbox
+// is trusted.
+func (a *kernelAnswer) toolCall(call, name string, input json.RawMessage) error {
+	if len(a.out.ToolCalls) >= MaxToolBatch {
+		return fmt.Errorf("more than %d tool calls at once", MaxToolBatch)
+	}
+	for _, c := range a.out.ToolCalls {
+		if c.Call == call {
+			return fmt.Errorf("the same call token twice")
+		}
+	}
+	if !toolCallToken.MatchString(call) {
+		return fmt.Errorf("malformed call token")
+	}
+	if !slices.Contains(a.tools, name) {
+		return fmt.Errorf("%q is not a tool the code may call", capped(name, 128))
+	}
+	if len(input) > MaxToolInput {
+		return fmt.Errorf("input of %d bytes, over %d", len(input), MaxToolInput)
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(input, &obj) != nil || obj == nil {
+		return fmt.Errorf("input is not a JSON object")
+	}
+	var buf bytes.Buffer
+	json.Compact(&buf, input)
+	a.out.ToolCalls = append(a.out.ToolCalls, PythonToolCall{Call: call, Name: name, Input: json.RawMessage(strings.ToValidUTF8(buf.String(), "\uFFFD"))})
+	return nil
 }
 
 func (a *kernelAnswer) images() int {
@@ -391,6 +536,11 @@ func (a *kernelAnswer) images() int {
 // result completes the output once the client's command has ended.
 func (a *kernelAnswer) result(res sandbox.Result, c PythonCall) PythonOutput {
 	o := a.out
+	if len(o.ToolCalls) > 0 && !a.paused {
+		// Calls the driver did not pause on: nothing waits for a result.
+		o.ToolCalls = nil
+		o.Notes += "shellgate: a tool call from the kernel was dropped: the execution did not pause for it\n"
+	}
 	var cutOut, cutErr bool
 	o.Stdout, cutOut = capText([]byte(a.stdout.String()), max(a.chars[1], int64(a.stdout.Len())), c.MaxOutputLength)
 	o.Stderr, cutErr = capText([]byte(a.stderr.String()), max(a.chars[2], int64(a.stderr.Len())), c.MaxOutputLength)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -64,6 +65,46 @@ func TestNodeCodeInterpreter(t *testing.T) {
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
 	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 8)
+}
+
+// TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
+// calling through @anthropic-ai/sdk (messages.create and messages.stream,
+// on the three upstream flavours) on the default image: the scripted
+// model's code calls the client's get_weather once, then twice together
+// (asyncio.gather: one response with both tool_use blocks); each pause
+// waits in the kernel until the client's tool_results, naming the
+// container, resume it and a tool it may not call once (ToolError in the code), then
+// the model answers with the code's output. Plus the bad input: a resume
+// without its container, a tool_result no execution waits for.
+func TestNodeProgrammaticToolCalls(t *testing.T) {
+	node, dir := nodeClients(t)
+	sandboxtest.Skip(t, "runsc", "default")
+	bin, data, env := serveBinary(t)
+	code := "try:\n    await send_email(to='x@example.com')\nexcept ToolError as e:\n    print('refused:', e)\n" +
+		"import asyncio\nrs = [await get_weather(city='Paris')]\nrs += await asyncio.gather(get_weather('Oslo'), get_weather(city='Rome'))\nprint('; '.join(rs))\n"
+	args, _ := json.Marshal(map[string]string{"code": code})
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}},
+		{Text: "The weather: {{last_tool_stdout}}"},
+	}})
+	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
+	runNode(t, node, dir, "programmatic.mjs", base, key, logs, 8)
+	// The model is told how to call the tool from code, and never sees it
+	// as its own tool, nor the calls the code made and their results.
+	direct := regexp.MustCompile(`"name"\s*:\s*"get_weather"`)
+	told := 0
+	for _, r := range model.Requests() {
+		if direct.Match(r.Raw) {
+			t.Errorf("%s request %d shows get_weather to the model: %.2000s", r.API, r.Turn, r.Raw)
+		}
+		if bytes.Contains(r.Raw, []byte("await get_weather(")) {
+			told++
+		}
+	}
+	if n := len(model.Requests()); told != n || n == 0 {
+		t.Errorf("%d of %d requests tell the model how to call get_weather from code", told, n)
+	}
 }
 
 // TestNodeGeminiCharts runs @google/genai against the real binary on the

@@ -320,6 +320,8 @@ type useBlock struct {
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
+	// Caller is set on a tool_use made by code (programmatic tool calling).
+	Caller *caller `json:"caller,omitempty"`
 }
 
 type resultBlock struct {
@@ -334,6 +336,7 @@ type renderer struct {
 	model string
 	id    string
 	ids   map[*gateway.Step]string // server_tool_use ids, once per step
+	byID  map[string]string        // … by the step's call id
 	named *containerField          // the container the request named
 	stops []string                 // the request's stop_sequences
 }
@@ -386,6 +389,15 @@ func blockID(prefix, callID string) string {
 }
 
 func (rd *renderer) clientCall(c *gateway.ToolCall) useBlock {
+	if c.Caller != "" {
+		// Made by code: its id is the kernel's token, for the resume.
+		tool, ok := rd.byID[c.Caller]
+		if !ok {
+			tool = blockID("srvtoolu_", c.Caller)
+		}
+		return useBlock{Type: "tool_use", ID: "toolu_" + c.ID, Name: c.Name, Input: inputObject(c.Arguments),
+			Caller: &caller{Type: rd.kinds[gateway.CodeExecution].typ, ToolID: tool}}
+	}
 	id := c.ID
 	if id == "" {
 		// The client must be able to answer it.
@@ -404,6 +416,10 @@ func (rd *renderer) step(s *gateway.Step) (useBlock, resultBlock) {
 	if !ok {
 		id = blockID("srvtoolu_", s.Call.ID)
 		rd.ids[s] = id
+		if rd.byID == nil {
+			rd.byID = map[string]string{}
+		}
+		rd.byID[s.Call.ID] = id
 	}
 	use := useBlock{Type: "server_tool_use", ID: id, Name: s.Call.Name, Input: inputObject(s.Call.Arguments)}
 	res := resultBlock{ToolUseID: use.ID}
@@ -482,8 +498,15 @@ func (rd *renderer) message(res *gateway.Result) *message {
 		case gateway.ItemClientCall:
 			m.Content = append(m.Content, rd.clientCall(it.Call))
 		case gateway.ItemStep:
+			// A step paused on a client call has no result yet; a resumed
+			// one showed its call in the response that paused it.
 			u, r := rd.step(it.Step)
-			m.Content = append(m.Content, u, r)
+			if !it.Step.Resumed {
+				m.Content = append(m.Content, u)
+			}
+			if it.Step.Result.Paused == nil {
+				m.Content = append(m.Content, r)
+			}
 		}
 	}
 	sr := stopReason(res.Stop)

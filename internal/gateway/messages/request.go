@@ -27,7 +27,10 @@
 // assistant tool call plus a user tool result, with the same text the model
 // read live: the code-execution tools (`internal/gateway/codeexec.go`) answer
 // the model with their result block's content as JSON, so the block alone
-// reproduces it.
+// reproduces it. Client tools whose `allowed_callers` name the code
+// execution version are called from its Python code (programmatic tool
+// calling, `programmatic.go`): a call pauses the run with a `tool_use`
+// carrying `caller`, and the request answering it becomes `Run.Resume`.
 package messages
 
 import (
@@ -98,6 +101,14 @@ type block struct {
 	Content   json.RawMessage `json:"content"`
 	IsError   bool            `json:"is_error"`
 	FileID    string          `json:"file_id"`
+	Caller    *caller         `json:"caller"`
+}
+
+// caller is a tool_use's caller: {"type":"direct"} or, for a call made by
+// code, {"type":"code_execution_20260120","tool_id":"srvtoolu_…"}.
+type caller struct {
+	Type   string `json:"type"`
+	ToolID string `json:"tool_id"`
 }
 
 type source struct {
@@ -114,7 +125,10 @@ type toolSpec struct {
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
 	Strict      bool            `json:"strict"`
-	Parameters  *struct {
+	// AllowedCallers: "direct" (the model), and the code execution
+	// versions whose code may call the tool (programmatic tool calling).
+	AllowedCallers []string `json:"allowed_callers"`
+	Parameters     *struct {
 		Engine        string          `json:"engine"`
 		Environment   json.RawMessage `json:"environment"`
 		NetworkPolicy json.RawMessage `json:"network_policy"`
@@ -134,6 +148,15 @@ type parsed struct {
 	run      *gateway.Run
 	kinds    map[string]toolKind // server tools by function name
 	statFile []string            // container_upload file ids, in order
+
+	// Programmatic tool calling (see programmatic.go).
+	codeExec   string // the code execution tool's type, "" without one
+	codeExecAt int    // its index in tools
+	custom     []customTool
+	execCalls  map[string]*gateway.ToolCall   // replayed code_execution calls by id
+	prog       map[string]progCall            // client tool_use ids made by code → their call
+	answers    map[string]*gateway.ToolResult // tool_results answering them
+	answerMsg  map[string]int                 // … and the message holding each
 }
 
 // reqError is a client error in Anthropic's envelope.
@@ -237,7 +260,8 @@ func parse(req *request, r *http.Request) (*parsed, error) {
 	if req.TopP != nil && (*req.TopP < 0 || *req.TopP > 1) {
 		return nil, badRequest("top_p: must be between 0 and 1")
 	}
-	p := &parsed{model: *req.Model, stream: req.Stream, kinds: map[string]toolKind{}}
+	p := &parsed{model: *req.Model, stream: req.Stream, kinds: map[string]toolKind{},
+		execCalls: map[string]*gateway.ToolCall{}, prog: map[string]progCall{}, answers: map[string]*gateway.ToolResult{}, answerMsg: map[string]int{}}
 	gr := &gateway.Request{MaxTokens: int(*req.MaxTokens), Temperature: req.Temperature, TopP: req.TopP, Stop: req.StopSequences}
 	run := &gateway.Run{Request: gr, ServerTools: map[string]gateway.ServerTool{}, Budget: gateway.Pause}
 	p.run = run
@@ -355,12 +379,21 @@ func (p *parsed) parseTools(raw []json.RawMessage) error {
 			if err := claim(i, t.Name); err != nil {
 				return err
 			}
-			gr.Tools = append(gr.Tools, gateway.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, Strict: t.Strict})
+			direct, code, err := allowedCallers(i, t.AllowedCallers)
+			if err != nil {
+				return err
+			}
+			ft := gateway.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, Strict: t.Strict}
+			if direct {
+				gr.Tools = append(gr.Tools, ft)
+			}
+			p.custom = append(p.custom, customTool{i: i, tool: ft, code: code})
 		case "code_execution_20250825", "code_execution_20260120", "code_execution_20260521":
 			if t.Name != "" && t.Name != "code_execution" {
 				return badRequest("tools.%d.name: %s must be named \"code_execution\"", i, t.Type)
 			}
 			k := toolKind{kind: "codeexec", typ: t.Type}
+			p.codeExec, p.codeExecAt = t.Type, i
 			if err := addServer(i, gateway.BashCodeExecution, gateway.BashTool{}, k); err != nil {
 				return err
 			}
@@ -414,7 +447,7 @@ func (p *parsed) parseTools(raw []json.RawMessage) error {
 				"and their openrouter: aliases", i, clip(t.Type))
 		}
 	}
-	return nil
+	return p.programmaticTools(claim, addServer)
 }
 
 // toolEnvironment takes a server tool's parameters.environment and
@@ -528,9 +561,6 @@ func (p *parsed) parseMessages(in []inMessage) error {
 			return err
 		}
 	}
-	for id := range srvCalls {
-		return badRequest("messages: server_tool_use %q has no result block after it", clip(id))
-	}
 	// Merge neighbours of one role (a replay's tool results, then the
 	// user's next message).
 	var merged []gateway.Message
@@ -543,6 +573,10 @@ func (p *parsed) parseMessages(in []inMessage) error {
 			continue
 		}
 		merged = append(merged, m)
+	}
+	merged, err := p.resumeCall(srvCalls, len(in)-1, merged)
+	if err != nil {
+		return err
 	}
 	if len(merged) == 0 {
 		return badRequest("messages: every message is empty; send some content")
@@ -601,6 +635,15 @@ func (p *parsed) userMessage(out []gateway.Message, i int, blocks []block) ([]ga
 					}
 					res.Content = strings.Join(texts, "\n")
 				}
+			}
+			if _, ok := p.prog[b.ToolUseID]; ok {
+				// The answer to a call made by code: for the code, not
+				// the model.
+				if len(res.Images) > 0 {
+					return nil, badRequest("%s.content: images cannot be handed to code; the tool_result of a tool_use made by code holds text", where)
+				}
+				p.answers[b.ToolUseID], p.answerMsg[b.ToolUseID] = res, i
+				continue
 			}
 			msg.Parts = append(msg.Parts, gateway.Part{Kind: gateway.PartToolResult, Result: res})
 		case "container_upload":
@@ -685,6 +728,12 @@ func (p *parsed) assistantMessage(out []gateway.Message, i int, blocks []block, 
 			if b.ID == "" || b.Name == "" {
 				return nil, badRequest("%s: a %s needs an id and a name", where, b.Type)
 			}
+			if b.Type == "tool_use" && b.Caller != nil && b.Caller.Type != "direct" {
+				if err := p.programmaticUse(where, i, b); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			args, err := inputArgs(where, b.Input)
 			if err != nil {
 				return nil, err
@@ -701,7 +750,11 @@ func (p *parsed) assistantMessage(out []gateway.Message, i int, blocks []block, 
 				srvCalls[b.ID] = kind
 				name = fn
 			}
-			cur.Parts = append(cur.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: name, Arguments: args}})
+			call := &gateway.ToolCall{ID: b.ID, Name: name, Arguments: args}
+			if b.Type == "server_tool_use" && name == gateway.CodeExecution {
+				p.execCalls[b.ID] = call
+			}
+			cur.Parts = append(cur.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: call})
 		case "thinking", "redacted_thinking":
 			// Another model's reasoning does not carry across upstreams.
 		default:

@@ -147,6 +147,10 @@ func (s *streamer) ClientCall(c gateway.ToolCall) { s.use(s.rd.clientCall(&c)) }
 
 func (s *streamer) StepStart(st *gateway.Step) {
 	u, _ := s.rd.step(st)
+	if st.Resumed {
+		// Shown in the response that paused it.
+		return
+	}
 	s.use(u)
 }
 
