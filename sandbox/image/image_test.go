@@ -334,8 +334,6 @@ func TestDebianCached(t *testing.T) {
 	assertNoLeftovers(t, s)
 }
 
-// TestDebianReal builds the real default image (about a minute, needs root
-// and the network to the host's Debian mirror).
 // TestDebianReal builds a Debian image from the host's mirror end to end
 // (debootstrap, packages, trimming, preparation, privileges stripped, a
 // second build up to date), with a small package list: the recipe is the

@@ -321,11 +321,23 @@ sleep 1000`
 		}
 		checkSameSandbox(t, m, box, "fork loop", o)
 
-		bomb := Shell(t, m, box, Call{Commands: []string{`bomb() { bomb | bomb & }; bomb; sleep 2`}, TimeoutMs: i64(5000)})[0]
-		if !strings.Contains(bomb.Stderr, "shellgate: the command reached the sandbox's process limit") {
-			t.Errorf("fork bomb: the result does not say the limit was reached: %+v …%q", bomb.Outcome, bomb.Stderr[max(0, len(bomb.Stderr)-300):])
+		// A bomb is always contained. Its report is best effort (the
+		// agent looks every 25 ms and at the end): on a loaded host a bomb
+		// can rise and die between two looks, so of three bombs at least
+		// one must be reported (a detection that never works fails).
+		reported := false
+		var last Output
+		for try := 1; try <= 3 && !reported; try++ {
+			last = Shell(t, m, box, Call{Commands: []string{`bomb() { bomb | bomb & }; bomb; sleep 2`}, TimeoutMs: i64(5000)})[0]
+			checkSameSandbox(t, m, box, "fork bomb", last)
+			reported = strings.Contains(last.Stderr, "shellgate: the command reached the sandbox's process limit")
+			if !reported {
+				t.Logf("fork bomb %d: not reported (best effort)", try)
+			}
 		}
-		checkSameSandbox(t, m, box, "fork bomb", bomb)
+		if !reported {
+			t.Errorf("fork bomb: no result of three says the limit was reached: %+v …%q", last.Outcome, last.Stderr[max(0, len(last.Stderr)-300):])
+		}
 	})
 	t.Run("10 disk limit", func(t *testing.T) {
 		o := Run(t, m, box, fmt.Sprintf("dd if=/dev/zero of=big bs=1M count=%d", HomeBytes>>20+16))
