@@ -64,12 +64,14 @@ package responses
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/identity"
+	"github.com/shellgate/shellgate/jsrun"
 )
 
 // Frontend serves the Responses API.
@@ -80,6 +82,12 @@ type Frontend struct {
 	// Screen, if set, inspects each request before its container is
 	// opened and its model called (the workspace's guardrails).
 	Screen gateway.Screen
+	// Programs runs the programs of programmatic tool calling (nil: the
+	// programmatic_tool_calling tool is refused); ProgramScope is bound
+	// into their fingerprints: the caller's workspace, so that one
+	// workspace's fingerprint does not resume in another.
+	Programs     *jsrun.Runner
+	ProgramScope string
 }
 
 // Serve answers one POST /v1/responses of an authenticated caller whose
@@ -142,6 +150,17 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
 		run.ServerTools = p.serverTools()
+	}
+	if p.programmatic {
+		if f.Programs == nil {
+			f.writeErr(ctx, w, invalid(fmt.Sprintf("tools[%d].type", p.programTool), "programmatic_tool_calling is not enabled on this Shellgate server (it runs programs on the server's JavaScript runtime, which needs the continuation secret of `shellgate serve`)."))
+			return
+		}
+		if run.ServerTools == nil {
+			run.ServerTools = map[string]gateway.ServerTool{}
+		}
+		run.ServerTools[gateway.ProgramFunction] = gateway.ProgramTool{Runner: f.Programs, Scope: f.ProgramScope, Tools: p.programTools, Denied: p.programDenied}
+		run.Resume = p.resume
 	}
 	m := newMeta(p, containerID)
 	if !p.stream {
