@@ -22,6 +22,11 @@
 // on the next message. It shares the request's one container with the
 // shell tool; a step is shown by the tool its call names.
 //
+// Programmatic tool calling ({"type":"programmatic_tool_calling"}, function
+// tools with allowed_callers "programmatic") is program.go: the model's
+// JavaScript runs on jsrun (gateway.ProgramTool), its pauses are program
+// items whose fingerprint the client hands back to resume it.
+//
 // A step that did not run (arguments the tool refused, the max_tool_calls
 // budget spent, the sandbox unavailable) shows what the model read: the
 // shell_call_output has status "incomplete" and one more output entry
