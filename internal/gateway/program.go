@@ -34,9 +34,18 @@ const ProgramFunction = "program"
 // client's tools on: tools.get_weather({city: "Paris"}).
 const ProgramNamespace = "tools"
 
-// ProgramToolName says whether a client tool's name can be called from a
-// program (a JavaScript identifier, so tools.NAME works).
-var ProgramToolName = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+var jsIdent = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+
+// ProgramCallable says whether a client tool's name can be called from a
+// program: a JavaScript identifier (so tools.NAME works) that jsrun takes
+// as a host function's name.
+func ProgramCallable(name string) bool {
+	switch name {
+	case "__proto__", "constructor", "prototype", "then", "catch", "finally":
+		return false
+	}
+	return jsIdent.MatchString(name)
+}
 
 // ProgramTool runs the model's programs on Runner.
 type ProgramTool struct {
@@ -132,7 +141,7 @@ func (t ProgramTool) run(ctx context.Context, in jsrun.Input, rs *Resume) StepRe
 		ns[c.Name] = jsrun.Async(clientFunction)
 	}
 	for _, name := range t.Denied {
-		if ProgramToolName.MatchString(name) && ns[name].Fn == nil {
+		if ProgramCallable(name) && ns[name].Fn == nil {
 			msg := fmt.Sprintf("the tool %s cannot be called from a program: its allowed_callers do not include \"programmatic\"", name)
 			ns[name] = jsrun.Sync(func(context.Context, []any) (any, error) {
 				return nil, &jsrun.UserError{Name: "ToolError", Message: msg, Code: "TOOL_NOT_PROGRAMMATIC"}

@@ -47,6 +47,7 @@ func TestProgramToolsBadInput(t *testing.T) {
 		{`{"type":"programmatic_tool_calling"},` + fn("f", `[]`), "tools[1].allowed_callers", "empty"},
 		{`{"type":"programmatic_tool_calling"},` + fn("f", `["model"]`), "tools[1].allowed_callers[0]", "model"},
 		{`{"type":"programmatic_tool_calling"},` + fn("my-tool", `["programmatic"]`), "tools[1].name", "JavaScript identifier"},
+		{`{"type":"programmatic_tool_calling"},` + fn("then", `["programmatic"]`), "tools[1].name", "not then"},
 		{`{"type":"programmatic_tool_calling"},` + fn("f", `["direct"]`), "tools[0]", "needs a function tool"},
 		{`{"type":"programmatic_tool_calling"},{"type":"programmatic_tool_calling"},` + fn("f", `["programmatic"]`), "tools[1].type", "Only one"},
 		{`{"type":"programmatic_tool_calling"},` + fn("program", `["programmatic"]`), "tools", `named "program"`},

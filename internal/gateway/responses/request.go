@@ -425,8 +425,8 @@ func parseTools(p *parsed, req *gateway.Request) error {
 				p.programDenied = append(p.programDenied, f.Name)
 				continue
 			}
-			if !gateway.ProgramToolName.MatchString(f.Name) {
-				return invalid(param+".name", "Invalid '%s.name': %q cannot be called from a program: a tool whose allowed_callers include \"programmatic\" needs a name that is a JavaScript identifier (letters, digits, '_', '$'; not starting with a digit), as programs call it as tools.NAME(...).", param, clip(f.Name))
+			if !gateway.ProgramCallable(f.Name) {
+				return invalid(param+".name", "Invalid '%s.name': %q cannot be called from a program: a tool whose allowed_callers include \"programmatic\" needs a name that is a JavaScript identifier (letters, digits, '_'; not starting with a digit; not then, catch, finally, constructor or prototype), as programs call it as tools.NAME(...).", param, clip(f.Name))
 			}
 			if p.programCaller == "" {
 				p.programCaller = param + ".allowed_callers"
