@@ -137,3 +137,94 @@ func TestProgramReplayBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestProgramStream: streamed, a program item is added when the step
+// starts and done with its fingerprint when the step pauses, before the
+// function_calls; a resumed step that ends adds only its program_output,
+// one that pauses again a new program item.
+func TestProgramStream(t *testing.T) {
+	call := gateway.ToolCall{ID: "call_p", Name: gateway.ProgramFunction, Arguments: `{"code":"return 1"}`}
+	paused := func(step *gateway.Step, fp string) gateway.ToolCall {
+		step.Result = gateway.StepResult{State: fp, Paused: []gateway.ToolCall{{ID: "interrupt-1", Name: "g", Arguments: "{}"}}}
+		c := step.Result.Paused[0]
+		c.Caller = call.ID
+		return c
+	}
+	type ev struct {
+		Type string          `json:"type"`
+		Item json.RawMessage `json:"item"`
+	}
+	events := func(w *httptest.ResponseRecorder) []string {
+		var out []string
+		for _, line := range strings.Split(w.Body.String(), "\n") {
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			var e ev
+			json.Unmarshal([]byte(data), &e)
+			if e.Item == nil {
+				continue
+			}
+			var it struct{ Type, Fingerprint, Result, Status string }
+			json.Unmarshal(e.Item, &it)
+			out = append(out, strings.TrimPrefix(e.Type, "response.output_item.")+" "+it.Type+" "+it.Fingerprint+it.Result)
+		}
+		return out
+	}
+	m := newMeta(&parsed{model: "p/m"}, "")
+	for _, c := range []struct {
+		name    string
+		resumed bool
+		run     func(s *streamer, step *gateway.Step)
+		want    string
+	}{
+		{"pauses", false, func(s *streamer, step *gateway.Step) {
+			s.StepStart(step)
+			s.ClientCall(paused(step, "FP1"))
+		}, "added program ,done program FP1,added function_call ,done function_call "},
+		{"resumed, pauses again", true, func(s *streamer, step *gateway.Step) {
+			s.StepStart(step)
+			s.ClientCall(paused(step, "FP2"))
+		}, "added program FP2,done program FP2,added function_call ,done function_call "},
+		{"resumed, ends", true, func(s *streamer, step *gateway.Step) {
+			s.StepStart(step)
+			step.Result = gateway.StepResult{Content: "1"}
+			s.StepDone(step)
+		}, "added program_output 1,done program_output 1"},
+		{"ends", false, func(s *streamer, step *gateway.Step) {
+			s.StepStart(step)
+			step.Result = gateway.StepResult{Content: "1"}
+			s.StepDone(step)
+		}, "added program ,done program ,added program_output 1,done program_output 1"},
+	} {
+		w := httptest.NewRecorder()
+		s := newStreamer(w, m)
+		step := &gateway.Step{Call: call, Resumed: c.resumed}
+		c.run(s, step)
+		if got := strings.Join(events(w), ","); got != c.want {
+			t.Errorf("%s: events\n%s\nwant\n%s", c.name, got, c.want)
+		}
+		// The streamed items are the items the response renders.
+		items := []gateway.Item{{Kind: gateway.ItemStep, Step: step}}
+		for _, pc := range step.Result.Paused {
+			pc.Caller = call.ID
+			items = append(items, gateway.Item{Kind: gateway.ItemClientCall, Call: &pc, Step: step})
+		}
+		want := m.renderOutput(&gateway.Result{Items: items})
+		got := s.output()
+		if len(got) != len(want) {
+			t.Fatalf("%s: streamed %s, rendered %s", c.name, got, want)
+		}
+		for i := range got {
+			var a, b map[string]any
+			json.Unmarshal(got[i], &a)
+			json.Unmarshal(want[i], &b)
+			delete(a, "id")
+			delete(b, "id")
+			if ja, jb := raw(a), raw(b); string(ja) != string(jb) {
+				t.Errorf("%s: item %d streamed %s, rendered %s", c.name, i, ja, jb)
+			}
+		}
+	}
+}
