@@ -317,9 +317,10 @@ type ToolAnswer struct {
 // Resumer is a server tool whose steps can pause on client tool calls and
 // be resumed with their answers in a later request.
 type Resumer interface {
-	// Resume hands answers (one per paused call) to the execution call
-	// paused in and runs it on, as Run would.
-	Resume(ctx context.Context, sb SandboxFunc, call ToolCall, answers []ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult
+	// Resume hands rs.Answers (one per paused call) to the execution
+	// rs.Call paused in (with rs.State, the state its paused StepResult
+	// gave, when the tool keeps none itself) and runs it on, as Run would.
+	Resume(ctx context.Context, sb SandboxFunc, rs *Resume, onOutput func(cmd, stream int, text string)) StepResult
 }
 
 // PythonFunction is a Python tool on the container's kernel as the model
@@ -417,15 +418,15 @@ func (t CodeTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOu
 }
 
 // Resume answers the client tool calls the execution of call waits for.
-func (t CodeTool) Resume(ctx context.Context, open SandboxFunc, call ToolCall, answers []ToolAnswer, onOutput func(cmd, stream int, text string)) StepResult {
-	c, err := tool.ParsePythonArgs([]byte(call.Arguments))
+func (t CodeTool) Resume(ctx context.Context, open SandboxFunc, rs *Resume, onOutput func(cmd, stream int, text string)) StepResult {
+	c, err := tool.ParsePythonArgs([]byte(rs.Call.Arguments))
 	if err != nil {
 		// The limits come from the call as it was made; a call that did
 		// not parse never ran, so there is nothing to resume.
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: "invalid_tool_input", ErrorMessage: err.Error()}, false)
 	}
 	c.Resume = &tool.PythonResume{}
-	for _, a := range answers {
+	for _, a := range rs.Answers {
 		pa := tool.PythonAnswer{Call: a.Call, Result: a.Content}
 		if a.IsError {
 			pa.Error = "the tool reported an error: " + a.Content

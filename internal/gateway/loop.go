@@ -70,6 +70,10 @@ type Run struct {
 type Resume struct {
 	Call    ToolCall // the server tool call, as the conversation holds it
 	Answers []ToolAnswer
+	// State is the paused step's StepResult.State as the client handed it
+	// back (a program's fingerprint); "" for a tool that keeps its state
+	// itself (the Python kernel).
+	State string
 }
 
 // Upload is a workspace file to copy into the container before its first
@@ -414,13 +418,18 @@ func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool
 	if run.Sink != nil {
 		onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
 	}
-	step.Result = r.Resume(ctx, box.get, rs.Call, rs.Answers, onOut)
+	step.Result = r.Resume(ctx, box.get, rs, onOut)
 	step.End = time.Now()
 	if step.Result.Executed {
 		res.ToolCallsExecuted++
 	}
 	if box.fatal != nil {
 		return true, box.fatal
+	}
+	if step.Result.Fatal != nil {
+		// The client's resume is refused (a state that does not verify):
+		// the request fails, nothing ran.
+		return true, step.Result.Fatal
 	}
 	if box.sb != nil {
 		res.ContainerID, res.ExpiresAt = box.sb.ContainerID(), box.sb.ExpiresAt()

@@ -41,6 +41,14 @@ type StepResult struct {
 	// client tools and waits, in the sandbox, for the client's answers
 	// (Resumer). Their IDs are the tool's tokens for the calls.
 	Paused []ToolCall
+	// State, with Paused, is what the tool needs back to resume the step
+	// when it keeps nothing itself (a program's signed continuation): the
+	// frontend hands it to the client, opaque, and Resume.State brings it
+	// back.
+	State string
+	// Fatal, set by a Resumer, refuses the resume as the client's error
+	// (a *RequestError: a State that does not verify); the request fails.
+	Fatal error
 }
 
 // ShellDetail is the result of a shell call.

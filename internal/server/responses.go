@@ -12,7 +12,10 @@ import (
 // check, the workspace's limits and the body cap (responses.MaxBody,
 // 32 MiB) included, is in OpenAI's error envelope.
 func (s *Server) mountResponses() {
-	f := &responses.Frontend{Models: s.cfg.Models, Log: s.log}
+	// Programs (programmatic tool calling) run on the eval's runner, their
+	// fingerprints bound to the caller's workspace and to the program
+	// tool's purpose, so an eval's continuation never resumes a program.
+	f := &responses.Frontend{Models: s.cfg.Models, Log: s.log, Programs: s.cfg.EvalRunner}
 	ew := gatewayEnvelope(responses.WriteError)
 	for _, pattern := range []string{"POST /v1/responses", "POST /api/v1/responses"} {
 		s.handleWith(ew, pattern, responses.MaxBody, true, s.traced("responses", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -20,6 +23,7 @@ func (s *Server) mountResponses() {
 				f := *f
 				f.Models = rl.models(f.Models)
 				f.Screen = rl.screen(s.gatewayScreen(w, p, "responses"))
+				f.ProgramScope = evalScope(p)
 				f.Serve(w, r, s.gatewayFor(w, r, p, rl))
 			})
 			return nil

@@ -107,6 +107,50 @@ func TestNodeProgrammaticToolCalls(t *testing.T) {
 	}
 }
 
+// TestNodeResponsesProgrammatic runs OpenAI Responses programmatic tool
+// calling through the official openai client (responses.create and
+// responses.stream, on the three upstream flavours): the scripted model's
+// program calls the client's get_weather once, then twice together
+// (Promise.all: one response with both function_calls); each pause ends
+// the response with the program item and its fingerprint, which the
+// client replays with the function_call_outputs to resume it; a tool it
+// may not call throws in the program; then the model answers with the
+// program's result. Plus the bad input: a changed fingerprint, a missing
+// output, allowed_callers without the tool. Programs run on the server's
+// JavaScript runtime (jsrun), not in a sandbox.
+func TestNodeResponsesProgrammatic(t *testing.T) {
+	node, dir := nodeClients(t)
+	bin, data, env := serveBinary(t)
+	code := "let refused;\ntry { await tools.send_email({to: 'x@example.com'}) } catch (e) { refused = e.message }\n" +
+		"const rs = [await tools.get_weather({city: 'Paris'})];\n" +
+		"rs.push(...await Promise.all([tools.get_weather({city: 'Oslo'}), tools.get_weather({city: 'Rome'})]));\n" +
+		"console.log('refused: ' + refused);\nreturn rs.join('; ');"
+	args, _ := json.Marshal(map[string]string{"code": code})
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "program", Arguments: args}}},
+		{Text: "The weather: {{last_tool_output}}"},
+	}})
+	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL)
+	runNode(t, node, dir, "responses_programmatic.mjs", base, key, logs, 9)
+	// The model is told how to call the tool from a program, and never
+	// sees it as its own tool, nor the calls the program made and their
+	// outputs.
+	direct := regexp.MustCompile(`"name"\s*:\s*"get_weather"`)
+	told := 0
+	for _, r := range model.Requests() {
+		if direct.Match(r.Raw) || bytes.Contains(r.Raw, []byte("Paris: sunny\"")) {
+			t.Errorf("%s request %d shows get_weather or its output to the model: %.2000s", r.API, r.Turn, r.Raw)
+		}
+		if bytes.Contains(r.Raw, []byte("await tools.NAME(")) && bytes.Contains(r.Raw, []byte("tools.get_weather: The weather in a city.")) {
+			told++
+		}
+	}
+	if n := len(model.Requests()); told != n || n == 0 {
+		t.Errorf("%d of %d requests tell the model how to call get_weather from a program", told, n)
+	}
+}
+
 // TestNodeGeminiCharts runs @google/genai against the real binary on the
 // default image: the scripted model plots with the code tool, and the
 // chart comes back as an inlineData part (generateContent and

@@ -16,6 +16,9 @@ type conversation struct {
 	system   string // system and developer messages, in order
 	// containerIDs of the replayed shell calls, oldest first (identity).
 	containerIDs []string
+	// resume is the program the input leaves waiting for the outputs of
+	// its function calls (programmatic tool calling), nil when none.
+	resume *gateway.Resume
 }
 
 // inputItem is any input item, as far as Shellgate reads it: the union of
@@ -38,8 +41,11 @@ type inputItem struct {
 	ContainerID string          `json:"container_id"`
 	Error       json.RawMessage `json:"error"`
 
-	Code    *string         `json:"code"`    // code_interpreter_call
-	Outputs json.RawMessage `json:"outputs"` // code_interpreter_call: null or [logs | image]
+	Code        *string         `json:"code"`        // code_interpreter_call, program
+	Fingerprint string          `json:"fingerprint"` // program
+	Result      json.RawMessage `json:"result"`      // program_output
+	Caller      *callerField    `json:"caller"`      // function_call
+	Outputs     json.RawMessage `json:"outputs"`     // code_interpreter_call: null or [logs | image]
 }
 
 // shellAction is a shell_call's action (and the router item's).
@@ -63,10 +69,11 @@ const (
 	famShell
 	famLocalShell
 	famInterp
+	famProgram
 )
 
 func (f callFamily) callName() string {
-	return [...]string{famFunction: "function call", famShell: "shell call", famLocalShell: "local shell call", famInterp: "code interpreter call"}[f]
+	return [...]string{famFunction: "function call", famShell: "shell call", famLocalShell: "local shell call", famInterp: "code interpreter call", famProgram: "program"}[f]
 }
 
 // entry is one input item, normalized.
@@ -108,11 +115,19 @@ func parseInput(raw json.RawMessage) (*conversation, error) {
 	}
 	var entries []entry
 	envs := map[string]string{} // shell_call call_id → its container
+	var progs programReplay
 	for i, rawItem := range items {
 		param := fmt.Sprintf("input[%d]", i)
 		var it inputItem
 		if err := json.Unmarshal(rawItem, &it); err != nil {
 			return nil, jsonError(param, err)
+		}
+		if handled, es, err := progs.item(&it, param); handled || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, es...)
+			continue
 		}
 		es, ids, err := itemEntries(&it, param, envs)
 		if err != nil {
@@ -124,6 +139,11 @@ func parseInput(raw json.RawMessage) (*conversation, error) {
 	if err := checkPairs(entries); err != nil {
 		return nil, err
 	}
+	rs, err := progs.resume()
+	if err != nil {
+		return nil, err
+	}
+	c.resume = rs
 	var system []string
 	for _, e := range entries {
 		if e.role == "" {
@@ -138,6 +158,11 @@ func parseInput(raw json.RawMessage) (*conversation, error) {
 		}
 	}
 	c.system = strings.Join(system, "\n\n")
+	if rs != nil {
+		if err := checkResume(c.messages, rs); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -157,7 +182,9 @@ func checkPairs(entries []entry) error {
 		}
 	}
 	for _, e := range entries {
-		if e.call != 0 && !answered[e.callID] {
+		// A program without its program_output waits for its calls'
+		// outputs (programReplay.resume checks it).
+		if e.call != 0 && e.call != famProgram && !answered[e.callID] {
 			return invalid("input", "No tool output found for %s %s.", e.call.callName(), e.callID)
 		}
 	}

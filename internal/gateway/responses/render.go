@@ -78,6 +78,8 @@ type functionCallItem struct {
 	Arguments string `json:"arguments"`
 	CallID    string `json:"call_id"`
 	Name      string `json:"name"`
+	// Caller is set on a call a program made (programmatic tool calling).
+	Caller *callerField `json:"caller,omitempty"`
 }
 
 type containerRef struct {
@@ -308,9 +310,12 @@ func (m *meta) renderOutput(res *gateway.Result) []json.RawMessage {
 				out = append(out, raw(newMessage(newID(prefixMessage), "completed", newOutputText(it.Text, cites.cite(it.Text, m.containerID)...))))
 			}
 		case gateway.ItemClientCall:
-			out = append(out, raw(functionCallItem{ID: newID(prefixFunction), Type: "function_call", Status: "completed",
-				Arguments: it.Call.Arguments, CallID: it.Call.ID, Name: it.Call.Name}))
+			out = append(out, raw(functionCall(newID(prefixFunction), "completed", *it.Call, it.Call.Arguments)))
 		case gateway.ItemStep:
+			if isProgram(it.Step) {
+				out = append(out, programItems(it.Step)...)
+				continue
+			}
 			if isInterp(it.Step) {
 				out = append(out, raw(m.interpDone(newID(prefixInterp), it.Step)))
 				cites.add(it.Step)

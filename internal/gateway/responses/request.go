@@ -86,6 +86,17 @@ type parsed struct {
 	interpTool int // its index in tools
 	// ciOutputs: include has "code_interpreter_call.outputs".
 	ciOutputs bool
+	// The programmatic_tool_calling tool, when the request has one, and
+	// the function tools a program may call (programTools), the others
+	// (programDenied).
+	programmatic  bool
+	programTool   int
+	programTools  []gateway.Tool
+	programDenied []string
+	// programCaller is the param of the first function tool whose
+	// allowed_callers include "programmatic" ("" none).
+	programCaller string
+	resume        *gateway.Resume // the program the input resumes
 	// The request's one container, as the server tools' settings give it.
 	containerParam string // the param that set it, for conflicts ("tools[0].environment")
 	uploads        []gateway.Upload
@@ -308,6 +319,10 @@ func parse(w *wireRequest, headerSession string) (*parsed, error) {
 		return nil, err
 	}
 	req.Messages = conv.messages
+	if conv.resume != nil && !p.programmatic {
+		return nil, invalid("tools", "The input resumes the program %s: send the programmatic_tool_calling tool and the function tools of the request that made it.", clip(conv.resume.Call.ID))
+	}
+	p.resume = conv.resume
 	if conv.system != "" {
 		req.System = strings.TrimSpace(req.System + "\n\n" + conv.system)
 	}
@@ -328,7 +343,8 @@ func clip(s string) string {
 
 // toolHead is the part of a tool every shape has.
 type toolHead struct {
-	Type string `json:"type"`
+	Type           string          `json:"type"`
+	AllowedCallers json.RawMessage `json:"allowed_callers"`
 }
 
 type functionTool struct {
@@ -371,6 +387,13 @@ func parseTools(p *parsed, req *gateway.Request) error {
 		if err := json.Unmarshal(raw, &h); err != nil {
 			return jsonError(param, err)
 		}
+		if h.Type != "function" && len(h.AllowedCallers) > 0 && string(h.AllowedCallers) != "null" {
+			if _, prog, err := allowedCallers(h.AllowedCallers, param); err != nil {
+				return err
+			} else if prog {
+				return invalid(param+".allowed_callers", "Invalid '%s.allowed_callers': only function tools can be called from a program on Shellgate; a %s tool is called by the model directly.", param, h.Type)
+			}
+		}
 		switch h.Type {
 		case "function":
 			var f functionTool
@@ -384,13 +407,36 @@ func parseTools(p *parsed, req *gateway.Request) error {
 				return invalid(param+".name", "Duplicate tool name %q in tools.", f.Name)
 			}
 			names[f.Name] = true
+			direct, prog, err := allowedCallers(h.AllowedCallers, param)
+			if err != nil {
+				return err
+			}
 			params := f.Parameters
 			if len(params) == 0 || string(params) == "null" {
 				params = json.RawMessage(`{"type":"object","properties":{}}`)
 			} else if bytes.TrimSpace(params)[0] != '{' {
 				return invalid(param+".parameters", "Invalid type for '%s.parameters': expected an object (a JSON Schema).", param)
 			}
-			req.Tools = append(req.Tools, gateway.Tool{Name: f.Name, Description: f.Description, Parameters: params, Strict: f.Strict != nil && *f.Strict})
+			t := gateway.Tool{Name: f.Name, Description: f.Description, Parameters: params, Strict: f.Strict != nil && *f.Strict}
+			if direct {
+				req.Tools = append(req.Tools, t)
+			}
+			if !prog {
+				p.programDenied = append(p.programDenied, f.Name)
+				continue
+			}
+			if !gateway.ProgramCallable(f.Name) {
+				return invalid(param+".name", "Invalid '%s.name': %q cannot be called from a program: a tool whose allowed_callers include \"programmatic\" needs a name that is a JavaScript identifier (letters, digits, '_'; not starting with a digit; not then, catch, finally, constructor or prototype), as programs call it as tools.NAME(...).", param, clip(f.Name))
+			}
+			if p.programCaller == "" {
+				p.programCaller = param + ".allowed_callers"
+			}
+			p.programTools = append(p.programTools, t)
+		case "programmatic_tool_calling":
+			if p.programmatic {
+				return invalid(param+".type", "Only one programmatic_tool_calling tool per request: tools[%d] is already one.", p.programTool)
+			}
+			p.programmatic, p.programTool = true, i
 		case "shell", "local_shell", "shellgate:shell", "openrouter:shell":
 			if p.shell != 0 {
 				return invalid(param+".type", "Only one shell tool per request: tools[%d] is already a %q tool.", p.shellTool, p.shellType)
@@ -412,7 +458,7 @@ func parseTools(p *parsed, req *gateway.Request) error {
 		case "":
 			return invalid(param+".type", "Missing required parameter: '%s.type'.", param)
 		default:
-			return invalid(param+".type", "Tool type %q is not supported by Shellgate. Supported tools: function, shell, local_shell, shellgate:shell, openrouter:shell and code_interpreter.", clip(h.Type))
+			return invalid(param+".type", "Tool type %q is not supported by Shellgate. Supported tools: function, shell, local_shell, shellgate:shell, openrouter:shell, code_interpreter and programmatic_tool_calling.", clip(h.Type))
 		}
 	}
 	if p.shell != 0 && names[shellFunction] {
@@ -421,7 +467,46 @@ func parseTools(p *parsed, req *gateway.Request) error {
 	if p.interp && names[interpFunction] {
 		return invalid("tools", "A function tool named %q cannot be used together with the code_interpreter tool: the model sees that tool as a function named %q.", interpFunction, interpFunction)
 	}
+	if p.programCaller != "" && !p.programmatic {
+		return invalid(p.programCaller, "Invalid '%s': \"programmatic\" needs the programmatic_tool_calling tool: add {\"type\":\"programmatic_tool_calling\"} to tools.", p.programCaller)
+	}
+	if p.programmatic {
+		if len(p.programTools) == 0 {
+			return invalid(fmt.Sprintf("tools[%d]", p.programTool), "The programmatic_tool_calling tool needs a function tool a program may call: give one \"allowed_callers\": [\"programmatic\"] (or [\"direct\", \"programmatic\"]).")
+		}
+		if names[gateway.ProgramFunction] {
+			return invalid("tools", "A function tool named %q cannot be used together with the programmatic_tool_calling tool: the model sees that tool as a function named %q.", gateway.ProgramFunction, gateway.ProgramFunction)
+		}
+	}
 	return nil
+}
+
+// allowedCallers reads a tool's allowed_callers: whether the model may
+// call it (direct) and whether a program may. Absent (or null) is direct
+// only.
+func allowedCallers(raw json.RawMessage, param string) (direct, prog bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return true, false, nil
+	}
+	param += ".allowed_callers"
+	var in []string
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return false, false, invalid(param, "Invalid type for '%s': expected an array of \"direct\" and \"programmatic\".", param)
+	}
+	if len(in) == 0 {
+		return false, false, invalid(param, "Invalid '%s': empty array; name \"direct\" (the model calls the tool) and/or \"programmatic\" (a program calls it).", param)
+	}
+	for j, c := range in {
+		switch c {
+		case "direct":
+			direct = true
+		case "programmatic":
+			prog = true
+		default:
+			return false, false, invalid(fmt.Sprintf("%s[%d]", param, j), "Invalid value: %q. Supported values are: 'direct' and 'programmatic'.", clip(c))
+		}
+	}
+	return direct, prog, nil
 }
 
 // parseInterpreterTool reads code_interpreter's container: a container id
@@ -640,6 +725,11 @@ func parseToolChoice(raw json.RawMessage, p *parsed, req *gateway.Request) (gate
 			return gateway.ToolChoice{}, invalid("tool_choice.type", "Tool choice %q not found in 'tools' parameter.", clip(o.Type))
 		}
 		return gateway.ToolChoice{Mode: gateway.ChoiceTool, Name: interpFunction}, nil
+	case "programmatic_tool_calling":
+		if !p.programmatic {
+			return gateway.ToolChoice{}, invalid("tool_choice.type", "Tool choice %q not found in 'tools' parameter.", clip(o.Type))
+		}
+		return gateway.ToolChoice{Mode: gateway.ChoiceTool, Name: gateway.ProgramFunction}, nil
 	}
 	return gateway.ToolChoice{}, invalid("tool_choice.type", "tool_choice of type %q is not supported by Shellgate (use none, auto, required, a function, the shell tool or code_interpreter).", clip(o.Type))
 }

@@ -22,6 +22,11 @@
 // on the next message. It shares the request's one container with the
 // shell tool; a step is shown by the tool its call names.
 //
+// Programmatic tool calling ({"type":"programmatic_tool_calling"}, function
+// tools with allowed_callers "programmatic") is program.go: the model's
+// JavaScript runs on jsrun (gateway.ProgramTool), its pauses are program
+// items whose fingerprint the client hands back to resume it.
+//
 // A step that did not run (arguments the tool refused, the max_tool_calls
 // budget spent, the sandbox unavailable) shows what the model read: the
 // shell_call_output has status "incomplete" and one more output entry
@@ -64,12 +69,14 @@ package responses
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/identity"
+	"github.com/shellgate/shellgate/jsrun"
 )
 
 // Frontend serves the Responses API.
@@ -80,6 +87,12 @@ type Frontend struct {
 	// Screen, if set, inspects each request before its container is
 	// opened and its model called (the workspace's guardrails).
 	Screen gateway.Screen
+	// Programs runs the programs of programmatic tool calling (nil: the
+	// programmatic_tool_calling tool is refused); ProgramScope is bound
+	// into their fingerprints: the caller's workspace, so that one
+	// workspace's fingerprint does not resume in another.
+	Programs     *jsrun.Runner
+	ProgramScope string
 }
 
 // Serve answers one POST /v1/responses of an authenticated caller whose
@@ -142,6 +155,17 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
 		run.ServerTools = p.serverTools()
+	}
+	if p.programmatic {
+		if f.Programs == nil {
+			f.writeErr(ctx, w, invalid(fmt.Sprintf("tools[%d].type", p.programTool), "programmatic_tool_calling is not enabled on this Shellgate server (it runs programs on the server's JavaScript runtime, which needs the continuation secret of `shellgate serve`)."))
+			return
+		}
+		if run.ServerTools == nil {
+			run.ServerTools = map[string]gateway.ServerTool{}
+		}
+		run.ServerTools[gateway.ProgramFunction] = gateway.ProgramTool{Runner: f.Programs, Scope: f.ProgramScope, Tools: p.programTools, Denied: p.programDenied}
+		run.Resume = p.resume
 	}
 	m := newMeta(p, containerID)
 	if !p.stream {

@@ -47,13 +47,17 @@ type textState struct {
 }
 
 type stepState struct {
-	interp  bool // a code_interpreter step (callID, callIdx: its item)
-	view    stepView
-	callIdx int
-	callID  string
-	outIdx  int
-	outID   string
-	done    bool
+	interp bool // a code_interpreter step (callID, callIdx: its item)
+	// program: a program step (callID, callIdx: its program item, open
+	// while progOpen; a resumed step has none until it pauses again).
+	program  bool
+	progOpen bool
+	view     stepView
+	callIdx  int
+	callID   string
+	outIdx   int
+	outID    string
+	done     bool
 }
 
 var _ gateway.Sink = (*streamer)(nil)
@@ -170,8 +174,11 @@ func (s *streamer) TextDone(text string) {
 func (s *streamer) ClientCall(c gateway.ToolCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.Caller != "" {
+		s.programPaused(c.Caller)
+	}
 	id := newID(prefixFunction)
-	item := functionCallItem{ID: id, Type: "function_call", Status: "in_progress", CallID: c.ID, Name: c.Name}
+	item := functionCall(id, "in_progress", c, "")
 	i := s.add(item)
 	s.emit("response.function_call_arguments.delta", event{"item_id": id, "output_index": i, "delta": c.Arguments})
 	s.emit("response.function_call_arguments.done", event{"item_id": id, "output_index": i, "arguments": c.Arguments, "name": c.Name})
@@ -179,11 +186,41 @@ func (s *streamer) ClientCall(c gateway.ToolCall) {
 	s.finish(i, item)
 }
 
+// programPaused finishes the program item of the program step whose call
+// id is caller, now that its pause gave the fingerprint (a resumed step
+// that paused again gets a new program item).
+func (s *streamer) programPaused(caller string) {
+	for step, st := range s.steps {
+		if !st.program || step.Call.ID != caller {
+			continue
+		}
+		if st.progOpen {
+			s.finish(st.callIdx, newProgramItem(st.callID, step))
+			st.progOpen = false
+		} else if st.callID == "" {
+			st.callID = newID(prefixProgram)
+			item := newProgramItem(st.callID, step)
+			st.callIdx = s.add(item)
+			s.finish(st.callIdx, item)
+		}
+		return
+	}
+}
+
 func (s *streamer) StepStart(step *gateway.Step) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if isInterp(step) {
 		s.interpStart(step)
+		return
+	}
+	if isProgram(step) {
+		st := &stepState{program: true}
+		s.steps[step] = st
+		if !step.Resumed {
+			st.callID, st.progOpen = newID(prefixProgram), true
+			st.callIdx = s.add(newProgramItem(st.callID, step))
+		}
 		return
 	}
 	st := &stepState{view: viewCall(step.Call)}
@@ -235,6 +272,15 @@ func (s *streamer) StepDone(step *gateway.Step) {
 		return
 	}
 	st.done = true
+	if st.program {
+		if st.progOpen {
+			s.finish(st.callIdx, newProgramItem(st.callID, step))
+			st.progOpen = false
+		}
+		item := newProgramOutput(newID(prefixProgramOut), step)
+		s.finish(s.add(item), item)
+		return
+	}
 	if st.interp {
 		s.emit("response.code_interpreter_call.completed", event{"item_id": st.callID, "output_index": st.callIdx})
 		s.finish(st.callIdx, s.m.interpDone(st.callID, step))
