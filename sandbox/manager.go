@@ -83,7 +83,8 @@
 // the same home. When the kernel's OOM killer ends a command on crun or runc, the
 // manager sees the container's memory cgroup count it and says so in the
 // command's stderr. While a command runs the agent counts its tasks (processes
-// and threads) every 25 ms and once at its end; at the process limit the result
+// and threads) every 25 ms (every 1 ms in its first 50 ms and while many
+// come and go) and once at its end; at the process limit the result
 // carries `ProcessLimit` and a `shellgate:` line in stderr (best effort: a burst
 // gone before either look, such as the threads of a process that exited, is
 // contained but not reported).
@@ -572,7 +573,8 @@ type Result struct {
 	// ProcessLimit is set when the command's processes and threads were
 	// seen at the sandbox's process limit (Limits.Processes): forks past it
 	// failed with EAGAIN inside the command, the sandbox itself is
-	// unaffected. The agent looks every 100 ms and when the command ends,
+	// unaffected. The agent looks every 25 ms (1 ms at the start and while
+	// many tasks come and go) and when the command ends,
 	// so a burst that is gone by then (threads of a process that exited)
 	// can go unreported.
 	ProcessLimit bool
