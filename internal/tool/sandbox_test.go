@@ -61,7 +61,7 @@ func shellInSandbox(t *testing.T, rt string) {
 		// The security case's 1 GB line is sandboxtest's conformance case
 		// 07, on every runtime; the cut and its byte count in the marker
 		// are the same code for a tenth of it.
-		o := shell(t, tool.ShellArgs{Commands: []string{"head -c 100000000 /dev/zero | tr '\\0' x"}, TimeoutMs: i64(tool.MaxTimeoutMs)})[0]
+		o := shell(t, tool.ShellArgs{Commands: []string{"dd if=/dev/zero bs=1000000 count=100 2>/dev/null | tr '\\0' x"}, TimeoutMs: i64(tool.MaxTimeoutMs)})[0]
 		code := -1000
 		if o.Outcome.Type == "exit" && o.Outcome.ExitCode != nil {
 			code = *o.Outcome.ExitCode

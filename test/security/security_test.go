@@ -132,7 +132,7 @@ func cases(t *testing.T, rt string) {
 		var before, after goruntime.MemStats
 		goruntime.GC()
 		goruntime.ReadMemStats(&before)
-		o := shell(t, m, box, tool.ShellArgs{Commands: []string{"head -c 200000000 /dev/urandom & head -c 200000000 /dev/urandom >&2; wait"}, TimeoutMs: i64(120000)})[0]
+		o := shell(t, m, box, tool.ShellArgs{Commands: []string{"dd if=/dev/urandom bs=1000000 count=200 2>/dev/null & dd if=/dev/urandom bs=1000000 count=200 >&2 2>/dev/null; wait"}, TimeoutMs: i64(120000)})[0]
 		goruntime.GC()
 		goruntime.ReadMemStats(&after)
 		for name, s := range map[string]string{"stdout": o.Stdout, "stderr": o.Stderr} {
