@@ -6,6 +6,7 @@ import (
 
 	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -25,12 +26,14 @@ func TestNetworkCrash(t *testing.T) {
 	}
 }
 
-// TestNetworkCycles: 200 create/destroy cycles of sandboxes with a
-// network leave no veth, namespace or rule behind (crun: the fastest).
+// TestNetworkCycles: create/destroy cycles of sandboxes with a network
+// leave no veth, namespace or rule behind (crun: the fastest). A leak shows
+// in the first cycle (the counts must match exactly); the default 50 keep
+// the suite short, SHELLGATE_NETWORK_CYCLES=200 runs the count.
 func TestNetworkCycles(t *testing.T) {
-	n := 200
+	n := testenv.Count(t, "SHELLGATE_NETWORK_CYCLES", 50)
 	if testing.Short() {
-		n = 20
+		n = min(n, 20)
 	}
 	sandboxtest.NetworkCycles(t, "crun", n)
 }

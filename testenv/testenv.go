@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -107,4 +108,20 @@ func AtOnce(n int, f func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// Count is how many rounds a long-running case makes: def, or the positive
+// integer in the environment variable name (to run an issue's full count,
+// e.g. SHELLGATE_NETWORK_CYCLES=200). A bad value fails the test.
+func Count(t testing.TB, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive count", name, v)
+	}
+	return n
 }

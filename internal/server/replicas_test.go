@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -277,14 +275,7 @@ func TestReplicas(t *testing.T) {
 		// SHELLGATE_REPLICA_CYCLES sets the count (the 1,000:
 		// BENCHMARKS.md); the default, 12, is six moves each way, which
 		// fits half a minute under -race.
-		cycles := 12
-		if v := os.Getenv("SHELLGATE_REPLICA_CYCLES"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				t.Fatalf("SHELLGATE_REPLICA_CYCLES=%q: want a positive count", v)
-			}
-			cycles = n
-		}
+		cycles := testenv.Count(t, "SHELLGATE_REPLICA_CYCLES", 12)
 		// A few files of a few sizes, one of them rewritten each cycle,
 		// every one checked by sha256 after each wake and each write.
 		sizes := []int{1, 64, 1024} // KiB
