@@ -3,24 +3,17 @@ package sandbox_test
 import (
 	"testing"
 
-	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 func TestConformance(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.Suite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.Suite)
 }
 
 func TestCrashRecovery(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.CrashSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.CrashSuite)
 }
 
 func TestLifecycle(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.LifecycleSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.LifecycleSuite)
 }

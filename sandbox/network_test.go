@@ -15,15 +15,11 @@ func TestMain(m *testing.M) {
 }
 
 func TestNetwork(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.NetworkSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.NetworkSuite)
 }
 
 func TestNetworkCrash(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.NetworkCrashSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.NetworkCrashSuite)
 }
 
 // TestNetworkCycles: create/destroy cycles of sandboxes with a network
@@ -45,7 +41,5 @@ func BenchmarkNetwork(b *testing.B) {
 }
 
 func TestNetworkSharedHostUser(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.NetworkSharedHostUser(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.NetworkSharedHostUser)
 }

@@ -3,12 +3,9 @@ package sandbox_test
 import (
 	"testing"
 
-	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 func TestStorage(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.StorageSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.StorageSuite)
 }

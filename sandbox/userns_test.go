@@ -13,21 +13,15 @@ import (
 )
 
 func TestUserNS(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.UserNSSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.UserNSSuite)
 }
 
 func TestUserNSInotify(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.InotifySuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.InotifySuite)
 }
 
 func TestUserNSSlotsAfterCrash(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { sandboxtest.SlotCrashSuite(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, sandboxtest.SlotCrashSuite)
 }
 
 // A data directory below a directory that other users cannot search is

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/sandbox/runtime"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestFileAPISecurityCases holds cases 17–20 of shared/security-cases.md
@@ -25,9 +25,7 @@ import (
 // every refusal is a clear 4xx. Each case is tagged with what it would
 // achieve if it got through.
 func TestFileAPISecurityCases(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { fileSecurityCases(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, fileSecurityCases)
 }
 
 func fileSecurityCases(t *testing.T, rt string) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/tool"
-	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
@@ -17,9 +16,7 @@ import (
 // errors, a timeout that interrupts and keeps the state, a kernel that
 // dies, a sandbox that sleeps, and shell commands beside it.
 func TestPythonKernel(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { pythonKernel(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, pythonKernel)
 }
 
 func pythonKernel(t *testing.T, rt string) {
@@ -181,9 +178,7 @@ func TestPythonArgs(t *testing.T) {
 // error, another call while one waits and a sandbox that sleeps each end
 // clearly, the kernel alive.
 func TestPythonToolCalls(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { pythonToolCalls(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, pythonToolCalls)
 }
 
 func pythonToolCalls(t *testing.T, rt string) {

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/shellgate/shellgate/internal/tool"
-	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
@@ -15,9 +14,7 @@ import (
 // and counted), this checks as the model sees it (U+FFFD, the cap in
 // characters, the truncation marker).
 func TestShellInSandbox(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { shellInSandbox(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, shellInSandbox)
 }
 
 func shellInSandbox(t *testing.T, rt string) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
+	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
 // DataDir returns a fresh data directory for a test. Sandboxes run as
@@ -42,4 +43,13 @@ func BuildCLI(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// EachRuntime runs suite as a subtest per OCI runtime (runtime.Names), the
+// one loop the runtime suites share.
+func EachRuntime(t *testing.T, suite func(t *testing.T, rt string)) {
+	t.Helper()
+	for _, rt := range runtime.Names {
+		t.Run(rt, func(t *testing.T) { suite(t, rt) })
+	}
 }

@@ -9,16 +9,13 @@ import (
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/egress/egresstest"
-	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 // TestNetworkCases are security cases 13–16: the network, with and without
 // an allowlist, against a test-made internet (nothing else is addressed).
 func TestNetworkCases(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { networkCases(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, networkCases)
 }
 
 func networkCases(t *testing.T, rt string) {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
-	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
@@ -66,9 +65,7 @@ func leftovers(t *testing.T, m *sandbox.Manager, box string) string {
 }
 
 func TestSecurityCases(t *testing.T) {
-	for _, rt := range runtime.Names {
-		t.Run(rt, func(t *testing.T) { cases(t, rt) })
-	}
+	sandboxtest.EachRuntime(t, cases)
 }
 
 func cases(t *testing.T, rt string) {
