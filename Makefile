@@ -54,6 +54,7 @@ demo: setup build
 # TESTFLAGS=-json gives each test's duration (the suite's profile).
 RACE_PKGS := ./internal/... ./jsrun/... ./sandbox/agent/... ./sandbox/kube/... ./sandbox/egress/...
 test: export SHELLGATE_TEST_STRICT = 1
+test: export SHELLGATE_TEST_TOOLS = 1
 test: setup images node-clients parity-node console-node
 	$(GO) vet ./...
 	$(MAKE) test-race test-runtimes

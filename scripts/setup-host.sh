@@ -5,8 +5,11 @@
 # for the images, e2fsprogs for the homes, curl and jq for the demo,
 # python3 for the egress benchmark's host-side client, iptables for the
 # egress firewall's fallback (tested beside nftables).
-# postgresql for the tests of the PostgreSQL store (internal/store/pgtest
-# runs its own throwaway cluster; the packaged service is not needed).
+# With SHELLGATE_TEST_TOOLS=1 (make test sets it) also what only the tests
+# need: postgresql for the PostgreSQL store's tests (internal/store/pgtest
+# runs its own throwaway cluster; the packaged service is not needed),
+# chromium for the web console's test, versitygw for the S3 tests. make demo
+# leaves them out: they were most of a fresh machine's setup.
 # Idempotent: a second run only checks.
 set -euo pipefail
 
@@ -17,10 +20,12 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3 postgresql)
-# chromium: the headless browser of the web console's end-to-end test
-# (test/e2e TestConsole, driven by playwright-core from test/console).
-pkgs+=(chromium)
+pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3)
+if [ "${SHELLGATE_TEST_TOOLS:-0}" = 1 ]; then
+	# chromium: the headless browser of the web console's end-to-end test
+	# (test/e2e TestConsole, driven by playwright-core from test/console).
+	pkgs+=(postgresql chromium)
+fi
 if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
 	pkgs+=(podman bubblewrap hyperfine uidmap)
 fi
@@ -50,7 +55,7 @@ fi
 VERSITYGW_VERSION=v1.8.0
 want="github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"
 stamp=/usr/local/lib/shellgate/versitygw.version
-if ! command -v versitygw >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ "${SHELLGATE_TEST_TOOLS:-0}" = 1 ] && { ! command -v versitygw >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; }; then
 	echo "setup-host: building $want (about 2 minutes)"
 	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
 	mkdir -p "$(dirname "$stamp")"
