@@ -71,18 +71,19 @@ func TestNodeCodeInterpreter(t *testing.T) {
 // unchanged, against the real binary's /api/v1 (openrouter.mjs):
 // responses.send plain and streamed with the openrouter:shell tool on the
 // three upstream flavours (the command runs in the sandbox and its output
-// reaches the answer), and its error classes with their numeric codes.
+// reaches the answer), workspace files, the container's files, and its
+// error classes with their numeric codes.
 func TestNodeOpenRouter(t *testing.T) {
 	node, dir := nodeClients(t)
 	bin, data, env := serveBinary(t)
-	args, _ := json.Marshal(map[string]any{"commands": []string{`seq 1 100 | awk '{s += $1} END {print s}'`}})
+	args, _ := json.Marshal(map[string]any{"commands": []string{`seq 1 100 | awk '{s += $1} END {print s}' | tee /mnt/data/sum.txt`}})
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
 		{Text: "Let me compute that.", ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: args}}},
 		{Text: "The sum is {{last_tool_stdout}}."},
 	}})
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
-	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 8)
+	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 10)
 }
 
 // TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
