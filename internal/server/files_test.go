@@ -331,3 +331,56 @@ func TestContainerFiles(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenRouterFileShapes: /api/v1/files answers in the shapes
+// @openrouter/sdk picks by _shape: the list carries _shape and cursor (the
+// next page's, null on the last), the delete {_shape, id,
+// type:"file_deleted"}, and the content is application/octet-stream, the
+// only type its download takes; /v1's OpenAI shapes are unchanged.
+func TestOpenRouterFileShapes(t *testing.T) {
+	e := newEnv(t, "crun", "busybox")
+	var ids []string
+	for _, name := range []string{"a.txt", "b.txt"} {
+		var f orFile
+		st, b := e.upload("/api/v1/files", e.keyA, part{name: "file", filename: name, content: "hello"})
+		e.must(st, b, &f)
+		ids = append(ids, f.ID)
+	}
+	var page map[string]any
+	st, b := e.do("GET", "/api/v1/files?limit=1", e.keyA, nil)
+	e.must(st, b, &page)
+	if page["_shape"] != "openrouter" || page["has_more"] != true || page["cursor"] != ids[1] || page["last_id"] != ids[1] {
+		t.Fatalf("first page: %s", b)
+	}
+	st, b = e.do("GET", "/api/v1/files?limit=1&cursor="+ids[1], e.keyA, nil)
+	page = nil // Unmarshal would merge into the last page's keys
+	e.must(st, b, &page)
+	if c, ok := page["cursor"]; !ok || c != nil || page["has_more"] != false || page["first_id"] != ids[0] {
+		t.Fatalf("page after the cursor: %s", b)
+	}
+	st, b = e.do("GET", "/v1/files", e.keyA, nil)
+	page = nil
+	e.must(st, b, &page)
+	if _, ok := page["_shape"]; ok || page["object"] != "list" {
+		t.Fatalf("/v1/files: %s", b)
+	}
+	st, b, h := e.getRaw("/api/v1/files/"+ids[0]+"/content", e.keyA)
+	if st != 200 || string(b) != "hello" || h.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("content: %d %q %v", st, b, h)
+	}
+	if _, _, h := e.getRaw("/v1/files/"+ids[0]+"/content", e.keyA); h.Get("Content-Type") != "text/plain" {
+		t.Fatalf("/v1 content type: %v", h)
+	}
+	var del map[string]any
+	st, b = e.do("DELETE", "/api/v1/files/"+ids[0], e.keyA, nil)
+	e.must(st, b, &del)
+	if del["_shape"] != "openrouter" || del["id"] != ids[0] || del["type"] != "file_deleted" {
+		t.Fatalf("delete: %s", b)
+	}
+	st, b = e.do("DELETE", "/v1/files/"+ids[1], e.keyA, nil)
+	del = nil
+	e.must(st, b, &del)
+	if _, ok := del["_shape"]; ok || del["deleted"] != true || del["object"] != "file" {
+		t.Fatalf("/v1 delete: %s", b)
+	}
+}

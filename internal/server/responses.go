@@ -16,11 +16,19 @@ func (s *Server) mountResponses() {
 	// fingerprints bound to the caller's workspace and to the program
 	// tool's purpose, so an eval's continuation never resumes a program.
 	f := &responses.Frontend{Models: s.cfg.Models, Log: s.log, Programs: s.cfg.EvalRunner}
-	ew := gatewayEnvelope(responses.WriteError)
-	for _, pattern := range []string{"POST /v1/responses", "POST /api/v1/responses"} {
-		s.handleWith(ew, pattern, responses.MaxBody, true, s.traced("responses", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
+	for _, route := range []struct {
+		pattern     string
+		statusCodes bool // OpenRouter's envelope: error.code is the status
+		ew          errWriter
+	}{
+		{"POST /v1/responses", false, gatewayEnvelope(responses.WriteError)},
+		{"POST /api/v1/responses", true, gatewayEnvelope(responses.WriteStatusCodeError)},
+	} {
+		pattern := route.pattern
+		s.handleWith(route.ew, pattern, responses.MaxBody, true, s.traced("responses", pattern, func(w http.ResponseWriter, r *http.Request, p Principal) error {
 			s.logged(w, r, p, "responses", func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 				f := *f
+				f.StatusCodes = route.statusCodes
 				f.Models = rl.models(f.Models)
 				f.Screen = rl.screen(s.gatewayScreen(w, p, "responses"))
 				f.ProgramScope = evalScope(p)

@@ -615,6 +615,21 @@ func openAIError(t *testing.T, status int, body []byte) (msg, typ string, param,
 	return
 }
 
+// statusCodeError reads OpenAI's error envelope as /api/v1 writes it:
+// its code the HTTP status, a number.
+func statusCodeError(t *testing.T, status int, body []byte) (msg, typ string, code int) {
+	t.Helper()
+	var eb struct {
+		Error map[string]json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &eb); err != nil || len(eb.Error) != 4 || json.Unmarshal(eb.Error["code"], &code) != nil {
+		t.Fatalf("status %d: not the envelope with a numeric code: %s", status, body)
+	}
+	json.Unmarshal(eb.Error["message"], &msg)
+	json.Unmarshal(eb.Error["type"], &typ)
+	return
+}
+
 // TestResponsesOrphans: an output without its call, or a call without its
 // output, is OpenAI's exact 400.
 func TestResponsesOrphans(t *testing.T) {
@@ -867,23 +882,40 @@ func TestResponsesUpstreamErrors(t *testing.T) {
 }
 
 // TestResponsesAuthAndConfig: key failures are 401 in OpenAI's envelope on
-// both paths; a server without models says so.
+// both paths, its code "invalid_api_key" on /v1 and the status, a number,
+// on OpenRouter's /api/v1 (its SDK requires one), as for a request the
+// frontend refuses; a server without models says so.
 func TestResponsesAuthAndConfig(t *testing.T) {
 	g := newGatewayEnv(t)
 	g.script(gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("ok")}})
 	req := map[string]any{"model": "scripted/m", "input": "hi"}
-	for _, path := range []string{"/v1/responses", "/api/v1/responses"} {
-		st, b := g.doH("POST", path, req, nil)
-		msg, typ, _, code := openAIError(t, st, b)
-		if st != 401 || typ != "invalid_request_error" || code == nil || *code != "invalid_api_key" || !strings.Contains(msg, "missing API key") {
-			t.Errorf("%s without a key: %d %s", path, st, b)
-		}
-		st, b = g.do("POST", path, "sg_not_a_key", req)
-		if _, _, _, code := openAIError(t, st, b); st != 401 || *code != "invalid_api_key" {
-			t.Errorf("%s with a bad key: %d %s", path, st, b)
-		}
+	st, b := g.doH("POST", "/v1/responses", req, nil)
+	msg, typ, _, code := openAIError(t, st, b)
+	if st != 401 || typ != "invalid_request_error" || code == nil || *code != "invalid_api_key" || !strings.Contains(msg, "missing API key") {
+		t.Errorf("/v1/responses without a key: %d %s", st, b)
 	}
-	st, b := g.doH("POST", "/api/v1/responses", req, map[string]string{"x-api-key": g.keyA})
+	st, b = g.do("POST", "/v1/responses", "sg_not_a_key", req)
+	if _, _, _, code := openAIError(t, st, b); st != 401 || *code != "invalid_api_key" {
+		t.Errorf("/v1/responses with a bad key: %d %s", st, b)
+	}
+	st, b = g.doH("POST", "/api/v1/responses", req, nil)
+	if msg, typ, code := statusCodeError(t, st, b); st != 401 || typ != "invalid_request_error" || code != 401 || !strings.Contains(msg, "missing API key") {
+		t.Errorf("/api/v1/responses without a key: %d %s", st, b)
+	}
+	st, b = g.do("POST", "/api/v1/responses", "sg_not_a_key", req)
+	if _, _, code := statusCodeError(t, st, b); st != 401 || code != 401 {
+		t.Errorf("/api/v1/responses with a bad key: %d %s", st, b)
+	}
+	bad := map[string]any{"model": "scripted/m", "input": "hi", "temperature": 7}
+	st, b = g.do("POST", "/api/v1/responses", g.keyA, bad)
+	if msg, _, code := statusCodeError(t, st, b); st != 400 || code != 400 || !strings.Contains(msg, "temperature") {
+		t.Errorf("/api/v1/responses with temperature 7: %d %s", st, b)
+	}
+	st, b = g.do("POST", "/v1/responses", g.keyA, bad)
+	if _, _, _, code := openAIError(t, st, b); st != 400 || code != nil {
+		t.Errorf("/v1/responses with temperature 7: %d %s", st, b)
+	}
+	st, b = g.doH("POST", "/api/v1/responses", req, map[string]string{"x-api-key": g.keyA})
 	if st != 200 || !strings.Contains(string(b), `"text":"ok"`) {
 		t.Errorf("/api/v1/responses with x-api-key: %d %s", st, b)
 	}

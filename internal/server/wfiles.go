@@ -16,7 +16,9 @@ import (
 // §3.5), bytes in a store.Blobs under the record's id.
 //
 //	/api/v1/files…   OpenRouter's shape: {_shape, id, type:"file", filename,
-//	                 mime_type, size_bytes, created_at (RFC 3339), downloadable}
+//	                 mime_type, size_bytes, created_at (RFC 3339), downloadable};
+//	                 lists {_shape, data, first_id, last_id, has_more, cursor},
+//	                 deletes {_shape, id, type:"file_deleted", deleted}
 //	/v1/files…       Anthropic's shape (§3.5) when the request carries
 //	                 anthropic-version, else OpenAI's ({id, object:"file",
 //	                 bytes, created_at (unix), filename, purpose, status})
@@ -304,6 +306,8 @@ func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Princi
 	case shapeAnthropic:
 		opts.Limit = 20
 		allowed = map[string]bool{"limit": true, "after_id": true, "page": true, "beta": true, "before_id": false}
+	case shapeOpenRouter:
+		allowed["cursor"] = true // the list's cursor, as after
 	}
 	for k := range q {
 		if ok, known := allowed[k]; !ok {
@@ -333,6 +337,9 @@ func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Princi
 			opts.After = v
 		}
 	}
+	if v := q.Get("cursor"); sh == shapeOpenRouter && v != "" {
+		opts.After = v
+	}
 	if opts.After != "" && !store.ValidBlobID(opts.After) {
 		return errorf(http.StatusBadRequest, "cursor %q is not a file id", opts.After)
 	}
@@ -359,7 +366,17 @@ func (s *Server) listFilesRoute(w http.ResponseWriter, r *http.Request, p Princi
 		writeJSON(w, http.StatusOK, map[string]any{"data": data, "first_id": first, "last_id": last, "has_more": page.HasMore, "next_page": next})
 		return nil
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": page.HasMore})
+	list := map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": page.HasMore}
+	if sh == shapeOpenRouter {
+		// OpenRouter's SDK picks the list's shape by _shape and requires
+		// cursor: the next page's (null on the last).
+		var next *string
+		if page.HasMore {
+			next = last
+		}
+		list["_shape"], list["cursor"] = "openrouter", next
+	}
+	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 
@@ -386,7 +403,12 @@ func (s *Server) fileContentRoute(w http.ResponseWriter, r *http.Request, p Prin
 	}
 	defer rc.Close()
 	h := w.Header()
-	h.Set("Content-Type", mimeOf(f.Name))
+	if sh == shapeOpenRouter {
+		// OpenRouter's download is bytes: its SDK takes no other type.
+		h.Set("Content-Type", "application/octet-stream")
+	} else {
+		h.Set("Content-Type", mimeOf(f.Name))
+	}
 	h.Set("Content-Disposition", attachment(f.Name))
 	h.Set("X-Content-Type-Options", "nosniff")
 	if rs, ok := rc.(io.ReadSeeker); ok {
@@ -414,8 +436,13 @@ func (s *Server) deleteFileRoute(w http.ResponseWriter, r *http.Request, p Princ
 	if err := s.cfg.Blobs.Delete(ctx, f.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.ErrorContext(ctx, "deleting a deleted file's bytes failed", "file", f.ID, "err", err)
 	}
-	if sh == shapeAnthropic {
+	switch sh {
+	case shapeAnthropic:
 		writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "type": "file_deleted"})
+		return nil
+	case shapeOpenRouter:
+		// The shape OpenRouter's SDK requires; deleted as before.
+		writeJSON(w, http.StatusOK, map[string]any{"_shape": "openrouter", "id": f.ID, "type": "file_deleted", "deleted": true})
 		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})

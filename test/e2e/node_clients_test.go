@@ -67,6 +67,25 @@ func TestNodeCodeInterpreter(t *testing.T) {
 	runNode(t, node, dir, "code_interpreter.mjs", base, key, logs, 8)
 }
 
+// TestNodeOpenRouter runs OpenRouter's official client, @openrouter/sdk,
+// unchanged, against the real binary's /api/v1 (openrouter.mjs):
+// responses.send plain and streamed with the openrouter:shell tool on the
+// three upstream flavours (the command runs in the sandbox and its output
+// reaches the answer), workspace files, the container's files, and its
+// error classes with their numeric codes.
+func TestNodeOpenRouter(t *testing.T) {
+	node, dir := nodeClients(t)
+	bin, data, env := serveBinary(t)
+	args, _ := json.Marshal(map[string]any{"commands": []string{`seq 1 100 | awk '{s += $1} END {print s}' | tee /mnt/data/sum.txt`}})
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{Text: "Let me compute that.", ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: args}}},
+		{Text: "The sum is {{last_tool_stdout}}."},
+	}})
+	t.Cleanup(model.Close)
+	base, key, logs := serveModels(t, bin, data, env, model.URL)
+	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 10)
+}
+
 // TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
 // calling through @anthropic-ai/sdk (messages.create and messages.stream,
 // on the three upstream flavours) on the default image: the scripted

@@ -23,9 +23,19 @@ type Error struct {
 	Message string
 	Param   string
 	Code    string
+	// StatusCode writes the HTTP status as the code, a number, instead of
+	// Code: OpenRouter's envelope on /api/v1, whose SDK parses error.code
+	// as an integer.
+	StatusCode bool
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// statusDetail is Detail with the HTTP status as its code (Error.StatusCode).
+type statusDetail struct {
+	Detail
+	Code int `json:"code"`
+}
 
 // Body is the envelope on the wire.
 type Body struct {
@@ -63,7 +73,15 @@ func Write(w http.ResponseWriter, e *Error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	enc.Encode(Body{Error: Detail{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}}) // strings always encode
+	d := Detail{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}
+	if e.StatusCode {
+		// The outer code hides Detail's (encoding/json: the shallower wins).
+		enc.Encode(struct {
+			Error statusDetail `json:"error"`
+		}{statusDetail{d, e.Status}}) // strings and ints always encode
+	} else {
+		enc.Encode(Body{Error: d}) // strings always encode
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(e.Status)

@@ -31,7 +31,21 @@ func WriteError(w http.ResponseWriter, status int, message string) {
 	openaierr.Write(w, &apiError{Status: status, Type: typeFor(status), Message: message, Code: codeFor(status)})
 }
 
-func writeError(w http.ResponseWriter, e *apiError) { openaierr.Write(w, e) }
+// WriteStatusCodeError is WriteError on OpenRouter's /api/v1, where
+// error.code is the HTTP status (Frontend.StatusCodes).
+func WriteStatusCodeError(w http.ResponseWriter, status int, message string) {
+	openaierr.Write(w, &apiError{Status: status, Type: typeFor(status), Message: message, StatusCode: true})
+}
+
+// writeError answers with e, its code the status where f.StatusCodes.
+func (f *Frontend) writeError(w http.ResponseWriter, e *apiError) {
+	if f.StatusCodes {
+		c := *e
+		c.StatusCode = true
+		e = &c
+	}
+	openaierr.Write(w, e)
+}
 
 // typeFor is the error type OpenAI's Responses API sets for a status
 // (not openaierr.TypeFor: a 401 is invalid_request_error, a 429 "requests").

@@ -358,6 +358,7 @@ type response struct {
 	Background         bool              `json:"background"`
 	CompletedAt        *int64            `json:"completed_at"`
 	Error              *responseError    `json:"error"`
+	FrequencyPenalty   *float64          `json:"frequency_penalty"` // always null: OpenRouter's SDK requires the key
 	IncompleteDetails  *incomplete       `json:"incomplete_details"`
 	Instructions       *string           `json:"instructions"`
 	MaxOutputTokens    *int64            `json:"max_output_tokens"`
@@ -365,6 +366,7 @@ type response struct {
 	Model              string            `json:"model"`
 	Output             []json.RawMessage `json:"output"`
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
+	PresencePenalty    *float64          `json:"presence_penalty"` // always null, as frequency_penalty
 	PreviousResponseID *string           `json:"previous_response_id"`
 	PromptCacheKey     *string           `json:"prompt_cache_key"`
 	Reasoning          json.RawMessage   `json:"reasoning"`
@@ -408,9 +410,17 @@ type usage struct {
 		ToolCallsRequested int `json:"tool_calls_requested"`
 		ToolCallsExecuted  int `json:"tool_calls_executed"`
 	} `json:"server_tool_use_details,omitempty"`
-	CostDetails *struct {
-		ServerToolCost json.Number `json:"server_tool_cost"`
-	} `json:"cost_details,omitempty"`
+	CostDetails *costDetails `json:"cost_details,omitempty"`
+}
+
+// costDetails is usage.cost_details. Shellgate meters only its hosted tools:
+// the upstream's inference is not billed here, so its input and output
+// costs are 0, present because OpenRouter's SDK requires both keys whenever
+// cost_details is.
+type costDetails struct {
+	ServerToolCost              json.Number `json:"server_tool_cost"`
+	UpstreamInferenceInputCost  json.Number `json:"upstream_inference_input_cost"`
+	UpstreamInferenceOutputCost json.Number `json:"upstream_inference_output_cost"`
 }
 
 func usageOf(res *gateway.Result) *usage {
@@ -426,9 +436,8 @@ func usageOf(res *gateway.Result) *usage {
 		}{res.ToolCallsRequested, res.ToolCallsExecuted}
 	}
 	if res.ToolCallsExecuted > 0 || res.CostMicroUSD > 0 {
-		u.CostDetails = &struct {
-			ServerToolCost json.Number `json:"server_tool_cost"`
-		}{json.Number(trimZeros(metering.USD(res.CostMicroUSD)))}
+		u.CostDetails = &costDetails{ServerToolCost: json.Number(trimZeros(metering.USD(res.CostMicroUSD))),
+			UpstreamInferenceInputCost: "0", UpstreamInferenceOutputCost: "0"}
 	}
 	return u
 }

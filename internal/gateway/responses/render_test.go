@@ -142,3 +142,35 @@ func BenchmarkEncodeResponse(b *testing.B) {
 		})
 	}
 }
+
+// TestResponseOpenRouterKeys: the response carries what OpenRouter's SDK
+// requires: frequency_penalty and presence_penalty (null), and in
+// usage.cost_details, whenever it is there, the upstream inference's input
+// and output costs (0: Shellgate meters only its tools) beside the tools'
+// cost; without a tool run there are no cost_details.
+func TestResponseOpenRouterKeys(t *testing.T) {
+	m := newMeta(&parsed{model: "m"}, "")
+	for _, c := range []struct {
+		name string
+		res  *gateway.Result
+		cost any
+	}{
+		{"tool ran", &gateway.Result{ToolCallsRequested: 1, ToolCallsExecuted: 1, CostMicroUSD: 3000},
+			map[string]any{"server_tool_cost": 0.003, "upstream_inference_input_cost": 0.0, "upstream_inference_output_cost": 0.0}},
+		{"no tool", &gateway.Result{}, nil},
+	} {
+		var got map[string]any
+		if err := json.Unmarshal(raw(m.response("completed", nil, c.res, nil)), &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"frequency_penalty", "presence_penalty"} {
+			if v, ok := got[k]; !ok || v != nil {
+				t.Errorf("%s: %s = %v (present %v), want null", c.name, k, v, ok)
+			}
+		}
+		cost := got["usage"].(map[string]any)["cost_details"]
+		if !reflect.DeepEqual(cost, c.cost) {
+			t.Errorf("%s: cost_details = %v, want %v", c.name, cost, c.cost)
+		}
+	}
+}

@@ -74,7 +74,6 @@ import (
 	"net/http"
 
 	"github.com/shellgate/shellgate/internal/gateway"
-	"github.com/shellgate/shellgate/internal/gateway/openaierr"
 	"github.com/shellgate/shellgate/internal/identity"
 	"github.com/shellgate/shellgate/jsrun"
 )
@@ -93,6 +92,9 @@ type Frontend struct {
 	// workspace's fingerprint does not resume in another.
 	Programs     *jsrun.Runner
 	ProgramScope string
+	// StatusCodes answers errors with the HTTP status as error.code (a
+	// number), as OpenRouter's /api/v1 does: its SDK requires one.
+	StatusCodes bool
 }
 
 // Serve answers one POST /v1/responses of an authenticated caller whose
@@ -113,7 +115,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		}
 	}
 	if f.Models == nil {
-		openaierr.Write(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
+		f.writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
 			Message: "No models are configured on this Shellgate server: start `shellgate serve` with --config naming the providers."})
 		return
 	}
@@ -201,7 +203,7 @@ func (f *Frontend) runFailed(ctx context.Context, w http.ResponseWriter, err err
 		f.log().ErrorContext(ctx, "responses: request failed", "err", err)
 	}
 	if s == nil {
-		openaierr.Write(w, ae)
+		f.writeError(w, ae)
 		return
 	}
 	s.fail(ae, res)
@@ -212,7 +214,7 @@ func (f *Frontend) writeErr(ctx context.Context, w http.ResponseWriter, err erro
 	if !known {
 		f.log().ErrorContext(ctx, "responses: request failed", "err", err)
 	}
-	openaierr.Write(w, ae)
+	f.writeError(w, ae)
 }
 
 func (f *Frontend) log() *slog.Logger {
