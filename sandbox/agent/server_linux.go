@@ -452,7 +452,7 @@ wait:
 			break wait
 		case <-poll:
 			n := countTasks()
-			res.ProcessLimit = res.ProcessLimit || int64(n) >= s.nproc-1
+			res.ProcessLimit = res.ProcessLimit || s.atProcessLimit(n, 1)
 			next := limitPoll
 			if !res.ProcessLimit && (time.Since(started) < limitPollStart || int64(n) >= s.nproc/2 && n != last) {
 				// Many tasks, and their number moving: a fork bomb
@@ -467,7 +467,7 @@ wait:
 		// The command's main process has exited by now, and so, often,
 		// have the shells between it and what they forked (a subshell
 		// running a fork loop): one more of slack.
-		res.ProcessLimit = s.atProcessLimit(2)
+		res.ProcessLimit = s.atProcessLimit(countTasks(), 2)
 	}
 	// Whatever the command left behind dies with it: background jobs,
 	// setsid'ed daemons and double-forked orphans alike (but the resident).
@@ -542,7 +542,7 @@ const limitPollNear = time.Millisecond
 // after limitPoll.
 const limitPollStart = 50 * time.Millisecond
 
-// atProcessLimit reports whether the commands' tasks (processes and
+// atProcessLimit reports whether tasks, the commands' tasks (processes and
 // threads, everything in the sandbox but the agent) are within slack of
 // their RLIMIT_NPROC: at that count the next fork fails with EAGAIN. One
 // of slack covers a main process that has just exited and, under
@@ -550,8 +550,8 @@ const limitPollStart = 50 * time.Millisecond
 // first process, still counted as the agent's.
 // There is no shortcut by kill(-1, 0): under gVisor it can find no process
 // while /proc still lists the bomb's unreaped ones, which hold the limit.
-func (s *server) atProcessLimit(slack int64) bool {
-	return int64(countTasks()) >= s.nproc-slack
+func (s *server) atProcessLimit(tasks int, slack int64) bool {
+	return int64(tasks) >= s.nproc-slack
 }
 
 // countTasks counts the tasks of every process but the agent. Every
