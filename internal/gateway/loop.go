@@ -318,15 +318,9 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 						Detail: &ShellDetail{Error: "max_tool_calls reached", ErrorCode: "too_many_requests"}}
 					step.End = step.Start
 				} else {
-					var onOut func(cmd, stream int, text string)
-					if run.Sink != nil {
-						onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
-					}
-					step.Result = st.Run(ctx, box.get, step.Call, onOut)
-					step.End = time.Now()
-					if step.Result.Executed {
-						res.ToolCallsExecuted++
-					}
+					runStep(run, res, step, func(onOut func(cmd, stream int, text string)) StepResult {
+						return st.Run(ctx, box.get, step.Call, onOut)
+					})
 					if box.fatal != nil {
 						// The request named a container it cannot have
 						// (another workspace's, expired): the request fails,
@@ -344,7 +338,7 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 				if run.Sink != nil {
 					run.Sink.StepDone(step)
 				}
-				r := &ToolResult{CallID: step.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}
+				r := step.toolResult()
 				results = append(results, Part{Kind: PartToolResult, Result: r})
 				if len(r.Images) > 0 {
 					figures = append(figures, r)
@@ -386,6 +380,26 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	}
 }
 
+// runStep runs step through do, which gets the sink's output callback
+// (nil when not streamed), and counts it executed when it was.
+func runStep(run *Run, res *Result, step *Step, do func(onOut func(cmd, stream int, text string)) StepResult) {
+	var onOut func(cmd, stream int, text string)
+	if run.Sink != nil {
+		onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
+	}
+	step.Result = do(onOut)
+	step.End = time.Now()
+	if step.Result.Executed {
+		res.ToolCallsExecuted++
+	}
+}
+
+// toolResult is what the model reads of the step: its result, answering
+// its call.
+func (s *Step) toolResult() *ToolResult {
+	return &ToolResult{CallID: s.Call.ID, Content: s.Result.Content, IsError: s.Result.IsError, Images: s.Result.Images}
+}
+
 // pauseStep ends step, paused on client tool calls its code made: the
 // calls go to the client.
 func pauseStep(run *Run, res *Result, step *Step) {
@@ -414,15 +428,9 @@ func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool
 	if run.Sink != nil {
 		run.Sink.StepStart(step)
 	}
-	var onOut func(cmd, stream int, text string)
-	if run.Sink != nil {
-		onOut = func(cmd, stream int, text string) { run.Sink.StepOutput(step, cmd, stream, text) }
-	}
-	step.Result = r.Resume(ctx, box.get, rs, onOut)
-	step.End = time.Now()
-	if step.Result.Executed {
-		res.ToolCallsExecuted++
-	}
+	runStep(run, res, step, func(onOut func(cmd, stream int, text string)) StepResult {
+		return r.Resume(ctx, box.get, rs, onOut)
+	})
 	if box.fatal != nil {
 		return true, box.fatal
 	}
@@ -442,7 +450,7 @@ func resume(ctx context.Context, run *Run, res *Result, box *lazyBox) (done bool
 	if run.Sink != nil {
 		run.Sink.StepDone(step)
 	}
-	r2 := &ToolResult{CallID: rs.Call.ID, Content: step.Result.Content, IsError: step.Result.IsError, Images: step.Result.Images}
+	r2 := step.toolResult()
 	var rest []Part
 	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == RoleUser {
 		rest, req.Messages = req.Messages[n-1].Parts, req.Messages[:n-1]
