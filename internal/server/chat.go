@@ -93,6 +93,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal)
 	if s.cfg.Models != nil {
 		for _, id := range s.cfg.Models.List() {
 			owner, _, _ := strings.Cut(id, "/")
+			if m, err := s.cfg.Models.Resolve(id); err == nil {
+				owner = m.Provider // an alias's is its target's
+			}
 			data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": owner})
 		}
 	}
