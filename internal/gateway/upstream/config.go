@@ -132,17 +132,18 @@ func ParseConfig(b []byte, getenv func(string) string) (*Providers, error) {
 		ps.byName[name] = &provider{name: name, api: pc.API, up: up, endpoint: e, models: pc.Models}
 		ps.names = append(ps.names, name)
 	}
-	if err := ps.setAliases(cfg.Aliases); err != nil {
+	if err := ps.SetAliases(cfg.Aliases); err != nil {
 		return nil, err
 	}
 	return ps, nil
 }
 
-// setAliases checks the config's aliases and resolves each to the
+// SetAliases checks the config's aliases and resolves each to the
 // provider/model it stands for (following aliases of aliases): a target
 // no provider serves, a cycle, or an alias that hides a provider's model
-// is an error naming the alias.
-func (ps *Providers) setAliases(aliases map[string]string) error {
+// is an error naming the alias. It replaces the aliases set before; call
+// it before the providers are in use.
+func (ps *Providers) SetAliases(aliases map[string]string) error {
 	ps.aliases = map[string]string{}
 	for _, name := range sortedKeys(aliases) {
 		at := "aliases." + name
