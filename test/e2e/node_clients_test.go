@@ -194,6 +194,52 @@ func TestNodeGeminiCharts(t *testing.T) {
 	runNode(t, node, dir, "gemini-charts.mjs", base, keyFor(t, bin, data), logs, 4, "SHELLGATE_UPSTREAMS=gemini,chat")
 }
 
+// TestNodeGoogle runs the Vercel AI SDK's Google provider, @ai-sdk/google,
+// unchanged, against the real binary on the default image (google.mjs):
+// generateText and streamText with google.tools.codeExecution through a
+// model alias (gemini-2.5-flash-FLAVOUR: the SDK sends codeExecution only
+// for ids that look like gemini-…) and through a model id with '/' (sent as
+// /v1beta/FLAVOUR/MODEL:…, without models/), a plain id with '/', and its
+// errors, on the four upstream flavours. The Python runs in one named
+// session's sandbox, shared by every check.
+func TestNodeGoogle(t *testing.T) {
+	node, dir := nodeClients(t)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@ai-sdk", "google")); err != nil {
+		testenv.Missing(t, "@ai-sdk/google (cd test/node && npm ci): %v", err)
+	}
+	sandboxtest.Skip(t, "crun", "default")
+	bin, data, env := serveBinary(t)
+	model := scripted.NewServer(&scripted.Script{
+		Turns: []scripted.Turn{
+			{ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: json.RawMessage(`{"code":"print(sum(range(1, 101)))"}`)}}},
+			{Text: "The sum is {{last_tool_stdout}}."},
+		},
+		Models: map[string][]scripted.Turn{"plain": {{Text: "Hello from plain."}}},
+	})
+	t.Cleanup(model.Close)
+	var cfg strings.Builder
+	cfg.WriteString("providers:\n")
+	flavours := []string{"responses", "messages", "chat", "gemini"}
+	for _, f := range flavours {
+		api, version := f, "/v1"
+		switch f {
+		case "chat":
+			api = "chat_completions"
+		case "gemini":
+			version = "/v1beta"
+		}
+		cfg.WriteString("  " + f + ": {api: " + api + ", base_url: " + model.URL + version + ", models: [m]}\n")
+	}
+	cfg.WriteString("aliases:\n")
+	for _, f := range flavours {
+		cfg.WriteString("  gemini-2.5-flash-" + f + ": " + f + "/m\n")
+	}
+	path := filepath.Join(t.TempDir(), "providers.yaml")
+	os.WriteFile(path, []byte(cfg.String()), 0o600)
+	base, _, _, logs := startServe(t, bin, data, env, "--config", path, "--image", "default")
+	runNode(t, node, dir, "google.mjs", base, keyFor(t, bin, data), logs, 3*len(flavours)+3, "SHELLGATE_UPSTREAMS="+strings.Join(flavours, ","))
+}
+
 // nodeClients is Node 22 and the directory of the clients (test/node).
 func nodeClients(t *testing.T) (node, dir string) {
 	_, file, _, _ := runtime.Caller(0)
