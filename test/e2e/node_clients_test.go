@@ -23,7 +23,9 @@ import (
 // the real binary: openai (Responses, plain and streamed), @anthropic-ai/sdk
 // (Messages with code execution, plain and streamed) and the Vercel AI SDK
 // with @ai-sdk/openai's hosted shell and @ai-sdk/anthropic's code
-// execution, each on models behind the three upstream flavours. The model
+// execution, each on models behind the three upstream flavours; and a pin
+// of openai 6.x, whose responses.stream() rejects the shell_call_command
+// events, with its workaround, responses.create({stream: true}). The model
 // is the scripted upstream (a real HTTP server); the clients, Node 22 and
 // the SDKs come from test/node (npm ci, run by make test).
 func TestNodeClients(t *testing.T) {
@@ -40,7 +42,7 @@ func TestNodeClients(t *testing.T) {
 	}})
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
-	runNode(t, node, dir, "clients.mjs", base, key, logs, 14)
+	runNode(t, node, dir, "clients.mjs", base, key, logs, 16)
 }
 
 // TestNodeCodeInterpreter runs OpenAI's code_interpreter tool through the
