@@ -296,7 +296,10 @@ func Completion(t *gateway.Turn, id, model string) map[string]any {
 	if len(calls) > 0 {
 		msg["tool_calls"] = calls
 	}
-	return map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": model,
+	// system_fingerprint is null (no fingerprint), as OpenAI sends it:
+	// @openrouter/sdk's schema requires the key (in a completion; its
+	// chunks take a string or none, so they carry none).
+	return map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": model, "system_fingerprint": nil,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": FinishReason(t.Stop), "logprobs": nil}},
 		"usage":   usage(t.Usage)}
 }
