@@ -82,10 +82,10 @@ func TestNodeOpenRouter(t *testing.T) {
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
 		{Text: "Let me compute that.", ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: args}}},
 		{Text: "The sum is {{last_tool_stdout}}."},
-	}})
+	}, Models: map[string][]scripted.Turn{"plain": {{Text: "Hello from plain."}}}})
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
-	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 10)
+	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 20)
 }
 
 // TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
