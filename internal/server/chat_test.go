@@ -69,6 +69,7 @@ func TestChatPassThrough(t *testing.T) {
 			{ID: "call_w", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris"}`)}}}},
 		"limited": {{Error: &scripted.Error{Status: 429, Type: "rate_limit_exceeded", Message: "Rate limit reached for requests"}}},
 		"stall":   {{Text: "a b c d e f g h i j k l m n o p q r s t", HangStream: true}},
+		"broken":  {{Text: "a b c", Error: &scripted.Error{Status: 529, Type: "overloaded_error", Message: "Overloaded", MidStream: true}}},
 	}})
 	ctx := context.Background()
 	for _, base := range []string{"/v1/", "/api/v1/"} {
@@ -293,6 +294,14 @@ func TestChatPassThrough(t *testing.T) {
 			}
 			if err := json.Unmarshal(b, &env); st != c.status || err != nil {
 				t.Errorf("%s on /v1: %d %s (%v)", c.name, st, b, err)
+			}
+		}
+		// A translated stream whose upstream fails before any text answers
+		// the upstream's status, the code that status under /api/v1.
+		for path, want := range map[string]string{"/api/v1/chat/completions": `"code":529}`, "/v1/chat/completions": `"code":"overloaded_error"}`} {
+			st, b := e.do("POST", path, e.keyA, map[string]any{"model": "claude/broken", "messages": msgs, "stream": true})
+			if st != 529 || !strings.Contains(string(b), want) {
+				t.Errorf("streamed upstream error on %s: %d %s", path, st, b)
 			}
 		}
 	})
