@@ -19,7 +19,8 @@ import (
 // The Chat Completions pass-through (POST /v1/chat/completions, also under
 // /api/v1) and the model list (GET /v1/models). Both answer errors in
 // OpenAI's envelope, {"error":{"message","type","param","code"}}, since
-// their clients are OpenAI SDKs.
+// their clients are OpenAI SDKs; under /api/v1 the code is the HTTP
+// status, a number, as OpenRouter's envelope has it (chatErrors).
 //
 // The pass-through forwards the body to the provider of its model as it
 // is, with only "model" rewritten to the provider's own name (the
