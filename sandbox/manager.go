@@ -696,6 +696,10 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	if cmd.CheckHome {
 		res.HomeUnchanged = !inst.watch.changed()
 	}
+	if b.lostState != "" {
+		res.Notes = append(res.Notes, lostNote(b.lostState)...)
+		b.lostState = ""
+	}
 	return res, nil
 }
 
@@ -705,15 +709,17 @@ func (m *Manager) Create(ctx context.Context, name string) error {
 }
 
 // Sleep stops the named sandbox's processes and drops its writable layer;
-// its home stays. Sleeping a sleeping sandbox is a no-op; an unknown name is
-// ErrNotFound. Sleep waits for a running command (as long as ctx allows);
-// once it has the sandbox, the teardown runs to its end even if ctx ends.
+// its home stays. Where the runtime can, the sandbox is checkpointed first
+// and the next wake restores its processes (checkpoint.go). Sleeping a
+// sleeping sandbox is a no-op; an unknown name is ErrNotFound. Sleep waits
+// for a running command (as long as ctx allows); once it has the sandbox,
+// the teardown runs to its end even if ctx ends.
 func (m *Manager) Sleep(ctx context.Context, name string) error {
 	return m.withBox(ctx, name, func(ctx context.Context, b *box) error {
 		if b.inst == nil {
 			return m.statHome(b.name)
 		}
-		return m.sleepLocked(ctx, b)
+		return m.parkLocked(ctx, b)
 	})
 }
 
@@ -794,6 +800,9 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 		return err
 	}
 	defer unlock()
+	if err := os.RemoveAll(m.ckptPath(name)); err != nil {
+		return err
+	}
 	archived := false
 	if ar != nil {
 		err := ar.Delete(ctx, name, m.homePath(name))
@@ -864,8 +873,12 @@ type Info struct {
 	Name   string
 	Status Status
 	// DiskBytes is what the home takes on the host's disk (the image is
-	// sparse); QuotaBytes is its size, the most it can hold.
+	// sparse), its checkpoint included; QuotaBytes is the home's size, the
+	// most it can hold.
 	DiskBytes, QuotaBytes int64
+	// CheckpointBytes is what the checkpoint of a sleeping sandbox's
+	// running state takes on disk (part of DiskBytes; 0 without one).
+	CheckpointBytes int64
 	// LastUsed is when its home was last written.
 	LastUsed time.Time
 }
@@ -895,6 +908,10 @@ func (m *Manager) List() ([]Info, error) {
 		inf := Info{Name: name, Status: st, QuotaBytes: fi.Size(), LastUsed: fi.ModTime()}
 		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 			inf.DiskBytes = sys.Blocks * 512
+		}
+		if st == Sleeping {
+			inf.CheckpointBytes = dirBytes(m.ckptPath(name))
+			inf.DiskBytes += inf.CheckpointBytes
 		}
 		out = append(out, inf)
 	}
@@ -948,7 +965,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", b.name, err))
 			continue
 		}
-		errs = append(errs, m.sleepLocked(ctx, b))
+		errs = append(errs, m.parkLocked(ctx, b))
 		b.unlock()
 	}
 	if m.pool != nil {
@@ -1037,8 +1054,14 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 			return err
 		}
 	}
+	if inst == nil && !isNew {
+		var lost string
+		if inst, lost = m.restoreInstance(ctx, b.name, home, set); lost != "" {
+			b.lostState = lost
+		}
+	}
 	if inst == nil {
-		if inst, err = m.startInstance(ctx, newID(), home, set.Limits, set.Network); err != nil {
+		if inst, err = m.startInstance(ctx, newID(), home, set.Limits, set.Network, nil); err != nil {
 			unlock()
 			return err
 		}
@@ -1170,7 +1193,7 @@ func (m *Manager) sleepIdle() {
 				continue // a command is running: not idle
 			}
 			if b.inst != nil && time.Since(b.lastUsed) >= m.cfg.IdleTimeout {
-				if err := m.sleepLocked(m.bgCtx, b); err != nil {
+				if err := m.parkLocked(m.bgCtx, b); err != nil {
 					m.log.Warn("idle sleep", "sandbox", b.name, "err", err)
 				}
 			}

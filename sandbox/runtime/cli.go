@@ -189,6 +189,12 @@ func requireSeccomp(name, dir string) error {
 }
 
 func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
+	return c.launch(ctx, id, dir, stdio, "run")
+}
+
+// launch runs `VERB [ARGS] --bundle DIR --detach ID` (run, or runsc's
+// restore) with the container's init on stdio.
+func (c *cli) launch(ctx context.Context, id, dir string, stdio Stdio, verb ...string) error {
 	if err := c.Check(ctx); err != nil {
 		return err
 	}
@@ -207,7 +213,7 @@ func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 			network = "sandbox"
 		}
 	}
-	cmd, err := c.underRlimits(ctx, dir, c.commandNet(ctx, network, "run", "--bundle", dir, "--detach", id))
+	cmd, err := c.underRlimits(ctx, dir, c.commandNet(ctx, network, append(verb, "--bundle", dir, "--detach", id)...))
 	if err != nil {
 		return err
 	}
@@ -223,9 +229,24 @@ func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
 	err = cmd.Run()
 	log.Close()
 	if err != nil {
-		return fmt.Errorf("%s run %s: %w: %s", c.name, id, err, tail(logPath, 2048))
+		return fmt.Errorf("%s %s %s: %w: %s", c.name, verb[0], id, err, tail(logPath, 2048))
 	}
 	return nil
+}
+
+// runsc is gVisor's CLI, which can also checkpoint and restore a whole
+// sandbox (Checkpointer).
+type runsc struct{ *cli }
+
+func (r runsc) Checkpoint(ctx context.Context, id, imageDir string) error {
+	if out, err := r.command(ctx, "checkpoint", "--image-path", imageDir, id).CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc checkpoint %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (r runsc) Restore(ctx context.Context, id, dir, imageDir string, stdio Stdio) error {
+	return r.launch(ctx, id, dir, stdio, "restore", "--image-path", imageDir)
 }
 
 // joinsNetNS reports whether the bundle in dir joins a network namespace by

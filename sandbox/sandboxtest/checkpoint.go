@@ -1,0 +1,153 @@
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/runtime"
+	"github.com/shellgate/shellgate/testenv"
+)
+
+// residentScript is a resident process whose running state the sleep
+// cases check: a background server (busybox httpd), `sleep 1000`, a
+// descriptor open on a home file, and a shell variable counting the lines
+// it copied from a FIFO in /tmp to that descriptor.
+const residentScript = `mkdir -p /tmp/www && echo served > /tmp/www/x && rm -f /tmp/fifo && mkfifo /tmp/fifo
+httpd -f -p 127.0.0.1:8080 -h /tmp/www &
+sleep 1000 & echo $! > /tmp/sleep.pid
+exec 3>>/workspace/home/held
+n=0
+while :; do while read l; do n=$((n+1)); echo "$l $n" >&3; done < /tmp/fifo; done`
+
+// stateCheck sends line to the resident and prints what it wrote, the
+// command line of the process whose pid was saved, and the server's page.
+func stateCheck(line string) string {
+	return `i=0; until [ -p /tmp/fifo ] || [ $i -ge 500 ]; do sleep 0.01; i=$((i+1)); done
+echo ` + line + ` > /tmp/fifo; i=0; until grep -q '^` + line + ` ' held || [ $i -ge 500 ]; do sleep 0.01; i=$((i+1)); done
+grep '^` + line + ` ' held; tr '\0' ' ' < /proc/$(cat /tmp/sleep.pid)/cmdline; echo; wget -qO- http://127.0.0.1:8080/x`
+}
+
+// CheckpointSuite covers sleep that keeps the running state: on a runtime
+// that checkpoints (runsc) processes, memory, open files and a listening
+// server survive Sleep and wake; a checkpoint that cannot be restored wakes
+// the sandbox from its files and the next command says so. Elsewhere
+// sandboxes wake from their files only, and nothing claims otherwise.
+// SHELLGATE_CKPT_CYCLES sets the number of sleep/wake rounds (default 5).
+func CheckpointSuite(t *testing.T, rt string) {
+	m, data := Open(t, rt, "busybox")
+	r, _ := runtime.New(rt, t.TempDir())
+	_, keeps := r.(runtime.Checkpointer)
+	ctx := context.Background()
+	const box = "ckpt"
+	start := func(t *testing.T) {
+		t.Helper()
+		Run(t, m, box, "rm -f held")
+		if res, err := m.Exec(ctx, box, sandbox.Command{Command: residentScript, Resident: true}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("resident: %v %+v", err, res)
+		}
+	}
+	sleep := func(t *testing.T) {
+		t.Helper()
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := m.Status(box); st != sandbox.Sleeping {
+			t.Fatalf("status after sleep: %s", st)
+		}
+	}
+	start(t)
+	first := Run(t, m, box, stateCheck("a"))
+	if first.Stdout != "a 1\nsleep 1000 \nserved\n" {
+		t.Fatalf("resident not running: %+v", first)
+	}
+	if !keeps {
+		t.Run("01 without checkpoints a sandbox wakes from its files", func(t *testing.T) {
+			sleep(t)
+			o := Run(t, m, box, "cat held; cat /tmp/sleep.pid 2>/dev/null || echo no-pid")
+			if o.Stdout != "a 1\nno-pid\n" || strings.Contains(o.Stderr, "running state") {
+				t.Fatalf("after wake: %+v", o)
+			}
+		})
+		return
+	}
+	t.Run("01 processes, memory, open files and a server survive sleep", func(t *testing.T) {
+		cycles := testenv.Count(t, "SHELLGATE_CKPT_CYCLES", 5)
+		lost := 0
+		for i := 1; i <= cycles; i++ {
+			sleep(t)
+			info := infoOf(t, m, box)
+			if info.CheckpointBytes == 0 || info.DiskBytes < info.CheckpointBytes {
+				t.Fatalf("round %d: checkpoint not counted: %+v", i, info)
+			}
+			line := fmt.Sprintf("r%d", i)
+			o := Run(t, m, box, stateCheck(line))
+			if want := fmt.Sprintf("%s %d\nsleep 1000 \nserved\n", line, i+1); o.Stdout != want || o.Stderr != "" {
+				lost++
+				t.Errorf("round %d after wake: %+v, want stdout %q", i, o, want)
+			}
+			if _, err := os.Stat(filepath.Join(data, "homes", box+".ckpt")); !os.IsNotExist(err) {
+				t.Fatalf("round %d: checkpoint kept after wake: %v", i, err)
+			}
+		}
+		t.Logf("%d sleep/wake cycles, %d lost", cycles, lost)
+	})
+	t.Run("02 sleep during a command waits for it and keeps its output", func(t *testing.T) {
+		done := running(t, m, box, "echo started; sleep 0.5; echo finished > finished")
+		sleep(t)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		o := Run(t, m, box, "cat finished; "+stateCheck("during"))
+		if !strings.HasPrefix(o.Stdout, "finished\nduring ") || !strings.HasSuffix(o.Stdout, "served\n") {
+			t.Fatalf("after wake: %+v", o)
+		}
+	})
+	t.Run("03 a corrupt checkpoint wakes from the files and says so", func(t *testing.T) {
+		sleep(t)
+		img := filepath.Join(data, "homes", box+".ckpt", "checkpoint.img")
+		if err := os.WriteFile(img, []byte("not a checkpoint"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o := Run(t, m, box, "grep -c . held; cat /tmp/sleep.pid 2>/dev/null || echo no-pid")
+		if !strings.HasSuffix(o.Stdout, "no-pid\n") || !strings.Contains(o.Stderr, "running state") || !strings.Contains(o.Stderr, "could not be restored") {
+			t.Fatalf("after a corrupt checkpoint: %+v", o)
+		}
+		if again := Run(t, m, box, "true"); again.Stderr != "" {
+			t.Fatalf("the note came twice: %q", again.Stderr)
+		}
+	})
+	t.Run("04 destroy removes the checkpoint", func(t *testing.T) {
+		start(t)
+		sleep(t)
+		dir := filepath.Join(data, "homes", box+".ckpt")
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Destroy(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("checkpoint left after destroy: %v", err)
+		}
+	})
+}
+
+func infoOf(t *testing.T, m *sandbox.Manager, name string) sandbox.Info {
+	t.Helper()
+	list, err := m.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.Name == name {
+			return in
+		}
+	}
+	t.Fatalf("%s not listed", name)
+	return sandbox.Info{}
+}
