@@ -104,7 +104,7 @@ func (m *Manager) checkpoint(ctx context.Context, cp runtime.Checkpointer, b *bo
 	}
 	if err != nil {
 		m.log.Warn("checkpoint failed; the sandbox keeps its files only", "sandbox", b.name, "container", inst.cid, "err", err)
-		md.Failed = fmt.Sprintf("saving it failed (%v)", err)
+		md.Failed = "saving it failed"
 		os.RemoveAll(tmp)
 		os.Mkdir(tmp, 0o700)
 	}
@@ -140,7 +140,8 @@ func (m *Manager) restoreInstance(ctx context.Context, name, home string, set Se
 	cp, ok := m.checkpointer()
 	switch {
 	case err != nil:
-		return nil, fmt.Sprintf("its checkpoint could not be read (%v)", err)
+		m.log.Warn("checkpoint unreadable; the sandbox wakes from its files", "sandbox", name, "err", err)
+		return nil, "its checkpoint could not be read"
 	case md.Failed != "":
 		return nil, md.Failed
 	case !ok || md.Runtime != m.rt.Name():
@@ -153,12 +154,21 @@ func (m *Manager) restoreInstance(ctx context.Context, name, home string, set Se
 	defer cancel()
 	inst, err = m.startInstance(ctx, newID(), home, set.Limits, set.Network, &restoreFrom{cp: cp, dir: dir, meta: md})
 	if err != nil {
+		// The details (host paths, container ids) go to the log; the
+		// model reads the note.
 		m.log.Warn("restore failed; the sandbox wakes from its files", "sandbox", name, "err", err)
-		return nil, fmt.Sprintf("restoring it failed (%v)", err)
+		if errors.Is(err, errImageChanged) {
+			return nil, "its image was rebuilt or replaced since"
+		}
+		return nil, "the runtime could not restore it (a corrupt or incompatible checkpoint)"
 	}
 	m.log.Debug("sandbox restored", "sandbox", name, "took", time.Since(start))
 	return inst, ""
 }
+
+// errImageChanged: the image's current version is not the one the
+// checkpoint ran on.
+var errImageChanged = errors.New("the image was rebuilt or replaced since the checkpoint")
 
 // restoreFrom is what startInstance needs to restore a container instead
 // of starting one.

@@ -127,7 +127,7 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 	}
 	inst.img = inst.lease.Image
 	if from != nil && from.meta.Rootfs != inst.img.Rootfs {
-		return inst, fmt.Errorf("the image %s was rebuilt or replaced since", m.cfg.Image)
+		return inst, fmt.Errorf("image %s: %w", m.cfg.Image, errImageChanged)
 	}
 	mb, _ := json.Marshal(meta{Runtime: m.rt.Name(), Home: homeImg})
 	if err = os.WriteFile(filepath.Join(dir, "meta.json"), mb, 0o600); err != nil {

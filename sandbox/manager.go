@@ -897,25 +897,42 @@ func (m *Manager) List() ([]Info, error) {
 		if !ok || !ValidName(name) || !e.Type().IsRegular() {
 			continue
 		}
-		st, err := m.status(name, held)
-		if err != nil {
-			continue // destroyed meanwhile
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		inf := Info{Name: name, Status: st, QuotaBytes: fi.Size(), LastUsed: fi.ModTime()}
-		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-			inf.DiskBytes = sys.Blocks * 512
-		}
-		if st == Sleeping {
-			inf.CheckpointBytes = dirBytes(m.ckptPath(name))
-			inf.DiskBytes += inf.CheckpointBytes
-		}
-		out = append(out, inf)
+		if inf, err := m.info(name, held); err == nil {
+			out = append(out, inf)
+		} // else destroyed meanwhile
 	}
 	return out, nil
+}
+
+// Info describes the named sandbox as List does; ErrNotFound when it has
+// no home. Like Status, it never waits for a command.
+func (m *Manager) Info(name string) (Info, error) {
+	if !ValidName(name) {
+		return Info{}, ErrBadName
+	}
+	held, _ := heldFlocks()
+	return m.info(name, held)
+}
+
+// info is Info with /proc/locks read once by the caller.
+func (m *Manager) info(name string, held map[string]bool) (Info, error) {
+	st, err := m.status(name, held)
+	if err != nil {
+		return Info{}, err
+	}
+	fi, err := os.Stat(m.homePath(name))
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	inf := Info{Name: name, Status: st, QuotaBytes: fi.Size(), LastUsed: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		inf.DiskBytes = sys.Blocks * 512
+	}
+	if st == Sleeping {
+		inf.CheckpointBytes = dirBytes(m.ckptPath(name))
+		inf.DiskBytes += inf.CheckpointBytes
+	}
+	return inf, nil
 }
 
 // Close stops new calls (they return ErrClosed), waits for the calls in
