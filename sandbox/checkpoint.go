@@ -68,7 +68,7 @@ func (m *Manager) ckptPath(name string) string {
 // manager can keep their running state through sleep.
 func (m *Manager) checkpointer() (runtime.Checkpointer, bool) {
 	cp, ok := m.rt.(runtime.Checkpointer)
-	return cp, ok && m.cfg.HomeArchive == nil
+	return cp, ok && m.cfg.HomeArchive == nil && !m.cfg.FilesOnlySleep
 }
 
 // parkLocked puts the box to sleep on purpose (Sleep, idle, Close): it

@@ -268,6 +268,11 @@ type Config struct {
 	// before per-sandbox namespaces). Weaker isolation: it exists to
 	// measure what the namespace costs; no command-line flag sets it.
 	SharedHostUser bool
+	// FilesOnlySleep keeps only the home through sleep even where the
+	// runtime could checkpoint the running state (checkpoint.go). It
+	// exists to measure what checkpoints cost; no command-line flag sets
+	// it.
+	FilesOnlySleep bool
 	// Egress gives sandboxes with a network policy (Settings.Network)
 	// their networks; nil makes one with the defaults at Open.
 	Egress *egress.Engine
