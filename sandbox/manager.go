@@ -5,9 +5,11 @@
 // agent).
 //
 // A sandbox is named by its caller (the gateway uses container ids). Awake,
-// it is a running container; asleep, it is only its home image on disk. Any
-// Exec on a sleeping or new sandbox wakes it: a fresh container over the
-// same home. New sandboxes are taken from a warm pool when one is
+// it is a running container; asleep, it is its home image on disk and, on
+// a runtime that checkpoints (runsc) after a chosen sleep, the checkpoint
+// of its running state (checkpoint.go). Any Exec on a sleeping or new
+// sandbox wakes it: the checkpoint restored over the same home, or a fresh
+// container over it. New sandboxes are taken from a warm pool when one is
 // configured.
 //
 // Layout under the data directory:
@@ -15,6 +17,7 @@
 //	images/NAME/rootfs           shared read-only root filesystems (NAME links to
 //	                             the current version; see package image)
 //	homes/NAME.img, NAME.lock    each sandbox's home (sparse ext4) and its owner lock
+//	homes/NAME.ckpt/             a sleeping sandbox's checkpoint (checkpoint.go)
 //	homes/.pool/CID.img          homes of pooled sandboxes not yet named
 //	run/sandboxes/CID/           a running container: bundle, mounts, owner lock
 //	run/runtime/RUNTIME/         the OCI runtime's own state
@@ -560,7 +563,8 @@ type Command struct {
 	// Resident starts the command as the sandbox's resident process (a
 	// language kernel, see agent.ExecRequest.Resident): it keeps running
 	// after the call, which returns once it has started (exit code 0), and
-	// until the sandbox sleeps or the next resident starts. TimeoutMs and
+	// until the sandbox sleeps (without a checkpoint) or the next resident
+	// starts. TimeoutMs and
 	// MaxBytes do not apply; its output is discarded.
 	Resident bool
 }
