@@ -94,17 +94,25 @@ func (m *Manager) checkpoint(ctx context.Context, cp runtime.Checkpointer, b *bo
 	md := ckptMeta{Runtime: m.rt.Name(), Rootfs: inst.img.Rootfs, Hello: inst.client.Hello(), Taken: time.Now().UTC()}
 	start := time.Now()
 	err := errors.Join(os.RemoveAll(tmp), os.Mkdir(tmp, 0o700))
+	md.Failed = "saving it failed"
 	if err == nil {
 		select {
 		case <-inst.client.Done():
 			err = errors.New("the sandbox had stopped before it went to sleep")
 		default:
-			err = cp.Checkpoint(ctx, inst.cid, tmp)
+			// The image is as large as the sandbox's memory: not below
+			// the disk reserve, which homes may not take either.
+			if err = m.checkReserve("checkpoint " + b.name); err != nil {
+				md.Failed = "the host's free disk space is below its reserve"
+			} else {
+				err = cp.Checkpoint(ctx, inst.cid, tmp)
+			}
 		}
 	}
-	if err != nil {
+	if err == nil {
+		md.Failed = ""
+	} else {
 		m.log.Warn("checkpoint failed; the sandbox keeps its files only", "sandbox", b.name, "container", inst.cid, "err", err)
-		md.Failed = "saving it failed"
 		os.RemoveAll(tmp)
 		os.Mkdir(tmp, 0o700)
 	}
@@ -126,13 +134,15 @@ func (m *Manager) checkpoint(ctx context.Context, cp runtime.Checkpointer, b *bo
 // could not be used; lost then says why the running state is gone ("" when
 // there was no checkpoint).
 func (m *Manager) restoreInstance(ctx context.Context, name, home string, set Settings) (inst *instance, lost string) {
-	dir := m.ckptPath(name)
-	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		os.RemoveAll(dir) // a checkpoint cut short by a crash
+	// A checkpoint is used once: moved aside before the restore, so that
+	// after a crash a restored (and since changed) sandbox is never
+	// restored from it again.
+	dir := m.ckptPath(name) + ".used"
+	if err := os.Rename(m.ckptPath(name), dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, ""
 	}
-	defer os.RemoveAll(dir)
+	defer m.removeCheckpoint(name)
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	var md ckptMeta
 	if err == nil {
 		err = json.Unmarshal(b, &md)
@@ -169,6 +179,13 @@ func (m *Manager) restoreInstance(ctx context.Context, name, home string, set Se
 // errImageChanged: the image's current version is not the one the
 // checkpoint ran on.
 var errImageChanged = errors.New("the image was rebuilt or replaced since the checkpoint")
+
+// removeCheckpoint removes the named sandbox's checkpoint and what a
+// checkpoint or restore cut short left.
+func (m *Manager) removeCheckpoint(name string) error {
+	p := m.ckptPath(name)
+	return errors.Join(os.RemoveAll(p), os.RemoveAll(p+".new"), os.RemoveAll(p+".used"))
+}
 
 // restoreFrom is what startInstance needs to restore a container instead
 // of starting one.

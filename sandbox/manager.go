@@ -809,7 +809,7 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 		return err
 	}
 	defer unlock()
-	if err := os.RemoveAll(m.ckptPath(name)); err != nil {
+	if err := m.removeCheckpoint(name); err != nil {
 		return err
 	}
 	archived := false

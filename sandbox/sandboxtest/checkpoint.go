@@ -121,6 +121,23 @@ func CheckpointSuite(t *testing.T, rt string) {
 			t.Fatalf("the note came twice: %q", again.Stderr)
 		}
 	})
+	t.Run("03b a checkpoint of another image version wakes from the files and says so", func(t *testing.T) {
+		start(t)
+		sleep(t)
+		meta := filepath.Join(data, "homes", box+".ckpt", "meta.json")
+		b, err := os.ReadFile(meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.Replace(string(b), `"rootfs":"`, `"rootfs":"/elsewhere`, 1))
+		if err := os.WriteFile(meta, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o := Run(t, m, box, "cat /tmp/sleep.pid 2>/dev/null || echo no-pid")
+		if o.Stdout != "no-pid\n" || !strings.Contains(o.Stderr, "image was rebuilt") {
+			t.Fatalf("after an image change: %+v", o)
+		}
+	})
 	t.Run("04 destroy removes the checkpoint", func(t *testing.T) {
 		start(t)
 		sleep(t)
