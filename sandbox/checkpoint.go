@@ -26,9 +26,13 @@ package sandbox
 // Not kept: the writable layer over the image (system changes outside
 // /workspace/home and /tmp) is dropped at sleep as before, so a restored
 // process that had a file open there loses it (runsc then refuses the
-// restore, and the sandbox wakes from its files). Sandboxes with a network
-// policy and managers with a HomeArchive (another node could wake the home
-// without the checkpoint) keep files only.
+// restore, and the sandbox wakes from its files). The sandbox wakes in the
+// id range and, under an allowlist, the network that are free then: its
+// network is set up anew and gVisor's netstack takes it over (addresses and
+// routes of the new namespace); connections open at sleep are closed
+// (runsc's --net-disconnect-ok), so the proxy sees only new ones. Managers
+// with a HomeArchive (another node could wake the home without the
+// checkpoint) keep files only.
 
 import (
 	"context"
@@ -77,7 +81,7 @@ func (m *Manager) parkLocked(ctx context.Context, b *box) error {
 	if b.inst == nil {
 		return nil
 	}
-	if cp, ok := m.checkpointer(); ok && b.inst.net == nil {
+	if cp, ok := m.checkpointer(); ok {
 		m.checkpoint(ctx, cp, b)
 	}
 	return m.sleepLocked(ctx, b)
@@ -156,8 +160,6 @@ func (m *Manager) restoreInstance(ctx context.Context, name, home string, set Se
 		return nil, md.Failed
 	case !ok || md.Runtime != m.rt.Name():
 		return nil, fmt.Sprintf("it was saved by %s and this server runs sandboxes on %s without checkpoints", md.Runtime, m.rt.Name())
-	case set.Network.Enabled():
-		return nil, "sandboxes with a network policy wake from their files only"
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, checkpointTimeout)

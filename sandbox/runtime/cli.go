@@ -189,12 +189,12 @@ func requireSeccomp(name, dir string) error {
 }
 
 func (c *cli) Start(ctx context.Context, id, dir string, stdio Stdio) error {
-	return c.launch(ctx, id, dir, stdio, "run")
+	return c.launch(ctx, id, dir, stdio, nil, "run")
 }
 
-// launch runs `VERB [ARGS] --bundle DIR --detach ID` (run, or runsc's
-// restore) with the container's init on stdio.
-func (c *cli) launch(ctx context.Context, id, dir string, stdio Stdio, verb ...string) error {
+// launch runs `[GLOBAL] VERB [ARGS] --bundle DIR --detach ID` (run, or
+// runsc's restore) with the container's init on stdio.
+func (c *cli) launch(ctx context.Context, id, dir string, stdio Stdio, global []string, verb ...string) error {
 	if err := c.Check(ctx); err != nil {
 		return err
 	}
@@ -213,7 +213,8 @@ func (c *cli) launch(ctx context.Context, id, dir string, stdio Stdio, verb ...s
 			network = "sandbox"
 		}
 	}
-	cmd, err := c.underRlimits(ctx, dir, c.commandNet(ctx, network, append(verb, "--bundle", dir, "--detach", id)...))
+	args := append(append(global, verb...), "--bundle", dir, "--detach", id)
+	cmd, err := c.underRlimits(ctx, dir, c.commandNet(ctx, network, args...))
 	if err != nil {
 		return err
 	}
@@ -245,8 +246,15 @@ func (r runsc) Checkpoint(ctx context.Context, id, imageDir string) error {
 	return nil
 }
 
+// Restore restores with runsc's spec validation reduced to warnings: the
+// sandbox wakes in whatever id range (uidMappings) and network namespace
+// are free now, which its strict check refuses although gVisor does not
+// depend on either — ids inside stay 0–65535 (the gofer works within the
+// namespace), and the netstack takes the new namespace's interfaces and
+// routes. Everything else of the bundle is built by the same code as
+// before; the Manager checks the runtime and the image version itself.
 func (r runsc) Restore(ctx context.Context, id, dir, imageDir string, stdio Stdio) error {
-	return r.launch(ctx, id, dir, stdio, "restore", "--image-path", imageDir)
+	return r.launch(ctx, id, dir, stdio, []string{"--restore-spec-validation=warning"}, "restore", "--image-path", imageDir)
 }
 
 // joinsNetNS reports whether the bundle in dir joins a network namespace by

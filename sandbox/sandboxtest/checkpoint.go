@@ -112,6 +112,15 @@ func CheckpointSuite(t *testing.T, rt string) {
 		}
 		t.Logf("%d sleep/wake cycles, %d lost", cycles, lost)
 	})
+	t.Run("01b it wakes in another id range when its own was taken", func(t *testing.T) {
+		sleep(t)
+		Run(t, m, "taker", "true") // takes the range the sleep freed
+		defer m.Destroy(ctx, "taker")
+		o := Run(t, m, box, stateCheck("moved"))
+		if !strings.HasPrefix(o.Stdout, "moved ") || !strings.HasSuffix(o.Stdout, "\nsleep 1000 \nserved\n") || o.Stderr != "" {
+			t.Fatalf("after a wake in another range: %+v", o)
+		}
+	})
 	t.Run("02 sleep during a command waits for it and keeps its output", func(t *testing.T) {
 		done := running(t, m, box, "echo started; sleep 0.5; echo finished > finished")
 		sleep(t)
