@@ -102,7 +102,8 @@ func (m *Manager) checkpoint(ctx context.Context, cp runtime.Checkpointer, b *bo
 	if err == nil {
 		select {
 		case <-inst.client.Done():
-			err = errors.New("the sandbox had stopped before it went to sleep")
+			md.Failed = "the sandbox had stopped before it went to sleep"
+			err = errors.New(md.Failed)
 		default:
 			// The image is as large as the sandbox's memory: not below
 			// the disk reserve, which homes may not take either.

@@ -301,6 +301,9 @@ type HomeArchive interface {
 	Delete(ctx context.Context, name, imagePath string) error
 }
 
+// closeParallel is how many sandboxes Close puts to sleep at once.
+const closeParallel = 4
+
 // archiveTimeout bounds one archive or restore of a home.
 const archiveTimeout = 30 * time.Minute
 
@@ -946,7 +949,8 @@ func (m *Manager) info(name string, held map[string]bool) (Info, error) {
 
 // Close stops new calls (they return ErrClosed), waits for the calls in
 // flight — until ctx ends, then it stops them (they return ErrClosed) —
-// and puts every awake sandbox to sleep and empties the pool. No container
+// and puts every awake sandbox to sleep (checkpointing those it can, a few
+// at a time) and empties the pool. No container
 // of this manager runs after Close returns. The teardown runs to its end
 // even if ctx has ended.
 func (m *Manager) Close(ctx context.Context) error {
@@ -985,15 +989,30 @@ func (m *Manager) Close(ctx context.Context) error {
 		boxes = append(boxes, b)
 	}
 	m.mu.Unlock()
+	// A few at a time: a checkpoint (checkpoint.go) takes about a second
+	// per GiB of the sandbox's memory, mostly writing it to disk.
 	var errs []error
+	var errMu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, closeParallel)
 	for _, b := range boxes {
-		if err := b.lockCtx(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sandbox %s: %w", b.name, err))
-			continue
-		}
-		errs = append(errs, m.parkLocked(ctx, b))
-		b.unlock()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := b.lockCtx(ctx)
+			if err != nil {
+				err = fmt.Errorf("sandbox %s: %w", b.name, err)
+			} else {
+				err = m.parkLocked(ctx, b)
+				b.unlock()
+			}
+			errMu.Lock()
+			errs = append(errs, err)
+			errMu.Unlock()
+		}()
 	}
+	wg.Wait()
 	if m.pool != nil {
 		for {
 			select {

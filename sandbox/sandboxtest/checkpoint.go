@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/runtime"
@@ -53,13 +54,7 @@ func CheckpointSuite(t *testing.T, rt string) {
 	_, keeps := r.(runtime.Checkpointer)
 	ctx := context.Background()
 	const box = "ckpt"
-	start := func(t *testing.T) {
-		t.Helper()
-		Run(t, m, box, "rm -f held")
-		if res, err := m.Exec(ctx, box, sandbox.Command{Command: residentScript, Resident: true}); err != nil || res.ExitCode != 0 {
-			t.Fatalf("resident: %v %+v", err, res)
-		}
-	}
+	start := func(t *testing.T) { startResident(t, m, box) }
 	sleep := func(t *testing.T) {
 		t.Helper()
 		if err := m.Sleep(ctx, box); err != nil {
@@ -163,7 +158,29 @@ func CheckpointSuite(t *testing.T, rt string) {
 			t.Fatalf("after an image change: %+v", o)
 		}
 	})
-	t.Run("04 destroy removes the checkpoint", func(t *testing.T) {
+	t.Run("04 idle sleep and shutdown keep it too", func(t *testing.T) {
+		data2 := DataDir(t)
+		cfg := func(idle time.Duration) func(*sandbox.Config) {
+			return func(c *sandbox.Config) { c.DataDir, c.IdleTimeout = data2, idle }
+		}
+		m2, _ := Open(t, rt, "busybox", cfg(100*time.Millisecond))
+		startResident(t, m2, "idle")
+		Run(t, m2, "idle", stateCheck("a"))
+		if !testenv.Eventually(30*time.Second, func() bool { st, _ := m2.Status("idle"); return st == sandbox.Sleeping }) {
+			t.Fatal("never slept")
+		}
+		if o := Run(t, m2, "idle", stateCheck("b")); !strings.HasPrefix(o.Stdout, "b 2\nsleep 1000 \n") {
+			t.Fatalf("after an idle sleep: %+v", o)
+		}
+		if err := m2.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m3, _ := Open(t, rt, "busybox", cfg(-1))
+		if o := Run(t, m3, "idle", stateCheck("c")); !strings.HasPrefix(o.Stdout, "c 3\nsleep 1000 \n") {
+			t.Fatalf("after a shutdown: %+v", o)
+		}
+	})
+	t.Run("05 destroy removes the checkpoint", func(t *testing.T) {
 		start(t)
 		sleep(t)
 		dir := filepath.Join(data, "homes", box+".ckpt")
@@ -177,6 +194,16 @@ func CheckpointSuite(t *testing.T, rt string) {
 			t.Fatalf("checkpoint left after destroy: %v", err)
 		}
 	})
+}
+
+// startResident starts residentScript in the named sandbox, over an
+// empty held file.
+func startResident(t *testing.T, m *sandbox.Manager, name string) {
+	t.Helper()
+	Run(t, m, name, "rm -f held")
+	if res, err := m.Exec(context.Background(), name, sandbox.Command{Command: residentScript, Resident: true}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("resident: %v %+v", err, res)
+	}
 }
 
 func infoOf(t *testing.T, m *sandbox.Manager, name string) sandbox.Info {
