@@ -30,9 +30,13 @@ package sandbox
 // id range and, under an allowlist, the network that are free then: its
 // network is set up anew and gVisor's netstack takes it over (addresses and
 // routes of the new namespace); connections open at sleep are closed
-// (runsc's --net-disconnect-ok), so the proxy sees only new ones. Managers
-// with a HomeArchive (another node could wake the home without the
-// checkpoint) keep files only.
+// (runsc's --net-disconnect-ok), so the proxy sees only new ones.
+//
+// With a HomeArchive that is a CheckpointArchive (homearchive over S3) the
+// checkpoint goes to the archive before the home (which may hand the
+// sandbox to another node) and is removed here; a wake on any node fetches
+// it after the home and deletes it from the archive before restoring, so
+// no checkpoint is restored twice. With another HomeArchive, files only.
 
 import (
 	"context"
@@ -72,7 +76,63 @@ func (m *Manager) ckptPath(name string) string {
 // manager can keep their running state through sleep.
 func (m *Manager) checkpointer() (runtime.Checkpointer, bool) {
 	cp, ok := m.rt.(runtime.Checkpointer)
-	return cp, ok && m.cfg.HomeArchive == nil && !m.cfg.FilesOnlySleep
+	if m.cfg.HomeArchive != nil {
+		_, archives := m.cfg.HomeArchive.(CheckpointArchive)
+		ok = ok && archives
+	}
+	return cp, ok && !m.cfg.FilesOnlySleep
+}
+
+// archiveCheckpoint stores the named sandbox's checkpoint, if it has one,
+// in the CheckpointArchive and then removes it here: a wake on any node
+// fetches it. If that fails the running state is lost, and the next wake
+// here says so.
+func (m *Manager) archiveCheckpoint(ctx context.Context, name string) {
+	ca, ok := m.cfg.HomeArchive.(CheckpointArchive)
+	dir := m.ckptPath(name)
+	if _, err := os.Stat(filepath.Join(dir, "meta.json")); !ok || err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), archiveTimeout)
+	defer cancel()
+	switch err := ca.ArchiveCheckpoint(ctx, name, dir); {
+	case err == nil:
+		os.RemoveAll(dir)
+	case errors.Is(err, fs.ErrNotExist):
+		// No archive behind: it stays here, where the sandbox wakes.
+	default:
+		m.log.Warn("checkpoint not archived; the sandbox keeps its files only", "sandbox", name, "err", err)
+		md, _ := json.Marshal(ckptMeta{Runtime: m.rt.Name(), Taken: time.Now().UTC(), Failed: "storing it failed"})
+		os.RemoveAll(dir)
+		if os.Mkdir(dir, 0o700) == nil {
+			os.WriteFile(filepath.Join(dir, "meta.json"), md, 0o600)
+		}
+	}
+}
+
+// fetchCheckpoint brings the named sandbox's checkpoint from the
+// CheckpointArchive, if there is one there, and takes it out of the
+// archive (a checkpoint is used once, on one node). lost says why the
+// running state is gone when that fails.
+func (m *Manager) fetchCheckpoint(ctx context.Context, name string) (lost string) {
+	ca, ok := m.cfg.HomeArchive.(CheckpointArchive)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, archiveTimeout)
+	defer cancel()
+	err := ca.RestoreCheckpoint(ctx, name, m.ckptPath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "" // none there: one here, if any, is this node's own
+	}
+	if err == nil {
+		err = ca.DeleteCheckpoint(ctx, name)
+	}
+	if err != nil {
+		m.log.Warn("checkpoint not fetched; the sandbox wakes from its files", "sandbox", name, "err", err)
+		return "its checkpoint could not be fetched from storage"
+	}
+	return ""
 }
 
 // parkLocked puts the box to sleep on purpose (Sleep, idle, Close): it

@@ -301,6 +301,24 @@ type HomeArchive interface {
 	Delete(ctx context.Context, name, imagePath string) error
 }
 
+// CheckpointArchive is a HomeArchive that also keeps the checkpoint of a
+// sleeping sandbox's running state (checkpoint.go), so that a sandbox put
+// to sleep on one node wakes on another with it. Found by type assertion;
+// without it, a manager with a HomeArchive keeps files only.
+type CheckpointArchive interface {
+	HomeArchive
+	// ArchiveCheckpoint stores the files of dir as name's checkpoint,
+	// replacing any; an error matching fs.ErrNotExist when there is no
+	// archive behind and the checkpoint stays on this node.
+	ArchiveCheckpoint(ctx context.Context, name, dir string) error
+	// RestoreCheckpoint makes dir (replaced) hold name's checkpoint; an
+	// error matching fs.ErrNotExist when the archive has none, and then
+	// dir is untouched.
+	RestoreCheckpoint(ctx context.Context, name, dir string) error
+	// DeleteCheckpoint removes name's checkpoint; none is not an error.
+	DeleteCheckpoint(ctx context.Context, name string) error
+}
+
 // closeParallel is how many sandboxes Close puts to sleep at once.
 const closeParallel = 4
 
@@ -1100,8 +1118,13 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 		}
 	}
 	if inst == nil && !isNew {
-		var lost string
-		if inst, lost = m.restoreInstance(ctx, b.name, home, set); lost != "" {
+		lost := m.fetchCheckpoint(ctx, b.name)
+		if lost == "" {
+			inst, lost = m.restoreInstance(ctx, b.name, home, set)
+		} else {
+			m.removeCheckpoint(b.name)
+		}
+		if lost != "" {
 			b.lostState = lost
 		}
 	}
@@ -1162,6 +1185,9 @@ func (m *Manager) stopAndArchive(ctx context.Context, b *box, archive bool) erro
 	b.setInst(nil)
 	var err error
 	if archive {
+		// The checkpoint first: archiving the home may hand the sandbox
+		// to other nodes.
+		m.archiveCheckpoint(ctx, b.name)
 		err = m.archiveHome(ctx, b.name)
 	}
 	if b.lockRelease != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/runtime"
 	"github.com/shellgate/shellgate/testenv"
 )
@@ -192,6 +193,71 @@ func CheckpointSuite(t *testing.T, rt string) {
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("checkpoint left after destroy: %v", err)
+		}
+	})
+}
+
+// CheckpointArchiveSuite runs two runsc managers over separate data
+// directories — two nodes — sharing one home archive over the Objects
+// that open returns: a sandbox slept on one node wakes on the other with
+// its running state, each checkpoint is used once (taken out of the
+// archive at wake), and one that does not verify wakes the sandbox from
+// its files with the note.
+func CheckpointArchiveSuite(t *testing.T, open func(t *testing.T) homearchive.Objects) {
+	ctx := context.Background()
+	obj := open(t)
+	ar := homearchive.New(obj)
+	withArchive := func(c *sandbox.Config) { c.HomeArchive = ar }
+	mA, dataA := Open(t, "runsc", "busybox", withArchive)
+	mB, _ := Open(t, "runsc", "busybox", withArchive)
+	const box = "roamer"
+	startResident(t, mA, box)
+	Run(t, mA, box, stateCheck("a"))
+	stored := func(t *testing.T) []string {
+		t.Helper()
+		keys, err := obj.List(ctx, box+"/checkpoint/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	sleep := func(t *testing.T, m *sandbox.Manager) {
+		t.Helper()
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if len(stored(t)) == 0 {
+			t.Fatal("no checkpoint in the archive after sleep")
+		}
+	}
+	t.Run("01 slept on A, woken on B with its processes, and back", func(t *testing.T) {
+		sleep(t, mA)
+		if _, err := os.Stat(filepath.Join(dataA, "homes", box+".ckpt")); !os.IsNotExist(err) {
+			t.Fatalf("A kept its checkpoint after archiving it: %v", err)
+		}
+		if o := Run(t, mB, box, stateCheck("b")); o.Stdout != "b 2\nsleep 1000 \nserved\n" || o.Stderr != "" {
+			t.Fatalf("woken on B: %+v", o)
+		}
+		if left := stored(t); len(left) != 0 {
+			t.Fatalf("the checkpoint stayed in the archive after its wake: %v", left)
+		}
+		sleep(t, mB)
+		if o := Run(t, mA, box, stateCheck("c")); o.Stdout != "c 3\nsleep 1000 \nserved\n" || o.Stderr != "" {
+			t.Fatalf("woken on A again: %+v", o)
+		}
+	})
+	t.Run("02 a checkpoint that does not verify wakes from the files and says so", func(t *testing.T) {
+		sleep(t, mA)
+		for _, k := range stored(t) {
+			if strings.Contains(k, "/chunks/") {
+				if err := obj.Put(ctx, k, strings.NewReader("tampered"), 8); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		o := Run(t, mB, box, "grep -c . held; cat /tmp/sleep.pid 2>/dev/null || echo no-pid")
+		if o.Stdout != "3\nno-pid\n" || !strings.Contains(o.Stderr, "could not be fetched from storage") {
+			t.Fatalf("after a tampered checkpoint: %+v", o)
 		}
 	})
 }
