@@ -61,6 +61,12 @@ type EgressEngine interface {
 	Egress() (*egress.Engine, error)
 }
 
+// Describer is a backend that describes one sandbox (its disk use, the
+// checkpoint of its running state) without listing them all.
+type Describer interface {
+	Info(name string) (Info, error)
+}
+
 // ErrNotSupported: the backend cannot do this (yet); the error names what.
 var ErrNotSupported = errors.New("not supported by this sandbox backend")
 
@@ -68,4 +74,5 @@ var (
 	_ Backend      = (*Manager)(nil)
 	_ Pool         = (*Manager)(nil)
 	_ EgressEngine = (*Manager)(nil)
+	_ Describer    = (*Manager)(nil)
 )

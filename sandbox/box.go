@@ -40,6 +40,9 @@ type box struct {
 	// lastUsed is when the box last woke, ran a command or served a file
 	// call while awake: the idle sweep puts it to sleep IdleTimeout later.
 	lastUsed time.Time
+	// lostState says why the last wake lost the running state its
+	// checkpoint held; the next command's result tells (checkpoint.go).
+	lostState string
 
 	// awake mirrors inst != nil for readers that must not wait for a
 	// command.

@@ -17,3 +17,7 @@ func TestCrashRecovery(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	sandboxtest.EachRuntime(t, sandboxtest.LifecycleSuite)
 }
+
+func TestCheckpoint(t *testing.T) {
+	sandboxtest.EachRuntime(t, sandboxtest.CheckpointSuite)
+}

@@ -86,8 +86,8 @@ type meta struct {
 const agentStartTimeout = 30 * time.Second
 
 // startInstance mounts the layers and the home, and starts a container
-// whose init is the agent.
-func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits runtime.Limits, pol *egress.Policy) (inst *instance, err error) {
+// whose init is the agent, or restores one from a checkpoint (from).
+func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits runtime.Limits, pol *egress.Policy, from *restoreFrom) (inst *instance, err error) {
 	dir := filepath.Join(m.dirs.run, cid)
 	inst = &instance{rt: m.rt, cid: cid, dir: dir, home: homeImg, limits: limits}
 	defer func() {
@@ -126,6 +126,9 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 		return inst, err
 	}
 	inst.img = inst.lease.Image
+	if from != nil && from.meta.Rootfs != inst.img.Rootfs {
+		return inst, fmt.Errorf("image %s: %w", m.cfg.Image, errImageChanged)
+	}
 	mb, _ := json.Marshal(meta{Runtime: m.rt.Name(), Home: homeImg})
 	if err = os.WriteFile(filepath.Join(dir, "meta.json"), mb, 0o600); err != nil {
 		return inst, err
@@ -254,13 +257,23 @@ func (m *Manager) startInstance(ctx context.Context, cid, homeImg string, limits
 		inW.Close()
 		return inst, err
 	}
-	err = m.rt.Start(ctx, cid, dir, runtime.Stdio{In: inR, Out: outW})
+	if from != nil {
+		err = from.cp.Restore(ctx, cid, dir, from.dir, runtime.Stdio{In: inR, Out: outW})
+	} else {
+		err = m.rt.Start(ctx, cid, dir, runtime.Stdio{In: inR, Out: outW})
+	}
 	inR.Close()
 	outW.Close()
 	if err != nil {
 		inW.Close()
 		outR.Close()
 		return inst, err
+	}
+	if from != nil {
+		// The agent said hello when it first started; it is waiting for
+		// a request on what is now this pipe.
+		inst.client = agent.Resume(outR, inW, from.meta.Hello)
+		return inst, nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()

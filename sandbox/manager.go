@@ -5,9 +5,11 @@
 // agent).
 //
 // A sandbox is named by its caller (the gateway uses container ids). Awake,
-// it is a running container; asleep, it is only its home image on disk. Any
-// Exec on a sleeping or new sandbox wakes it: a fresh container over the
-// same home. New sandboxes are taken from a warm pool when one is
+// it is a running container; asleep, it is its home image on disk and, on
+// a runtime that checkpoints (runsc) after a chosen sleep, the checkpoint
+// of its running state (checkpoint.go). Any Exec on a sleeping or new
+// sandbox wakes it: the checkpoint restored over the same home, or a fresh
+// container over it. New sandboxes are taken from a warm pool when one is
 // configured.
 //
 // Layout under the data directory:
@@ -15,6 +17,7 @@
 //	images/NAME/rootfs           shared read-only root filesystems (NAME links to
 //	                             the current version; see package image)
 //	homes/NAME.img, NAME.lock    each sandbox's home (sparse ext4) and its owner lock
+//	homes/NAME.ckpt/             a sleeping sandbox's checkpoint (checkpoint.go)
 //	homes/.pool/CID.img          homes of pooled sandboxes not yet named
 //	run/sandboxes/CID/           a running container: bundle, mounts, owner lock
 //	run/runtime/RUNTIME/         the OCI runtime's own state
@@ -268,6 +271,11 @@ type Config struct {
 	// before per-sandbox namespaces). Weaker isolation: it exists to
 	// measure what the namespace costs; no command-line flag sets it.
 	SharedHostUser bool
+	// FilesOnlySleep keeps only the home through sleep even where the
+	// runtime could checkpoint the running state (checkpoint.go). It
+	// exists to measure what checkpoints cost; no command-line flag sets
+	// it.
+	FilesOnlySleep bool
 	// Egress gives sandboxes with a network policy (Settings.Network)
 	// their networks; nil makes one with the defaults at Open.
 	Egress *egress.Engine
@@ -292,6 +300,27 @@ type HomeArchive interface {
 	// imagePath; an error matching fs.ErrNotExist when there was none.
 	Delete(ctx context.Context, name, imagePath string) error
 }
+
+// CheckpointArchive is a HomeArchive that also keeps the checkpoint of a
+// sleeping sandbox's running state (checkpoint.go), so that a sandbox put
+// to sleep on one node wakes on another with it. Found by type assertion;
+// without it, a manager with a HomeArchive keeps files only.
+type CheckpointArchive interface {
+	HomeArchive
+	// ArchiveCheckpoint stores the files of dir as name's checkpoint,
+	// replacing any; an error matching fs.ErrNotExist when there is no
+	// archive behind and the checkpoint stays on this node.
+	ArchiveCheckpoint(ctx context.Context, name, dir string) error
+	// RestoreCheckpoint makes dir (replaced) hold name's checkpoint; an
+	// error matching fs.ErrNotExist when the archive has none, and then
+	// dir is untouched.
+	RestoreCheckpoint(ctx context.Context, name, dir string) error
+	// DeleteCheckpoint removes name's checkpoint; none is not an error.
+	DeleteCheckpoint(ctx context.Context, name string) error
+}
+
+// closeParallel is how many sandboxes Close puts to sleep at once.
+const closeParallel = 4
 
 // archiveTimeout bounds one archive or restore of a home.
 const archiveTimeout = 30 * time.Minute
@@ -555,7 +584,8 @@ type Command struct {
 	// Resident starts the command as the sandbox's resident process (a
 	// language kernel, see agent.ExecRequest.Resident): it keeps running
 	// after the call, which returns once it has started (exit code 0), and
-	// until the sandbox sleeps or the next resident starts. TimeoutMs and
+	// until the sandbox sleeps (without a checkpoint) or the next resident
+	// starts. TimeoutMs and
 	// MaxBytes do not apply; its output is discarded.
 	Resident bool
 }
@@ -696,6 +726,10 @@ func (m *Manager) execLocked(ctx context.Context, b *box, cmd Command) (Result, 
 	if cmd.CheckHome {
 		res.HomeUnchanged = !inst.watch.changed()
 	}
+	if b.lostState != "" {
+		res.Notes = append(res.Notes, lostNote(b.lostState)...)
+		b.lostState = ""
+	}
 	return res, nil
 }
 
@@ -705,15 +739,17 @@ func (m *Manager) Create(ctx context.Context, name string) error {
 }
 
 // Sleep stops the named sandbox's processes and drops its writable layer;
-// its home stays. Sleeping a sleeping sandbox is a no-op; an unknown name is
-// ErrNotFound. Sleep waits for a running command (as long as ctx allows);
-// once it has the sandbox, the teardown runs to its end even if ctx ends.
+// its home stays. Where the runtime can, the sandbox is checkpointed first
+// and the next wake restores its processes (checkpoint.go). Sleeping a
+// sleeping sandbox is a no-op; an unknown name is ErrNotFound. Sleep waits
+// for a running command (as long as ctx allows); once it has the sandbox,
+// the teardown runs to its end even if ctx ends.
 func (m *Manager) Sleep(ctx context.Context, name string) error {
 	return m.withBox(ctx, name, func(ctx context.Context, b *box) error {
 		if b.inst == nil {
 			return m.statHome(b.name)
 		}
-		return m.sleepLocked(ctx, b)
+		return m.parkLocked(ctx, b)
 	})
 }
 
@@ -794,6 +830,9 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box) error {
 		return err
 	}
 	defer unlock()
+	if err := m.removeCheckpoint(name); err != nil {
+		return err
+	}
 	archived := false
 	if ar != nil {
 		err := ar.Delete(ctx, name, m.homePath(name))
@@ -864,8 +903,12 @@ type Info struct {
 	Name   string
 	Status Status
 	// DiskBytes is what the home takes on the host's disk (the image is
-	// sparse); QuotaBytes is its size, the most it can hold.
+	// sparse), its checkpoint included; QuotaBytes is the home's size, the
+	// most it can hold.
 	DiskBytes, QuotaBytes int64
+	// CheckpointBytes is what the checkpoint of a sleeping sandbox's
+	// running state takes on disk (part of DiskBytes; 0 without one).
+	CheckpointBytes int64
 	// LastUsed is when its home was last written.
 	LastUsed time.Time
 }
@@ -884,26 +927,48 @@ func (m *Manager) List() ([]Info, error) {
 		if !ok || !ValidName(name) || !e.Type().IsRegular() {
 			continue
 		}
-		st, err := m.status(name, held)
-		if err != nil {
-			continue // destroyed meanwhile
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		inf := Info{Name: name, Status: st, QuotaBytes: fi.Size(), LastUsed: fi.ModTime()}
-		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-			inf.DiskBytes = sys.Blocks * 512
-		}
-		out = append(out, inf)
+		if inf, err := m.info(name, held); err == nil {
+			out = append(out, inf)
+		} // else destroyed meanwhile
 	}
 	return out, nil
 }
 
+// Info describes the named sandbox as List does; ErrNotFound when it has
+// no home. Like Status, it never waits for a command.
+func (m *Manager) Info(name string) (Info, error) {
+	if !ValidName(name) {
+		return Info{}, ErrBadName
+	}
+	held, _ := heldFlocks()
+	return m.info(name, held)
+}
+
+// info is Info with /proc/locks read once by the caller.
+func (m *Manager) info(name string, held map[string]bool) (Info, error) {
+	st, err := m.status(name, held)
+	if err != nil {
+		return Info{}, err
+	}
+	fi, err := os.Stat(m.homePath(name))
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	inf := Info{Name: name, Status: st, QuotaBytes: fi.Size(), LastUsed: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		inf.DiskBytes = sys.Blocks * 512
+	}
+	if st == Sleeping {
+		inf.CheckpointBytes = dirBytes(m.ckptPath(name))
+		inf.DiskBytes += inf.CheckpointBytes
+	}
+	return inf, nil
+}
+
 // Close stops new calls (they return ErrClosed), waits for the calls in
 // flight — until ctx ends, then it stops them (they return ErrClosed) —
-// and puts every awake sandbox to sleep and empties the pool. No container
+// and puts every awake sandbox to sleep (checkpointing those it can, a few
+// at a time) and empties the pool. No container
 // of this manager runs after Close returns. The teardown runs to its end
 // even if ctx has ended.
 func (m *Manager) Close(ctx context.Context) error {
@@ -942,15 +1007,30 @@ func (m *Manager) Close(ctx context.Context) error {
 		boxes = append(boxes, b)
 	}
 	m.mu.Unlock()
+	// A few at a time: a checkpoint (checkpoint.go) takes about a second
+	// per GiB of the sandbox's memory, mostly writing it to disk.
 	var errs []error
+	var errMu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, closeParallel)
 	for _, b := range boxes {
-		if err := b.lockCtx(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sandbox %s: %w", b.name, err))
-			continue
-		}
-		errs = append(errs, m.sleepLocked(ctx, b))
-		b.unlock()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := b.lockCtx(ctx)
+			if err != nil {
+				err = fmt.Errorf("sandbox %s: %w", b.name, err)
+			} else {
+				err = m.parkLocked(ctx, b)
+				b.unlock()
+			}
+			errMu.Lock()
+			errs = append(errs, err)
+			errMu.Unlock()
+		}()
 	}
+	wg.Wait()
 	if m.pool != nil {
 		for {
 			select {
@@ -1037,8 +1117,19 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, create bool) error {
 			return err
 		}
 	}
+	if inst == nil && !isNew {
+		lost := m.fetchCheckpoint(ctx, b.name)
+		if lost == "" {
+			inst, lost = m.restoreInstance(ctx, b.name, home, set)
+		} else {
+			m.removeCheckpoint(b.name)
+		}
+		if lost != "" {
+			b.lostState = lost
+		}
+	}
 	if inst == nil {
-		if inst, err = m.startInstance(ctx, newID(), home, set.Limits, set.Network); err != nil {
+		if inst, err = m.startInstance(ctx, newID(), home, set.Limits, set.Network, nil); err != nil {
 			unlock()
 			return err
 		}
@@ -1094,6 +1185,9 @@ func (m *Manager) stopAndArchive(ctx context.Context, b *box, archive bool) erro
 	b.setInst(nil)
 	var err error
 	if archive {
+		// The checkpoint first: archiving the home may hand the sandbox
+		// to other nodes.
+		m.archiveCheckpoint(ctx, b.name)
 		err = m.archiveHome(ctx, b.name)
 	}
 	if b.lockRelease != nil {
@@ -1170,7 +1264,7 @@ func (m *Manager) sleepIdle() {
 				continue // a command is running: not idle
 			}
 			if b.inst != nil && time.Since(b.lastUsed) >= m.cfg.IdleTimeout {
-				if err := m.sleepLocked(m.bgCtx, b); err != nil {
+				if err := m.parkLocked(m.bgCtx, b); err != nil {
 					m.log.Warn("idle sleep", "sandbox", b.name, "err", err)
 				}
 			}

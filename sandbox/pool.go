@@ -123,7 +123,7 @@ func (m *Manager) newPooled(ctx context.Context) (*instance, error) {
 	if err := m.newHome(home, m.cfg.HomeBytes); err != nil {
 		return nil, err
 	}
-	inst, err := m.startInstance(ctx, cid, home, m.cfg.Limits, nil)
+	inst, err := m.startInstance(ctx, cid, home, m.cfg.Limits, nil, nil)
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(home))
 	}

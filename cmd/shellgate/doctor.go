@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -73,12 +74,14 @@ func runDoctor(ctx context.Context, args []string) error {
 
 	fmt.Println("runtimes (strongest first)")
 	working := 0
+	kept := map[string]error{}
 	for _, name := range runtime.Names {
 		rt, _ := runtime.New(name, filepath.Join(*dataDir, "run", "runtime"))
 		err := rt.Check(ctx)
 		detail := version(name)
 		if err == nil && probe != "" && agentErr == nil {
-			err = probeRuntime(ctx, *dataDir, name, probe)
+			_, checkpoints := rt.(runtime.Checkpointer)
+			kept[name], err = probeRuntime(ctx, *dataDir, name, probe, checkpoints)
 			if err == nil {
 				detail += ", ran a command in image " + probe
 			}
@@ -88,35 +91,70 @@ func runDoctor(ctx context.Context, args []string) error {
 		}
 		ok(err == nil, name+" ("+detail+")", errText(err))
 	}
+	fmt.Println("sleep that keeps running state (checkpoint and restore)")
+	for _, name := range runtime.Names {
+		if err, probed := kept[name]; probed {
+			ok(err == nil, name, map[bool]string{true: "a sleeping sandbox keeps its processes and memory", false: errText(err)}[err == nil])
+		}
+	}
 	if working == 0 {
 		return fmt.Errorf("no OCI runtime works on this host")
 	}
 	return nil
 }
 
+// criuStatus says why crun and runc sandboxes keep files only: Shellgate
+// checkpoints through gVisor alone, and CRIU (which runc and crun would
+// use) is missing or, as measured with Debian's CRIU 3.17 on kernel 6.18,
+// fails its own check.
+func criuStatus(ctx context.Context) error {
+	const only = "files only: Shellgate checkpoints gVisor (runsc) sandboxes alone"
+	out, err := exec.CommandContext(ctx, "criu", "check").CombinedOutput()
+	if errors.Is(err, exec.ErrNotFound) {
+		return errors.New(only + "; CRIU is not installed")
+	}
+	if err != nil {
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("%s; `criu check` fails here too: %s", only, line)
+	}
+	return errors.New(only + " (`criu check` passes, but Shellgate does not use CRIU yet)")
+}
+
 // probeRuntime starts a real sandbox with runtime name in a throwaway data
-// directory that shares the images.
-func probeRuntime(ctx context.Context, dataDir, name, img string) error {
+// directory that shares the images. On a runtime that checkpoints it also
+// puts the sandbox to sleep and wakes it: kept is nil when a file in its
+// /tmp (in the sandbox's memory) survived, else why not.
+func probeRuntime(ctx context.Context, dataDir, name, img string, checkpoints bool) (kept, err error) {
+	kept = criuStatus(ctx)
 	tmp, err := os.MkdirTemp("", "shellgate-doctor-")
 	if err != nil {
-		return err
+		return kept, err
 	}
 	defer os.RemoveAll(tmp)
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	m, err := sandbox.Open(ctx, sandbox.Config{DataDir: tmp, Images: filepath.Join(dataDir, "images"), Runtime: name, Image: img, IdleTimeout: -1, HomeBytes: 32 << 20})
 	if err != nil {
+		return kept, err
+	}
+	run := func(cmd string) error {
+		res, err := m.Exec(ctx, "doctor", sandbox.Command{Command: cmd, TimeoutMs: 30000, MaxBytes: 100})
+		if err == nil && (string(res.Stdout) != "ok\n" || res.ExitCode != 0) {
+			err = fmt.Errorf("probe command printed %q, exit %d, stderr %q", res.Stdout, res.ExitCode, append(res.Stderr, res.Notes...))
+		}
 		return err
 	}
-	res, err := m.Exec(ctx, "doctor", sandbox.Command{Command: "echo ok", TimeoutMs: 30000, MaxBytes: 100})
+	err = run("echo ok > /tmp/doctor; cat /tmp/doctor")
+	if err == nil && checkpoints {
+		if kept = m.Sleep(ctx, "doctor"); kept == nil {
+			kept = run("cat /tmp/doctor")
+		}
+	}
 	closeErr := m.Close(context.WithoutCancel(ctx))
 	if err != nil {
-		return err
+		return kept, err
 	}
-	if string(res.Stdout) != "ok\n" || res.ExitCode != 0 {
-		return fmt.Errorf("probe command printed %q, exit %d, stderr %q", res.Stdout, res.ExitCode, res.Stderr)
-	}
-	return closeErr
+	return kept, closeErr
 }
 
 func version(name string) string {

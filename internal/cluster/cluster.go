@@ -191,6 +191,8 @@ type archive struct {
 	inner sandbox.HomeArchive
 }
 
+var _ sandbox.CheckpointArchive = (*archive)(nil)
+
 // Restore claims the container, then restores its home. Without an
 // archive the claim never passes over a dead holder: only that node has
 // the home.
@@ -237,6 +239,41 @@ func (a *archive) Archive(ctx context.Context, name, imagePath string) error {
 		a.n.cfg.Logger.Warn("releasing a container after its sleep", "container", name, "err", err)
 	}
 	return nil
+}
+
+// ArchiveCheckpoint stores a sleeping container's checkpoint (its running
+// state) before Archive releases it. Without an archive it stays on this
+// node, which keeps the container (fs.ErrNotExist); an archive that keeps
+// no checkpoints refuses it, so that none is left behind here while
+// another node wakes the home.
+func (a *archive) ArchiveCheckpoint(ctx context.Context, name, dir string) error {
+	if a.inner == nil {
+		return fs.ErrNotExist
+	}
+	ca, ok := a.inner.(sandbox.CheckpointArchive)
+	if !ok {
+		return errors.New("the home archive keeps no checkpoints")
+	}
+	return ca.ArchiveCheckpoint(ctx, name, dir)
+}
+
+// RestoreCheckpoint fetches the checkpoint of the container Restore just
+// claimed, if the archive has one.
+func (a *archive) RestoreCheckpoint(ctx context.Context, name, dir string) error {
+	ca, ok := a.inner.(sandbox.CheckpointArchive)
+	if !ok {
+		return fs.ErrNotExist
+	}
+	return ca.RestoreCheckpoint(ctx, name, dir)
+}
+
+// DeleteCheckpoint removes a container's checkpoint from the archive.
+func (a *archive) DeleteCheckpoint(ctx context.Context, name string) error {
+	ca, ok := a.inner.(sandbox.CheckpointArchive)
+	if !ok {
+		return nil
+	}
+	return ca.DeleteCheckpoint(ctx, name)
 }
 
 // Delete releases the container and deletes its archive.

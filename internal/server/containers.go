@@ -42,6 +42,12 @@ type containerObject struct {
 	MemoryLimit   string        `json:"memory_limit"`
 	NetworkPolicy NetworkPolicy `json:"network_policy"`
 	Limits        limitsObject  `json:"limits"`
+	// DiskBytes is what the container takes on this server's disk (its
+	// home, and the checkpoint of its running state while it sleeps);
+	// CheckpointBytes is that checkpoint's part. Both only when this
+	// server holds the container (sandbox.Describer).
+	DiskBytes       *int64 `json:"disk_bytes,omitempty"`
+	CheckpointBytes *int64 `json:"checkpoint_bytes,omitempty"`
 }
 
 type expiresAfter struct {
@@ -86,7 +92,13 @@ func (s *Server) object(c Container) containerObject {
 	if c.NetworkPolicy != nil {
 		np = *c.NetworkPolicy
 	}
-	return containerObject{ID: c.ID, Object: "container", Name: c.Name, Status: st,
+	var disk, ckpt *int64
+	if d, ok := s.cfg.Sandboxes.(sandbox.Describer); ok && !c.Expired {
+		if inf, err := d.Info(c.ID); err == nil {
+			disk, ckpt = &inf.DiskBytes, &inf.CheckpointBytes
+		}
+	}
+	return containerObject{ID: c.ID, Object: "container", Name: c.Name, Status: st, DiskBytes: disk, CheckpointBytes: ckpt,
 		CreatedAt: c.CreatedAt.Unix(), LastActiveAt: c.LastUse().Unix(),
 		ExpiresAfter: expiresAfter{Anchor: "last_active_at", Minutes: int64(allow / time.Minute)},
 		ExpiresAt:    c.LastUse().Add(allow).Unix(),
@@ -590,6 +602,27 @@ func (s *Server) getContainer(w http.ResponseWriter, r *http.Request, p Principa
 	c, err := s.find(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	writeJSON(w, http.StatusOK, s.object(c))
+	return nil
+}
+
+// sleepContainer puts the container to sleep now, waiting for a command
+// running in it: where the runtime can (gVisor), its running state — the
+// Python kernel's variables, processes the resident started, /tmp — is
+// checkpointed beside its files and restored by the next call
+// (sandbox/checkpoint.go). It answers the container, with the
+// checkpoint's size. A container that never ran is asleep already.
+func (s *Server) sleepContainer(w http.ResponseWriter, r *http.Request, p Principal) error {
+	c, err := s.lookup(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if err := ignoreNotFound(s.mgr.Sleep(r.Context(), c.ID)); err != nil {
+		if r.Context().Err() != nil {
+			return errorf(http.StatusServiceUnavailable, "request ended while waiting for the container's command")
+		}
+		return fmt.Errorf("sleep container %s: %w", c.ID, err)
 	}
 	writeJSON(w, http.StatusOK, s.object(c))
 	return nil

@@ -40,6 +40,7 @@ type testCluster struct {
 	dsn     string
 	objects homearchive.Objects // nil: no archive
 	image   string              // the replicas' sandbox image; "" is busybox
+	runtime string              // the replicas' runtime; "" is crun
 	s3      *s3store.Store      // the bucket of objects; nil: no archive
 }
 
@@ -85,7 +86,7 @@ func (c *testCluster) replica(t testing.TB, id string, mut ...func(*Config)) *re
 	if c.objects != nil {
 		inner = homearchive.New(c.objects)
 	}
-	mgr, data := sandboxtest.Open(t, "crun", cmp.Or(c.image, "busybox"), func(cfg *sandbox.Config) { cfg.HomeArchive = r.node.Archive(inner) })
+	mgr, data := sandboxtest.Open(t, cmp.Or(c.runtime, "crun"), cmp.Or(c.image, "busybox"), func(cfg *sandbox.Config) { cfg.HomeArchive = r.node.Archive(inner) })
 	r.env = newServerOnStore(t, mgr, data, st, append(mut, func(cfg *Config) { cfg.Cluster = r.node })...)
 	hmu.Lock()
 	h = r.srv.Handler()
@@ -112,6 +113,31 @@ func (r *replica) location(t testing.TB, id string) string {
 		t.Fatal(err)
 	}
 	return loc.ID
+}
+
+// On gVisor a container put to sleep through one replica wakes through
+// the other with its running state: the checkpoint travels in S3 with the
+// home (/tmp lives in the sandbox's memory, so only a restore brings it).
+func TestReplicasCheckpoint(t *testing.T) {
+	cl := newTestCluster(t, true)
+	cl.runtime = "runsc"
+	a, b := cl.replica(t, "node-a"), cl.replica(t, "node-b")
+	key := a.keyA
+	c := a.create(key, "roam")
+	a.exec(key, "roam", "echo 41 > /tmp/x")
+	st, body := a.do("POST", "/api/v1/containers/roam/sleep", key, nil)
+	var slept containerObject
+	a.must(st, body, &slept)
+	if slept.Status != "sleeping" {
+		t.Fatalf("sleep through A: %s", body)
+	}
+	res := b.exec(key, "roam", "echo $(( $(cat /tmp/x) + 1 ))")
+	if res.Output[0].Stdout != "42\n" || res.Output[0].Stderr != "" {
+		t.Fatalf("woken through B: %+v", res.Output[0])
+	}
+	if loc := b.location(t, c.ID); loc != "node-b" {
+		t.Fatalf("woken on %q, not B", loc)
+	}
 }
 
 // A container used through either of two replicas: proxied while it is

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -376,4 +378,72 @@ func TestResponsesCodeInterpreterStreamed(t *testing.T) {
 	if a != b {
 		t.Errorf("streamed response differs from the plain one:\n%s\n---\n%s", b, a)
 	}
+}
+
+// TestResponsesCodeInterpreterSleep: on gVisor a container put to sleep
+// through POST …/sleep keeps its Python kernel — `x = 41` before, `print(x
+// + 1)` is 42 after — and reports its checkpoint; a checkpoint that cannot
+// be restored wakes the container from its files and the model is told.
+func TestResponsesCodeInterpreterSleep(t *testing.T) {
+	models := gatewaytest.Models{}
+	g := &gwEnv{env: newEnv(t, "runsc", "default", func(c *Config) { c.Models = models }), models: models}
+	run := func(t *testing.T, code string) (string, *gatewaytest.Script) {
+		t.Helper()
+		s := g.script(gatewaytest.Turn{Parts: []gateway.Part{ciCall("call_1", code)}}, gatewaytest.EchoResult())
+		r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{interpAuto}, "include": includeCI, "session_id": "ci-sleep"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := interpCalls(r)
+		if len(c) != 1 {
+			t.Fatalf("output %s", r.RawJSON())
+		}
+		if code == "x = 41" {
+			return c[0].ContainerID, s
+		}
+		return logsOf(c[0]), s
+	}
+	cid, _ := run(t, "x = 41")
+	var obj containerObject
+	sleep := func(t *testing.T) {
+		t.Helper()
+		st, body := g.do("POST", "/api/v1/containers/"+cid+"/sleep", g.keyA, nil)
+		if st != 200 || json.Unmarshal(body, &obj) != nil || obj.Status != "sleeping" {
+			t.Fatalf("sleep: %d %s", st, body)
+		}
+	}
+	t.Run("1 the kernel's variables survive sleep", func(t *testing.T) {
+		sleep(t)
+		if obj.CheckpointBytes == nil || *obj.CheckpointBytes < 1<<20 || obj.DiskBytes == nil || *obj.DiskBytes < *obj.CheckpointBytes {
+			t.Fatalf("checkpoint not reported: %+v", obj)
+		}
+		if out, _ := run(t, "print(x + 1)"); out != "42\n" {
+			t.Fatalf("after sleep: %q", out)
+		}
+		if st, body := g.do("GET", "/api/v1/containers/"+cid, g.keyA, nil); st != 200 || !strings.Contains(string(body), `"checkpoint_bytes":0`) {
+			t.Errorf("awake: %d %s", st, body)
+		}
+	})
+	t.Run("2 a lost running state is told to the model", func(t *testing.T) {
+		sleep(t)
+		if err := os.WriteFile(filepath.Join(g.data, "homes", cid+".ckpt", "checkpoint.img"), []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, s := run(t, "print('x' in globals())")
+		res, _ := lastResult(&s.Requests()[1])
+		if !strings.HasPrefix(out, "False\n") || !strings.Contains(res.Content, "running state") || strings.Contains(res.Content, "sg-") {
+			t.Fatalf("after a corrupt checkpoint: %q, the model read %s", out, res.Content)
+		}
+	})
+	t.Run("3 unknown and other workspaces' containers are 404", func(t *testing.T) {
+		for _, k := range []string{g.keyA, g.keyB} {
+			id := "cntr_nope"
+			if k == g.keyB {
+				id = cid
+			}
+			if st, body := g.do("POST", "/api/v1/containers/"+id+"/sleep", k, nil); st != 404 || !strings.Contains(string(body), `"code":404`) {
+				t.Errorf("%s: %d %s", id, st, body)
+			}
+		}
+	})
 }

@@ -481,6 +481,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /api/v1/containers/{id}", maxEmptyBody, true, s.getContainer)
 	s.handle("DELETE /api/v1/containers/{id}", maxEmptyBody, true, s.deleteContainer)
 	s.handle("POST /api/v1/containers/{id}/exec", maxExecBody, true, s.exec)
+	s.handle("POST /api/v1/containers/{id}/sleep", maxEmptyBody, true, s.sleepContainer)
 	s.handle("GET /api/v1/usage", maxEmptyBody, true, s.usage)
 	s.guardrailRoutes()
 	s.logRoutes()

@@ -289,9 +289,11 @@ func RunPython(ctx context.Context, ex Executor, name string, c PythonCall, k *K
 		if _, err := ex.Exec(ctx, name, sandbox.Command{Command: "exec python3 -I -c " + shellQuote(kernelScript) + " serve", Resident: true}); err != nil {
 			return PythonOutput{}, fmt.Errorf("start the Python kernel: %w", err)
 		}
+		first := res.Notes // a wake's own note (the running state lost)
 		if a, res, err = run(true); err != nil {
 			return PythonOutput{}, err
 		}
+		res.Notes = append(first, res.Notes...)
 		if had && a.out.Restarted == "" {
 			a.out.Restarted = "the container's Python kernel was not running (the container slept or was restarted since the last Python call)"
 		}

@@ -3,6 +3,8 @@ package tool_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ func TestPythonKernel(t *testing.T) {
 }
 
 func pythonKernel(t *testing.T, rt string) {
-	m, _ := sandboxtest.Open(t, rt, "default")
+	m, data := sandboxtest.Open(t, rt, "default")
 	const box = "py"
 	var k tool.Kernels
 	ctx := context.Background()
@@ -144,13 +146,32 @@ func pythonKernel(t *testing.T, rt string) {
 		}
 		py(t, "x = 41", 0)
 	})
-	t.Run("08 a sandbox that slept has a new kernel and says so", func(t *testing.T) {
+	t.Run("08 a sandbox that slept keeps its kernel where it checkpoints, else says so", func(t *testing.T) {
+		py(t, "x = 41", 0)
 		if err := m.Sleep(ctx, box); err != nil {
 			t.Fatal(err)
 		}
+		if rt != "runsc" {
+			o := py(t, "print('x' in globals())", 0)
+			if o.Stdout != "False\n" || o.Restarted == "" {
+				t.Errorf("after sleep: %+v", o)
+			}
+			return
+		}
+		if o := py(t, "print(x + 1)", 0); o.Stdout != "42\n" || o.Restarted != "" || o.Notes != "" {
+			t.Fatalf("after sleep and restore: %+v", o)
+		}
+		// A checkpoint that cannot be restored: the files, a new kernel,
+		// and the model is told the running state was lost.
+		if err := m.Sleep(ctx, box); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, "homes", box+".ckpt", "pages_meta.img"), []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		o := py(t, "print('x' in globals())", 0)
-		if o.Stdout != "False\n" || o.Restarted == "" {
-			t.Errorf("after sleep: %+v", o)
+		if o.Stdout != "False\n" || o.Restarted == "" || !strings.Contains(o.Notes, "running state") {
+			t.Errorf("after a corrupt checkpoint: %+v", o)
 		}
 	})
 }
@@ -307,7 +328,7 @@ func pythonToolCalls(t *testing.T, rt string) {
 			t.Errorf("stdout %q, want %q: %+v", o.Stdout, want, o)
 		}
 	})
-	t.Run("06 a sandbox that sleeps ends the waiting execution", func(t *testing.T) {
+	t.Run("06 a sandbox that sleeps keeps the waiting execution where it checkpoints, else ends it", func(t *testing.T) {
 		o := code(t, "await get_weather(city='Paris')")
 		if len(o.ToolCalls) != 1 {
 			t.Fatalf("no pause: %+v", o)
@@ -316,6 +337,12 @@ func pythonToolCalls(t *testing.T, rt string) {
 			t.Fatal(err)
 		}
 		o = resume(t, o.ToolCalls, "sunny", "")
+		if rt == "runsc" {
+			if o.Expired != "" || len(o.Displays) != 1 || o.Displays[0].Text != "'sunny'" {
+				t.Errorf("after sleep and restore: %+v", o)
+			}
+			return
+		}
 		if !strings.Contains(o.Expired, "container slept") {
 			t.Errorf("after sleep: %+v", o)
 		}

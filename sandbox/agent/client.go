@@ -100,15 +100,26 @@ func Dial(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Client, erro
 			w.Close()
 			return nil, fmt.Errorf("agent did not start: %w", f.err)
 		}
-		c := &Client{r: r, w: w, hello: f.hello, pending: map[uint32]*call{}, done: make(chan struct{})}
-		go c.readLoop(r)
-		return c, nil
+		return Resume(r, w, f.hello), nil
 	case <-ctx.Done():
 		r.Close()
 		w.Close()
 		return nil, fmt.Errorf("agent did not start: %w", ctx.Err())
 	}
 }
+
+// Resume returns a client for an agent that has already said hello on
+// another connection: one restored from a checkpoint, whose stdin and
+// stdout are now r's and w's far ends. It sends nothing and waits for
+// nothing; hello is what the agent said when it started.
+func Resume(r io.ReadCloser, w io.WriteCloser, hello Hello) *Client {
+	c := &Client{r: r, w: w, hello: hello, pending: map[uint32]*call{}, done: make(chan struct{})}
+	go c.readLoop(r)
+	return c
+}
+
+// Hello is what the agent said when it started.
+func (c *Client) Hello() Hello { return c.hello }
 
 // Done is closed when the connection ends.
 func (c *Client) Done() <-chan struct{} { return c.done }

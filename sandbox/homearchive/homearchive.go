@@ -58,6 +58,10 @@
 //     `sleepLocked` archives after the container stops and before the home's
 //     owner lock is released, `wakeLocked` and a file call on a sleeping
 //     sandbox restore under that lock before the home is mounted.
+//   - The checkpoint of a sleeping sandbox's running state (gVisor) is kept
+//     the same way beside its home, file by file under NAME/checkpoint/
+//     (checkpoint.go: `ArchiveCheckpoint`, `RestoreCheckpoint`,
+//     `DeleteCheckpoint`, the Manager's `sandbox.CheckpointArchive`).
 package homearchive
 
 import (

@@ -77,6 +77,30 @@ type Runtime interface {
 	List(ctx context.Context) ([]string, error)
 }
 
+// Checkpointer is a Runtime that can save a running container whole —
+// its processes, their memory and open files, its own kernel's state — to
+// a directory and later start a container from that image (gVisor's runsc:
+// `runsc checkpoint`, `runsc restore`). Found by type assertion.
+//
+//	if cp, ok := rt.(runtime.Checkpointer); ok {
+//		err := cp.Checkpoint(ctx, "sbx-1", imageDir) // sbx-1 stops; Delete it
+//		...
+//		err = cp.Restore(ctx, "sbx-2", bundleDir, imageDir, stdio)
+//	}
+//
+// The restored container's init gets the new stdio in place of the old;
+// its bundle must mount the same things at the same places (the mount
+// sources may move), over the same root filesystem.
+type Checkpointer interface {
+	Runtime
+	// Checkpoint writes container id's image into imageDir (which must
+	// exist); the container stops, and must still be deleted.
+	Checkpoint(ctx context.Context, id, imageDir string) error
+	// Restore starts container id from the bundle in dir and the image
+	// in imageDir, like Start.
+	Restore(ctx context.Context, id, dir, imageDir string, stdio Stdio) error
+}
+
 // Stdio are the files the container's init gets as stdin and stdout. Its
 // stderr, shared with the runtime CLI's own messages, goes to init.log in
 // the bundle directory.
@@ -94,7 +118,9 @@ var ErrUnknown = errors.New("unknown runtime")
 // New returns the named runtime keeping its state under stateRoot/NAME.
 func New(name, stateRoot string) (Runtime, error) {
 	switch name {
-	case "runsc", "crun", "runc":
+	case "runsc":
+		return runsc{newCLI(name, stateRoot)}, nil
+	case "crun", "runc":
 		return newCLI(name, stateRoot), nil
 	}
 	return nil, fmt.Errorf("%w %q: want one of runsc, crun, runc", ErrUnknown, name)

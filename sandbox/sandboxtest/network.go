@@ -22,6 +22,7 @@ import (
 	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 	"github.com/shellgate/shellgate/sandbox/egress"
 	"github.com/shellgate/shellgate/sandbox/egress/egresstest"
+	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
 // policies maps sandbox names to their network policy for a test.
@@ -264,6 +265,29 @@ PY`
 		if allowed == 0 || denied == 0 {
 			t.Fatalf("%d allowed and %d denied records of %s in %+v", allowed, denied, box, recs)
 		}
+	})
+	t.Run("14b a sandbox's network is set up anew at wake, a checkpoint restored over it", func(t *testing.T) {
+		r, _ := runtime.New(rt, t.TempDir())
+		_, keeps := r.(runtime.Checkpointer)
+		if res, err := m.Exec(context.Background(), box, sandbox.Command{Command: "sleep 1000", Resident: true}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("resident: %v %+v", err, res)
+		}
+		pid, _ := sh(t, m, box, "pgrep -x sleep")
+		if err := m.Sleep(context.Background(), box); err != nil {
+			t.Fatal(err)
+		}
+		set("other-net", "allowed.test")
+		sh(t, m, "other-net", "true") // takes the network slot the sleep freed
+		defer m.Destroy(context.Background(), "other-net")
+		before := in.TotalHits()
+		out := wantCurl(t, box, "http://allowed.test/ && (pgrep -x sleep || echo none)", 0)
+		if !keeps {
+			pid = "none\n" // files only
+		}
+		if !strings.HasPrefix(out, "server=allowed.test") || !strings.HasSuffix(out, pid) || in.TotalHits() != before+1 {
+			t.Fatalf("after wake: %q (resident pid was %q)", out, pid)
+		}
+		wantCurl(t, box, "http://other.test/", 6)
 	})
 	t.Run("15 network removed at sleep and destroy", func(t *testing.T) {
 		links := ownLinks
