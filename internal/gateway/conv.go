@@ -127,6 +127,9 @@ const (
 	PartImage      PartKind = "image"
 	PartToolCall   PartKind = "tool_call"
 	PartToolResult PartKind = "tool_result"
+	// PartHosted is a call the provider ran itself, with its result
+	// (engine auto, native.go); only in a Turn, never sent back as such.
+	PartHosted PartKind = "hosted"
 )
 
 // Part is one piece of a message: text, an image, a tool call (assistant)
@@ -137,6 +140,7 @@ type Part struct {
 	Image  *Image
 	Call   *ToolCall
 	Result *ToolResult
+	Hosted *HostedCall
 }
 
 // Image is an image given to the model, either inline (MediaType + Data,
@@ -172,6 +176,10 @@ type Tool struct {
 	Description string
 	Parameters  json.RawMessage // JSON Schema of the arguments object
 	Strict      bool
+	// Native, when set, is the provider's own hosted tool (NativeShell,
+	// …) that the adapter sends instead of this function: the provider
+	// runs its calls itself (engine auto, native.go).
+	Native string
 }
 
 // ToolChoice modes.
@@ -287,7 +295,7 @@ func (u *Usage) Add(o Usage) {
 type Turn struct {
 	ID    string // the upstream's response id, for logs
 	Model string // the model the upstream says answered
-	Parts []Part // PartText and PartToolCall only
+	Parts []Part // PartText, PartToolCall and PartHosted only
 	Stop  StopReason
 	Usage Usage
 }
@@ -303,6 +311,9 @@ const (
 	DeltaCallStart DeltaKind = "call_start"
 	// DeltaCallArgs: Text is more of the arguments of the call at Index.
 	DeltaCallArgs DeltaKind = "call_args"
+	// DeltaHosted: the part at Index is a call the provider runs itself
+	// (its content comes with the Turn).
+	DeltaHosted DeltaKind = "hosted"
 )
 
 // Delta is a piece of a turn as it streams from the upstream. Index is the
