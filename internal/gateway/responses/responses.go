@@ -156,7 +156,7 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		defer box.Close()
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
-		run.ServerTools = p.serverTools()
+		run.ServerTools, run.Hosting = p.serverTools(), p.hosting()
 	}
 	if p.programmatic {
 		if f.Programs == nil {
