@@ -182,6 +182,9 @@ func parseMessages(raw []byte) (*conversation, error) {
 		}
 		names[t.Name] = true
 		c.Tools = append(c.Tools, t.Name)
+		if strings.HasPrefix(t.Type, "code_execution_") {
+			c.Hosted = append(c.Hosted, "code_execution")
+		}
 	}
 	if tc := req.ToolChoice; tc != nil {
 		switch tc.Type {
@@ -300,6 +303,15 @@ func toolInput(args string) json.RawMessage {
 
 func messagesContent(a *answer) []map[string]any {
 	var out []map[string]any
+	for _, h := range a.hosted {
+		in, _ := json.Marshal(map[string]string{"command": h.Code})
+		result := map[string]any{"type": "bash_code_execution_result", "stdout": h.Stdout, "stderr": h.Stderr, "return_code": h.ExitCode, "content": []any{}}
+		if h.Error != "" {
+			result = map[string]any{"type": "bash_code_execution_tool_result_error", "error_code": h.Error}
+		}
+		out = append(out, map[string]any{"type": "server_tool_use", "id": h.ID, "name": "bash_code_execution", "input": json.RawMessage(in), "args": string(in)},
+			map[string]any{"type": "bash_code_execution_tool_result", "tool_use_id": h.ID, "content": result})
+	}
 	if a.text != "" {
 		out = append(out, map[string]any{"type": "text", "text": a.text})
 	}
@@ -342,8 +354,10 @@ func streamMessages(s *sse, a *answer) {
 			for _, p := range chunks(a.text, 16) {
 				ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "text_delta", "text": p}})
 			}
-		case "tool_use":
-			ev("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}})
+		case "bash_code_execution_tool_result":
+			ev("content_block_start", map[string]any{"index": i, "content_block": b})
+		case "tool_use", "server_tool_use":
+			ev("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": b["type"], "id": b["id"], "name": b["name"], "input": map[string]any{}}})
 			ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": ""}})
 			for _, p := range argChunks(b["args"].(string)) {
 				ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": p}})
