@@ -1,0 +1,303 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"google.golang.org/genai"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/scripted"
+	"github.com/shellgate/shellgate/internal/gateway/upstream"
+)
+
+// Provider-native hosted tools (engine auto, issue 32 §1): a provider that
+// declares native_tools runs the shell itself; the scripted upstream acts
+// as one, answering with its own executed items (shell_call +
+// shell_call_output, server_tool_use + bash_code_execution_tool_result,
+// executableCode + codeExecutionResult), and the official SDKs read them
+// back in their own API's shapes, streamed and not, on the same API and
+// across APIs. engine shellgate and a provider's vendor_tools: sandbox keep
+// the sandbox.
+
+// nativeItems renders a Responses answer's output as "type" or
+// "type:stdout" for the items that carry a command's output.
+func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
+	t.Helper()
+	var r struct {
+		Output []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Code    string `json:"code"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+			Output json.RawMessage `json:"output"`
+		} `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	for _, it := range r.Output {
+		k := it.Type
+		var outs []struct {
+			Stdout string `json:"stdout"`
+		}
+		if json.Unmarshal(it.Output, &outs) == nil && len(outs) > 0 {
+			k += ":" + strings.TrimSpace(outs[0].Stdout)
+		}
+		if it.Code != "" {
+			k += ":" + it.Code
+		}
+		if it.Status == "failed" {
+			k += ":failed"
+		}
+		kinds = append(kinds, k)
+		for _, c := range it.Content {
+			text += c.Text
+		}
+	}
+	return kinds, text
+}
+
+func TestNativeTools(t *testing.T) {
+	hosted := scripted.Turn{Hosted: []scripted.HostedRun{{Code: "echo native", Stdout: "native\n"}}, Text: "It printed native.",
+		Usage: scripted.Usage{InputTokens: 50, OutputTokens: 5}}
+	shellArgs, _ := json.Marshal(map[string]any{"commands": []string{"echo sandbox"}})
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{hosted}, Models: map[string][]scripted.Turn{
+		// The sandbox's run, for the requests that must not go native.
+		"sandboxed": {{ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: shellArgs}}}, {Text: "It printed {{last_tool_stdout}}."}},
+		// One native run and, in the same turn, a call of the shell as a
+		// function: with max_tool_calls 1 the provider's run spent it.
+		"budget": {{Hosted: hosted.Hosted, ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: shellArgs}}}, {Text: "done"}},
+	}})
+	t.Cleanup(model.Close)
+	ep := func(version string) upstream.Endpoint {
+		return upstream.Endpoint{BaseURL: model.URL + version, APIKey: "sk-scripted", Timeout: 30 * time.Second}
+	}
+	oaiNative := []string{gateway.NativeShell, gateway.NativeCodeInterpreter}
+	e := newEnv(t, "crun", "default", func(c *Config) {
+		c.Models = upstream.NewProviders(
+			upstream.Provider{Name: "oai", API: gateway.APIResponses, Endpoint: ep("/v1"), Native: oaiNative},
+			upstream.Provider{Name: "oai_sandbox", API: gateway.APIResponses, Endpoint: ep("/v1"), Native: oaiNative, VendorSandbox: true},
+			upstream.Provider{Name: "claude", API: gateway.APIMessages, Endpoint: ep("/v1"), Native: []string{gateway.NativeCodeExecution}},
+			upstream.Provider{Name: "gem", API: gateway.APIGemini, Endpoint: ep("/v1beta"), Native: []string{gateway.NativeCodeExecution}},
+			upstream.Provider{Name: "plain", API: gateway.APIResponses, Endpoint: ep("/v1")},
+		)
+	})
+	e.srv.cfg.Logs = e.st.Logs()
+	e.setLogging(t, e.keyA, map[string]any{"enabled": true})
+	g := &gwEnv{env: e}
+
+	// lastTools is the tools array of the last request the upstream got.
+	lastTools := func(t *testing.T) string {
+		t.Helper()
+		reqs := model.Requests()
+		b, _ := json.Marshal(reqs[len(reqs)-1].Body["tools"])
+		return string(b)
+	}
+	// respond asks model with tools on the Responses API, plainly and
+	// streamed, and checks both answers read as want; it returns the
+	// tools the upstream was sent.
+	respond := func(t *testing.T, modelName string, tools []any, want string, extra ...option.RequestOption) string {
+		t.Helper()
+		client := g.openAI(e.keyA)
+		params := responses.ResponseNewParams{Model: modelName, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Say it.")}}
+		opts := append([]option.RequestOption{option.WithJSONSet("tools", tools)}, extra...)
+		r, err := client.Responses.New(t.Context(), params, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers := []string{r.RawJSON()}
+		st := client.Responses.NewStreaming(t.Context(), params, opts...)
+		n := 0
+		for st.Next() {
+			if ev := st.Current(); ev.Type == "response.completed" {
+				answers = append(answers, ev.AsResponseCompleted().Response.RawJSON())
+			}
+			n++
+		}
+		if err := st.Err(); err != nil || len(answers) != 2 {
+			t.Fatalf("stream: %v, %d answers of %d events", err, len(answers), n)
+		}
+		for i, raw := range answers {
+			kinds, text := nativeItems(t, raw)
+			if got := fmt.Sprintf("%v %q", kinds, text); got != want {
+				t.Fatalf("stream %v:\n got %s\nwant %s", i == 1, got, want)
+			}
+		}
+		return lastTools(t)
+	}
+	shell := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto"}}
+
+	t.Run("01 responses shell on a responses provider: the provider's shell_call and output", func(t *testing.T) {
+		sent := respond(t, "oai/m", []any{shell}, `[shell_call shell_call_output:native message] "It printed native."`)
+		if sent != `[{"environment":{"type":"container_auto"},"type":"shell"}]` {
+			t.Fatalf("upstream tools %s", sent)
+		}
+	})
+	t.Run("02 openrouter:shell, engine auto, on each API's provider", func(t *testing.T) {
+		for _, tc := range []struct{ model, tools string }{
+			{"oai/m", `[{"environment":{"type":"container_auto"},"type":"shell"}]`},
+			{"claude/m", `[{"name":"code_execution","type":"code_execution_20250825"}]`},
+			{"gem/m", `[{"codeExecution":{}}]`},
+		} {
+			for _, tool := range []map[string]any{{"type": "openrouter:shell"}, {"type": "shellgate:shell", "parameters": map[string]any{"engine": "auto"}}} {
+				sent := respond(t, tc.model, []any{tool}, fmt.Sprintf(`[%s:native message] "It printed native."`, tool["type"]))
+				if sent != tc.tools {
+					t.Fatalf("%s: upstream tools %s", tc.model, sent)
+				}
+			}
+		}
+	})
+	t.Run("03 engine shellgate, vendor_tools sandbox, a provider without native tools: the sandbox", func(t *testing.T) {
+		for _, tc := range []struct {
+			model string
+			tool  map[string]any
+			want  string
+		}{
+			{"oai/sandboxed", map[string]any{"type": "openrouter:shell", "parameters": map[string]any{"engine": "shellgate"}}, `[openrouter:shell:sandbox message] "It printed sandbox."`},
+			{"oai_sandbox/sandboxed", shell, `[shell_call shell_call_output:sandbox message] "It printed sandbox."`},
+			{"plain/sandboxed", shell, `[shell_call shell_call_output:sandbox message] "It printed sandbox."`},
+		} {
+			if sent := respond(t, tc.model, []any{tc.tool}, tc.want); !strings.Contains(sent, `"name":"shell"`) || !strings.Contains(sent, `"type":"function"`) {
+				t.Fatalf("%s: upstream tools %s", tc.model, sent)
+			}
+		}
+	})
+	t.Run("04 responses code_interpreter on a responses provider", func(t *testing.T) {
+		sent := respond(t, "oai/m", []any{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "auto"}}},
+			`[code_interpreter_call:echo native message] "It printed native."`)
+		if sent != `[{"container":{"type":"auto"},"type":"code_interpreter"}]` {
+			t.Fatalf("upstream tools %s", sent)
+		}
+	})
+	t.Run("05 max_tool_calls counts the provider's runs", func(t *testing.T) {
+		respond(t, "oai/budget", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native openrouter:shell:failed message] "done"`,
+			option.WithJSONSet("max_tool_calls", 1))
+	})
+
+	messages := func(t *testing.T, modelName string, tools []anthropic.ToolUnionParam, opts ...aoption.RequestOption) []*anthropic.Message {
+		t.Helper()
+		client := e.anthropic(e.keyA)
+		params := anthropic.MessageNewParams{Model: anthropic.Model(modelName), MaxTokens: 1000, Tools: tools, Messages: userText("Say it.")}
+		m, err := client.Messages.New(t.Context(), params, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := client.Messages.NewStreaming(t.Context(), params, opts...)
+		var acc anthropic.Message
+		for st.Next() {
+			if err := acc.Accumulate(st.Current()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return []*anthropic.Message{m, &acc}
+	}
+	blocks := func(m *anthropic.Message) string {
+		var out []string
+		for _, b := range m.Content {
+			k := b.Type
+			if strings.HasSuffix(b.Type, "_tool_result") {
+				var c struct {
+					Stdout string `json:"stdout"`
+					Output []struct {
+						Stdout string `json:"stdout"`
+					} `json:"output"`
+				}
+				json.Unmarshal([]byte(b.Content.RawJSON()), &c)
+				for _, o := range c.Output {
+					c.Stdout += o.Stdout
+				}
+				k += ":" + strings.TrimSpace(c.Stdout)
+			}
+			if b.Type == "server_tool_use" {
+				k += ":" + b.Name
+			}
+			if b.Type == "text" {
+				k += ":" + b.Text
+			}
+			out = append(out, k)
+		}
+		return fmt.Sprint(out)
+	}
+	t.Run("06 messages code_execution on a messages provider: the provider's blocks", func(t *testing.T) {
+		for _, m := range messages(t, "claude/m", codeExecTool) {
+			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native text:It printed native.]" || m.StopReason != "end_turn" {
+				t.Fatalf("%s %s", got, m.StopReason)
+			}
+		}
+		if sent := lastTools(t); sent != `[{"name":"code_execution","type":"code_execution_20250825"}]` {
+			t.Fatalf("upstream tools %s", sent)
+		}
+	})
+	t.Run("07 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
+		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
+			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
+				t.Fatal(got)
+			}
+		}
+	})
+	t.Run("08 gemini codeExecution on a gemini provider and on a messages one", func(t *testing.T) {
+		c := geminiClient(t, e, e.keyA)
+		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
+		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds, text := partKinds(r.Candidates[0].Content.Parts)
+		if fmt.Sprint(kinds) != "[code:PYTHON result:OUTCOME_OK text]" || text != "native\nIt printed native." {
+			t.Fatalf("%v %q", kinds, text)
+		}
+		var streamed []*genai.Part
+		for r, err := range c.Models.GenerateContentStream(t.Context(), "gem/m", genai.Text("Say it."), cfg) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			streamed = append(streamed, r.Candidates[0].Content.Parts...)
+		}
+		if kinds, text := partKinds(streamed); fmt.Sprint(kinds) != "[code:PYTHON result:OUTCOME_OK text]" || text != "native\nIt printed native." {
+			t.Fatalf("streamed: %v %q", kinds, text)
+		}
+		if sent := lastTools(t); sent != `[{"codeExecution":{}}]` {
+			t.Fatalf("upstream tools %s", sent)
+		}
+	})
+	t.Run("09 request logs mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+		l := e.requestLogs(t, e.keyA, "")
+		native, sandbox := 0, 0
+		for _, s := range l.Data {
+			r := e.logRecord(t, e.keyA, s.ID)
+			for _, it := range r.Items {
+				if it.Type != "command" {
+					continue
+				}
+				switch {
+				case it.Native && it.Stdout == "native\n" && it.DurationMs == nil:
+					native++
+					if !strings.Contains(r.Model, "budget") && r.CostMicroUSD != 0 {
+						t.Fatalf("a native run billed: %+v", r.logSummary)
+					}
+				case !it.Native && (it.Stdout == "sandbox\n" || it.Outcome == "error"):
+					sandbox++
+				default:
+					t.Fatalf("log item %+v", it)
+				}
+			}
+		}
+		if native < 10 || sandbox < 6 {
+			t.Fatalf("%d native, %d sandbox command items", native, sandbox)
+		}
+	})
+}
