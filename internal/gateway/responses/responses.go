@@ -13,8 +13,11 @@
 //	{"type":"shellgate:shell"},          one item of that type with call, arguments,
 //	{"type":"openrouter:shell"}          action, container_id, files and output
 //
-// All of them run in Shellgate's sandbox, whatever the engine (there is no
-// pass-through to a provider's hosted shell). shellgate:bash and
+// They run in Shellgate's sandbox unless the provider runs its own hosted
+// tool (gateway native.go): {"type":"shell"}, and a router shell on engine
+// auto or none, on a provider whose native_tools has shell (the code
+// interpreter likewise); the provider's runs are rendered as the sandbox's
+// steps are. shellgate:bash and
 // openrouter:bash are Messages-only (400 here), other hosted tools are 400
 // but one: {"type":"code_interpreter"} is the function "code_interpreter"
 // (gateway.InterpreterTool, the container's Python kernel), its steps
