@@ -153,6 +153,20 @@ func pythonCommand(code string) string {
 	return "python3 - <<'" + delim + "'\n" + code + "\n" + delim
 }
 
+// argsObject is {key: text} as a tool's arguments.
+func argsObject(key, text string) string {
+	b, _ := json.Marshal(map[string]string{key: text}) // a string only
+	return string(b)
+}
+
+// nativeOn is native on an upstream of want, else none.
+func nativeOn(api, want, native string) string {
+	if api == want {
+		return native
+	}
+	return ""
+}
+
 // Native implements Hostable: OpenAI's shell, else the provider's code
 // execution.
 func (ShellTool) Native(api string) string {
@@ -210,22 +224,14 @@ func hostedBashResult(h *HostedCall, resultType, errorType string) StepResult {
 }
 
 // Native implements Hostable: the provider's code execution (Anthropic's).
-func (BashTool) Native(api string) string {
-	if api == APIMessages {
-		return NativeCodeExecution
-	}
-	return ""
-}
+func (BashTool) Native(api string) string { return nativeOn(api, APIMessages, NativeCodeExecution) }
 
 // FromHosted implements Hostable: a bash run.
 func (BashTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	if h.Kind != HostedBash {
 		return "", StepResult{}, false
 	}
-	b, _ := json.Marshal(struct {
-		Command string `json:"command"`
-	}{strings.Join(h.Code, "\n")})
-	return string(b), hostedBashResult(h, "bash_code_execution_result", "bash_code_execution_tool_result_error"), true
+	return argsObject("command", strings.Join(h.Code, "\n")), hostedBashResult(h, "bash_code_execution_result", "bash_code_execution_tool_result_error"), true
 }
 
 // Native implements Hostable: the editor goes with the bash tool to
@@ -253,30 +259,19 @@ func (EditorTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 }
 
 // Native implements Hostable: Gemini's code execution.
-func (CodeTool) Native(api string) string {
-	if api == APIGemini {
-		return NativeCodeExecution
-	}
-	return ""
-}
+func (CodeTool) Native(api string) string { return nativeOn(api, APIGemini, NativeCodeExecution) }
 
 // FromHosted implements Hostable: a Python run.
 func (t CodeTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	if h.Kind != HostedPython || t.Programmatic != nil {
 		return "", StepResult{}, false
 	}
-	b, _ := json.Marshal(struct {
-		Code string `json:"code"`
-	}{strings.Join(h.Code, "\n")})
-	return string(b), hostedBashResult(h, "code_execution_result", "code_execution_tool_result_error"), true
+	return argsObject("code", strings.Join(h.Code, "\n")), hostedBashResult(h, "code_execution_result", "code_execution_tool_result_error"), true
 }
 
 // Native implements Hostable: OpenAI's code interpreter.
 func (InterpreterTool) Native(api string) string {
-	if api == APIResponses {
-		return NativeCodeInterpreter
-	}
-	return ""
+	return nativeOn(api, APIResponses, NativeCodeInterpreter)
 }
 
 // FromHosted implements Hostable: a Python run.
@@ -285,9 +280,7 @@ func (InterpreterTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 		return "", StepResult{}, false
 	}
 	code := strings.Join(h.Code, "\n")
-	b, _ := json.Marshal(struct {
-		Code string `json:"code"`
-	}{code})
+	args := argsObject("code", code)
 	d := &InterpreterDetail{Code: code, Ran: h.Error == ""}
 	for _, o := range h.Outputs {
 		d.Output.Stdout += o.Stdout
@@ -296,7 +289,7 @@ func (InterpreterTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	}
 	if !d.Ran {
 		d.Error, d.ErrorCode = "the provider's tool failed: "+h.Error, h.Error
-		return string(b), StepResult{Content: "error: " + d.Error, IsError: true, Detail: d}, true
+		return args, StepResult{Content: "error: " + d.Error, IsError: true, Detail: d}, true
 	}
-	return string(b), StepResult{Content: InterpreterResultText(d.Output.Stdout, d.Output.Stderr, nil), Detail: d}, true
+	return args, StepResult{Content: InterpreterResultText(d.Output.Stdout, d.Output.Stderr, nil), Detail: d}, true
 }

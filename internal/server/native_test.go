@@ -193,17 +193,8 @@ func TestNativeTools(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := client.Messages.NewStreaming(t.Context(), params, opts...)
-		var acc anthropic.Message
-		for st.Next() {
-			if err := acc.Accumulate(st.Current()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := st.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return []*anthropic.Message{m, &acc}
+		acc, _ := streamed(t, client, params, opts...)
+		return []*anthropic.Message{m, acc}
 	}
 	blocks := func(m *anthropic.Message) string {
 		var out []string
@@ -249,7 +240,7 @@ func TestNativeTools(t *testing.T) {
 			}
 		}
 	})
-	t.Run("08 gemini codeExecution on a gemini provider and on a messages one", func(t *testing.T) {
+	t.Run("08 gemini codeExecution on a gemini provider", func(t *testing.T) {
 		c := geminiClient(t, e, e.keyA)
 		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
 		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
