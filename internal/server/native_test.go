@@ -78,6 +78,8 @@ func TestNativeTools(t *testing.T) {
 		// One native run and, in the same turn, a call of the shell as a
 		// function: with max_tool_calls 1 the provider's run spent it.
 		"budget": {{Hosted: hosted.Hosted, ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: shellArgs}}}, {Text: "done"}},
+		// The provider's tool failed.
+		"failing": {{Hosted: []scripted.HostedRun{{Code: "sleep 1000", Error: "execution_time_exceeded"}}, Text: "It timed out."}},
 	}})
 	t.Cleanup(model.Close)
 	ep := func(version string) upstream.Endpoint {
@@ -202,8 +204,9 @@ func TestNativeTools(t *testing.T) {
 			k := b.Type
 			if strings.HasSuffix(b.Type, "_tool_result") {
 				var c struct {
-					Stdout string `json:"stdout"`
-					Output []struct {
+					Stdout    string `json:"stdout"`
+					ErrorCode string `json:"error_code"`
+					Output    []struct {
 						Stdout string `json:"stdout"`
 					} `json:"output"`
 				}
@@ -211,7 +214,7 @@ func TestNativeTools(t *testing.T) {
 				for _, o := range c.Output {
 					c.Stdout += o.Stdout
 				}
-				k += ":" + strings.TrimSpace(c.Stdout)
+				k += ":" + strings.TrimSpace(c.Stdout+c.ErrorCode)
 			}
 			if b.Type == "server_tool_use" {
 				k += ":" + b.Name
@@ -233,14 +236,22 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("07 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
+	t.Run("07 the provider's tool failed: its error in each API's shape", func(t *testing.T) {
+		for _, m := range messages(t, "claude/failing", codeExecTool) {
+			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:execution_time_exceeded text:It timed out.]" {
+				t.Fatal(got)
+			}
+		}
+		respond(t, "claude/failing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:failed message] "It timed out."`)
+	})
+	t.Run("08 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
 		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
 			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
 				t.Fatal(got)
 			}
 		}
 	})
-	t.Run("08 gemini codeExecution on a gemini provider", func(t *testing.T) {
+	t.Run("09 gemini codeExecution on a gemini provider", func(t *testing.T) {
 		c := geminiClient(t, e, e.keyA)
 		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
 		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
@@ -265,7 +276,7 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("09 request logs mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+	t.Run("10 request logs mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
 		l := e.requestLogs(t, e.keyA, "")
 		native, sandbox := 0, 0
 		for _, s := range l.Data {
@@ -275,7 +286,7 @@ func TestNativeTools(t *testing.T) {
 					continue
 				}
 				switch {
-				case it.Native && it.Stdout == "native\n" && it.DurationMs == nil:
+				case it.Native && it.DurationMs == nil && (it.Stdout == "native\n" || it.Outcome == "error" && strings.Contains(it.Stdout+it.Stderr, "execution_time_exceeded")):
 					native++
 					if !strings.Contains(r.Model, "budget") && r.CostMicroUSD != 0 {
 						t.Fatalf("a native run billed: %+v", r.logSummary)
