@@ -14,6 +14,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
 
+	"github.com/shellgate/shellgate/internal/broadcast"
+	"github.com/shellgate/shellgate/internal/broadcast/otlptest"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
@@ -86,7 +88,11 @@ func TestNativeTools(t *testing.T) {
 		return upstream.Endpoint{BaseURL: model.URL + version, APIKey: "sk-scripted", Timeout: 30 * time.Second}
 	}
 	oaiNative := []string{gateway.NativeShell, gateway.NativeCodeInterpreter}
+	traces := otlptest.NewReceiver()
+	t.Cleanup(traces.Close)
+	bc := newBroadcast(t, broadcast.Destination{Type: broadcast.TypeOTLPHTTP, Endpoint: traces.URL, Name: "traces"})
 	e := newEnv(t, "crun", "default", func(c *Config) {
+		c.Broadcast = bc
 		c.Models = upstream.NewProviders(
 			upstream.Provider{Name: "oai", API: gateway.APIResponses, Endpoint: ep("/v1"), Native: oaiNative},
 			upstream.Provider{Name: "oai_sandbox", API: gateway.APIResponses, Endpoint: ep("/v1"), Native: oaiNative, VendorSandbox: true},
@@ -276,7 +282,7 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("10 request logs mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+	t.Run("10 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
 		l := e.requestLogs(t, e.keyA, "")
 		native, sandbox := 0, 0
 		for _, s := range l.Data {
@@ -300,6 +306,29 @@ func TestNativeTools(t *testing.T) {
 		}
 		if native < 10 || sandbox < 6 {
 			t.Fatalf("%d native, %d sandbox command items", native, sandbox)
+		}
+		// Traces are sent after the answers, on the destination's worker.
+		timeout := time.After(30 * time.Second)
+		for {
+			steps, roots := 0, 0
+			for _, sp := range traces.Spans() {
+				a := sp.Attributes
+				if sp.Name == "execute_tool shell" && otlptest.Bool(a, "shellgate.tool.native") && !otlptest.Bool(a, "shellgate.tool.executed") {
+					steps++
+				}
+				if len(sp.ParentSpanId) == 0 && otlptest.Int(a, "shellgate.tool_calls.native") == 1 && otlptest.Int(a, "shellgate.tool_calls.executed") == 0 &&
+					otlptest.Float(a, "shellgate.cost.usd") == 0 {
+					roots++
+				}
+			}
+			if steps > 0 && roots > 0 {
+				break
+			}
+			select {
+			case <-traces.Arrived():
+			case <-timeout:
+				t.Fatalf("no trace of a native run among %d spans", len(traces.Spans()))
+			}
 		}
 	})
 }
