@@ -393,7 +393,11 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		if box.sb != nil {
 			res.ContainerID, res.ExpiresAt = box.sb.ContainerID(), box.sb.ExpiresAt()
 		}
-		if finalTurn || len(results) == 0 || clientCalls > 0 || paused {
+		// A provider that paused its own long tool run (Anthropic's
+		// pause_turn) continues when asked again; a client that knows no
+		// pause (Budget FinalAnswer) is not told of it.
+		goOn := turn.Stop == StopPause && len(nativeResults) > 0 && run.Budget == FinalAnswer && !finalTurn && clientCalls == 0 && !paused
+		if (finalTurn || len(results) == 0 || clientCalls > 0 || paused) && !goOn {
 			if clientCalls > 0 || paused {
 				res.Stop = StopToolUse
 			} else if finalTurn || len(results) > 0 {

@@ -22,7 +22,10 @@ import (
 // sandbox step, so across APIs it is translated as the sandbox's results
 // are. Such a step is Step.Native: not billed as sandbox time (the
 // provider bills it), marked in logs and traces, and counted toward
-// max_tool_calls as the provider reports it.
+// max_tool_calls as the provider reports it. A turn the provider paused
+// in its own run (Anthropic's pause_turn) goes on with another turn for a
+// client that knows no pause (Budget FinalAnswer); a Messages client gets
+// the pause.
 //
 // Within the run, the model's conversation holds a native step as the
 // tool's call and result (as a replayed step is), so a later turn (after a

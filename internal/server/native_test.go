@@ -80,6 +80,8 @@ func TestNativeTools(t *testing.T) {
 		// One native run and, in the same turn, a call of the shell as a
 		// function: with max_tool_calls 1 the provider's run spent it.
 		"budget": {{Hosted: hosted.Hosted, ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: shellArgs}}}, {Text: "done"}},
+		// The provider paused its long run (Anthropic's pause_turn).
+		"pausing": {{Hosted: hosted.Hosted, Stop: "pause"}, {Text: "Finished."}},
 		// The provider's tool failed.
 		"failing": {{Hosted: []scripted.HostedRun{{Code: "sleep 1000", Error: "execution_time_exceeded"}}, Text: "It timed out."}},
 	}})
@@ -250,14 +252,22 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/failing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:failed message] "It timed out."`)
 	})
-	t.Run("08 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
+	t.Run("08 the provider paused its run: a Messages client gets pause_turn, the others the rest of the turn", func(t *testing.T) {
+		for _, m := range messages(t, "claude/pausing", codeExecTool) {
+			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native]" || m.StopReason != "pause_turn" {
+				t.Fatalf("%s %s", got, m.StopReason)
+			}
+		}
+		respond(t, "claude/pausing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native message] "Finished."`)
+	})
+	t.Run("09 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
 		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
 			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
 				t.Fatal(got)
 			}
 		}
 	})
-	t.Run("09 gemini codeExecution on a gemini provider", func(t *testing.T) {
+	t.Run("10 gemini codeExecution on a gemini provider", func(t *testing.T) {
 		c := geminiClient(t, e, e.keyA)
 		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
 		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
@@ -282,8 +292,11 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("10 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
-		l := e.requestLogs(t, e.keyA, "")
+	t.Run("11 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+		l := e.requestLogs(t, e.keyA, "?limit=100")
+		if l.HasMore {
+			t.Fatal("more than 100 requests")
+		}
 		native, sandbox := 0, 0
 		for _, s := range l.Data {
 			r := e.logRecord(t, e.keyA, s.ID)
