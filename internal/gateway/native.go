@@ -183,26 +183,37 @@ func (ShellTool) Native(api string) string {
 }
 
 // FromHosted implements Hostable: every hosted run is commands (a Python
-// program as python3 reading it).
+// program as python3 reading it; a text editor call as a comment with its
+// input, its result as the output).
 func (ShellTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	var cmds []string
+	outs := h.Outputs
 	switch h.Kind {
 	case HostedBash:
 		cmds = h.Code
 	case HostedPython:
 		cmds = []string{pythonCommand(strings.Join(h.Code, "\n"))}
+	case HostedTextEditor:
+		cmds = []string{"# " + TextEditorCodeExecution + " " + string(h.Input)}
+		if len(h.Result) > 0 {
+			exit := 0
+			if editorFailed(h.Result) {
+				exit = 1
+			}
+			outs = []tool.CommandOutput{{Stdout: string(h.Result), Outcome: tool.Outcome{Type: "exit", ExitCode: &exit}}}
+		}
 	default:
 		return "", StepResult{}, false
 	}
 	args := tool.ShellArgs{Commands: cmds}
 	b, _ := json.Marshal(args) // strings only
-	d := &ShellDetail{Args: args, ArgsOf: string(b), Outputs: h.Outputs}
+	d := &ShellDetail{Args: args, ArgsOf: string(b), Outputs: outs}
 	d.Plan, _ = args.Plan()
-	if h.Error != "" && len(h.Outputs) == 0 {
+	if h.Error != "" && len(outs) == 0 {
 		d.Error, d.ErrorCode = "the provider's tool failed: "+h.Error, h.Error
 		return string(b), StepResult{Content: "error: " + d.Error, IsError: true, Detail: d}, true
 	}
-	return string(b), StepResult{Content: ShellResultText("", h.Outputs, nil), Detail: d}, true
+	return string(b), StepResult{Content: ShellResultText("", outs, nil), Detail: d}, true
 }
 
 // hostedBashResult is h's one run as a code-execution result of the
@@ -252,13 +263,16 @@ func (EditorTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 		content = editorError("unavailable", "the provider reported no result")
 	}
 	res := codeExecResult(content, false)
+	res.IsError = res.IsError || editorFailed(h.Result)
+	return string(h.Input), res, true
+}
+
+// editorFailed says whether a text editor result is its error object.
+func editorFailed(result json.RawMessage) bool {
 	var e struct {
 		Type string `json:"type"`
 	}
-	if json.Unmarshal(h.Result, &e) == nil && strings.HasSuffix(e.Type, "_error") {
-		res.IsError = true
-	}
-	return string(h.Input), res, true
+	return json.Unmarshal(result, &e) == nil && strings.HasSuffix(e.Type, "_error")
 }
 
 // Native implements Hostable: Gemini's code execution.

@@ -70,6 +70,8 @@ func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
 	return kinds, text
 }
 
+const editorResult = `{"type":"text_editor_code_execution_create_result","is_file_update":false}`
+
 func TestNativeTools(t *testing.T) {
 	hosted := scripted.Turn{Hosted: []scripted.HostedRun{{Code: "echo native", Stdout: "native\n"}}, Text: "It printed native.",
 		Usage: scripted.Usage{InputTokens: 50, OutputTokens: 5}}
@@ -82,6 +84,9 @@ func TestNativeTools(t *testing.T) {
 		"budget": {{Hosted: hosted.Hosted, ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: shellArgs}}}, {Text: "done"}},
 		// The provider paused its long run (Anthropic's pause_turn).
 		"pausing": {{Hosted: hosted.Hosted, Stop: "pause"}, {Text: "Finished."}},
+		// The provider's text editor (Anthropic's code execution).
+		"editing": {{Hosted: []scripted.HostedRun{{Editor: json.RawMessage(`{"command":"create","path":"/tmp/a.txt","file_text":"x"}`),
+			Result: json.RawMessage(editorResult)}}, Text: "Created."}},
 		// The provider's tool failed.
 		"failing": {{Hosted: []scripted.HostedRun{{Code: "sleep 1000", Error: "execution_time_exceeded"}}, Text: "It timed out."}},
 	}})
@@ -223,6 +228,9 @@ func TestNativeTools(t *testing.T) {
 					c.Stdout += o.Stdout
 				}
 				k += ":" + strings.TrimSpace(c.Stdout+c.ErrorCode)
+				if strings.HasPrefix(b.Type, "text_editor") {
+					k += b.Content.RawJSON()
+				}
 			}
 			if b.Type == "server_tool_use" {
 				k += ":" + b.Name
@@ -260,14 +268,22 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/pausing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native message] "Finished."`)
 	})
-	t.Run("09 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
+	t.Run("09 the provider's text editor: its blocks on Messages, a command with its result to a shell", func(t *testing.T) {
+		for _, m := range messages(t, "claude/editing", codeExecTool) {
+			if got := blocks(m); got != "[server_tool_use:text_editor_code_execution text_editor_code_execution_tool_result:"+editorResult+" text:Created.]" {
+				t.Fatal(got)
+			}
+		}
+		respond(t, "claude/editing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:`+editorResult+` message] "Created."`)
+	})
+	t.Run("10 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
 		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
 			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
 				t.Fatal(got)
 			}
 		}
 	})
-	t.Run("10 gemini codeExecution on a gemini provider", func(t *testing.T) {
+	t.Run("11 gemini codeExecution on a gemini provider", func(t *testing.T) {
 		c := geminiClient(t, e, e.keyA)
 		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
 		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
@@ -292,7 +308,7 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("11 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+	t.Run("12 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
 		l := e.requestLogs(t, e.keyA, "?limit=100")
 		if l.HasMore {
 			t.Fatal("more than 100 requests")
@@ -305,7 +321,7 @@ func TestNativeTools(t *testing.T) {
 					continue
 				}
 				switch {
-				case it.Native && it.DurationMs == nil && (it.Stdout == "native\n" || it.Outcome == "error" && strings.Contains(it.Stdout+it.Stderr, "execution_time_exceeded")):
+				case it.Native && it.DurationMs == nil && (it.Stdout == "native\n" || it.Stdout == editorResult || it.Outcome == "error" && strings.Contains(it.Stdout+it.Stderr, "execution_time_exceeded")):
 					native++
 					if !strings.Contains(r.Model, "budget") && r.CostMicroUSD != 0 {
 						t.Fatalf("a native run billed: %+v", r.logSummary)

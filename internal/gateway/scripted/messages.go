@@ -304,6 +304,11 @@ func toolInput(args string) json.RawMessage {
 func messagesContent(a *answer) []map[string]any {
 	var out []map[string]any
 	for _, h := range a.hosted {
+		if len(h.Editor) > 0 {
+			out = append(out, map[string]any{"type": "server_tool_use", "id": h.ID, "name": "text_editor_code_execution", "input": h.Editor, "args": string(h.Editor)},
+				map[string]any{"type": "text_editor_code_execution_tool_result", "tool_use_id": h.ID, "content": h.Result})
+			continue
+		}
 		in, _ := json.Marshal(map[string]string{"command": h.Code})
 		result := map[string]any{"type": "bash_code_execution_result", "stdout": h.Stdout, "stderr": h.Stderr, "return_code": h.ExitCode, "content": []any{}}
 		if h.Error != "" {
@@ -354,7 +359,7 @@ func streamMessages(s *sse, a *answer) {
 			for _, p := range chunks(a.text, 16) {
 				ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "text_delta", "text": p}})
 			}
-		case "bash_code_execution_tool_result":
+		case "bash_code_execution_tool_result", "text_editor_code_execution_tool_result":
 			ev("content_block_start", map[string]any{"index": i, "content_block": b})
 		case "tool_use", "server_tool_use":
 			ev("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": b["type"], "id": b["id"], "name": b["name"], "input": map[string]any{}}})

@@ -207,6 +207,11 @@ type HostedRun struct {
 	// Error is the tool's error code instead of a result ("unavailable",
 	// …; Messages' tool_result_error, Gemini's OUTCOME_FAILED).
 	Error string `json:"error,omitempty"`
+	// Editor, on Messages, makes the run a text_editor_code_execution
+	// call with this input, answered with Result (its content object, as
+	// written) instead of Code's bash run.
+	Editor json.RawMessage `json:"editor,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // Usage is the turn's token counts. InputTokens includes the cached ones
