@@ -325,6 +325,9 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 				}
 			case PartHosted:
 				step := nativeSteps[p.Hosted]
+				if step == nil {
+					continue
+				}
 				step.Index = stepCount(res)
 				step.Start = time.Now()
 				step.End = step.Start

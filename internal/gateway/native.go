@@ -38,9 +38,6 @@ const (
 	NativeCodeExecution   = "code_execution"   // Anthropic's code_execution_20250825, Gemini's codeExecution
 )
 
-// NativeTools are the native tool names a provider config may list.
-var NativeTools = []string{NativeShell, NativeCodeInterpreter, NativeCodeExecution}
-
 // Hosting says how a client asked for a server tool the provider may run.
 type Hosting int
 
@@ -105,7 +102,8 @@ func hostedTools(run *Run) map[string]string {
 }
 
 // hostedStep is h as a step of the run's tool that became h.Tool: its
-// call and result.
+// call and result; nil when no tool of the run became h.Tool (an upstream
+// that ran a hosted tool it was not given: nothing of it is shown).
 func hostedStep(run *Run, hosted map[string]string, h *HostedCall) *Step {
 	var first string
 	for _, name := range slices.Sorted(maps.Keys(hosted)) {
@@ -119,6 +117,9 @@ func hostedStep(run *Run, hosted map[string]string, h *HostedCall) *Step {
 		if args, res, ok := st.(Hostable).FromHosted(h); ok {
 			return &Step{Call: ToolCall{ID: h.ID, Name: name, Arguments: args}, Tool: st, Result: res, Native: true}
 		}
+	}
+	if first == "" {
+		return nil
 	}
 	// A call no tool of the request shows (the provider ran a sub-tool
 	// the client's tool has no shape for): the model's own tool, failed,
@@ -139,6 +140,9 @@ func asCalls(parts []Part, steps map[*HostedCall]*Step) (calls []Part, results [
 			continue
 		}
 		s := steps[p.Hosted]
+		if s == nil {
+			continue
+		}
 		c := s.Call
 		calls = append(calls, Part{Kind: PartToolCall, Call: &c})
 		results = append(results, Part{Kind: PartToolResult, Result: s.toolResult()})

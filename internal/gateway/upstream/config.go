@@ -48,8 +48,8 @@ type ProviderConfig struct {
 	Timeout   string            `yaml:"timeout"`
 	Headers   map[string]string `yaml:"headers"`
 	// NativeTools are the hosted tools the provider's API runs itself
-	// (gateway.NativeTools: shell and code_interpreter on responses,
-	// code_execution on messages and gemini): a server tool on engine
+	// (gateway's NativeShell and NativeCodeInterpreter on responses,
+	// NativeCodeExecution on messages and gemini): a server tool on engine
 	// auto uses the provider's own.
 	NativeTools []string `yaml:"native_tools"`
 	// VendorTools "sandbox" runs the provider's own tool types in
