@@ -12,7 +12,9 @@ import (
 // countTool is counting under the name "count".
 type countTool struct{ counting }
 
-func (countTool) Function() gateway.Tool { return gateway.Tool{Name: "count", Parameters: []byte(`{"type":"object"}`)} }
+func (countTool) Function() gateway.Tool {
+	return gateway.Tool{Name: "count", Parameters: []byte(`{"type":"object"}`)}
+}
 
 // TestHostedSteps: the loop's side of engine auto (native.go) — which
 // tools go to the provider, the provider's runs as steps, and what the
