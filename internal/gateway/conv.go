@@ -60,7 +60,9 @@
 //     waits for it before the next `Turn`, which then writes only the tools'
 //     results (straight from the message, no SDK params: `directTurn`) and
 //     appends them: the work between the last command's end and the next
-//     request shrinks to that.
+//     request shrinks to that. A server tool on engine auto whose native
+//     tool the provider declares is not run here: the provider runs it, and
+//     its runs come back in the turn as steps already done (native.go).
 //  3. The sandbox is opened lazily, at the first step, through
 //     `gateway.Sandboxes`, which `internal/server` implements for the caller's
 //     workspace (`internal/server/gateway.go`): `identity.Choose` picks the
