@@ -217,7 +217,7 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	}
 	req := run.Request
 	req.Encoded = &Encoded{}
-	hosted := hostedTools(run)
+	hosted := run.HostedTools()
 	for _, name := range slices.Sorted(maps.Keys(run.ServerTools)) {
 		if n, ok := hosted[name]; ok {
 			if !slices.ContainsFunc(req.Tools, func(t Tool) bool { return t.Native == n }) {

@@ -71,6 +71,9 @@ type HostedCall struct {
 	// ("unavailable", "execution_time_exceeded", …).
 	Error         string
 	Input, Result json.RawMessage
+	// ContainerID is the provider's container the call ran in, when it
+	// says ("" else).
+	ContainerID string
 }
 
 // Hostable is a server tool a provider may run itself.
@@ -85,9 +88,10 @@ type Hostable interface {
 	FromHosted(h *HostedCall) (args string, res StepResult, ok bool)
 }
 
-// hostedTools are the run's server tools the provider runs itself, by
-// name, with the native tool each becomes.
-func hostedTools(run *Run) map[string]string {
+// HostedTools are the run's server tools the provider runs itself, by
+// name, with the native tool each becomes: a frontend need not open a
+// sandbox for them.
+func (run *Run) HostedTools() map[string]string {
 	out := map[string]string{}
 	for name, how := range run.Hosting {
 		st, ok := run.ServerTools[name].(Hostable)
@@ -211,7 +215,7 @@ func (ShellTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	}
 	args := tool.ShellArgs{Commands: cmds}
 	b, _ := json.Marshal(args) // strings only
-	d := &ShellDetail{Args: args, ArgsOf: string(b), Outputs: outs}
+	d := &ShellDetail{Args: args, ArgsOf: string(b), Outputs: outs, ContainerID: h.ContainerID}
 	d.Plan, _ = args.Plan()
 	if h.Error != "" && len(outs) == 0 {
 		d.Error, d.ErrorCode = "the provider's tool failed: "+h.Error, h.Error
@@ -302,7 +306,7 @@ func (InterpreterTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	}
 	code := strings.Join(h.Code, "\n")
 	args := argsObject("code", code)
-	d := &InterpreterDetail{Code: code, Ran: h.Error == ""}
+	d := &InterpreterDetail{Code: code, Ran: h.Error == "", ContainerID: h.ContainerID}
 	for _, o := range h.Outputs {
 		d.Output.Stdout += o.Stdout
 		d.Output.Stderr += o.Stderr

@@ -31,7 +31,9 @@ import (
 // the sandbox.
 
 // nativeItems renders a Responses answer's output as "type" or
-// "type:stdout" for the items that carry a command's output.
+// "type:stdout" for the items that carry a command's output, with
+// "@provider" or "@shellgate" for the container an item names (the
+// scripted provider's is cntr_scripted).
 func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
 	t.Helper()
 	var r struct {
@@ -42,7 +44,11 @@ func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
 			Content []struct {
 				Text string `json:"text"`
 			} `json:"content"`
-			Output json.RawMessage `json:"output"`
+			Output      json.RawMessage `json:"output"`
+			ContainerID string          `json:"container_id"`
+			Environment struct {
+				ContainerID string `json:"container_id"`
+			} `json:"environment"`
 		} `json:"output"`
 	}
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
@@ -61,6 +67,13 @@ func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
 		}
 		if it.Status == "failed" {
 			k += ":failed"
+		}
+		switch c := it.ContainerID + it.Environment.ContainerID; c {
+		case "":
+		case "cntr_scripted":
+			k += "@provider"
+		default:
+			k += "@shellgate"
 		}
 		kinds = append(kinds, k)
 		for _, c := range it.Content {
@@ -154,23 +167,28 @@ func TestNativeTools(t *testing.T) {
 	shell := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_auto"}}
 
 	t.Run("01 responses shell on a responses provider: the provider's shell_call and output", func(t *testing.T) {
-		sent := respond(t, "oai/m", []any{shell}, `[shell_call shell_call_output:native message] "It printed native."`)
+		sent := respond(t, "oai/m", []any{shell}, `[shell_call@provider shell_call_output:native message] "It printed native."`)
 		if sent != `[{"environment":{"type":"container_auto"},"type":"shell"}]` {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
 	t.Run("02 openrouter:shell, engine auto, on each API's provider", func(t *testing.T) {
-		for _, tc := range []struct{ model, tools string }{
-			{"oai/m", `[{"environment":{"type":"container_auto"},"type":"shell"}]`},
-			{"claude/m", `[{"name":"code_execution","type":"code_execution_20250825"}]`},
-			{"gem/m", `[{"codeExecution":{}}]`},
+		before := countContainers(t, e)
+		for _, tc := range []struct{ model, tools, container string }{
+			{"oai/m", `[{"environment":{"type":"container_auto"},"type":"shell"}]`, "@provider"},
+			{"claude/m", `[{"name":"code_execution","type":"code_execution_20250825"}]`, ""},
+			{"gem/m", `[{"codeExecution":{}}]`, ""},
 		} {
 			for _, tool := range []map[string]any{{"type": "openrouter:shell"}, {"type": "shellgate:shell", "parameters": map[string]any{"engine": "auto"}}} {
-				sent := respond(t, tc.model, []any{tool}, fmt.Sprintf(`[%s:native message] "It printed native."`, tool["type"]))
+				sent := respond(t, tc.model, []any{tool}, fmt.Sprintf(`[%s:native%s message] "It printed native."`, tool["type"], tc.container))
 				if sent != tc.tools {
 					t.Fatalf("%s: upstream tools %s", tc.model, sent)
 				}
 			}
+		}
+		// The provider ran them all: Shellgate made no container.
+		if after := countContainers(t, e); after != before {
+			t.Fatalf("containers: %d before, %d after", before, after)
 		}
 	})
 	t.Run("03 engine shellgate, vendor_tools sandbox, a provider without native tools: the sandbox", func(t *testing.T) {
@@ -179,9 +197,9 @@ func TestNativeTools(t *testing.T) {
 			tool  map[string]any
 			want  string
 		}{
-			{"oai/sandboxed", map[string]any{"type": "openrouter:shell", "parameters": map[string]any{"engine": "shellgate"}}, `[openrouter:shell:sandbox message] "It printed sandbox."`},
-			{"oai_sandbox/sandboxed", shell, `[shell_call shell_call_output:sandbox message] "It printed sandbox."`},
-			{"plain/sandboxed", shell, `[shell_call shell_call_output:sandbox message] "It printed sandbox."`},
+			{"oai/sandboxed", map[string]any{"type": "openrouter:shell", "parameters": map[string]any{"engine": "shellgate"}}, `[openrouter:shell:sandbox@shellgate message] "It printed sandbox."`},
+			{"oai_sandbox/sandboxed", shell, `[shell_call@shellgate shell_call_output:sandbox message] "It printed sandbox."`},
+			{"plain/sandboxed", shell, `[shell_call@shellgate shell_call_output:sandbox message] "It printed sandbox."`},
 		} {
 			if sent := respond(t, tc.model, []any{tc.tool}, tc.want); !strings.Contains(sent, `"name":"shell"`) || !strings.Contains(sent, `"type":"function"`) {
 				t.Fatalf("%s: upstream tools %s", tc.model, sent)
@@ -190,13 +208,13 @@ func TestNativeTools(t *testing.T) {
 	})
 	t.Run("04 responses code_interpreter on a responses provider", func(t *testing.T) {
 		sent := respond(t, "oai/m", []any{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "auto"}}},
-			`[code_interpreter_call:echo native message] "It printed native."`)
+			`[code_interpreter_call:echo native@provider message] "It printed native."`)
 		if sent != `[{"container":{"type":"auto"},"type":"code_interpreter"}]` {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
 	t.Run("05 max_tool_calls counts the provider's runs", func(t *testing.T) {
-		respond(t, "oai/budget", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native openrouter:shell:failed message] "done"`,
+		respond(t, "oai/budget", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native@provider openrouter:shell:failed message] "done"`,
 			option.WithJSONSet("max_tool_calls", 1))
 	})
 
@@ -360,4 +378,17 @@ func TestNativeTools(t *testing.T) {
 			}
 		}
 	})
+}
+
+// countContainers is how many containers the workspace of keyA has.
+func countContainers(t *testing.T, e *env) int {
+	t.Helper()
+	st, b := e.do("GET", "/v1/containers?limit=100", e.keyA, nil)
+	var l struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if st != 200 || json.Unmarshal(b, &l) != nil {
+		t.Fatalf("GET /v1/containers: %d %s", st, b)
+	}
+	return len(l.Data)
 }

@@ -148,6 +148,11 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		Uploads: p.uploads, MaxToolCalls: p.maxCalls, Budget: gateway.FinalAnswer}
 	var containerID string
 	if p.sandboxed() {
+		run.ServerTools, run.Hosting = p.serverTools(), p.hosting()
+	}
+	// A request whose every server tool the provider runs itself (engine
+	// auto) needs no container, unless it names one.
+	if p.sandboxed() && (len(run.HostedTools()) < len(run.ServerTools) || p.sel.ContainerReference != "") {
 		box, err := sbx.Open(ctx, p.sel, p.open)
 		if err != nil {
 			f.writeErr(ctx, w, err)
@@ -159,7 +164,6 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		defer box.Close()
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
-		run.ServerTools, run.Hosting = p.serverTools(), p.hosting()
 	}
 	if p.programmatic {
 		if f.Programs == nil {

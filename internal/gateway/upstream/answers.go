@@ -57,6 +57,12 @@ type responsesItem struct {
 	Code      json.RawMessage `json:"code"`
 	Outputs   json.RawMessage `json:"outputs"`
 	Status    string          `json:"status"`
+	// The container a hosted call ran in: a shell_call's environment
+	// (container_reference), a code_interpreter_call's container_id.
+	Environment struct {
+		ContainerID string `json:"container_id"`
+	} `json:"environment"`
+	ContainerID string `json:"container_id"`
 }
 
 // responsesContent is a message item's content part.

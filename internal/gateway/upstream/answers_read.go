@@ -32,7 +32,8 @@ func decodeAnswer(data []byte, v any) error {
 
 var (
 	responsesAnswerNames = []string{"id", "model", "status", "error", "incomplete_details", "output", "usage"}
-	responsesItemNames   = []string{"type", "id", "call_id", "name", "arguments", "content", "action", "output", "code", "outputs", "status"}
+	responsesItemNames   = []string{"type", "id", "call_id", "name", "arguments", "content", "action", "output", "code", "outputs", "status", "environment", "container_id"}
+	containerIDNames     = []string{"container_id"}
 	responsesUsageNames  = []string{"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"}
 	codeMessageNames     = []string{"code", "message"}
 	reasonNames          = []string{"reason"}
@@ -103,8 +104,12 @@ func (it *responsesItem) read(r *jsonr.Reader) bool {
 			return r.Raw(&it.Code)
 		case 9:
 			return r.Raw(&it.Outputs)
-		default:
+		case 10:
 			return r.Str(&it.Status)
+		case 11:
+			return r.Object(containerIDNames, func(int) bool { return r.Str(&it.Environment.ContainerID) })
+		default:
+			return r.Str(&it.ContainerID)
 		}
 	})
 }

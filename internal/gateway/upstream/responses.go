@@ -344,7 +344,7 @@ func responsesHosted(it *responsesItem, shells map[string]*gateway.HostedCall) (
 				return nil, err
 			}
 		}
-		h := &gateway.HostedCall{ID: it.CallID, Tool: gateway.NativeShell, Kind: gateway.HostedBash, Code: a.Commands}
+		h := &gateway.HostedCall{ID: it.CallID, Tool: gateway.NativeShell, Kind: gateway.HostedBash, Code: a.Commands, ContainerID: it.Environment.ContainerID}
 		shells[it.CallID] = h
 		return h, nil
 	case "shell_call_output":
@@ -371,7 +371,7 @@ func responsesHosted(it *responsesItem, shells map[string]*gateway.HostedCall) (
 				return nil, err
 			}
 		}
-		h := &gateway.HostedCall{ID: it.ID, Tool: gateway.NativeCodeInterpreter, Kind: gateway.HostedPython, Code: []string{rawString(it.Code)}}
+		h := &gateway.HostedCall{ID: it.ID, Tool: gateway.NativeCodeInterpreter, Kind: gateway.HostedPython, Code: []string{rawString(it.Code)}, ContainerID: it.ContainerID}
 		if it.Status == "failed" || it.Status == "incomplete" {
 			h.Error = "unavailable"
 		}
