@@ -215,8 +215,9 @@ func (ShellTool) FromHosted(h *HostedCall) (string, StepResult, bool) {
 	}
 	args := tool.ShellArgs{Commands: cmds}
 	b, _ := json.Marshal(args) // strings only
-	d := &ShellDetail{Args: args, ArgsOf: string(b), Outputs: outs, ContainerID: h.ContainerID}
-	d.Plan, _ = args.Plan()
+	// The provider's limits, not Shellgate's, bounded what ran: the plan
+	// is its commands as they are.
+	d := &ShellDetail{Args: args, ArgsOf: string(b), Plan: tool.Plan{Commands: cmds}, Outputs: outs, ContainerID: h.ContainerID}
 	if h.Error != "" && len(outs) == 0 {
 		d.Error, d.ErrorCode = "the provider's tool failed: "+h.Error, h.Error
 		return string(b), StepResult{Content: "error: " + d.Error, IsError: true, Detail: d}, true

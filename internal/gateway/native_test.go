@@ -80,7 +80,20 @@ func TestHostedSteps(t *testing.T) {
 			t.Fatalf("tools %s, %+v", tools(s), res)
 		}
 	})
-	t.Run("04 beside a sandbox step, the model reads the provider's run as a call and its result", func(t *testing.T) {
+	t.Run("04 a provider's run past Shellgate's own limits is shown as it ran", func(t *testing.T) {
+		h := hosted("h1")
+		for len(h.Hosted.Code) <= tool.MaxCommands {
+			h.Hosted.Code = append(h.Hosted.Code, "true")
+			h.Hosted.Outputs = append(h.Hosted.Outputs, h.Hosted.Outputs[0])
+		}
+		res, _ := run(gateway.HostAuto, false, gatewaytest.Turn{Parts: []gateway.Part{h}})
+		st := res.Items[0].Step
+		d := st.Result.Detail.(*gateway.ShellDetail)
+		if st.Result.IsError || len(d.Plan.Commands) != tool.MaxCommands+1 || len(d.Outputs) != tool.MaxCommands+1 {
+			t.Fatalf("%v: %d commands, %d outputs", st.Result.IsError, len(d.Plan.Commands), len(d.Outputs))
+		}
+	})
+	t.Run("05 beside a sandbox step, the model reads the provider's run as a call and its result", func(t *testing.T) {
 		res, s := run(gateway.HostAuto, false,
 			gatewaytest.Turn{Parts: []gateway.Part{hosted("h1"), gatewaytest.Call("c1", "count", map[string]any{})}},
 			gatewaytest.Turn{Parts: []gateway.Part{gatewaytest.Text("done")}})
