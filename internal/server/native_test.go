@@ -17,6 +17,7 @@ import (
 	"github.com/shellgate/shellgate/internal/broadcast"
 	"github.com/shellgate/shellgate/internal/broadcast/otlptest"
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 )
@@ -70,7 +71,7 @@ func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
 		}
 		switch c := it.ContainerID + it.Environment.ContainerID; c {
 		case "":
-		case "cntr_scripted":
+		case "cntr_scripted", "container_scripted":
 			k += "@provider"
 		default:
 			k += "@shellgate"
@@ -176,7 +177,7 @@ func TestNativeTools(t *testing.T) {
 		before := countContainers(t, e)
 		for _, tc := range []struct{ model, tools, container string }{
 			{"oai/m", `[{"environment":{"type":"container_auto"},"type":"shell"}]`, "@provider"},
-			{"claude/m", `[{"name":"code_execution","type":"code_execution_20250825"}]`, ""},
+			{"claude/m", `[{"name":"code_execution","type":"code_execution_20250825"}]`, "@provider"},
 			{"gem/m", `[{"codeExecution":{}}]`, ""},
 		} {
 			for _, tool := range []map[string]any{{"type": "openrouter:shell"}, {"type": "shellgate:shell", "parameters": map[string]any{"engine": "auto"}}} {
@@ -276,7 +277,7 @@ func TestNativeTools(t *testing.T) {
 				t.Fatal(got)
 			}
 		}
-		respond(t, "claude/failing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:failed message] "It timed out."`)
+		respond(t, "claude/failing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:failed@provider message] "It timed out."`)
 	})
 	t.Run("08 the provider paused its run: a Messages client gets pause_turn, the others the rest of the turn", func(t *testing.T) {
 		for _, m := range messages(t, "claude/pausing", codeExecTool) {
@@ -284,7 +285,7 @@ func TestNativeTools(t *testing.T) {
 				t.Fatalf("%s %s", got, m.StopReason)
 			}
 		}
-		respond(t, "claude/pausing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native message] "Finished."`)
+		respond(t, "claude/pausing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native@provider message] "Finished."`)
 	})
 	t.Run("09 the provider's text editor: its blocks on Messages, a command with its result to a shell", func(t *testing.T) {
 		for _, m := range messages(t, "claude/editing", codeExecTool) {
@@ -292,12 +293,18 @@ func TestNativeTools(t *testing.T) {
 				t.Fatal(got)
 			}
 		}
-		respond(t, "claude/editing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:`+editorResult+` message] "Created."`)
+		respond(t, "claude/editing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:`+editorResult+`@provider message] "Created."`)
 	})
 	t.Run("10 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
 		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
 			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
 				t.Fatal(got)
+			}
+			// The provider's container, which the provider named.
+			var content any
+			json.Unmarshal([]byte(m.Content[1].Content.RawJSON()), &content)
+			if c := gatewaytest.JSONAt(content, "container_id"); c != "cntr_scripted" {
+				t.Fatalf("container_id %v", c)
 			}
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Anthropic Messages (POST /v1/messages).
@@ -339,7 +340,16 @@ func messageObject(a *answer) map[string]any {
 	}
 	reason, seq := messagesStop(a)
 	return map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": a.model,
-		"content": list, "stop_reason": reason, "stop_sequence": seq, "usage": messagesUsage(a.turn.Usage)}
+		"content": list, "stop_reason": reason, "stop_sequence": seq, "usage": messagesUsage(a.turn.Usage), "container": messagesContainer(a)}
+}
+
+// messagesContainer is the container the answer's hosted runs ran in, as
+// Anthropic names it (nil without any).
+func messagesContainer(a *answer) any {
+	if len(a.hosted) == 0 {
+		return nil
+	}
+	return map[string]any{"id": "container_scripted", "expires_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339)}
 }
 
 func streamMessages(s *sse, a *answer) {
@@ -371,7 +381,7 @@ func streamMessages(s *sse, a *answer) {
 		ev("content_block_stop", map[string]any{"index": i})
 	}
 	reason, seq := messagesStop(a)
-	ev("message_delta", map[string]any{"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq},
+	ev("message_delta", map[string]any{"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq, "container": messagesContainer(a)},
 		"usage": messagesUsage(a.turn.Usage)})
 	ev("message_stop", map[string]any{})
 }

@@ -185,6 +185,12 @@ type messagesAnswer struct {
 	StopReason string            `json:"stop_reason"`
 	Content    []messagesBlock   `json:"content"`
 	Usage      messagesUsageJSON `json:"usage"`
+	Container  messagesContainer `json:"container"`
+}
+
+// messagesContainer is the container Anthropic's code execution ran in.
+type messagesContainer struct {
+	ID string `json:"id"`
 }
 
 // messagesBlock is a content block of a Messages API message; ToolUseID
@@ -223,10 +229,11 @@ type messagesEvent struct {
 	} `json:"message"`
 	ContentBlock messagesBlock `json:"content_block"`
 	Delta        struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		StopReason  string `json:"stop_reason"`
+		Type        string            `json:"type"`
+		Text        string            `json:"text"`
+		PartialJSON string            `json:"partial_json"`
+		StopReason  string            `json:"stop_reason"`
+		Container   messagesContainer `json:"container"`
 	} `json:"delta"`
 	Usage *messagesUsageJSON `json:"usage"`
 }

@@ -189,13 +189,18 @@ func (u *chatUsageJSON) read(r *jsonr.Reader) bool {
 }
 
 var (
-	messagesAnswerNames = []string{"id", "model", "stop_reason", "content", "usage"}
+	messagesAnswerNames = []string{"id", "model", "stop_reason", "content", "usage", "container"}
+	idNames             = []string{"id"}
 	messagesBlockNames  = []string{"type", "text", "id", "name", "input", "tool_use_id", "content"}
 	messagesUsageNames  = []string{"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens_details"}
 	thinkingTokensNames = []string{"thinking_tokens"}
 )
 
 func (a *messagesAnswer) reset() { *a = messagesAnswer{} }
+
+func (c *messagesContainer) read(r *jsonr.Reader) bool {
+	return r.Object(idNames, func(int) bool { return r.Str(&c.ID) })
+}
 
 func (b *messagesBlock) read(r *jsonr.Reader) bool {
 	return r.Object(messagesBlockNames, func(k int) bool {
@@ -229,8 +234,10 @@ func (a *messagesAnswer) read(r *jsonr.Reader) bool {
 			return r.Str(&a.StopReason)
 		case 3:
 			return jsonr.Slice(r, &a.Content, func(b *messagesBlock) bool { return b.read(r) })
-		default:
+		case 4:
 			return a.Usage.read(r)
+		default:
+			return a.Container.read(r)
 		}
 	})
 }
@@ -262,7 +269,7 @@ var (
 	chatCallDeltaNames   = []string{"index", "id", "function"}
 	messagesEventNames   = []string{"type", "index", "message", "content_block", "delta", "usage"}
 	messagesStartNames   = []string{"id", "model", "usage"}
-	messagesDeltaNames   = []string{"type", "text", "partial_json", "stop_reason"}
+	messagesDeltaNames   = []string{"type", "text", "partial_json", "stop_reason", "container"}
 )
 
 func (e *responsesEvent) reset() { *e = responsesEvent{} }
@@ -366,8 +373,10 @@ func (e *messagesEvent) read(r *jsonr.Reader) bool {
 					return r.Str(&d.Text)
 				case 2:
 					return r.Str(&d.PartialJSON)
-				default:
+				case 3:
 					return r.Str(&d.StopReason)
+				default:
+					return d.Container.read(r)
 				}
 			})
 		default:

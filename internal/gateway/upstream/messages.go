@@ -337,6 +337,7 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 				}
 			}
 		}
+		hostedIn(t, m.Container.ID)
 		return t, nil
 	}
 	return messagesStream(ctx, call, onDelta)
@@ -372,7 +373,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 	isText := map[int64]bool{}
 	var texts, args = map[int]*strings.Builder{}, map[int]*strings.Builder{}
 	hosted := map[string]*gateway.HostedCall{}
-	var stop string
+	var stop, container string
 	for {
 		ev, err := r.next(ctx)
 		if err == io.EOF {
@@ -463,6 +464,9 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 			}
 		case "message_delta":
 			stop = e.Delta.StopReason
+			if e.Delta.Container.ID != "" {
+				container = e.Delta.Container.ID
+			}
 			if e.Usage == nil {
 				break
 			}
@@ -493,6 +497,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 				}
 			}
 			t.Stop = messagesStop(stop)
+			hostedIn(t, container)
 			return t, nil
 		}
 	}
@@ -547,6 +552,16 @@ func messagesHosted(b *messagesBlock, calls map[string]*gateway.HostedCall) (*ga
 		h.Outputs = []tool.CommandOutput{{Stdout: c.Stdout, Stderr: c.Stderr, Outcome: tool.Outcome{Type: "exit", ExitCode: &c.ReturnCode}}}
 	}
 	return nil, nil
+}
+
+// hostedIn says the turn's hosted calls ran in the provider's container
+// id (Anthropic names it for the message, not for each call).
+func hostedIn(t *gateway.Turn, id string) {
+	for _, p := range t.Parts {
+		if p.Kind == gateway.PartHosted {
+			p.Hosted.ContainerID = id
+		}
+	}
 }
 
 // hostedInput takes the input of h's server_tool_use.
