@@ -34,9 +34,10 @@ console-node:
 parity-node:
 	cd jsrun/parity && npm ci --no-audit --no-fund
 
-# The main job: build, set up the host, build the default image, and answer
-# a question about a CSV with pandas inside a sandbox.
-demo: setup build
+# The main job: set up the host, build, build the default image (the three
+# overlapped, scripts/demo.sh), and answer a question about a CSV with
+# pandas inside a sandbox.
+demo:
 	scripts/demo.sh
 
 # Every test, on the real runtimes, as root. SHELLGATE_TEST_STRICT makes a

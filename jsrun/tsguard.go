@@ -227,22 +227,17 @@ func tsNestingDepth(src string) (depth, atLine int) {
 			prev = 'v'
 			continue
 		case c == '/' && prev != 'v':
-			// A regular expression: skip its body and flags.
-			i++
-			inClass := false
-			for i < n && src[i] != '\n' && (inClass || src[i] != '/') {
-				switch src[i] {
-				case '\\':
+			// A regular expression: skip its body and flags (an
+			// unterminated one: the rest of its line).
+			if end := regexEnd(src, i); end >= 0 {
+				i = end
+				for i+1 < n && isIdentByte(src[i+1]) {
 					i++
-				case '[':
-					inClass = true
-				case ']':
-					inClass = false
 				}
-				i++
-			}
-			for i+1 < n && isIdentByte(src[i+1]) {
-				i++
+			} else if k := strings.IndexByte(src[i:], '\n'); k >= 0 {
+				i += k
+			} else {
+				i = n
 			}
 			prev = 'v'
 			continue

@@ -322,7 +322,9 @@ func (m *Manager) stopInstance(ctx context.Context, inst *instance) error {
 	if err == nil {
 		// Only once its processes and mounts are gone may another
 		// sandbox take the range.
-		inst.slot.release()
+		if inst.slot != nil {
+			inst.slot.Release()
+		}
 	}
 	if inst.owner != nil {
 		flock.Unlock(inst.owner)

@@ -75,7 +75,7 @@ func joinNetwork(spec *runtime.Config, inst *instance) error {
 		// runc refuses namespace paths with a comma, which a data
 		// directory may have: a link of the slot's, like the user
 		// namespace's.
-		link := filepath.Join(filepath.Dir(SlotsDir), "netns", strconv.Itoa(inst.slot.n))
+		link := filepath.Join(filepath.Dir(SlotsDir), "netns", strconv.Itoa(inst.slot.N))
 		if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
 			return err
 		}

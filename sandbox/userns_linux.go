@@ -55,13 +55,10 @@ const (
 	maxSlots = 16384
 )
 
-// slot is one range of host ids held by a sandbox.
-type slot struct {
-	n    int
-	lock *os.File
-}
+// slot is one range of host ids held by a sandbox: the N-th.
+type slot struct{ *flock.Slot }
 
-func (s *slot) base() uint32 { return uint32(idBase + s.n*idsPerSlot) }
+func (s *slot) base() uint32 { return uint32(idBase + s.N*idsPerSlot) }
 
 // SlotsDir holds the host's id range slots: one per host, not per data
 // directory, since ranges are host ids.
@@ -72,42 +69,22 @@ const SlotsDir = "/run/shellgate/slots"
 // container and mounts are gone, so a slot naming a missing directory is
 // free.
 func (m *Manager) acquireSlot(sandboxDir string) (*slot, error) {
-	dir := SlotsDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	for n := 0; n < maxSlots; n++ {
+	fs, err := flock.TakeSlot(SlotsDir, maxSlots, func(n int, f *os.File) (bool, error) {
 		if m.hostIDs.overlaps(uint32(idBase+n*idsPerSlot), idsPerSlot) {
-			continue
-		}
-		f, err := flock.TryLock(filepath.Join(dir, strconv.Itoa(n)))
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			continue
-		}
-		if err != nil {
-			return nil, err
+			return false, nil
 		}
 		if prev := readSlotOwner(f); prev != "" && dirExists(prev) {
-			flock.Unlock(f) // a crashed process's sandbox, not cleaned up yet
-			continue
+			return false, nil // a crashed process's sandbox, not cleaned up yet
 		}
-		if err := writeSlotOwner(f, sandboxDir); err != nil {
-			flock.Unlock(f)
-			return nil, err
-		}
-		return &slot{n: n, lock: f}, nil
+		return true, writeSlotOwner(f, sandboxDir)
+	})
+	if errors.Is(err, flock.ErrNoSlot) {
+		return nil, fmt.Errorf("no free user-namespace slot (all %d in use)", maxSlots)
 	}
-	return nil, fmt.Errorf("no free user-namespace slot (all %d in use)", maxSlots)
-}
-
-// release frees the slot; its sandbox's processes and mounts are gone.
-func (s *slot) release() {
-	if s == nil || s.lock == nil {
-		return
+	if err != nil {
+		return nil, err
 	}
-	s.lock.Truncate(0)
-	flock.Unlock(s.lock)
-	s.lock = nil
+	return &slot{fs}, nil
 }
 
 // readSlotOwner returns the sandbox directory a slot file names, or "" for
@@ -136,7 +113,7 @@ func writeSlotOwner(f *os.File, sandboxDir string) error {
 // temporary one) may have. The link, /run/shellgate/userns/N, belongs to
 // the slot like its lock file.
 func (s *slot) nsPath(pin string) (string, error) {
-	link := filepath.Join(filepath.Dir(SlotsDir), "userns", strconv.Itoa(s.n))
+	link := filepath.Join(filepath.Dir(SlotsDir), "userns", strconv.Itoa(s.N))
 	if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
 		return "", err
 	}

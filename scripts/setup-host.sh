@@ -11,7 +11,16 @@
 # chromium for the web console's test, versitygw for the S3 tests. make demo
 # leaves them out: they were most of a fresh machine's setup.
 # Idempotent: a second run only checks.
+#
+# Usage: setup-host.sh [packages|go-tools]: the Debian packages, the tools
+# built with Go (runsc, versitygw), or (no argument) both. make demo runs
+# the two phases side by side with the image build (scripts/demo.sh).
 set -euo pipefail
+phase="${1:-all}"
+case "$phase" in
+all | packages | go-tools) ;;
+*) echo "usage: setup-host.sh [packages|go-tools]" >&2; exit 2 ;;
+esac
 
 RUNSC_VERSION="$(sed -n 's/^const RunscVersion = "\(.*\)"$/\1/p' "$(dirname "$0")/../sandbox/runtime/cli.go")"
 
@@ -20,23 +29,29 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3)
-if [ "${SHELLGATE_TEST_TOOLS:-0}" = 1 ]; then
-	# chromium: the headless browser of the web console's end-to-end test
-	# (test/e2e TestConsole, driven by playwright-core from test/console).
-	pkgs+=(postgresql chromium)
+if [ "$phase" != go-tools ]; then
+	pkgs=(crun runc debootstrap busybox-static e2fsprogs util-linux mount iproute2 iptables procps ca-certificates curl jq python3)
+	if [ "${SHELLGATE_TEST_TOOLS:-0}" = 1 ]; then
+		# chromium: the headless browser of the web console's end-to-end test
+		# (test/e2e TestConsole, driven by playwright-core from test/console).
+		pkgs+=(postgresql chromium)
+	fi
+	if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
+		pkgs+=(podman bubblewrap hyperfine uidmap)
+	fi
+	missing=()
+	for p in "${pkgs[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	if [ "${#missing[@]}" -gt 0 ]; then
+		echo "setup-host: installing ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
 fi
-if [ "${SHELLGATE_BENCH_TOOLS:-0}" = 1 ]; then
-	pkgs+=(podman bubblewrap hyperfine uidmap)
-fi
-missing=()
-for p in "${pkgs[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-	echo "setup-host: installing ${missing[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ "$phase" = packages ]; then
+	echo "setup-host: packages ok"
+	exit 0
 fi
 
 # gVisor: a static build (a dynamic one cannot re-exec itself inside its
@@ -44,7 +59,7 @@ fi
 want="gvisor.dev/gvisor/runsc@${RUNSC_VERSION}"
 stamp=/usr/local/lib/shellgate/runsc.version
 if ! command -v runsc >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-	echo "setup-host: building $want (about 2 minutes)"
+	echo "setup-host: building $want (about 3 minutes on a fresh machine)"
 	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
 	mkdir -p "$(dirname "$stamp")"
 	echo "$want" > "$stamp"

@@ -17,7 +17,7 @@ import (
 )
 
 // serveConfig is a `serve --config` file split by reader: the model
-// providers and trace broadcast (upstream, broadcast) get the file without
+// providers with their aliases, and trace broadcast (upstream, broadcast) get the file without
 // its `runtime:`, `database:` and `storage:` keys; `runtime:` selects the
 // sandbox backend, `database:` the store and `storage:` the file storage
 // (each as its flag, which wins, or its environment variable, which wins
@@ -35,6 +35,7 @@ type serveConfig struct {
 func parseServeConfig(b []byte) (serveConfig, error) {
 	var top struct {
 		Providers yaml.Node `yaml:"providers"`
+		Aliases   yaml.Node `yaml:"aliases"`
 		Broadcast yaml.Node `yaml:"broadcast"`
 		Runtime   yaml.Node `yaml:"runtime"`
 		Database  string    `yaml:"database"`
@@ -43,7 +44,7 @@ func parseServeConfig(b []byte) (serveConfig, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&top); err != nil {
-		return serveConfig{}, fmt.Errorf("not a valid config (top-level keys: providers, broadcast, runtime, database, storage): %w", err)
+		return serveConfig{}, fmt.Errorf("not a valid config (top-level keys: providers, aliases, broadcast, runtime, database, storage): %w", err)
 	}
 	sc := serveConfig{database: top.Database, storage: top.Storage}
 	if top.Runtime.Kind != 0 {
@@ -60,14 +61,13 @@ func parseServeConfig(b []byte) (serveConfig, error) {
 		}
 		sc.kube = &fc
 	}
-	if top.Providers.Kind != 0 || top.Broadcast.Kind != 0 {
-		rest := map[string]*yaml.Node{}
-		if top.Providers.Kind != 0 {
-			rest["providers"] = &top.Providers
+	rest := map[string]*yaml.Node{}
+	for k, n := range map[string]*yaml.Node{"providers": &top.Providers, "aliases": &top.Aliases, "broadcast": &top.Broadcast} {
+		if n.Kind != 0 {
+			rest[k] = n
 		}
-		if top.Broadcast.Kind != 0 {
-			rest["broadcast"] = &top.Broadcast
-		}
+	}
+	if len(rest) > 0 {
 		raw, err := yaml.Marshal(rest)
 		if err != nil {
 			return serveConfig{}, err

@@ -19,7 +19,7 @@ import (
 )
 
 // TestParseServeConfig: 1. a runtime-only file selects Kubernetes and has
-// no provider part; 2. providers, broadcast and runtime together split,
+// no provider part; 2. providers, aliases, broadcast and runtime together split,
 // the provider part parsing as before; 3. no runtime: sandboxes here;
 // 4. bad files are errors naming the field; 5. database and storage.
 func TestParseServeConfig(t *testing.T) {
@@ -29,6 +29,7 @@ func TestParseServeConfig(t *testing.T) {
 	}
 	sc, err = parseServeConfig([]byte(`providers:
   local: {api: chat_completions, base_url: "http://127.0.0.1:1/v1", models: [m1]}
+aliases: {fast: local/m1}
 broadcast:
   - {type: otlp_http, endpoint: "http://127.0.0.1:2/v1/traces"}
 runtime: {backend: kube, namespace: sg, image: sbx:1}
@@ -40,6 +41,9 @@ runtime: {backend: kube, namespace: sg, image: sbx:1}
 	if err != nil || !strings.Contains(fmt.Sprint(ps.Names()), "local") {
 		t.Fatalf("2: providers of %q: %v %v", sc.rest, ps, err)
 	}
+	if m, err := ps.Resolve("fast"); err != nil || m.Provider != "local" || m.Name != "m1" {
+		t.Fatalf("2: the alias of %q: %+v %v", sc.rest, m, err)
+	}
 	sc, err = parseServeConfig([]byte("providers:\n  local: {api: chat_completions, base_url: \"http://127.0.0.1:1/v1\", models: [m1]}\n"))
 	if err != nil || sc.kube != nil || sc.rest == nil {
 		t.Fatalf("3: %+v %v", sc, err)
@@ -49,7 +53,7 @@ runtime: {backend: kube, namespace: sg, image: sbx:1}
 		t.Fatalf("5: database and storage: %+v %v", sc, err)
 	}
 	for in, want := range map[string]string{
-		"database: {url: x}\n":                                                          "top-level keys: providers, broadcast, runtime, database, storage",
+		"database: {url: x}\n":                                                          "top-level keys: providers, aliases, broadcast, runtime, database, storage",
 		"runtimes: {backend: kube}\n":                                                   "runtimes",
 		"runtime: kubernetes\n":                                                         "runtime: want a mapping",
 		"runtime: {backend: crun, namespace: a, image: b}\n":                            "runtime.backend",

@@ -2,11 +2,11 @@ package server
 
 import (
 	"context"
-	"errors"
 	"io"
 	"time"
 
 	"github.com/shellgate/shellgate/internal/metering"
+	"github.com/shellgate/shellgate/internal/store"
 )
 
 // The server's state sits behind these small interfaces. cmd/shellgate
@@ -27,18 +27,20 @@ type Authenticator interface {
 }
 
 // Errors the backends return (wrapped); the handlers map them to statuses.
+// They are the store's own, so a backend over the store passes its errors
+// on as they come.
 var (
-	ErrUnauthorized = errors.New("invalid or revoked API key")
+	ErrUnauthorized = store.ErrUnauthorized
 	// ErrNotFound: no such container in the principal's workspace (another
 	// workspace's container is not found either).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = store.ErrNotFound
 	// ErrConflict: the name is taken in the workspace.
-	ErrConflict = errors.New("already exists")
+	ErrConflict = store.ErrConflict
 	// ErrInvalid: the request asks for something the store refuses (a
 	// cursor that is not a container of the workspace, say).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = store.ErrInvalid
 	// ErrQuota: the workspace is at its quota (ContainerSpec.MaxContainers).
-	ErrQuota = errors.New("over quota")
+	ErrQuota = store.ErrQuota
 )
 
 // Container is a container's record as the HTTP layer uses it.

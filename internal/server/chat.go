@@ -19,7 +19,8 @@ import (
 // The Chat Completions pass-through (POST /v1/chat/completions, also under
 // /api/v1) and the model list (GET /v1/models). Both answer errors in
 // OpenAI's envelope, {"error":{"message","type","param","code"}}, since
-// their clients are OpenAI SDKs.
+// their clients are OpenAI SDKs; under /api/v1 the code is the HTTP
+// status, a number, as OpenRouter's envelope has it (chatErrors).
 //
 // The pass-through forwards the body to the provider of its model as it
 // is, with only "model" rewritten to the provider's own name (the
@@ -61,18 +62,27 @@ func isServerTool(typ string) bool {
 	return serverToolTypes[typ] || strings.HasPrefix(typ, "code_execution")
 }
 
-// chatError writes an error in OpenAI's envelope.
-func chatError(w http.ResponseWriter, status int, param, code, format string, a ...any) {
+// chatErrors is how a route at path writes errors: under /api/v1 with the
+// HTTP status as error.code, a number, as OpenRouter's envelope has it
+// (@openrouter/sdk's error classes require one); on /v1 as OpenAI does.
+func chatErrors(path string) chat.Errors {
+	return chat.Errors{StatusCodes: strings.HasPrefix(path, "/api/")}
+}
+
+// chatError writes an error in OpenAI's envelope, as errs does.
+func chatError(w http.ResponseWriter, errs chat.Errors, status int, param, code, format string, a ...any) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shellgate"`)
 	}
-	chat.WriteError(w, status, param, code, fmt.Sprintf(format, a...))
+	errs.Write(w, status, param, code, fmt.Sprintf(format, a...))
 }
 
 // openAIRoute registers an OpenAI-shaped route: body cap, key check, the
-// workspace's limits, and errors in OpenAI's envelope.
+// workspace's limits, and errors in OpenAI's envelope (chatErrors).
 func (s *Server) openAIRoute(pattern string, maxBody int64, h func(w http.ResponseWriter, r *http.Request, p Principal)) {
-	ew := gatewayEnvelope(func(w http.ResponseWriter, status int, msg string) { chatError(w, status, "", "", "%s", msg) })
+	_, path, _ := strings.Cut(pattern, " ")
+	errs := chatErrors(path)
+	ew := gatewayEnvelope(func(w http.ResponseWriter, status int, msg string) { chatError(w, errs, status, "", "", "%s", msg) })
 	s.handleWith(ew, pattern, maxBody, true, func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		h(w, r, p)
 		return nil
@@ -93,6 +103,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request, _ Principal)
 	if s.cfg.Models != nil {
 		for _, id := range s.cfg.Models.List() {
 			owner, _, _ := strings.Cut(id, "/")
+			if m, err := s.cfg.Models.Resolve(id); err == nil {
+				owner = m.Provider // an alias's is its target's
+			}
 			data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": owner})
 		}
 	}
@@ -112,24 +125,25 @@ func (s *Server) loggedChat(w http.ResponseWriter, r *http.Request, p Principal)
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Principal) {
+	errs := chatErrors(r.URL.Path)
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			chatError(w, http.StatusRequestEntityTooLarge, "", "", "the request body is larger than %d bytes", maxChatBody)
+			chatError(w, errs, http.StatusRequestEntityTooLarge, "", "", "the request body is larger than %d bytes", maxChatBody)
 			return
 		}
-		chatError(w, http.StatusBadRequest, "", "", "reading the request body: %v", err)
+		chatError(w, errs, http.StatusBadRequest, "", "", "reading the request body: %v", err)
 		return
 	}
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &body); err != nil || body == nil {
-		chatError(w, http.StatusBadRequest, "", "", "We could not parse the JSON body of your request: it must be a JSON object.")
+		chatError(w, errs, http.StatusBadRequest, "", "", "We could not parse the JSON body of your request: it must be a JSON object.")
 		return
 	}
 	var model string
 	if err := json.Unmarshal(body["model"], &model); err != nil || model == "" {
-		chatError(w, http.StatusBadRequest, "model", "", "you must provide a model parameter (a string, provider/model)")
+		chatError(w, errs, http.StatusBadRequest, "model", "", "you must provide a model parameter (a string, provider/model)")
 		return
 	}
 	if rl := reqLogFrom(r.Context()); rl != nil {
@@ -141,12 +155,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 			Type string `json:"type"`
 		}
 		if err := json.Unmarshal(t, &tools); err != nil {
-			chatError(w, http.StatusBadRequest, "tools", "", "Invalid type for 'tools': expected an array of tool objects.")
+			chatError(w, errs, http.StatusBadRequest, "tools", "", "Invalid type for 'tools': expected an array of tool objects.")
 			return
 		}
 		for i, tool := range tools {
 			if isServerTool(tool.Type) {
-				chatError(w, http.StatusBadRequest, fmt.Sprintf("tools[%d].type", i), "unsupported_tool",
+				chatError(w, errs, http.StatusBadRequest, fmt.Sprintf("tools[%d].type", i), "unsupported_tool",
 					"tools[%d]: %q is a server tool that Shellgate runs in a sandbox; Chat Completions is a plain pass-through without server tools. "+
 						"Use the Responses API (POST /v1/responses) or the Messages API (POST /v1/messages) for shell, bash and code execution.", i, tool.Type)
 				return
@@ -154,7 +168,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		}
 	}
 	if s.cfg.Models == nil {
-		chatError(w, http.StatusNotFound, "model", "model_not_found", "model %q: no model providers are configured (shellgate serve --config FILE)", model)
+		chatError(w, errs, http.StatusNotFound, "model", "model_not_found", "model %q: no model providers are configured (shellgate serve --config FILE)", model)
 		return
 	}
 	m, err := s.cfg.Models.Resolve(model)
@@ -169,21 +183,21 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 			if status == http.StatusNotFound {
 				code = "model_not_found"
 			}
-			chatError(w, status, re.Param, code, "%s", re.Message)
+			chatError(w, errs, status, re.Param, code, "%s", re.Message)
 			return
 		}
 		s.log.ErrorContext(r.Context(), "resolving a model failed", "model", model, "err", err)
-		chatError(w, http.StatusInternalServerError, "", "", "internal error")
+		chatError(w, errs, http.StatusInternalServerError, "", "", "internal error")
 		return
 	}
 	redacted, err := s.screenChat(r.Context(), w, p, body)
 	if re := (*gateway.RequestError)(nil); errors.As(err, &re) {
-		chatError(w, re.Status, "", "prompt_injection_blocked", "%s", re.Message)
+		chatError(w, errs, re.Status, "", "prompt_injection_blocked", "%s", re.Message)
 		return
 	}
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "reading the workspace's guardrails failed", "err", err)
-		chatError(w, http.StatusInternalServerError, "", "", "internal error")
+		chatError(w, errs, http.StatusInternalServerError, "", "", "internal error")
 		return
 	}
 	fwd, ok := m.Upstream.(chatForwarder)
@@ -192,18 +206,18 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 		// guardrails' redactions.
 		if redacted {
 			if raw, err = json.Marshal(body); err != nil {
-				chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
+				chatError(w, errs, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
 				return
 			}
 		}
-		noteCall(r.Context(), m, chat.Serve(r.Context(), w, raw, model, m))
+		noteCall(r.Context(), m, chat.Serve(r.Context(), w, raw, model, m, errs))
 		return
 	}
 	name, _ := json.Marshal(m.Name)
 	body["model"] = name
 	out, err := json.Marshal(body)
 	if err != nil {
-		chatError(w, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
+		chatError(w, errs, http.StatusBadRequest, "", "", "re-encoding the request: %v", err)
 		return
 	}
 	// The call, for the trace: from the request to the end of the copied
@@ -218,14 +232,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 	call.Err = err
 	if err != nil {
 		if ue, ok := gateway.AsUpstreamError(err); ok {
-			chatError(w, ue.Status, "", ue.Type, "%s", ue.Message)
+			chatError(w, errs, ue.Status, "", ue.Type, "%s", ue.Message)
 			return
 		}
 		if r.Context().Err() != nil {
 			return // the client went away
 		}
 		s.log.ErrorContext(r.Context(), "chat pass-through failed", "model", model, "err", err)
-		chatError(w, http.StatusBadGateway, "", "", "upstream call failed")
+		chatError(w, errs, http.StatusBadGateway, "", "", "upstream call failed")
 		return
 	}
 	defer resp.Body.Close()
@@ -267,7 +281,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, p Princ
 			// The head is sent: the stream can only end early. A streamed
 			// answer gets an error event the SDKs surface.
 			if ue, ok := gateway.AsUpstreamError(err); ok && flusher != nil {
-				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": ue.Message, "type": "server_error", "param": nil, "code": ue.Type}})
+				b, _ := json.Marshal(errs.Event(ue.Status, ue.Type, ue.Message))
 				fmt.Fprintf(w, "data: %s\n\n", b)
 				flusher.Flush()
 			}

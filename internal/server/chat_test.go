@@ -22,7 +22,8 @@ import (
 
 // chatEnv is a server whose provider "local" (chat_completions) and
 // "claude" (messages) are the scripted upstream, and "down" a
-// chat_completions provider where nothing listens.
+// chat_completions provider where nothing listens; the alias
+// gemini-2.5-flash is local/m1.
 func chatEnv(t *testing.T, script *scripted.Script) (*env, *scripted.Server) {
 	t.Helper()
 	return chatEnvTB(t, script)
@@ -44,6 +45,9 @@ func chatEnvTB(t testing.TB, script *scripted.Script, mod ...func(*Config)) (*en
 		upstream.Provider{Name: "oai", API: gateway.APIResponses, Endpoint: upstream.Endpoint{BaseURL: up.URL + "/v1"}},
 		upstream.Provider{Name: "down", API: gateway.APIChat, Endpoint: upstream.Endpoint{BaseURL: down}},
 	)
+	if err := models.SetAliases(map[string]string{"gemini-2.5-flash": "local/m1"}); err != nil {
+		t.Fatal(err)
+	}
 	e := newEnv(t, "crun", "busybox", append([]func(*Config){func(c *Config) { c.Models = models }}, mod...)...)
 	return e, up
 }
@@ -65,6 +69,7 @@ func TestChatPassThrough(t *testing.T) {
 			{ID: "call_w", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris"}`)}}}},
 		"limited": {{Error: &scripted.Error{Status: 429, Type: "rate_limit_exceeded", Message: "Rate limit reached for requests"}}},
 		"stall":   {{Text: "a b c d e f g h i j k l m n o p q r s t", HangStream: true}},
+		"broken":  {{Text: "a b c", Error: &scripted.Error{Status: 529, Type: "overloaded_error", Message: "Overloaded", MidStream: true}}},
 	}})
 	ctx := context.Background()
 	for _, base := range []string{"/v1/", "/api/v1/"} {
@@ -125,12 +130,18 @@ func TestChatPassThrough(t *testing.T) {
 		var ids []string
 		for _, m := range page.Data {
 			ids = append(ids, m.ID)
-			if m.Object != "model" || m.OwnedBy == "" {
+			if m.Object != "model" || m.OwnedBy == "" || (m.ID == "gemini-2.5-flash" && m.OwnedBy != "local") {
 				t.Errorf("model %s", m.RawJSON())
 			}
 		}
-		if want := []string{"claude/sonnet", "local/m1", "local/qwen3"}; !slices.Equal(ids, want) {
+		if want := []string{"claude/sonnet", "gemini-2.5-flash", "local/m1", "local/qwen3"}; !slices.Equal(ids, want) {
 			t.Errorf("models %v, want %v", ids, want)
+		}
+		// The alias is a model: the upstream gets its target's name.
+		cc, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gemini-2.5-flash",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hi")}})
+		if err != nil || cc.Choices[0].Message.Content != "Hello from the scripted model, streamed in pieces." || gatewaytest.JSONAt(up.Last().Body, "model") != "m1" {
+			t.Errorf("by alias: %v %+v, upstream got %s", err, cc, up.Last().Raw)
 		}
 	})
 
@@ -252,6 +263,46 @@ func TestChatPassThrough(t *testing.T) {
 		var oe *openai.Error
 		if !errors.As(err, &oe) || oe.StatusCode != 429 {
 			t.Errorf("translated 429: %v", err)
+		}
+	})
+	t.Run("14 error.code on /api/v1 is the status", func(t *testing.T) {
+		// OpenRouter's envelope: @openrouter/sdk's error classes parse
+		// error.code as an integer. /v1 keeps OpenAI's string or null.
+		msgs := []any{map[string]any{"role": "user", "content": "hi"}}
+		for _, c := range []struct {
+			name, method, path, key string
+			body                    any
+			status                  int
+		}{
+			{"bad key", "POST", "chat/completions", "sk-wrong", map[string]any{"model": "local/m1", "messages": msgs}, 401},
+			{"unknown provider", "POST", "chat/completions", e.keyA, map[string]any{"model": "nope/m", "messages": msgs}, 404},
+			{"not JSON", "POST", "chat/completions", e.keyA, `{"model":`, 400},
+			{"server tool", "POST", "chat/completions", e.keyA, map[string]any{"model": "local/m1", "messages": msgs, "tools": []any{map[string]any{"type": "shell"}}}, 400},
+			{"translated bad body", "POST", "chat/completions", e.keyA, map[string]any{"model": "claude/sonnet", "messages": "x"}, 400},
+			{"translated upstream 429", "POST", "chat/completions", e.keyA, map[string]any{"model": "claude/limited", "messages": msgs}, 429},
+			{"models, bad key", "GET", "models", "sk-wrong", nil, 401},
+		} {
+			st, b := e.do(c.method, "/api/v1/"+c.path, c.key, c.body)
+			if msg, _, code := statusCodeError(t, st, b); st != c.status || code != c.status || msg == "" {
+				t.Errorf("%s on /api/v1: %d %s", c.name, st, b)
+			}
+			st, b = e.do(c.method, "/v1/"+c.path, c.key, c.body)
+			var env struct {
+				Error struct {
+					Code *string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(b, &env); st != c.status || err != nil {
+				t.Errorf("%s on /v1: %d %s (%v)", c.name, st, b, err)
+			}
+		}
+		// A translated stream whose upstream fails before any text answers
+		// the upstream's status, the code that status under /api/v1.
+		for path, want := range map[string]string{"/api/v1/chat/completions": `"code":529}`, "/v1/chat/completions": `"code":"overloaded_error"}`} {
+			st, b := e.do("POST", path, e.keyA, map[string]any{"model": "claude/broken", "messages": msgs, "stream": true})
+			if st != 529 || !strings.Contains(string(b), want) {
+				t.Errorf("streamed upstream error on %s: %d %s", path, st, b)
+			}
 		}
 	})
 	t.Run("12 client disconnect cancels the upstream", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/shellgate/shellgate/internal/gateway/gemini"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
 )
@@ -181,18 +182,31 @@ func TestGeminiErrors(t *testing.T) {
 	_, err = geminiClient(t, e, "sk-wrong").Models.GenerateContent(ctx, "gemini/m", genai.Text("hi"), nil)
 	check("bad key", err, 401, "UNAUTHENTICATED")
 
-	// Raw HTTP: ?key= works on these paths; a body that is not JSON and an
-	// unknown method answer in Google's envelope.
+	// Raw HTTP: ?key= works on these paths; a model id with a '/' is also
+	// served without "models/" (as @ai-sdk/google sends it); a body that
+	// is not JSON, an unknown method and every unrouted path under /v1beta
+	// answer in Google's envelope (not the mux's plain text).
+	hi := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
 	for _, c := range []struct {
-		path, body string
-		status     int
+		method, path, body string
+		status             int
 	}{
-		{"/v1beta/models/gemini/m:generateContent?key=" + e.keyA, `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, 200},
-		{"/v1beta/models/gemini/m:generateContent?key=" + e.keyA, `{"contents":`, 400},
-		{"/v1beta/models/gemini/m:countTokens?key=" + e.keyA, `{}`, 404},
-		{"/v1beta/models/gemini/m:generateContent", `{}`, 401},
+		{"POST", "/v1beta/models/gemini/m:generateContent?key=" + e.keyA, hi, 200},
+		{"POST", "/v1beta/gemini/m:generateContent?key=" + e.keyA, hi, 200},
+		{"POST", "/api/v1beta/responses/m:streamGenerateContent?alt=sse&key=" + e.keyA, hi, 200},
+		{"POST", "/v1beta/models/gemini/m:generateContent?key=" + e.keyA, `{"contents":`, 400},
+		{"POST", "/v1beta/models/gemini/m:countTokens?key=" + e.keyA, `{}`, 404},
+		{"POST", "/v1beta/models/gemini/m:generateContent", `{}`, 401},
+		{"POST", "/v1beta/nope/m:generateContent?key=" + e.keyA, hi, 404},
+		{"POST", "/v1beta/?key=" + e.keyA, hi, 404},
+		{"POST", "/v1beta/models/:generateContent?key=" + e.keyA, hi, 400},
+		{"POST", "/v1beta/:generateContent?key=" + e.keyA, hi, 404},
+		{"POST", "/v1beta/gemini/m:generateContent:x?key=" + e.keyA, hi, 404},
+		{"POST", "/api/v1beta/files?key=" + e.keyA, hi, 404},
+		{"GET", "/v1beta/models?key=" + e.keyA, "", 405},
+		{"DELETE", "/api/v1beta/cachedContents/x", "", 405},
 	} {
-		req, _ := http.NewRequest("POST", e.url+c.path, strings.NewReader(c.body))
+		req, _ := http.NewRequest(c.method, e.url+c.path, strings.NewReader(c.body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -206,8 +220,8 @@ func TestGeminiErrors(t *testing.T) {
 		}
 		json.NewDecoder(resp.Body).Decode(&env)
 		resp.Body.Close()
-		if resp.StatusCode != c.status || (c.status != 200 && (env.Error.Code != c.status || env.Error.Status == "" || env.Error.Message == "")) {
-			t.Errorf("%s: %d %+v", c.path, resp.StatusCode, env)
+		if resp.StatusCode != c.status || (c.status != 200 && (env.Error.Code != c.status || env.Error.Status != gemini.StatusWord(c.status) || env.Error.Message == "")) {
+			t.Errorf("%s %s: %d %+v", c.method, c.path, resp.StatusCode, env)
 		}
 	}
 }

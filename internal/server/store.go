@@ -31,29 +31,10 @@ var (
 
 func scope(p Principal) store.Scope { return store.Scope{Account: p.Account, Workspace: p.Workspace} }
 
-// mapErr turns the store's errors into the server's.
-func mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case errors.Is(err, store.ErrConflict):
-		return fmt.Errorf("%w: %w", ErrConflict, err)
-	case errors.Is(err, store.ErrInvalid):
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	case errors.Is(err, store.ErrUnauthorized):
-		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
-	case errors.Is(err, store.ErrQuota):
-		return fmt.Errorf("%w: %w", ErrQuota, err)
-	}
-	return err
-}
-
 func (b StoreBackend) Authenticate(ctx context.Context, key string) (Principal, error) {
 	k, err := b.St.Keys().Authenticate(ctx, key)
 	if err != nil {
-		return Principal{}, mapErr(err)
+		return Principal{}, err
 	}
 	return Principal{Account: k.Account, Workspace: k.Workspace}, nil
 }
@@ -107,12 +88,12 @@ func (b StoreBackend) CreateSpec(ctx context.Context, p Principal, spec Containe
 	}
 	c, err := cs.CreateWithin(ctx, rec, spec.MaxContainers)
 	if err != nil {
-		return Container{}, mapErr(err)
+		return Container{}, err
 	}
 	if spec.Name == "" {
 		c.Name = c.ID
 		if c, err = cs.Update(ctx, c); err != nil {
-			return Container{}, errors.Join(mapErr(err), cs.Delete(context.WithoutCancel(ctx), c.Scope, c.ID))
+			return Container{}, errors.Join(err, cs.Delete(context.WithoutCancel(ctx), c.Scope, c.ID))
 		}
 	}
 	return fromStore(c)
@@ -126,7 +107,7 @@ func (b StoreBackend) Lookup(ctx context.Context, p Principal, ref string) (Cont
 		c, err = cs.GetByName(ctx, scope(p), ref)
 	}
 	if err != nil {
-		return Container{}, mapErr(err)
+		return Container{}, err
 	}
 	return fromStore(c)
 }
@@ -134,7 +115,7 @@ func (b StoreBackend) Lookup(ctx context.Context, p Principal, ref string) (Cont
 func (b StoreBackend) List(ctx context.Context, p Principal, opts ListOptions) ([]Container, bool, error) {
 	page, err := b.St.Containers().List(ctx, scope(p), store.ListOptions{After: opts.After, Limit: opts.Limit, Order: opts.Order, Name: opts.Name})
 	if err != nil {
-		return nil, false, mapErr(err)
+		return nil, false, err
 	}
 	out := make([]Container, len(page.Items))
 	for i, c := range page.Items {
@@ -146,17 +127,17 @@ func (b StoreBackend) List(ctx context.Context, p Principal, opts ListOptions) (
 }
 
 func (b StoreBackend) Touch(ctx context.Context, p Principal, id string, t time.Time) error {
-	return mapErr(b.St.Containers().Touch(ctx, scope(p), id, t))
+	return b.St.Containers().Touch(ctx, scope(p), id, t)
 }
 
 func (b StoreBackend) Delete(ctx context.Context, p Principal, id string) error {
-	return mapErr(b.St.Containers().Delete(ctx, scope(p), id))
+	return b.St.Containers().Delete(ctx, scope(p), id)
 }
 
 func (b StoreBackend) Find(ctx context.Context, id string) (Container, error) {
 	c, err := b.St.Containers().Find(ctx, id)
 	if err != nil {
-		return Container{}, mapErr(err)
+		return Container{}, err
 	}
 	return fromStore(c)
 }
@@ -164,7 +145,7 @@ func (b StoreBackend) Find(ctx context.Context, id string) (Container, error) {
 func (b StoreBackend) Expiring(ctx context.Context, now, idleBefore time.Time, limit int) ([]Container, error) {
 	cs, err := b.St.Containers().Expiring(ctx, now, idleBefore, limit)
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, err
 	}
 	out := make([]Container, len(cs))
 	for i, c := range cs {
@@ -177,12 +158,12 @@ func (b StoreBackend) Expiring(ctx context.Context, now, idleBefore time.Time, l
 
 func (b StoreBackend) Expire(ctx context.Context, id string, lastActive time.Time) (bool, error) {
 	ok, err := b.St.Containers().Expire(ctx, id, lastActive)
-	return ok, mapErr(err)
+	return ok, err
 }
 
 func (b StoreBackend) Record(ctx context.Context, p Principal, id, containerID string, at time.Time, kind string, bill metering.Bill) error {
-	return mapErr(b.St.Usage().Record(ctx, store.UsageEvent{ID: id, Scope: scope(p), ContainerID: containerID, At: at,
-		MeteredMillis: bill.MeteredMillis, BilledMillis: bill.BilledMillis, CostMicroUSD: bill.CostMicroUSD, Kind: kind}))
+	return b.St.Usage().Record(ctx, store.UsageEvent{ID: id, Scope: scope(p), ContainerID: containerID, At: at,
+		MeteredMillis: bill.MeteredMillis, BilledMillis: bill.BilledMillis, CostMicroUSD: bill.CostMicroUSD, Kind: kind})
 }
 
 func (b StoreBackend) Totals(ctx context.Context, p Principal, from, to time.Time) (byDay, byContainer []UsageTotal, err error) {
@@ -197,11 +178,11 @@ func (b StoreBackend) Totals(ctx context.Context, p Principal, from, to time.Tim
 	u := b.St.Usage()
 	d, err := u.ByDay(ctx, scope(p), from, to)
 	if err != nil {
-		return nil, nil, mapErr(err)
+		return nil, nil, err
 	}
 	c, err := u.ByContainer(ctx, scope(p), from, to)
 	if err != nil {
-		return nil, nil, mapErr(err)
+		return nil, nil, err
 	}
 	return conv(d), conv(c), nil
 }
@@ -210,14 +191,14 @@ func (b StoreBackend) Totals(ctx context.Context, p Principal, from, to time.Tim
 func (b StoreBackend) OpenFile(ctx context.Context, p Principal, id string) (string, io.ReadCloser, error) {
 	f, err := b.St.Files().Get(ctx, scope(p), id)
 	if err != nil {
-		return "", nil, mapErr(err)
+		return "", nil, err
 	}
 	if b.Blobs == nil {
 		return "", nil, errors.New("this server keeps no file bytes (StoreBackend.Blobs is nil)")
 	}
 	rc, _, err := b.Blobs.Open(ctx, f.ID)
 	if err != nil {
-		return "", nil, mapErr(err)
+		return "", nil, err
 	}
 	return f.Name, rc, nil
 }

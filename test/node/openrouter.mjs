@@ -6,7 +6,8 @@
 // and answers with its output: responses.send plain and streamed with the
 // openrouter:shell tool, workspace files (upload, list, retrieve,
 // download, delete), the sandbox's container files (list, get, download,
-// promote) and the error classes with their numeric codes. Each
+// promote) and the error classes with their numeric codes; chat.send
+// plain and streamed, and the errors of chat.send and models.list. Each
 // case prints one JSON line {case, ok, detail}; the exit code is the number
 // of failed cases. Run by test/e2e (TestNodeOpenRouter).
 import { OpenRouter } from '@openrouter/sdk';
@@ -123,6 +124,67 @@ await check('openrouter error: bad request', async () => {
     return { code: err.error.code, message: err.error.message };
   }
   throw new Error('a bad request was accepted');
+});
+
+// Chat Completions and the model list on /api/v1: answers, and errors
+// with their numeric codes (error.code is the HTTP status there).
+for (const upstream of ['responses', 'messages', 'chat']) {
+  await check(`openrouter chat.send on ${upstream}`, async () => {
+    const r = await client.chat.send({ chatRequest: { model: `${upstream}/plain`, messages: [{ role: 'user', content: 'Say hello.' }] } });
+    assert(r.choices[0].message.content === 'Hello from plain.' && r.choices[0].finishReason === 'stop', 'answer: ' + JSON.stringify(r));
+    return r.choices[0].message.content;
+  });
+
+  await check(`openrouter chat.send streamed on ${upstream}`, async () => {
+    const stream = await client.chat.send({ chatRequest: { model: `${upstream}/plain`, messages: [{ role: 'user', content: 'Say hello.' }], stream: true } });
+    let text = '', finish;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content || '';
+      finish = chunk.choices[0]?.finishReason || finish;
+    }
+    assert(text === 'Hello from plain.' && finish === 'stop', 'answer: ' + JSON.stringify(text) + ' ' + finish);
+    return text;
+  });
+}
+
+// orError is what a failing call throws, checked to be errClass with the
+// status as its numeric code.
+async function orError(call, errClass, status) {
+  try {
+    await call();
+  } catch (err) {
+    assert(err instanceof errClass, 'error class: ' + (err && err.constructor.name) + ' ' + err);
+    assert(err.error.code === status && typeof err.error.message === 'string' && err.error.message !== '', 'error: ' + JSON.stringify(err.error));
+    return { code: err.error.code, message: err.error.message };
+  }
+  throw new Error('the call succeeded');
+}
+
+const hi = [{ role: 'user', content: 'hi' }];
+await check('openrouter chat.send error: unknown provider', () =>
+  orError(() => client.chat.send({ chatRequest: { model: 'nope/m', messages: hi } }), errors.NotFoundResponseError, 404));
+await check('openrouter chat.send error: server tool', () =>
+  orError(() => client.chat.send({ chatRequest: { model: 'chat/plain', messages: hi, tools: [{ type: 'openrouter:shell' }] } }), errors.BadRequestResponseError, 400));
+await check('openrouter chat.send error: bad key', () => {
+  const bad = new OpenRouter({ serverURL: `${base}/api/v1`, apiKey: 'sk-wrong', retryConfig: { strategy: 'none' } });
+  return orError(() => bad.chat.send({ chatRequest: { model: 'chat/plain', messages: hi } }), errors.UnauthorizedResponseError, 401);
+});
+
+// models.list parses only OpenRouter's full model objects (pricing,
+// architecture, context length...), which Shellgate does not know: its
+// errors are checked, as the SDK hands them over (a 401 is no class of
+// its own there, so the body is read).
+await check('openrouter models.list error: bad key', async () => {
+  const bad = new OpenRouter({ serverURL: `${base}/api/v1`, apiKey: 'sk-wrong', retryConfig: { strategy: 'none' } });
+  try {
+    for await (const page of await bad.models.list()) page;
+  } catch (err) {
+    assert(err instanceof errors.OpenRouterError && err.statusCode === 401, 'error: ' + (err && err.constructor.name) + ' ' + err);
+    const body = JSON.parse(err.body);
+    assert(body.error.code === 401 && body.error.message !== '', 'body: ' + err.body);
+    return body.error;
+  }
+  throw new Error('a bad key was accepted');
 });
 
 process.exit(failed());

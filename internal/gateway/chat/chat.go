@@ -296,21 +296,42 @@ func Completion(t *gateway.Turn, id, model string) map[string]any {
 	if len(calls) > 0 {
 		msg["tool_calls"] = calls
 	}
-	return map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": model,
+	// system_fingerprint is null (no fingerprint), as OpenAI sends it:
+	// @openrouter/sdk's schema requires the key (in a completion; its
+	// chunks take a string or none, so they carry none).
+	return map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": model, "system_fingerprint": nil,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": FinishReason(t.Stop), "logprobs": nil}},
 		"usage":   usage(t.Usage)}
 }
 
-// WriteError writes an error in OpenAI's envelope.
-func WriteError(w http.ResponseWriter, status int, param, code, msg string) {
-	openaierr.Write(w, &openaierr.Error{Status: status, Type: openaierr.TypeFor(status), Param: param, Code: code, Message: msg})
+// Errors writes errors in OpenAI's envelope. With StatusCodes, error.code
+// is the HTTP status, a number, as OpenRouter's /api/v1 has it (its SDK
+// parses error.code as an integer); else the code string or null.
+type Errors struct{ StatusCodes bool }
+
+// Write writes an error in OpenAI's envelope.
+func (e Errors) Write(w http.ResponseWriter, status int, param, code, msg string) {
+	openaierr.Write(w, &openaierr.Error{Status: status, Type: openaierr.TypeFor(status), Param: param, Code: code, Message: msg, StatusCode: e.StatusCodes})
 }
 
-// writeErr writes err (a request error, an upstream error, or another) in
+// Event is the error event that ends a stream whose head was sent: an
+// upstream failure (status 0 when it gave none).
+func (e Errors) Event(status int, code, msg string) map[string]any {
+	d := map[string]any{"message": msg, "type": "server_error", "param": nil, "code": code}
+	if e.StatusCodes {
+		if status < 400 || status > 599 {
+			status = http.StatusBadGateway
+		}
+		d["code"] = status
+	}
+	return map[string]any{"error": d}
+}
+
+// write writes err (a request error, an upstream error, or another) in
 // OpenAI's envelope.
-func writeErr(w http.ResponseWriter, err error) {
-	if e, ok := err.(*Error); ok {
-		WriteError(w, http.StatusBadRequest, e.Param, "", e.Message)
+func (e Errors) write(w http.ResponseWriter, err error) {
+	if ce, ok := err.(*Error); ok {
+		e.Write(w, http.StatusBadRequest, ce.Param, "", ce.Message)
 		return
 	}
 	if re, ok := err.(*gateway.RequestError); ok {
@@ -318,24 +339,25 @@ func writeErr(w http.ResponseWriter, err error) {
 		if st == 0 {
 			st = http.StatusBadRequest
 		}
-		WriteError(w, st, re.Param, "", re.Message)
+		e.Write(w, st, re.Param, "", re.Message)
 		return
 	}
 	if ue, ok := gateway.AsUpstreamError(err); ok {
-		WriteError(w, ue.Status, "", ue.Type, ue.Message)
+		e.Write(w, ue.Status, "", ue.Type, ue.Message)
 		return
 	}
-	WriteError(w, http.StatusBadGateway, "", "", "upstream call failed")
+	e.Write(w, http.StatusBadGateway, "", "", "upstream call failed")
 }
 
 // Serve answers raw (a Chat Completions body asking for model, already
 // resolved to m) through m's adapter, streamed when the body says so. It
 // returns the upstream call it made, for the request's trace (a zero
-// Start when the body was refused before any call).
-func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string, m gateway.Model) (call gateway.UpstreamCall) {
+// Start when the body was refused before any call). Errors are written
+// with errs.
+func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string, m gateway.Model, errs Errors) (call gateway.UpstreamCall) {
 	req, opt, err := ParseRequest(raw, m.Name)
 	if err != nil {
-		writeErr(w, err)
+		errs.write(w, err)
 		return call
 	}
 	call.Start = time.Now()
@@ -352,7 +374,7 @@ func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string,
 		t, err := turn(nil)
 		if err != nil {
 			if ctx.Err() == nil {
-				writeErr(w, err)
+				errs.write(w, err)
 			}
 			return call
 		}
@@ -404,14 +426,14 @@ func Serve(ctx context.Context, w http.ResponseWriter, raw []byte, model string,
 			return call
 		}
 		if !started {
-			writeErr(w, err)
+			errs.write(w, err)
 			return call
 		}
-		msg, code := "upstream call failed", ""
+		status, msg, code := 0, "upstream call failed", ""
 		if ue, ok := gateway.AsUpstreamError(err); ok {
-			msg, code = ue.Message, ue.Type
+			status, msg, code = ue.Status, ue.Message, ue.Type
 		}
-		send(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": code}})
+		send(errs.Event(status, code, msg))
 		return call
 	}
 	if !started {

@@ -53,3 +53,24 @@ func TestParseRequest(t *testing.T) {
 		t.Errorf("options %+v", opt)
 	}
 }
+
+// TestErrorsEvent: a stream's error event carries the upstream's type as
+// its code on /v1, the status (502 when the upstream gave none) on
+// OpenRouter's /api/v1.
+func TestErrorsEvent(t *testing.T) {
+	for _, c := range []struct {
+		errs   Errors
+		status int
+		want   any
+	}{
+		{Errors{}, 529, "overloaded_error"},
+		{Errors{StatusCodes: true}, 529, 529},
+		{Errors{StatusCodes: true}, 0, 502},
+		{Errors{StatusCodes: true}, 200, 502},
+	} {
+		ev := c.errs.Event(c.status, "overloaded_error", "Overloaded")["error"].(map[string]any)
+		if ev["code"] != c.want || ev["message"] != "Overloaded" || ev["type"] != "server_error" {
+			t.Errorf("%+v status %d: %v, want code %v", c.errs, c.status, ev, c.want)
+		}
+	}
+}

@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzParseRequest: a Chat Completions body for a translated model is
-// refused with an *Error naming what is wrong (writeErr answers it 400),
+// refused with an *Error naming what is wrong (Errors.write answers it 400),
 // never another error (a 502); one that is accepted holds only user and
 // assistant turns, user turns never empty, images with a URL or data,
 // tools with names, and a body that decodes the same when the request

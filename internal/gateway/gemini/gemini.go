@@ -1,5 +1,5 @@
 // Package gemini is the Gemini API client dialect of the model gateway:
-// POST /v1beta/models/{provider/model}:generateContent and
+// POST /v1beta/models/{model}:generateContent and
 // :streamGenerateContent (?alt=sse), with the request and answer shapes of
 // the genai SDK's types. Client function tools (functionDeclarations) come
 // back to the client as functionCall parts; the codeExecution tool is
@@ -16,9 +16,10 @@
 //
 // # How it works
 //
-// `internal/server/gemini.go` mounts `POST /v1beta/models/{rest...}` (the key
+// `internal/server/gemini.go` mounts `POST /v1beta/{rest...}` (the key
 // also from `x-goog-api-key` or `?key=` on these paths; Google's envelope for
-// every failure) and hands the path's rest (`provider/model:method`) to
+// every failure and every unrouted path) and hands the path's rest
+// (`models/MODEL:method`, or `provider/model:method`) to
 // `gemini.Serve`, which decodes the body into the `genai` SDK's types, builds
 // a `gateway.Run` — `codeExecution` as `gateway.CodeTool` under the function
 // name `code_execution`, function declarations as client tools, replayed
@@ -159,9 +160,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b)
 }
 
-// Serve answers one request whose path ends in rest ("provider/model:
-// generateContent" or ":streamGenerateContent"); the key is checked, the
-// body not yet read.
+// Serve answers one request whose path under /v1beta is rest
+// ("models/MODEL:generateContent" or ":streamGenerateContent", MODEL an
+// alias or provider/model; or "provider/model:…" without "models/", as
+// @ai-sdk/google sends an id with a '/'); the key is checked, the body not
+// yet read.
 func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 	fail := func(err error) {
 		status, msg := classify(err)
@@ -172,7 +175,7 @@ func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 	}
 	i := strings.LastIndex(rest, ":")
 	if i <= 0 {
-		fail(&Error{Status: http.StatusNotFound, Message: fmt.Sprintf("unknown method in %q: want models/MODEL:generateContent or :streamGenerateContent", rest)})
+		fail(&Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no route for %q: want models/MODEL:generateContent or :streamGenerateContent", rest)})
 		return
 	}
 	model, method := strings.TrimPrefix(rest[:i], "models/"), rest[i+1:]

@@ -31,11 +31,18 @@ import (
 //	    native_tools: [shell, code_interpreter]         # optional: hosted tools the provider runs itself
 //	    vendor_tools: sandbox           # optional: run shell/code_interpreter/code_execution_* in the sandbox anyway
 //
-// A model "openai/gpt-5" goes to provider openai as model "gpt-5". The
-// same file's `broadcast:` list (trace destinations) is read by
-// internal/broadcast.
+//	aliases:                          # optional: other names for models
+//	  gemini-2.5-flash: local/qwen3
+//	  gpt-5: openrouter/openai/gpt-5
+//
+// A model "openai/gpt-5" goes to provider openai as model "gpt-5". An
+// alias is resolved wherever a model name is (every client API) and listed
+// by GET /v1/models; its target is a configured provider's model (one the
+// provider lists, if it lists any) or another alias. The same file's
+// `broadcast:` list (trace destinations) is read by internal/broadcast.
 type Config struct {
 	Providers map[string]ProviderConfig `yaml:"providers"`
+	Aliases   map[string]string         `yaml:"aliases"`
 	Broadcast yaml.Node                 `yaml:"broadcast"`
 }
 
@@ -154,7 +161,49 @@ func ParseConfig(b []byte, getenv func(string) string) (*Providers, error) {
 			native: pc.NativeTools, vendorSandbox: pc.VendorTools == "sandbox"}
 		ps.names = append(ps.names, name)
 	}
+	if err := ps.SetAliases(cfg.Aliases); err != nil {
+		return nil, err
+	}
 	return ps, nil
+}
+
+// SetAliases checks the config's aliases and resolves each to the
+// provider/model it stands for (following aliases of aliases): a target
+// no provider serves, a cycle, or an alias that hides a provider's model
+// is an error naming the alias. It replaces the aliases set before; call
+// it before the providers are in use.
+func (ps *Providers) SetAliases(aliases map[string]string) error {
+	ps.aliases = map[string]string{}
+	for _, name := range sortedKeys(aliases) {
+		at := "aliases." + name
+		if name == "" || strings.ContainsAny(name, " \t\n") {
+			return fmt.Errorf("aliases: %q is not a model name", name)
+		}
+		if prefix, _, ok := strings.Cut(name, "/"); ok && ps.byName[prefix] != nil {
+			return fmt.Errorf("%s: the name is provider %s's model already; an alias needs a name of its own", at, prefix)
+		}
+		seen := []string{name}
+		target := aliases[name]
+		for aliases[target] != "" {
+			if slices.Contains(seen, target) {
+				return fmt.Errorf("%s: the aliases form a cycle (%s -> %s)", at, strings.Join(seen, " -> "), target)
+			}
+			seen = append(seen, target)
+			target = aliases[target]
+		}
+		prefix, model, ok := strings.Cut(target, "/")
+		p := ps.byName[prefix]
+		switch {
+		case !ok || model == "":
+			return fmt.Errorf("%s: target %q is neither an alias nor provider/model", at, target)
+		case p == nil:
+			return fmt.Errorf("%s: target %q names no configured provider (configured: %s)", at, target, strings.Join(ps.names, ", "))
+		case len(p.models) > 0 && !slices.Contains(p.models, model):
+			return fmt.Errorf("%s: target %q is not among provider %s's models (%s)", at, target, prefix, strings.Join(p.models, ", "))
+		}
+		ps.aliases[name] = target
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -168,8 +217,9 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Providers is the configured providers; it implements gateway.Models.
 type Providers struct {
-	byName map[string]*provider
-	names  []string // sorted
+	byName  map[string]*provider
+	names   []string          // sorted
+	aliases map[string]string // alias → provider/model
 }
 
 type provider struct {
@@ -229,10 +279,13 @@ type Provider struct {
 
 // Resolve implements gateway.Models.
 func (ps *Providers) Resolve(name string) (gateway.Model, error) {
+	if target, ok := ps.aliases[name]; ok {
+		name = target
+	}
 	prefix, model, ok := strings.Cut(name, "/")
 	if !ok || prefix == "" || model == "" {
-		return gateway.Model{}, gateway.BadRequest("model", "model %q: want provider/model, e.g. %s/some-model (configured providers: %s)",
-			name, ps.example(), strings.Join(ps.names, ", "))
+		return gateway.Model{}, gateway.BadRequest("model", "model %q: want provider/model, e.g. %s/some-model (configured providers: %s)%s",
+			name, ps.example(), strings.Join(ps.names, ", "), ps.aliasList())
 	}
 	p := ps.byName[prefix]
 	if p == nil {
@@ -249,10 +302,18 @@ func (ps *Providers) example() string {
 	return "provider"
 }
 
+// aliasList is ", or an alias: a, b" when aliases are configured.
+func (ps *Providers) aliasList() string {
+	if len(ps.aliases) == 0 {
+		return ""
+	}
+	return ", or an alias: " + strings.Join(sortedKeys(ps.aliases), ", ")
+}
+
 // List implements gateway.Models: "provider/model" for every model the
-// config lists, sorted.
+// config lists, and every alias, sorted.
 func (ps *Providers) List() []string {
-	var out []string
+	out := sortedKeys(ps.aliases)
 	for _, n := range ps.names {
 		for _, m := range ps.byName[n].models {
 			out = append(out, n+"/"+m)

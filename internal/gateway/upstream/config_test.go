@@ -81,6 +81,37 @@ broadcast:   # internal/broadcast's: accepted here, not read
 	}
 }
 
+// TestAliases: an alias resolves (through another alias too) to its
+// provider's model on every lookup, and GET /v1/models lists it.
+func TestAliases(t *testing.T) {
+	ps, err := ParseConfig([]byte("providers:\n  a: {api: responses, base_url: http://x, models: [m1, m2]}\n  b: {api: gemini, base_url: http://y}\n"+
+		"aliases:\n  gemini-2.5-flash: a/m1\n  gpt-5: b/vendor/gpt-5\n  fast: gemini-2.5-flash\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]gateway.Model{
+		"gemini-2.5-flash": {Provider: "a", Name: "m1", API: gateway.APIResponses},
+		"fast":             {Provider: "a", Name: "m1", API: gateway.APIResponses},
+		"gpt-5":            {Provider: "b", Name: "vendor/gpt-5", API: gateway.APIGemini},
+		"a/m2":             {Provider: "a", Name: "m2", API: gateway.APIResponses},
+	} {
+		m, err := ps.Resolve(name)
+		if err != nil || m.Provider != want.Provider || m.Name != want.Name || m.API != want.API || m.Upstream == nil {
+			t.Errorf("Resolve(%q) = %+v, %v; want %+v", name, m, err, want)
+		}
+	}
+	if got, want := ps.List(), []string{"a/m1", "a/m2", "fast", "gemini-2.5-flash", "gpt-5"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("List %v, want %v", got, want)
+	}
+	_, err = ps.Resolve("gemini-9")
+	if re, ok := err.(*gateway.RequestError); !ok || re.Status != http.StatusBadRequest || !strings.Contains(re.Message, "or an alias: fast, gemini-2.5-flash, gpt-5") {
+		t.Errorf("unknown alias: %v", err)
+	}
+}
+
+// aliasCfg is a provider a with two listed models, then the aliases key.
+const aliasCfg = "providers:\n  a: {api: responses, base_url: http://x, models: [m1, m2]}\naliases:\n"
+
 func TestBadConfig(t *testing.T) {
 	cases := []struct {
 		name, yml, want string
@@ -97,6 +128,14 @@ func TestBadConfig(t *testing.T) {
 		{"10 slash in name", "providers:\n  a/b: {api: responses, base_url: http://x}", "providers.a/b"},
 		{"11 bad model", "providers:\n  a: {api: responses, base_url: http://x, models: ['']}", "providers.a.models[0]"},
 		{"12 wrong type", "providers:\n  a: {api: responses, base_url: http://x, models: 3}", "not a valid config"},
+		{"13 alias to no provider", aliasCfg + "  fast: b/m1", "aliases.fast: target \"b/m1\" names no configured provider (configured: a)"},
+		{"14 alias to an unlisted model", aliasCfg + "  fast: a/m3", "aliases.fast: target \"a/m3\" is not among provider a's models (m1, m2)"},
+		{"15 alias to a bare name", aliasCfg + "  fast: m1", "aliases.fast: target \"m1\" is neither an alias nor provider/model"},
+		{"16 alias cycle", aliasCfg + "  x: y\n  y: z\n  z: x", "aliases.x: the aliases form a cycle (x -> y -> z -> x)"},
+		{"17 alias to itself", aliasCfg + "  x: x", "aliases.x: the aliases form a cycle (x -> x)"},
+		{"18 duplicate alias", aliasCfg + "  x: a/m1\n  x: a/m2", "mapping key \"x\" already defined"},
+		{"19 alias hides a model", aliasCfg + "  a/m9: a/m1", "aliases.a/m9: the name is provider a's model already"},
+		{"20 alias with a space", aliasCfg + "  'a b': a/m1", "aliases: \"a b\" is not a model name"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
