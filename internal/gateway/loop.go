@@ -227,6 +227,10 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		}
 		req.Tools = append(req.Tools, run.ServerTools[name].Function())
 	}
+	if n, ok := hosted[req.ToolChoice.Name]; ok && req.ToolChoice.Mode == ChoiceTool {
+		// The client chose its tool: the provider's own one it became.
+		req.ToolChoice.Name = n
+	}
 	res = &Result{}
 	box := &lazyBox{run: run}
 	defer func() {

@@ -207,14 +207,30 @@ func TestNativeTools(t *testing.T) {
 			}
 		}
 	})
-	t.Run("04 responses code_interpreter on a responses provider", func(t *testing.T) {
+	t.Run("04 a tool choice of the tool chooses the provider's own", func(t *testing.T) {
+		for _, tc := range []struct {
+			tool        map[string]any
+			items, sent string
+		}{
+			{shell, `[shell_call@provider shell_call_output:native message] "It printed native."`, `{"type":"shell"}`},
+			{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "auto"}},
+				`[code_interpreter_call:echo native@provider message] "It printed native."`, `{"type":"code_interpreter"}`},
+		} {
+			respond(t, "oai/m", []any{tc.tool}, tc.items, option.WithJSONSet("tool_choice", map[string]any{"type": tc.tool["type"]}))
+			reqs := model.Requests()
+			if b, _ := json.Marshal(reqs[len(reqs)-1].Body["tool_choice"]); string(b) != tc.sent {
+				t.Fatalf("upstream tool_choice %s, want %s", b, tc.sent)
+			}
+		}
+	})
+	t.Run("05 responses code_interpreter on a responses provider", func(t *testing.T) {
 		sent := respond(t, "oai/m", []any{map[string]any{"type": "code_interpreter", "container": map[string]any{"type": "auto"}}},
 			`[code_interpreter_call:echo native@provider message] "It printed native."`)
 		if sent != `[{"container":{"type":"auto"},"type":"code_interpreter"}]` {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("05 max_tool_calls counts the provider's runs", func(t *testing.T) {
+	t.Run("06 max_tool_calls counts the provider's runs", func(t *testing.T) {
 		respond(t, "oai/budget", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native@provider openrouter:shell:failed message] "done"`,
 			option.WithJSONSet("max_tool_calls", 1))
 	})
@@ -261,7 +277,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	t.Run("06 messages code_execution on a messages provider: the provider's blocks", func(t *testing.T) {
+	t.Run("07 messages code_execution on a messages provider: the provider's blocks", func(t *testing.T) {
 		for _, m := range messages(t, "claude/m", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native text:It printed native.]" || m.StopReason != "end_turn" {
 				t.Fatalf("%s %s", got, m.StopReason)
@@ -271,7 +287,7 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("07 the provider's tool failed: its error in each API's shape", func(t *testing.T) {
+	t.Run("08 the provider's tool failed: its error in each API's shape", func(t *testing.T) {
 		for _, m := range messages(t, "claude/failing", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:execution_time_exceeded text:It timed out.]" {
 				t.Fatal(got)
@@ -279,7 +295,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/failing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:failed@provider message] "It timed out."`)
 	})
-	t.Run("08 the provider paused its run: a Messages client gets pause_turn, the others the rest of the turn", func(t *testing.T) {
+	t.Run("09 the provider paused its run: a Messages client gets pause_turn, the others the rest of the turn", func(t *testing.T) {
 		for _, m := range messages(t, "claude/pausing", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native]" || m.StopReason != "pause_turn" {
 				t.Fatalf("%s %s", got, m.StopReason)
@@ -287,7 +303,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/pausing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native@provider message] "Finished."`)
 	})
-	t.Run("09 the provider's text editor: its blocks on Messages, a command with its result to a shell", func(t *testing.T) {
+	t.Run("10 the provider's text editor: its blocks on Messages, a command with its result to a shell", func(t *testing.T) {
 		for _, m := range messages(t, "claude/editing", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:text_editor_code_execution text_editor_code_execution_tool_result:"+editorResult+" text:Created.]" {
 				t.Fatal(got)
@@ -295,7 +311,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/editing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:`+editorResult+`@provider message] "Created."`)
 	})
-	t.Run("10 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
+	t.Run("11 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
 		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
 			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
 				t.Fatal(got)
@@ -308,7 +324,7 @@ func TestNativeTools(t *testing.T) {
 			}
 		}
 	})
-	t.Run("11 gemini codeExecution on a gemini provider", func(t *testing.T) {
+	t.Run("12 gemini codeExecution on a gemini provider", func(t *testing.T) {
 		c := geminiClient(t, e, e.keyA)
 		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
 		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
@@ -333,7 +349,7 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("12 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+	t.Run("13 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
 		l := e.requestLogs(t, e.keyA, "?limit=100")
 		if l.HasMore {
 			t.Fatal("more than 100 requests")

@@ -192,7 +192,11 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 		case gateway.ChoiceRequired:
 			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny}
 		case gateway.ChoiceTool:
-			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{req.ToolChoice.Name}}
+			// Gemini's code execution cannot be forced: the choice of it is
+			// left to the model.
+			if nativeChoice(req) == "" {
+				fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{req.ToolChoice.Name}}
+			}
 		}
 		if fc != nil {
 			p.ToolConfig = &genai.ToolConfig{FunctionCallingConfig: fc}

@@ -139,7 +139,14 @@ func responsesParams(req *gateway.Request, from int) (p responses.ResponseNewPar
 		case gateway.ChoiceRequired:
 			p.ToolChoice.OfToolChoiceMode = param.NewOpt(responses.ToolChoiceOptionsRequired)
 		case gateway.ChoiceTool:
-			p.ToolChoice.OfFunctionTool = &responses.ToolChoiceFunctionParam{Name: req.ToolChoice.Name}
+			switch nativeChoice(req) {
+			case gateway.NativeShell:
+				p.ToolChoice.OfSpecificShellToolChoice = &responses.ToolChoiceShellParam{}
+			case gateway.NativeCodeInterpreter:
+				p.ToolChoice.OfHostedTool = &responses.ToolChoiceTypesParam{Type: responses.ToolChoiceTypesTypeCodeInterpreter}
+			default:
+				p.ToolChoice.OfFunctionTool = &responses.ToolChoiceFunctionParam{Name: req.ToolChoice.Name}
+			}
 		}
 		if req.ToolChoice.DisableParallel {
 			p.ParallelToolCalls = param.NewOpt(false)
