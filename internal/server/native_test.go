@@ -348,6 +348,15 @@ func TestNativeTools(t *testing.T) {
 		if sent := lastTools(t); sent != `[{"codeExecution":{}}]` {
 			t.Fatalf("upstream tools %s", sent)
 		}
+		// Gemini takes no ANY without a function to call: only the code
+		// execution is left, and the choice is the model's.
+		cfg.ToolConfig = &genai.ToolConfig{FunctionCallingConfig: &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny}}
+		if _, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg); err != nil {
+			t.Fatal(err)
+		}
+		if reqs := model.Requests(); reqs[len(reqs)-1].Body["toolConfig"] != nil {
+			t.Fatalf("upstream toolConfig %v", reqs[len(reqs)-1].Body["toolConfig"])
+		}
 	})
 	t.Run("13 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
 		l := e.requestLogs(t, e.keyA, "?limit=100")

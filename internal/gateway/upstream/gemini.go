@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"google.golang.org/genai"
@@ -198,7 +199,10 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 				fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{req.ToolChoice.Name}}
 			}
 		}
-		if fc != nil {
+		functions := slices.ContainsFunc(req.Tools, func(t gateway.Tool) bool { return t.Native == "" })
+		if fc != nil && (functions || fc.Mode == genai.FunctionCallingConfigModeNone) {
+			// (ANY with no function to call, only the code execution, is
+			// not a choice Gemini takes.)
 			p.ToolConfig = &genai.ToolConfig{FunctionCallingConfig: fc}
 		}
 	}
