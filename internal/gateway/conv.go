@@ -182,6 +182,10 @@ type Tool struct {
 	// …) that the adapter sends instead of this function: the provider
 	// runs its calls itself (engine auto, native.go).
 	Native string
+	// Container, with Native, is the provider's container to run in (the
+	// container the client named, when the provider runs every server
+	// tool); "" for a new one.
+	Container string
 }
 
 // ToolChoice modes.

@@ -163,8 +163,10 @@ type Result struct {
 	ToolCallsRequested int
 	ToolCallsExecuted  int
 	// ToolCallsNative counts the calls the provider ran itself (of
-	// ToolCallsRequested; native.go).
+	// ToolCallsRequested; native.go); NativeContainer is the provider's
+	// container they ran in, when it said.
 	ToolCallsNative int
+	NativeContainer Container
 	CostMicroUSD    int64
 	UpstreamCalls   int
 	// Calls are the upstream calls in order, a failed one included.
@@ -218,10 +220,16 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	req := run.Request
 	req.Encoded = &Encoded{}
 	hosted := run.HostedTools()
+	// A container the client named is the provider's when the provider
+	// runs every server tool (a frontend opens none then).
+	var container string
+	if len(hosted) == len(run.ServerTools) {
+		container = run.Select.ContainerReference
+	}
 	for _, name := range slices.Sorted(maps.Keys(run.ServerTools)) {
 		if n, ok := hosted[name]; ok {
 			if !slices.ContainsFunc(req.Tools, func(t Tool) bool { return t.Native == n }) {
-				req.Tools = append(req.Tools, Tool{Name: n, Native: n})
+				req.Tools = append(req.Tools, Tool{Name: n, Native: n, Container: container})
 			}
 			continue
 		}
@@ -337,6 +345,9 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 				step.End = step.Start
 				res.ToolCallsRequested++
 				res.ToolCallsNative++
+				if p.Hosted.ContainerID != "" {
+					res.NativeContainer = Container{ID: p.Hosted.ContainerID, ExpiresAt: p.Hosted.ContainerExpiresAt}
+				}
 				res.Items = append(res.Items, Item{Kind: ItemStep, Step: step})
 				if run.Sink != nil {
 					run.Sink.StepStart(step)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/shellgate/shellgate/internal/tool"
 )
@@ -72,8 +73,15 @@ type HostedCall struct {
 	Error         string
 	Input, Result json.RawMessage
 	// ContainerID is the provider's container the call ran in, when it
-	// says ("" else).
-	ContainerID string
+	// says ("" else), and when it expires, when it says.
+	ContainerID        string
+	ContainerExpiresAt time.Time
+}
+
+// Container is a provider's container.
+type Container struct {
+	ID        string
+	ExpiresAt time.Time // zero when the provider did not say
 }
 
 // Hostable is a server tool a provider may run itself.

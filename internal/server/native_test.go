@@ -73,6 +73,8 @@ func nativeItems(t *testing.T, raw string) (kinds []string, text string) {
 		case "":
 		case "cntr_scripted", "container_scripted":
 			k += "@provider"
+		case "cntr_theirs": // one the client named for the provider
+			k += "@" + c
 		default:
 			k += "@shellgate"
 		}
@@ -279,15 +281,38 @@ func TestNativeTools(t *testing.T) {
 	}
 	t.Run("07 messages code_execution on a messages provider: the provider's blocks", func(t *testing.T) {
 		for _, m := range messages(t, "claude/m", codeExecTool) {
-			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native text:It printed native.]" || m.StopReason != "end_turn" {
-				t.Fatalf("%s %s", got, m.StopReason)
+			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native text:It printed native.]" ||
+				m.StopReason != "end_turn" || m.Container.ID != "container_scripted" || m.Container.ExpiresAt.IsZero() {
+				t.Fatalf("%s %s %+v", got, m.StopReason, m.Container)
 			}
 		}
 		if sent := lastTools(t); sent != `[{"name":"code_execution","type":"code_execution_20250825"}]` {
 			t.Fatalf("upstream tools %s", sent)
 		}
 	})
-	t.Run("08 the provider's tool failed: its error in each API's shape", func(t *testing.T) {
+	t.Run("08 a container the client names for tools the provider runs is the provider's", func(t *testing.T) {
+		before := countContainers(t, e)
+		params := anthropic.MessageNewParams{Model: "claude/m", MaxTokens: 100, Tools: codeExecTool, Messages: userText("Say it."),
+			Container: anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String("container_theirs")}}
+		client := e.anthropic(e.keyA)
+		m, err := client.Messages.New(t.Context(), params)
+		if err != nil || m.Container.ID != "container_theirs" {
+			t.Fatalf("%v %+v", err, m)
+		}
+		reqs := model.Requests()
+		if c := reqs[len(reqs)-1].Body["container"]; c != "container_theirs" {
+			t.Fatalf("upstream container %v", c)
+		}
+		ref := map[string]any{"type": "shell", "environment": map[string]any{"type": "container_reference", "container_id": "cntr_theirs"}}
+		respond(t, "oai/m", []any{ref}, `[shell_call@cntr_theirs shell_call_output:native message] "It printed native."`)
+		if sent := lastTools(t); sent != `[{"environment":{"container_id":"cntr_theirs","type":"container_reference"},"type":"shell"}]` {
+			t.Fatalf("upstream tools %s", sent)
+		}
+		if after := countContainers(t, e); after != before {
+			t.Fatalf("containers: %d before, %d after", before, after)
+		}
+	})
+	t.Run("09 the provider's tool failed: its error in each API's shape", func(t *testing.T) {
 		for _, m := range messages(t, "claude/failing", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:execution_time_exceeded text:It timed out.]" {
 				t.Fatal(got)
@@ -295,7 +320,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/failing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:failed@provider message] "It timed out."`)
 	})
-	t.Run("09 the provider paused its run: a Messages client gets pause_turn, the others the rest of the turn", func(t *testing.T) {
+	t.Run("10 the provider paused its run: a Messages client gets pause_turn, the others the rest of the turn", func(t *testing.T) {
 		for _, m := range messages(t, "claude/pausing", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:bash_code_execution bash_code_execution_tool_result:native]" || m.StopReason != "pause_turn" {
 				t.Fatalf("%s %s", got, m.StopReason)
@@ -303,7 +328,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/pausing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:native@provider message] "Finished."`)
 	})
-	t.Run("10 the provider's text editor: its blocks on Messages, a command with its result to a shell", func(t *testing.T) {
+	t.Run("11 the provider's text editor: its blocks on Messages, a command with its result to a shell", func(t *testing.T) {
 		for _, m := range messages(t, "claude/editing", codeExecTool) {
 			if got := blocks(m); got != "[server_tool_use:text_editor_code_execution text_editor_code_execution_tool_result:"+editorResult+" text:Created.]" {
 				t.Fatal(got)
@@ -311,7 +336,7 @@ func TestNativeTools(t *testing.T) {
 		}
 		respond(t, "claude/editing", []any{map[string]any{"type": "openrouter:shell"}}, `[openrouter:shell:`+editorResult+`@provider message] "Created."`)
 	})
-	t.Run("11 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
+	t.Run("12 messages shellgate:shell on a responses provider: OpenAI's shell_call in Messages shapes", func(t *testing.T) {
 		for _, m := range messages(t, "oai/m", nil, rawTools(map[string]any{"type": "shellgate:shell"})) {
 			if got := blocks(m); got != "[server_tool_use:shellgate:shell shellgate_shell_tool_result:native text:It printed native.]" {
 				t.Fatal(got)
@@ -324,7 +349,7 @@ func TestNativeTools(t *testing.T) {
 			}
 		}
 	})
-	t.Run("12 gemini codeExecution on a gemini provider", func(t *testing.T) {
+	t.Run("13 gemini codeExecution on a gemini provider", func(t *testing.T) {
 		c := geminiClient(t, e, e.keyA)
 		cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{CodeExecution: &genai.ToolCodeExecution{}}}}
 		r, err := c.Models.GenerateContent(t.Context(), "gem/m", genai.Text("Say it."), cfg)
@@ -358,7 +383,7 @@ func TestNativeTools(t *testing.T) {
 			t.Fatalf("upstream toolConfig %v", reqs[len(reqs)-1].Body["toolConfig"])
 		}
 	})
-	t.Run("13 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
+	t.Run("14 request logs and traces mark native runs; nothing is billed as sandbox time", func(t *testing.T) {
 		l := e.requestLogs(t, e.keyA, "?limit=100")
 		if l.HasMore {
 			t.Fatal("more than 100 requests")

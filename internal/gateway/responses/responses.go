@@ -151,8 +151,8 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		run.ServerTools, run.Hosting = p.serverTools(), p.hosting()
 	}
 	// A request whose every server tool the provider runs itself (engine
-	// auto) needs no container, unless it names one.
-	if p.sandboxed() && (len(run.HostedTools()) < len(run.ServerTools) || p.sel.ContainerReference != "") {
+	// auto) opens no container: one it names is the provider's.
+	if p.sandboxed() && len(run.HostedTools()) < len(run.ServerTools) {
 		box, err := sbx.Open(ctx, p.sel, p.open)
 		if err != nil {
 			f.writeErr(ctx, w, err)

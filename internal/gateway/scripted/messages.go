@@ -20,9 +20,10 @@ type messagesRequest struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
-	System json.RawMessage `json:"system"`
-	Stream bool            `json:"stream"`
-	Tools  []struct {
+	System    json.RawMessage `json:"system"`
+	Stream    bool            `json:"stream"`
+	Container json.RawMessage `json:"container"` // an id, or {"id": …}
+	Tools     []struct {
 		Type        string          `json:"type"`
 		Name        string          `json:"name"`
 		InputSchema json.RawMessage `json:"input_schema"`
@@ -168,6 +169,13 @@ func parseMessages(raw []byte) (*conversation, error) {
 		}
 	}
 	c := &conversation{Model: *req.Model, Stream: req.Stream}
+	if json.Unmarshal(req.Container, &c.HostedContainer) != nil {
+		var obj struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal(req.Container, &obj)
+		c.HostedContainer = obj.ID
+	}
 	names := map[string]bool{}
 	for i, t := range req.Tools {
 		if t.Type == "" || t.Type == "custom" {
@@ -349,7 +357,7 @@ func messagesContainer(a *answer) any {
 	if len(a.hosted) == 0 {
 		return nil
 	}
-	return map[string]any{"id": "container_scripted", "expires_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339)}
+	return map[string]any{"id": hostedContainer(a, "container_scripted"), "expires_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339)}
 }
 
 func streamMessages(s *sse, a *answer) {

@@ -16,9 +16,13 @@ type responsesRequest struct {
 	Instructions *string         `json:"instructions"`
 	Stream       bool            `json:"stream"`
 	Tools        []struct {
-		Type       string          `json:"type"`
-		Name       string          `json:"name"`
-		Parameters json.RawMessage `json:"parameters"`
+		Type        string          `json:"type"`
+		Name        string          `json:"name"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Environment *struct {
+			ContainerID string `json:"container_id"`
+		} `json:"environment"`
+		Container json.RawMessage `json:"container"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
 }
@@ -96,8 +100,15 @@ func parseResponses(raw []byte) (*conversation, error) {
 		switch t.Type {
 		case "shell":
 			c.Hosted = append([]string{"shell"}, c.Hosted...) // the shell first
+			if t.Environment != nil && t.Environment.ContainerID != "" {
+				c.HostedContainer = t.Environment.ContainerID
+			}
 		case "code_interpreter":
 			c.Hosted = append(c.Hosted, t.Type)
+			var id string
+			if json.Unmarshal(t.Container, &id) == nil && id != "" {
+				c.HostedContainer = id
+			}
 		}
 		c.Tools = append(c.Tools, t.Name)
 	}
@@ -228,12 +239,12 @@ func responsesItems(a *answer) []map[string]any {
 				status, outputs = "failed", []any{}
 			}
 			out = append(out, map[string]any{"id": newID("ci_"), "type": "code_interpreter_call", "status": status,
-				"code": h.Code, "container_id": "cntr_scripted", "outputs": outputs})
+				"code": h.Code, "container_id": hostedContainer(a, "cntr_scripted"), "outputs": outputs})
 			continue
 		}
 		out = append(out, map[string]any{"id": newID("sh_"), "type": "shell_call", "status": "completed", "call_id": h.ID,
 			"action":      map[string]any{"commands": []any{h.Code}, "timeout_ms": nil, "max_output_length": nil},
-			"environment": map[string]any{"type": "container_reference", "container_id": "cntr_scripted"}},
+			"environment": map[string]any{"type": "container_reference", "container_id": hostedContainer(a, "cntr_scripted")}},
 			map[string]any{"id": newID("sho_"), "type": "shell_call_output", "status": "completed", "call_id": h.ID, "max_output_length": nil,
 				"output": []any{shellOutput(h)}})
 	}
@@ -254,6 +265,15 @@ func responsesItems(a *answer) []map[string]any {
 			"call_id": id, "name": c.name, "arguments": c.args})
 	}
 	return out
+}
+
+// hostedContainer is the container the answer's hosted runs ran in: the
+// one the request named, else a new one, named fresh.
+func hostedContainer(a *answer, fresh string) string {
+	if a.conv.HostedContainer != "" {
+		return a.conv.HostedContainer
+	}
+	return fresh
 }
 
 // shellOutput is h's run as a shell_call_output's output entry.

@@ -355,8 +355,11 @@ type conversation struct {
 	LastUserText   string
 	Tools          []string
 	// Hosted are the provider's own hosted tools the request offers
-	// ("shell", "code_interpreter", "code_execution").
-	Hosted []string
+	// ("shell", "code_interpreter", "code_execution"); HostedContainer
+	// the container the request names for them ("" for a new one, which
+	// the answer calls cntr_scripted / container_scripted).
+	Hosted          []string
+	HostedContainer string
 	// includeUsage: Chat Completions' stream_options.include_usage.
 	includeUsage bool
 }

@@ -190,7 +190,8 @@ type messagesAnswer struct {
 
 // messagesContainer is the container Anthropic's code execution ran in.
 type messagesContainer struct {
-	ID string `json:"id"`
+	ID        string `json:"id"`
+	ExpiresAt string `json:"expires_at"`
 }
 
 // messagesBlock is a content block of a Messages API message; ToolUseID

@@ -190,7 +190,7 @@ func (u *chatUsageJSON) read(r *jsonr.Reader) bool {
 
 var (
 	messagesAnswerNames = []string{"id", "model", "stop_reason", "content", "usage", "container"}
-	idNames             = []string{"id"}
+	containerNames      = []string{"id", "expires_at"}
 	messagesBlockNames  = []string{"type", "text", "id", "name", "input", "tool_use_id", "content"}
 	messagesUsageNames  = []string{"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens_details"}
 	thinkingTokensNames = []string{"thinking_tokens"}
@@ -199,7 +199,12 @@ var (
 func (a *messagesAnswer) reset() { *a = messagesAnswer{} }
 
 func (c *messagesContainer) read(r *jsonr.Reader) bool {
-	return r.Object(idNames, func(int) bool { return r.Str(&c.ID) })
+	return r.Object(containerNames, func(k int) bool {
+		if k == 0 {
+			return r.Str(&c.ID)
+		}
+		return r.Str(&c.ExpiresAt)
+	})
 }
 
 func (b *messagesBlock) read(r *jsonr.Reader) bool {

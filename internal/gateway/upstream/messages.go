@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
@@ -178,6 +179,9 @@ func messagesParams(req *gateway.Request, from int) (p anthropic.MessageNewParam
 	for _, t := range toolsToEncode(req, gateway.APIMessages) {
 		if t.Native == gateway.NativeCodeExecution {
 			p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}})
+			if t.Container != "" {
+				p.Container.OfString = param.NewOpt(t.Container)
+			}
 			continue
 		}
 		s, err := schema(t.Parameters)
@@ -337,7 +341,7 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 				}
 			}
 		}
-		hostedIn(t, m.Container.ID)
+		hostedIn(t, m.Container)
 		return t, nil
 	}
 	return messagesStream(ctx, call, onDelta)
@@ -373,7 +377,8 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 	isText := map[int64]bool{}
 	var texts, args = map[int]*strings.Builder{}, map[int]*strings.Builder{}
 	hosted := map[string]*gateway.HostedCall{}
-	var stop, container string
+	var stop string
+	var container messagesContainer
 	for {
 		ev, err := r.next(ctx)
 		if err == io.EOF {
@@ -465,7 +470,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 		case "message_delta":
 			stop = e.Delta.StopReason
 			if e.Delta.Container.ID != "" {
-				container = e.Delta.Container.ID
+				container = e.Delta.Container
 			}
 			if e.Usage == nil {
 				break
@@ -556,10 +561,11 @@ func messagesHosted(b *messagesBlock, calls map[string]*gateway.HostedCall) (*ga
 
 // hostedIn says the turn's hosted calls ran in the provider's container
 // id (Anthropic names it for the message, not for each call).
-func hostedIn(t *gateway.Turn, id string) {
+func hostedIn(t *gateway.Turn, c messagesContainer) {
+	exp, _ := time.Parse(time.RFC3339, c.ExpiresAt)
 	for _, p := range t.Parts {
 		if p.Kind == gateway.PartHosted {
-			p.Hosted.ContainerID = id
+			p.Hosted.ContainerID, p.Hosted.ContainerExpiresAt = c.ID, exp
 		}
 	}
 }

@@ -114,12 +114,18 @@ func responsesParams(req *gateway.Request, from int) (p responses.ResponseNewPar
 	for _, t := range toolsToEncode(req, gateway.APIResponses) {
 		switch t.Native {
 		case gateway.NativeShell:
-			p.Tools = append(p.Tools, responses.ToolUnionParam{OfShell: &responses.FunctionShellToolParam{
-				Environment: responses.FunctionShellToolEnvironmentUnionParam{OfContainerAuto: &responses.ContainerAutoParam{}}}})
+			env := responses.FunctionShellToolEnvironmentUnionParam{OfContainerAuto: &responses.ContainerAutoParam{}}
+			if t.Container != "" {
+				env = responses.FunctionShellToolEnvironmentUnionParam{OfContainerReference: &responses.ContainerReferenceParam{ContainerID: t.Container}}
+			}
+			p.Tools = append(p.Tools, responses.ToolUnionParam{OfShell: &responses.FunctionShellToolParam{Environment: env}})
 			continue
 		case gateway.NativeCodeInterpreter:
-			p.Tools = append(p.Tools, responses.ToolUnionParam{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{
-				Container: responses.ToolCodeInterpreterContainerUnionParam{OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{}}}})
+			c := responses.ToolCodeInterpreterContainerUnionParam{OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{}}
+			if t.Container != "" {
+				c = responses.ToolCodeInterpreterContainerUnionParam{OfString: param.NewOpt(t.Container)}
+			}
+			p.Tools = append(p.Tools, responses.ToolUnionParam{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{Container: c}})
 			continue
 		}
 		s, err := schema(t.Parameters)
