@@ -60,7 +60,9 @@
 //     waits for it before the next `Turn`, which then writes only the tools'
 //     results (straight from the message, no SDK params: `directTurn`) and
 //     appends them: the work between the last command's end and the next
-//     request shrinks to that.
+//     request shrinks to that. A server tool on engine auto whose native
+//     tool the provider declares is not run here: the provider runs it, and
+//     its runs come back in the turn as steps already done (native.go).
 //  3. The sandbox is opened lazily, at the first step, through
 //     `gateway.Sandboxes`, which `internal/server` implements for the caller's
 //     workspace (`internal/server/gateway.go`): `identity.Choose` picks the
@@ -127,6 +129,9 @@ const (
 	PartImage      PartKind = "image"
 	PartToolCall   PartKind = "tool_call"
 	PartToolResult PartKind = "tool_result"
+	// PartHosted is a call the provider ran itself, with its result
+	// (engine auto, native.go); only in a Turn, never sent back as such.
+	PartHosted PartKind = "hosted"
 )
 
 // Part is one piece of a message: text, an image, a tool call (assistant)
@@ -137,6 +142,7 @@ type Part struct {
 	Image  *Image
 	Call   *ToolCall
 	Result *ToolResult
+	Hosted *HostedCall
 }
 
 // Image is an image given to the model, either inline (MediaType + Data,
@@ -172,6 +178,14 @@ type Tool struct {
 	Description string
 	Parameters  json.RawMessage // JSON Schema of the arguments object
 	Strict      bool
+	// Native, when set, is the provider's own hosted tool (NativeShell,
+	// …) that the adapter sends instead of this function: the provider
+	// runs its calls itself (engine auto, native.go).
+	Native string
+	// Container, with Native, is the provider's container to run in (the
+	// container the client named, when the provider runs every server
+	// tool); "" for a new one.
+	Container string
 }
 
 // ToolChoice modes.
@@ -287,7 +301,7 @@ func (u *Usage) Add(o Usage) {
 type Turn struct {
 	ID    string // the upstream's response id, for logs
 	Model string // the model the upstream says answered
-	Parts []Part // PartText and PartToolCall only
+	Parts []Part // PartText, PartToolCall and PartHosted only
 	Stop  StopReason
 	Usage Usage
 }
@@ -303,6 +317,9 @@ const (
 	DeltaCallStart DeltaKind = "call_start"
 	// DeltaCallArgs: Text is more of the arguments of the call at Index.
 	DeltaCallArgs DeltaKind = "call_args"
+	// DeltaHosted: the part at Index is a call the provider runs itself
+	// (its content comes with the Turn).
+	DeltaHosted DeltaKind = "hosted"
 )
 
 // Delta is a piece of a turn as it streams from the upstream. Index is the

@@ -48,7 +48,11 @@ type Run struct {
 	Request *Request // the conversation and the client's own tools
 	// ServerTools by the function name the model sees; the loop adds their
 	// functions to Request.Tools.
-	ServerTools  map[string]ServerTool
+	ServerTools map[string]ServerTool
+	// Hosting lists the server tools (by name) the client let the
+	// provider run itself where it can (engine auto, native.go); the
+	// others always run in the sandbox.
+	Hosting      map[string]Hosting
 	Sandboxes    Sandboxes
 	Select       identity.Request
 	Open         OpenOptions
@@ -131,6 +135,9 @@ type Step struct {
 	// Resumed says the step was started by an earlier request (Run.Resume):
 	// its call was shown then, its result is this run's.
 	Resumed bool
+	// Native says the provider ran the call with its own hosted tool
+	// (native.go): Result is what it reported, nothing ran here.
+	Native bool
 }
 
 // UpstreamCall is one call of the run to the upstream model, for traces.
@@ -155,8 +162,13 @@ type Result struct {
 	// ToolCallsExecuted those that ran in the sandbox.
 	ToolCallsRequested int
 	ToolCallsExecuted  int
-	CostMicroUSD       int64
-	UpstreamCalls      int
+	// ToolCallsNative counts the calls the provider ran itself (of
+	// ToolCallsRequested; native.go); NativeContainer is the provider's
+	// container they ran in, when it said.
+	ToolCallsNative int
+	NativeContainer Container
+	CostMicroUSD    int64
+	UpstreamCalls   int
 	// Calls are the upstream calls in order, a failed one included.
 	Calls []UpstreamCall
 }
@@ -207,8 +219,25 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	}
 	req := run.Request
 	req.Encoded = &Encoded{}
+	hosted := run.HostedTools()
+	// A container the client named is the provider's when the provider
+	// runs every server tool (a frontend opens none then).
+	var container string
+	if len(hosted) == len(run.ServerTools) {
+		container = run.Select.ContainerReference
+	}
 	for _, name := range slices.Sorted(maps.Keys(run.ServerTools)) {
+		if n, ok := hosted[name]; ok {
+			if !slices.ContainsFunc(req.Tools, func(t Tool) bool { return t.Native == n }) {
+				req.Tools = append(req.Tools, Tool{Name: n, Native: n, Container: container})
+			}
+			continue
+		}
 		req.Tools = append(req.Tools, run.ServerTools[name].Function())
+	}
+	if n, ok := hosted[req.ToolChoice.Name]; ok && req.ToolChoice.Mode == ChoiceTool {
+		// The client chose its tool: the provider's own one it became.
+		req.ToolChoice.Name = n
 	}
 	res = &Result{}
 	box := &lazyBox{run: run}
@@ -267,7 +296,23 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		res.Usage.Add(turn.Usage)
 		res.Model = turn.Model
 		res.Stop = turn.Stop
-		req.Messages = append(req.Messages, Message{Role: RoleAssistant, Parts: turn.Parts})
+		// The provider's own runs are steps already done (native.go); the
+		// model reads them next as calls and results.
+		var nativeSteps map[*HostedCall]*Step
+		var nativeResults []Part
+		parts := turn.Parts
+		for _, p := range turn.Parts {
+			if p.Kind == PartHosted {
+				if nativeSteps == nil {
+					nativeSteps = map[*HostedCall]*Step{}
+				}
+				nativeSteps[p.Hosted] = hostedStep(run, hosted, p.Hosted)
+			}
+		}
+		if nativeSteps != nil {
+			parts, nativeResults = asCalls(turn.Parts, nativeSteps)
+		}
+		req.Messages = append(req.Messages, Message{Role: RoleAssistant, Parts: parts})
 		if pr, ok := run.Model.Upstream.(Preparer); ok && !finalTurn && runsTools(run, turn) {
 			prepared = make(chan struct{})
 			snap := *req // the loop appends to req.Messages only after waitPrepared
@@ -289,6 +334,24 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 					// did not stream it) goes out in its place.
 					run.Sink.TextDelta(p.Text)
 					run.Sink.TextDone(p.Text)
+				}
+			case PartHosted:
+				step := nativeSteps[p.Hosted]
+				if step == nil {
+					continue
+				}
+				step.Index = stepCount(res)
+				step.Start = time.Now()
+				step.End = step.Start
+				res.ToolCallsRequested++
+				res.ToolCallsNative++
+				if p.Hosted.ContainerID != "" {
+					res.NativeContainer = Container{ID: p.Hosted.ContainerID, ExpiresAt: p.Hosted.ContainerExpiresAt}
+				}
+				res.Items = append(res.Items, Item{Kind: ItemStep, Step: step})
+				if run.Sink != nil {
+					run.Sink.StepStart(step)
+					run.Sink.StepDone(step)
 				}
 			case PartToolCall:
 				st, isServer := run.ServerTools[p.Call.Name]
@@ -348,7 +411,11 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 		if box.sb != nil {
 			res.ContainerID, res.ExpiresAt = box.sb.ContainerID(), box.sb.ExpiresAt()
 		}
-		if finalTurn || len(results) == 0 || clientCalls > 0 || paused {
+		// A provider that paused its own long tool run (Anthropic's
+		// pause_turn) continues when asked again; a client that knows no
+		// pause (Budget FinalAnswer) is not told of it.
+		goOn := turn.Stop == StopPause && len(nativeResults) > 0 && run.Budget == FinalAnswer && !finalTurn && clientCalls == 0 && !paused
+		if (finalTurn || len(results) == 0 || clientCalls > 0 || paused) && !goOn {
 			if clientCalls > 0 || paused {
 				res.Stop = StopToolUse
 			} else if finalTurn || len(results) > 0 {
@@ -368,7 +435,7 @@ func execute(ctx context.Context, run *Run) (res *Result, err error) {
 			}
 			*req.Encoded = Encoded{}
 		}
-		req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: results})
+		req.Messages = append(req.Messages, Message{Role: RoleUser, Parts: append(nativeResults, results...)})
 		if stepCount(res) >= max {
 			if run.Budget == Pause {
 				res.Stop = StopPause

@@ -80,6 +80,14 @@ type Model struct {
 	Name     string // the rest, sent to the upstream
 	API      string // the provider's API flavour (APIChat, APIResponses, APIMessages)
 	Upstream Upstream
+	// Native are the hosted tools the provider runs itself (NativeShell,
+	// NativeCodeInterpreter, NativeCodeExecution): a server tool the
+	// client left on engine auto uses the provider's one (native.go).
+	Native []string
+	// VendorSandbox runs the provider's own tool types (shell,
+	// code_interpreter, code_execution_*) in Shellgate's sandbox even
+	// when Native lists them.
+	VendorSandbox bool
 }
 
 // Upstream API flavours, as written in the provider config.

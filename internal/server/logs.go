@@ -256,6 +256,8 @@ type logItem struct {
 	ExitCode   *int   `json:"exit_code,omitempty"`
 	Outcome    string `json:"outcome,omitempty"`
 	DurationMs *int64 `json:"duration_ms,omitempty"`
+	// Native: the provider ran it with its own hosted tool (engine auto).
+	Native bool `json:"native,omitempty"`
 }
 
 // logDetail is a record's body.
@@ -457,7 +459,15 @@ func (rl *reqLog) items(res *gateway.Result) ([]logItem, string) {
 			final = nil
 		case gateway.ItemStep:
 			final = nil
-			items = append(items, stepItems(it.Step, took)...)
+			if !it.Step.Native {
+				items = append(items, stepItems(it.Step, took)...)
+				continue
+			}
+			// The provider ran it: nothing here timed it.
+			for _, li := range stepItems(it.Step, func(string) *int64 { return nil }) {
+				li.Native, li.DurationMs = true, nil
+				items = append(items, li)
+			}
 		}
 	}
 	return items, strings.Join(final, "\n")

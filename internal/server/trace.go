@@ -130,6 +130,7 @@ func requestSpan(api, method, route string, p Principal, start, end time.Time, s
 			attribute.Int64("shellgate.cost.micro_usd", res.CostMicroUSD),
 			attribute.Int("shellgate.tool_calls.requested", res.ToolCallsRequested),
 			attribute.Int("shellgate.tool_calls.executed", res.ToolCallsExecuted),
+			attribute.Int("shellgate.tool_calls.native", res.ToolCallsNative),
 			attribute.Int("shellgate.upstream.calls", len(res.Calls)))
 		if res.Model != "" {
 			a = append(a, semconv.GenAIResponseModel(res.Model))
@@ -215,6 +216,7 @@ func stepSpan(st *gateway.Step) broadcast.Span {
 		semconv.GenAIToolCallID(st.Call.ID),
 		semconv.GenAIToolTypeKey.String("extension"),
 		attribute.Bool("shellgate.tool.executed", st.Result.Executed),
+		attribute.Bool("shellgate.tool.native", st.Native),
 	}
 	code, msg := "", ""
 	switch d := st.Result.Detail.(type) {

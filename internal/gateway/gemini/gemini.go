@@ -314,6 +314,7 @@ func parse(req *request, r *http.Request) (*gateway.Run, error) {
 			return nil, bad("a function named %q clashes with the code execution tool", gateway.CodeExecution)
 		}
 		run.ServerTools = map[string]gateway.ServerTool{gateway.CodeExecution: gateway.CodeTool{}}
+		run.Hosting = map[string]gateway.Hosting{gateway.CodeExecution: gateway.HostVendor}
 	}
 	if tc := req.ToolConfig; tc != nil && tc.FunctionCallingConfig != nil {
 		fc := tc.FunctionCallingConfig

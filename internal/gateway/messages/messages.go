@@ -74,7 +74,9 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		return
 	}
 	rd := &renderer{kinds: p.kinds, model: p.model, id: newID("msg_"), stops: p.run.Request.Stop}
-	if ref := p.run.Select.ContainerReference; ref != "" {
+	// A container named for tools the provider runs every one of is the
+	// provider's (engine auto): it goes to the provider.
+	if ref := p.run.Select.ContainerReference; ref != "" && (len(p.run.ServerTools) == 0 || len(p.run.HostedTools()) < len(p.run.ServerTools)) {
 		// A container the request names must be the caller's: say so
 		// before the model runs, not as a tool error. The response names
 		// it even when no tool ran in it this time.
@@ -525,6 +527,14 @@ func (rd *renderer) message(res *gateway.Result) *message {
 }
 
 func container(res *gateway.Result) *containerField {
+	if res.ContainerID == "" && res.NativeContainer.ID != "" {
+		// The provider's, where it ran every tool (engine auto).
+		c := &containerField{ID: res.NativeContainer.ID}
+		if !res.NativeContainer.ExpiresAt.IsZero() {
+			c.ExpiresAt = res.NativeContainer.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return c
+	}
 	if res.ContainerID == "" {
 		return nil
 	}

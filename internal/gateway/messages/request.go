@@ -263,7 +263,7 @@ func parse(req *request, r *http.Request) (*parsed, error) {
 	p := &parsed{model: *req.Model, stream: req.Stream, kinds: map[string]toolKind{},
 		execCalls: map[string]*gateway.ToolCall{}, prog: map[string]progCall{}, answers: map[string]*gateway.ToolResult{}, answerMsg: map[string]int{}}
 	gr := &gateway.Request{MaxTokens: int(*req.MaxTokens), Temperature: req.Temperature, TopP: req.TopP, Stop: req.StopSequences}
-	run := &gateway.Run{Request: gr, ServerTools: map[string]gateway.ServerTool{}, Budget: gateway.Pause}
+	run := &gateway.Run{Request: gr, ServerTools: map[string]gateway.ServerTool{}, Hosting: map[string]gateway.Hosting{}, Budget: gateway.Pause}
 	p.run = run
 	if req.Metadata != nil && req.Metadata.UserID != nil {
 		gr.User = *req.Metadata.UserID
@@ -400,6 +400,8 @@ func (p *parsed) parseTools(raw []json.RawMessage) error {
 			if err := addServer(i, gateway.TextEditorCodeExecution, gateway.EditorTool{}, k); err != nil {
 				return err
 			}
+			run.Hosting[gateway.BashCodeExecution] = gateway.HostVendor
+			run.Hosting[gateway.TextEditorCodeExecution] = gateway.HostVendor
 		case "code_execution_20250522":
 			if t.Name != "" && t.Name != "code_execution" {
 				return badRequest("tools.%d.name: %s must be named \"code_execution\"", i, t.Type)
@@ -426,6 +428,9 @@ func (p *parsed) parseTools(raw []json.RawMessage) error {
 			if err := addServer(i, "shell", gateway.ShellTool{Name: "shell"}, toolKind{kind: "shell", typ: t.Type}); err != nil {
 				return err
 			}
+			if engine == "" || engine == "auto" || engine == "native" {
+				run.Hosting["shell"] = gateway.HostAuto
+			}
 		case "shellgate:bash", "openrouter:bash":
 			switch engine {
 			case "shellgate", "openrouter":
@@ -447,7 +452,16 @@ func (p *parsed) parseTools(raw []json.RawMessage) error {
 				"and their openrouter: aliases", i, clip(t.Type))
 		}
 	}
-	return p.programmaticTools(claim, addServer)
+	if err := p.programmaticTools(claim, addServer); err != nil {
+		return err
+	}
+	if run.ServerTools[gateway.CodeExecution] != nil {
+		// Code that calls client tools runs in the sandbox; the bash and
+		// editor of its code execution tool go with it.
+		delete(run.Hosting, gateway.BashCodeExecution)
+		delete(run.Hosting, gateway.TextEditorCodeExecution)
+	}
+	return nil
 }
 
 // toolEnvironment takes a server tool's parameters.environment and

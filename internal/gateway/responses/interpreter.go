@@ -65,8 +65,8 @@ func interpCode(step *gateway.Step) string {
 }
 
 // interpPending is the item of a call about to run (output_item.added).
-func (m *meta) interpPending(id string) interpItem {
-	it := interpItem{ID: id, Type: "code_interpreter_call", Status: "in_progress", ContainerID: m.containerID}
+func (m *meta) interpPending(id string, step *gateway.Step) interpItem {
+	it := interpItem{ID: id, Type: "code_interpreter_call", Status: "in_progress", ContainerID: m.containerOf(step)}
 	if m.p.ciOutputs {
 		it.Outputs = []any{}
 	}
@@ -79,7 +79,7 @@ func (m *meta) interpPending(id string) interpItem {
 // not run (refused arguments, the budget spent, the sandbox unavailable;
 // the logs then say what the model read).
 func (m *meta) interpDone(id string, step *gateway.Step) interpItem {
-	it := interpItem{ID: id, Type: "code_interpreter_call", Status: "failed", Code: interpCode(step), ContainerID: m.containerID}
+	it := interpItem{ID: id, Type: "code_interpreter_call", Status: "failed", Code: interpCode(step), ContainerID: m.containerOf(step)}
 	d, _ := step.Result.Detail.(*gateway.InterpreterDetail)
 	ran := d != nil && d.Ran
 	if ran {

@@ -324,16 +324,35 @@ func (m *meta) renderOutput(res *gateway.Result) []json.RawMessage {
 			v := viewStep(it.Step)
 			switch m.p.shell {
 			case shellNative:
-				out = append(out, raw(shellCall(newID(prefixShell), "completed", v, m.containerID)),
+				out = append(out, raw(shellCall(newID(prefixShell), "completed", v, m.containerOf(it.Step))),
 					raw(shellOutput(newID(prefixShellOut), v.outputStatus(), v, v.shownOutputs())))
 			case shellLocal:
 				out = append(out, raw(localCall(newID(prefixLocal), "completed", v)), raw(localOutput(v, it.Step.Result.Content)))
 			default:
-				out = append(out, raw(router(m.p.shellType, newID(prefixRouter), "completed", v, m.containerID)))
+				out = append(out, raw(router(m.p.shellType, newID(prefixRouter), "completed", v, m.containerOf(it.Step))))
 			}
 		}
 	}
 	return out
+}
+
+// containerOf is the container step ran in: the request's, or the
+// provider's for a call the provider ran itself (engine auto) when it
+// named one.
+func (m *meta) containerOf(step *gateway.Step) string {
+	if step.Native {
+		switch d := step.Result.Detail.(type) {
+		case *gateway.ShellDetail:
+			if d.ContainerID != "" {
+				return d.ContainerID
+			}
+		case *gateway.InterpreterDetail:
+			if d.ContainerID != "" {
+				return d.ContainerID
+			}
+		}
+	}
+	return m.containerID
 }
 
 // meta is what one response object says besides its output.

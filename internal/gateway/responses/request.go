@@ -81,6 +81,9 @@ type parsed struct {
 	shell     shellKind
 	shellType string // the tool's type as sent ("shell", "openrouter:shell", ...)
 	shellTool int    // its index in tools
+	// shellAuto: a shellgate:shell / openrouter:shell on engine auto (or
+	// none), which the provider may run itself (gateway.HostAuto).
+	shellAuto bool
 	// The code_interpreter tool, when the request has one.
 	interp     bool
 	interpTool int // its index in tools
@@ -223,6 +226,23 @@ func (p *parsed) serverTools() map[string]gateway.ServerTool {
 		t[interpFunction] = gateway.InterpreterTool{Name: interpFunction}
 	}
 	return t
+}
+
+// hosting is which of the server tools the provider may run itself
+// (gateway.Run.Hosting): the shell of OpenAI's own type and the code
+// interpreter as the provider's tools, a router shell on engine auto.
+func (p *parsed) hosting() map[string]gateway.Hosting {
+	h := map[string]gateway.Hosting{}
+	switch {
+	case p.shell == shellNative:
+		h[shellFunction] = gateway.HostVendor
+	case p.shell == shellRouter && p.shellAuto:
+		h[shellFunction] = gateway.HostAuto
+	}
+	if p.interp {
+		h[interpFunction] = gateway.HostVendor
+	}
+	return h
 }
 
 func parse(w *wireRequest, headerSession string) (*parsed, error) {
@@ -570,6 +590,7 @@ func parseShellTool(p *parsed, typ string, raw json.RawMessage, param string) er
 		if err := json.Unmarshal(raw, &t); err != nil {
 			return jsonError(param, err)
 		}
+		p.shellAuto = t.Parameters == nil || t.Parameters.Engine == "" || t.Parameters.Engine == "auto"
 		if t.Parameters != nil {
 			switch t.Parameters.Engine {
 			case "", "auto", "shellgate", "openrouter":

@@ -13,8 +13,11 @@
 //	{"type":"shellgate:shell"},          one item of that type with call, arguments,
 //	{"type":"openrouter:shell"}          action, container_id, files and output
 //
-// All of them run in Shellgate's sandbox, whatever the engine (there is no
-// pass-through to a provider's hosted shell). shellgate:bash and
+// They run in Shellgate's sandbox unless the provider runs its own hosted
+// tool (gateway native.go): {"type":"shell"}, and a router shell on engine
+// auto or none, on a provider whose native_tools has shell (the code
+// interpreter likewise); the provider's runs are rendered as the sandbox's
+// steps are. shellgate:bash and
 // openrouter:bash are Messages-only (400 here), other hosted tools are 400
 // but one: {"type":"code_interpreter"} is the function "code_interpreter"
 // (gateway.InterpreterTool, the container's Python kernel), its steps
@@ -145,6 +148,11 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		Uploads: p.uploads, MaxToolCalls: p.maxCalls, Budget: gateway.FinalAnswer}
 	var containerID string
 	if p.sandboxed() {
+		run.ServerTools, run.Hosting = p.serverTools(), p.hosting()
+	}
+	// A request whose every server tool the provider runs itself (engine
+	// auto) opens no container: one it names is the provider's.
+	if p.sandboxed() && len(run.HostedTools()) < len(run.ServerTools) {
 		box, err := sbx.Open(ctx, p.sel, p.open)
 		if err != nil {
 			f.writeErr(ctx, w, err)
@@ -156,7 +164,6 @@ func (f *Frontend) Serve(w http.ResponseWriter, r *http.Request, sbx gateway.San
 		defer box.Close()
 		containerID = box.ContainerID()
 		run.Sandboxes = opened{Sandboxes: sbx, box: box}
-		run.ServerTools = p.serverTools()
 	}
 	if p.programmatic {
 		if f.Programs == nil {

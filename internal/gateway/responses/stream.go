@@ -225,7 +225,7 @@ func (s *streamer) StepStart(step *gateway.Step) {
 	}
 	st := &stepState{view: viewCall(step.Call)}
 	s.steps[step] = st
-	v, cid := st.view, s.m.containerID
+	v, cid := st.view, s.m.containerOf(step)
 	switch s.m.p.shell {
 	case shellNative:
 		st.callID = newID(prefixShell)
@@ -300,7 +300,7 @@ func (s *streamer) StepDone(step *gateway.Step) {
 		i := s.add(item)
 		s.finish(i, item)
 	default:
-		s.finish(st.callIdx, router(s.m.p.shellType, st.callID, "completed", v, s.m.containerID))
+		s.finish(st.callIdx, router(s.m.p.shellType, st.callID, "completed", v, s.m.containerOf(step)))
 	}
 }
 
@@ -309,7 +309,7 @@ func (s *streamer) StepDone(step *gateway.Step) {
 func (s *streamer) interpStart(step *gateway.Step) {
 	st := &stepState{interp: true, callID: newID(prefixInterp)}
 	s.steps[step] = st
-	st.callIdx = s.add(s.m.interpPending(st.callID))
+	st.callIdx = s.add(s.m.interpPending(st.callID, step))
 	ev := func() event { return event{"item_id": st.callID, "output_index": st.callIdx} }
 	s.emit("response.code_interpreter_call.in_progress", ev())
 	code := interpCode(step)

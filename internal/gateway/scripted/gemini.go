@@ -45,6 +45,7 @@ type geminiRequest struct {
 		Parts []geminiPart `json:"parts"`
 	} `json:"systemInstruction"`
 	Tools []struct {
+		CodeExecution        *struct{} `json:"codeExecution"`
 		FunctionDeclarations []struct {
 			Name                 string          `json:"name"`
 			Parameters           json.RawMessage `json:"parameters"`
@@ -83,6 +84,9 @@ func parseGemini(raw []byte, rest string) (*conversation, error) {
 	c := &conversation{Model: model, Stream: method == "streamGenerateContent"}
 	names := map[string]bool{}
 	for i, t := range req.Tools {
+		if t.CodeExecution != nil && !contains(c.Hosted, "code_execution") {
+			c.Hosted = append(c.Hosted, "code_execution")
+		}
 		for j, d := range t.FunctionDeclarations {
 			if !toolName.MatchString(d.Name) {
 				return nil, gbad("* GenerateContentRequest.tools[%d].function_declarations[%d].name: Invalid function name.", i, j)
@@ -199,8 +203,23 @@ func geminiChunk(a *answer, parts []any, finish bool, responseID string) map[str
 	return v
 }
 
+// geminiHostedParts are the answer's runs of Gemini's code execution: an
+// executableCode and a codeExecutionResult part each.
+func geminiHostedParts(a *answer) []any {
+	var out []any
+	for _, h := range a.hosted {
+		outcome, output := "OUTCOME_OK", h.Stdout+h.Stderr
+		if h.Error != "" || h.ExitCode != 0 {
+			outcome = "OUTCOME_FAILED"
+		}
+		out = append(out, map[string]any{"executableCode": map[string]any{"language": "PYTHON", "code": h.Code}},
+			map[string]any{"codeExecutionResult": map[string]any{"outcome": outcome, "output": output}})
+	}
+	return out
+}
+
 func geminiObject(a *answer) map[string]any {
-	var parts []any
+	parts := geminiHostedParts(a)
 	if a.text != "" {
 		parts = append(parts, map[string]any{"text": a.text})
 	}
@@ -213,6 +232,9 @@ func geminiObject(a *answer) map[string]any {
 
 func streamGemini(s *sse, a *answer) {
 	id := newID("")
+	if hosted := geminiHostedParts(a); len(hosted) > 0 {
+		s.event("", geminiChunk(a, hosted, false, id))
+	}
 	pieces := chunks(a.text, 16)
 	calls := geminiCallParts(a)
 	for i, p := range pieces {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Anthropic Messages (POST /v1/messages).
@@ -19,9 +20,10 @@ type messagesRequest struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
-	System json.RawMessage `json:"system"`
-	Stream bool            `json:"stream"`
-	Tools  []struct {
+	System    json.RawMessage `json:"system"`
+	Stream    bool            `json:"stream"`
+	Container json.RawMessage `json:"container"` // an id, or {"id": …}
+	Tools     []struct {
 		Type        string          `json:"type"`
 		Name        string          `json:"name"`
 		InputSchema json.RawMessage `json:"input_schema"`
@@ -167,6 +169,13 @@ func parseMessages(raw []byte) (*conversation, error) {
 		}
 	}
 	c := &conversation{Model: *req.Model, Stream: req.Stream}
+	if json.Unmarshal(req.Container, &c.HostedContainer) != nil {
+		var obj struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal(req.Container, &obj)
+		c.HostedContainer = obj.ID
+	}
 	names := map[string]bool{}
 	for i, t := range req.Tools {
 		if t.Type == "" || t.Type == "custom" {
@@ -182,6 +191,9 @@ func parseMessages(raw []byte) (*conversation, error) {
 		}
 		names[t.Name] = true
 		c.Tools = append(c.Tools, t.Name)
+		if strings.HasPrefix(t.Type, "code_execution_") {
+			c.Hosted = append(c.Hosted, "code_execution")
+		}
 	}
 	if tc := req.ToolChoice; tc != nil {
 		switch tc.Type {
@@ -300,6 +312,20 @@ func toolInput(args string) json.RawMessage {
 
 func messagesContent(a *answer) []map[string]any {
 	var out []map[string]any
+	for _, h := range a.hosted {
+		if len(h.Editor) > 0 {
+			out = append(out, map[string]any{"type": "server_tool_use", "id": h.ID, "name": "text_editor_code_execution", "input": h.Editor, "args": string(h.Editor)},
+				map[string]any{"type": "text_editor_code_execution_tool_result", "tool_use_id": h.ID, "content": h.Result})
+			continue
+		}
+		in, _ := json.Marshal(map[string]string{"command": h.Code})
+		result := map[string]any{"type": "bash_code_execution_result", "stdout": h.Stdout, "stderr": h.Stderr, "return_code": h.ExitCode, "content": []any{}}
+		if h.Error != "" {
+			result = map[string]any{"type": "bash_code_execution_tool_result_error", "error_code": h.Error}
+		}
+		out = append(out, map[string]any{"type": "server_tool_use", "id": h.ID, "name": "bash_code_execution", "input": json.RawMessage(in), "args": string(in)},
+			map[string]any{"type": "bash_code_execution_tool_result", "tool_use_id": h.ID, "content": result})
+	}
 	if a.text != "" {
 		out = append(out, map[string]any{"type": "text", "text": a.text})
 	}
@@ -322,7 +348,16 @@ func messageObject(a *answer) map[string]any {
 	}
 	reason, seq := messagesStop(a)
 	return map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": a.model,
-		"content": list, "stop_reason": reason, "stop_sequence": seq, "usage": messagesUsage(a.turn.Usage)}
+		"content": list, "stop_reason": reason, "stop_sequence": seq, "usage": messagesUsage(a.turn.Usage), "container": messagesContainer(a)}
+}
+
+// messagesContainer is the container the answer's hosted runs ran in, as
+// Anthropic names it (nil without any).
+func messagesContainer(a *answer) any {
+	if len(a.hosted) == 0 {
+		return nil
+	}
+	return map[string]any{"id": hostedContainer(a, "container_scripted"), "expires_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339)}
 }
 
 func streamMessages(s *sse, a *answer) {
@@ -342,8 +377,10 @@ func streamMessages(s *sse, a *answer) {
 			for _, p := range chunks(a.text, 16) {
 				ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "text_delta", "text": p}})
 			}
-		case "tool_use":
-			ev("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}})
+		case "bash_code_execution_tool_result", "text_editor_code_execution_tool_result":
+			ev("content_block_start", map[string]any{"index": i, "content_block": b})
+		case "tool_use", "server_tool_use":
+			ev("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": b["type"], "id": b["id"], "name": b["name"], "input": map[string]any{}}})
 			ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": ""}})
 			for _, p := range argChunks(b["args"].(string)) {
 				ev("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": p}})
@@ -352,7 +389,7 @@ func streamMessages(s *sse, a *answer) {
 		ev("content_block_stop", map[string]any{"index": i})
 	}
 	reason, seq := messagesStop(a)
-	ev("message_delta", map[string]any{"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq},
+	ev("message_delta", map[string]any{"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq, "container": messagesContainer(a)},
 		"usage": messagesUsage(a.turn.Usage)})
 	ev("message_stop", map[string]any{})
 }

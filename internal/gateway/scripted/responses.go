@@ -3,6 +3,7 @@ package scripted
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"strings"
 	"time"
 )
@@ -15,9 +16,13 @@ type responsesRequest struct {
 	Instructions *string         `json:"instructions"`
 	Stream       bool            `json:"stream"`
 	Tools        []struct {
-		Type       string          `json:"type"`
-		Name       string          `json:"name"`
-		Parameters json.RawMessage `json:"parameters"`
+		Type        string          `json:"type"`
+		Name        string          `json:"name"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Environment *struct {
+			ContainerID string `json:"container_id"`
+		} `json:"environment"`
+		Container json.RawMessage `json:"container"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
 }
@@ -91,6 +96,19 @@ func parseResponses(raw []byte) (*conversation, error) {
 		}
 		if t.Type == "" {
 			return nil, badRequest("Missing required parameter: 'tools[%d].type'.", i)
+		}
+		switch t.Type {
+		case "shell":
+			c.Hosted = append([]string{"shell"}, c.Hosted...) // the shell first
+			if t.Environment != nil && t.Environment.ContainerID != "" {
+				c.HostedContainer = t.Environment.ContainerID
+			}
+		case "code_interpreter":
+			c.Hosted = append(c.Hosted, t.Type)
+			var id string
+			if json.Unmarshal(t.Container, &id) == nil && id != "" {
+				c.HostedContainer = id
+			}
 		}
 		c.Tools = append(c.Tools, t.Name)
 	}
@@ -214,6 +232,22 @@ func responsesUsage(u Usage) map[string]any {
 // their ids chosen once (the stream and the final object agree).
 func responsesItems(a *answer) []map[string]any {
 	var out []map[string]any
+	for _, h := range a.hosted {
+		if a.hostedTool == "code_interpreter" {
+			status, outputs := "completed", []any{map[string]any{"type": "logs", "logs": h.Stdout + h.Stderr}}
+			if h.Error != "" {
+				status, outputs = "failed", []any{}
+			}
+			out = append(out, map[string]any{"id": newID("ci_"), "type": "code_interpreter_call", "status": status,
+				"code": h.Code, "container_id": hostedContainer(a, "cntr_scripted"), "outputs": outputs})
+			continue
+		}
+		out = append(out, map[string]any{"id": newID("sh_"), "type": "shell_call", "status": "completed", "call_id": h.ID,
+			"action":      map[string]any{"commands": []any{h.Code}, "timeout_ms": nil, "max_output_length": nil},
+			"environment": map[string]any{"type": "container_reference", "container_id": hostedContainer(a, "cntr_scripted")}},
+			map[string]any{"id": newID("sho_"), "type": "shell_call_output", "status": "completed", "call_id": h.ID, "max_output_length": nil,
+				"output": []any{shellOutput(h)}})
+	}
 	if a.text != "" {
 		part := map[string]any{"type": "output_text", "text": a.text, "annotations": []any{}, "logprobs": []any{}}
 		if a.turn.stop() == "refusal" {
@@ -231,6 +265,20 @@ func responsesItems(a *answer) []map[string]any {
 			"call_id": id, "name": c.name, "arguments": c.args})
 	}
 	return out
+}
+
+// hostedContainer is the container the answer's hosted runs ran in: the
+// one the request named, else a new one, named fresh.
+func hostedContainer(a *answer, fresh string) string {
+	if a.conv.HostedContainer != "" {
+		return a.conv.HostedContainer
+	}
+	return fresh
+}
+
+// shellOutput is h's run as a shell_call_output's output entry.
+func shellOutput(h HostedRun) map[string]any {
+	return map[string]any{"stdout": h.Stdout, "stderr": h.Stderr, "outcome": map[string]any{"type": "exit", "exit_code": h.ExitCode}}
 }
 
 func responseObject(a *answer, status string) map[string]any {
@@ -305,6 +353,39 @@ func streamResponses(s *sse, a *answer) {
 				ev("response.function_call_arguments.delta", map[string]any{"item_id": it["id"], "output_index": i, "delta": p})
 			}
 			ev("response.function_call_arguments.done", map[string]any{"item_id": it["id"], "output_index": i, "arguments": args, "name": it["name"]})
+		case "shell_call":
+			added := maps.Clone(it)
+			added["status"] = "in_progress"
+			added["action"] = map[string]any{"commands": []any{}, "timeout_ms": nil, "max_output_length": nil}
+			ev("response.output_item.added", map[string]any{"output_index": i, "item": added})
+			for j, c := range it["action"].(map[string]any)["commands"].([]any) {
+				ev("response.shell_call_command.added", map[string]any{"output_index": i, "command_index": j, "command": ""})
+				for _, p := range chunks(c.(string), 16) {
+					ev("response.shell_call_command.delta", map[string]any{"output_index": i, "command_index": j, "delta": p})
+				}
+				ev("response.shell_call_command.done", map[string]any{"output_index": i, "command_index": j, "command": c})
+			}
+		case "shell_call_output":
+			added := maps.Clone(it)
+			added["output"] = []any{}
+			ev("response.output_item.added", map[string]any{"output_index": i, "item": added})
+			for j, o := range it["output"].([]any) {
+				o := o.(map[string]any)
+				ev("response.shell_call_output_content.delta", map[string]any{"item_id": it["id"], "output_index": i, "command_index": j,
+					"delta": map[string]any{"stdout": o["stdout"], "stderr": o["stderr"]}})
+				ev("response.shell_call_output_content.done", map[string]any{"item_id": it["id"], "output_index": i, "command_index": j, "output": []any{o}})
+			}
+		case "code_interpreter_call":
+			added := maps.Clone(it)
+			added["status"], added["code"], added["outputs"] = "in_progress", "", nil
+			ev("response.output_item.added", map[string]any{"output_index": i, "item": added})
+			ev("response.code_interpreter_call.in_progress", map[string]any{"item_id": it["id"], "output_index": i})
+			for _, p := range chunks(it["code"].(string), 16) {
+				ev("response.code_interpreter_call_code.delta", map[string]any{"item_id": it["id"], "output_index": i, "delta": p})
+			}
+			ev("response.code_interpreter_call_code.done", map[string]any{"item_id": it["id"], "output_index": i, "code": it["code"]})
+			ev("response.code_interpreter_call.interpreting", map[string]any{"item_id": it["id"], "output_index": i})
+			ev("response.code_interpreter_call.completed", map[string]any{"item_id": it["id"], "output_index": i})
 		}
 		ev("response.output_item.done", map[string]any{"output_index": i, "item": it})
 	}

@@ -41,6 +41,22 @@
 //	          arguments_for: {bash_code_execution: {command: ls}}
 //	        - {name: broken, arguments: "{not json"}   # a string is sent as written
 //
+// A turn may report runs of the provider's own hosted tool, done before
+// its text, as a provider that runs them itself answers (the request must
+// offer that tool: Responses {"type":"shell"} or code_interpreter,
+// Messages code_execution_20250825, Gemini codeExecution; else 400):
+//
+//	native-model:
+//	  - hosted:
+//	      - {code: "echo hi", stdout: "hi\n"}          # exit_code, stderr, error
+//	    text: "It printed hi."
+//
+// Responses answers shell_call + shell_call_output items (or a
+// code_interpreter_call when the request offers no shell), Messages
+// server_tool_use + bash_code_execution_tool_result blocks, Gemini
+// executableCode + codeExecutionResult parts; streamed in each API's
+// events.
+//
 // Each turn may also set stop (end, max_tokens, tool_use, stop_sequence,
 // refusal, pause), stop_sequence, usage (input_tokens, output_tokens,
 // cache_read_tokens, cache_write_tokens, reasoning_tokens) and model (the
@@ -103,6 +119,9 @@ type Turn struct {
 	// calls. Empty: no text part.
 	Text      string     `json:"text,omitempty"`
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Hosted are runs of the provider's own hosted tool the turn reports
+	// as done, before Text.
+	Hosted []HostedRun `json:"hosted,omitempty"`
 	// Stop is the stop reason in the gateway's neutral words: end,
 	// max_tokens, tool_use, stop_sequence, refusal, pause. Empty: tool_use
 	// when the turn has tool calls, else end. With refusal the text is the
@@ -175,6 +194,24 @@ func (c ToolCall) ArgumentsText() string {
 		}
 	}
 	return string(a)
+}
+
+// HostedRun is a run of the provider's hosted tool: what ran (a shell
+// command; Python on Gemini and code_interpreter) and what it printed.
+type HostedRun struct {
+	ID       string `json:"id,omitempty"` // empty: generated in the API's style
+	Code     string `json:"code"`
+	Stdout   string `json:"stdout,omitempty"`
+	Stderr   string `json:"stderr,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"`
+	// Error is the tool's error code instead of a result ("unavailable",
+	// …; Messages' tool_result_error, Gemini's OUTCOME_FAILED).
+	Error string `json:"error,omitempty"`
+	// Editor, on Messages, makes the run a text_editor_code_execution
+	// call with this input, answered with Result (its content object, as
+	// written) instead of Code's bash run.
+	Editor json.RawMessage `json:"editor,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // Usage is the turn's token counts. InputTokens includes the cached ones
@@ -317,6 +354,12 @@ type conversation struct {
 	ToolResults    []string
 	LastUserText   string
 	Tools          []string
+	// Hosted are the provider's own hosted tools the request offers
+	// ("shell", "code_interpreter", "code_execution"); HostedContainer
+	// the container the request names for them ("" for a new one, which
+	// the answer calls cntr_scripted / container_scripted).
+	Hosted          []string
+	HostedContainer string
 	// includeUsage: Chat Completions' stream_options.include_usage.
 	includeUsage bool
 }

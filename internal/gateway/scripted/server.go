@@ -247,6 +247,18 @@ func (m *Model) answer(w http.ResponseWriter, r *http.Request, rec *Request) int
 		name, args := c.resolve(conv.Tools)
 		a.calls = append(a.calls, call{id: c.ID, name: name, args: fill(args, conv, idx)})
 	}
+	if len(t.Hosted) > 0 {
+		if len(conv.Hosted) == 0 {
+			return writeError(w, api, badRequest("scripted upstream: turn %d of model %q runs the provider's hosted tool, but the request offers none", idx, conv.Model))
+		}
+		a.hostedTool = conv.Hosted[0]
+		for _, h := range t.Hosted {
+			if h.ID == "" {
+				h.ID = newID(map[string]string{APIResponses: "call_", APIMessages: "srvtoolu_"}[api])
+			}
+			a.hosted = append(a.hosted, h)
+		}
+	}
 	if !conv.Stream {
 		var v any
 		switch api {
@@ -338,6 +350,10 @@ type answer struct {
 	model string
 	text  string
 	calls []call
+	// hosted are the turn's runs of the provider's hosted tool
+	// hostedTool, ids chosen.
+	hosted     []HostedRun
+	hostedTool string
 }
 
 type call struct {

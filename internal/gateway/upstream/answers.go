@@ -42,7 +42,9 @@ type responsesAnswer struct {
 }
 
 // responsesItem is an output item; Content and Arguments are read for
-// message and function_call items only.
+// message and function_call items only, Action, Output, Code, Outputs and
+// Status for the hosted tools' items (shell_call, shell_call_output,
+// code_interpreter_call).
 type responsesItem struct {
 	Type      string          `json:"type"`
 	ID        string          `json:"id"`
@@ -50,6 +52,17 @@ type responsesItem struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
 	Content   json.RawMessage `json:"content"`
+	Action    json.RawMessage `json:"action"`
+	Output    json.RawMessage `json:"output"`
+	Code      json.RawMessage `json:"code"`
+	Outputs   json.RawMessage `json:"outputs"`
+	Status    string          `json:"status"`
+	// The container a hosted call ran in: a shell_call's environment
+	// (container_reference), a code_interpreter_call's container_id.
+	Environment struct {
+		ContainerID string `json:"container_id"`
+	} `json:"environment"`
+	ContainerID string `json:"container_id"`
 }
 
 // responsesContent is a message item's content part.
@@ -172,15 +185,26 @@ type messagesAnswer struct {
 	StopReason string            `json:"stop_reason"`
 	Content    []messagesBlock   `json:"content"`
 	Usage      messagesUsageJSON `json:"usage"`
+	Container  messagesContainer `json:"container"`
 }
 
-// messagesBlock is a content block of a Messages API message.
+// messagesContainer is the container Anthropic's code execution ran in.
+type messagesContainer struct {
+	ID        string `json:"id"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+// messagesBlock is a content block of a Messages API message; ToolUseID
+// and Content are read for the results of the provider's own code
+// execution.
 type messagesBlock struct {
-	Type  string          `json:"type"`
-	Text  string          `json:"text"`
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
-	Input json.RawMessage `json:"input"`
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
 }
 
 // messagesUsageJSON is the Messages API's usage.
@@ -204,17 +228,13 @@ type messagesEvent struct {
 		Model string            `json:"model"`
 		Usage messagesUsageJSON `json:"usage"`
 	} `json:"message"`
-	ContentBlock struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-		ID   string `json:"id"`
-		Name string `json:"name"`
-	} `json:"content_block"`
-	Delta struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		StopReason  string `json:"stop_reason"`
+	ContentBlock messagesBlock `json:"content_block"`
+	Delta        struct {
+		Type        string            `json:"type"`
+		Text        string            `json:"text"`
+		PartialJSON string            `json:"partial_json"`
+		StopReason  string            `json:"stop_reason"`
+		Container   messagesContainer `json:"container"`
 	} `json:"delta"`
 	Usage *messagesUsageJSON `json:"usage"`
 }

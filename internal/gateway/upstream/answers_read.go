@@ -32,7 +32,8 @@ func decodeAnswer(data []byte, v any) error {
 
 var (
 	responsesAnswerNames = []string{"id", "model", "status", "error", "incomplete_details", "output", "usage"}
-	responsesItemNames   = []string{"type", "id", "call_id", "name", "arguments", "content"}
+	responsesItemNames   = []string{"type", "id", "call_id", "name", "arguments", "content", "action", "output", "code", "outputs", "status", "environment", "container_id"}
+	containerIDNames     = []string{"container_id"}
 	responsesUsageNames  = []string{"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"}
 	codeMessageNames     = []string{"code", "message"}
 	reasonNames          = []string{"reason"}
@@ -93,8 +94,22 @@ func (it *responsesItem) read(r *jsonr.Reader) bool {
 			return r.Str(&it.Name)
 		case 4:
 			return r.Raw(&it.Arguments)
-		default:
+		case 5:
 			return r.Raw(&it.Content)
+		case 6:
+			return r.Raw(&it.Action)
+		case 7:
+			return r.Raw(&it.Output)
+		case 8:
+			return r.Raw(&it.Code)
+		case 9:
+			return r.Raw(&it.Outputs)
+		case 10:
+			return r.Str(&it.Status)
+		case 11:
+			return r.Object(containerIDNames, func(int) bool { return r.Str(&it.Environment.ContainerID) })
+		default:
+			return r.Str(&it.ContainerID)
 		}
 	})
 }
@@ -174,13 +189,44 @@ func (u *chatUsageJSON) read(r *jsonr.Reader) bool {
 }
 
 var (
-	messagesAnswerNames = []string{"id", "model", "stop_reason", "content", "usage"}
-	messagesBlockNames  = []string{"type", "text", "id", "name", "input"}
+	messagesAnswerNames = []string{"id", "model", "stop_reason", "content", "usage", "container"}
+	containerNames      = []string{"id", "expires_at"}
+	messagesBlockNames  = []string{"type", "text", "id", "name", "input", "tool_use_id", "content"}
 	messagesUsageNames  = []string{"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens_details"}
 	thinkingTokensNames = []string{"thinking_tokens"}
 )
 
 func (a *messagesAnswer) reset() { *a = messagesAnswer{} }
+
+func (c *messagesContainer) read(r *jsonr.Reader) bool {
+	return r.Object(containerNames, func(k int) bool {
+		if k == 0 {
+			return r.Str(&c.ID)
+		}
+		return r.Str(&c.ExpiresAt)
+	})
+}
+
+func (b *messagesBlock) read(r *jsonr.Reader) bool {
+	return r.Object(messagesBlockNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&b.Type)
+		case 1:
+			return r.Str(&b.Text)
+		case 2:
+			return r.Str(&b.ID)
+		case 3:
+			return r.Str(&b.Name)
+		case 4:
+			return r.Raw(&b.Input)
+		case 5:
+			return r.Str(&b.ToolUseID)
+		default:
+			return r.Raw(&b.Content)
+		}
+	})
+}
 
 func (a *messagesAnswer) read(r *jsonr.Reader) bool {
 	return r.Object(messagesAnswerNames, func(k int) bool {
@@ -192,24 +238,11 @@ func (a *messagesAnswer) read(r *jsonr.Reader) bool {
 		case 2:
 			return r.Str(&a.StopReason)
 		case 3:
-			return jsonr.Slice(r, &a.Content, func(b *messagesBlock) bool {
-				return r.Object(messagesBlockNames, func(k int) bool {
-					switch k {
-					case 0:
-						return r.Str(&b.Type)
-					case 1:
-						return r.Str(&b.Text)
-					case 2:
-						return r.Str(&b.ID)
-					case 3:
-						return r.Str(&b.Name)
-					default:
-						return r.Raw(&b.Input)
-					}
-				})
-			})
-		default:
+			return jsonr.Slice(r, &a.Content, func(b *messagesBlock) bool { return b.read(r) })
+		case 4:
 			return a.Usage.read(r)
+		default:
+			return a.Container.read(r)
 		}
 	})
 }
@@ -241,8 +274,7 @@ var (
 	chatCallDeltaNames   = []string{"index", "id", "function"}
 	messagesEventNames   = []string{"type", "index", "message", "content_block", "delta", "usage"}
 	messagesStartNames   = []string{"id", "model", "usage"}
-	messagesBlockStart   = []string{"type", "text", "id", "name"}
-	messagesDeltaNames   = []string{"type", "text", "partial_json", "stop_reason"}
+	messagesDeltaNames   = []string{"type", "text", "partial_json", "stop_reason", "container"}
 )
 
 func (e *responsesEvent) reset() { *e = responsesEvent{} }
@@ -335,19 +367,7 @@ func (e *messagesEvent) read(r *jsonr.Reader) bool {
 				}
 			})
 		case 3:
-			b := &e.ContentBlock
-			return r.Object(messagesBlockStart, func(k int) bool {
-				switch k {
-				case 0:
-					return r.Str(&b.Type)
-				case 1:
-					return r.Str(&b.Text)
-				case 2:
-					return r.Str(&b.ID)
-				default:
-					return r.Str(&b.Name)
-				}
-			})
+			return e.ContentBlock.read(r)
 		case 4:
 			d := &e.Delta
 			return r.Object(messagesDeltaNames, func(k int) bool {
@@ -358,8 +378,10 @@ func (e *messagesEvent) read(r *jsonr.Reader) bool {
 					return r.Str(&d.Text)
 				case 2:
 					return r.Str(&d.PartialJSON)
-				default:
+				case 3:
 					return r.Str(&d.StopReason)
+				default:
+					return d.Container.read(r)
 				}
 			})
 		default:
@@ -372,7 +394,9 @@ var (
 	geminiAnswerNames    = []string{"responseId", "modelVersion", "candidates", "promptFeedback", "usageMetadata"}
 	geminiCandidateNames = []string{"finishReason", "content"}
 	geminiContentNames   = []string{"parts"}
-	geminiPartNames      = []string{"thought", "text", "functionCall"}
+	geminiPartNames      = []string{"thought", "text", "functionCall", "executableCode", "codeExecutionResult"}
+	geminiCodeNames      = []string{"language", "code"}
+	geminiResultNames    = []string{"outcome", "output"}
 	geminiCallNames      = []string{"id", "args", "name"}
 	blockReasonNames     = []string{"blockReason"}
 	geminiUsageNames     = []string{"cachedContentTokenCount", "candidatesTokenCount", "promptTokenCount", "thoughtsTokenCount"}
@@ -432,6 +456,24 @@ func (p *geminiAnswerPart) read(r *jsonr.Reader) bool {
 			return r.Bool(&p.Thought)
 		case 1:
 			return r.Str(&p.Text)
+		case 3:
+			return jsonr.Ptr(r, &p.ExecutableCode, func(c *geminiCode) bool {
+				return r.Object(geminiCodeNames, func(k int) bool {
+					if k == 0 {
+						return r.Str(&c.Language)
+					}
+					return r.Str(&c.Code)
+				})
+			})
+		case 4:
+			return jsonr.Ptr(r, &p.CodeExecutionResult, func(c *geminiCodeResult) bool {
+				return r.Object(geminiResultNames, func(k int) bool {
+					if k == 0 {
+						return r.Str(&c.Outcome)
+					}
+					return r.Str(&c.Output)
+				})
+			})
 		default:
 			return jsonr.Ptr(r, &p.FunctionCall, func(fc *geminiCall) bool {
 				return r.Object(geminiCallNames, func(k int) bool {

@@ -45,6 +45,15 @@ func readerAnswers() map[string][]string {
 			fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[{"text":%s},{"text":"x","thought":true,"thoughtSignature":"c2ln"},{"functionCall":{"id":"c%d","name":%s,"args":{"code":%s,"n":1.5e3,"big":12345678901234567890,"nested":{"a":[1,null,true,{"b":%s}]}}}}]},"finishReason":"STOP","index":0}],"promptFeedback":{"blockReason":%s},"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":7,"cachedContentTokenCount":3,"thoughtsTokenCount":2},"modelVersion":%s,"responseId":"r%d"}`,
 				s, i, s, s, s, s, i, s, i),
 			`{"candidates":[null,{"content":null},{"content":{"parts":[null,{"functionCall":{"name":"f","args":null}},{"functionCall":{"name":"f","args":{}}}]}}],"promptFeedback":null,"usageMetadata":null}`)
+		// The provider's own hosted tools' items (engine auto).
+		out[gateway.APIResponses] = append(out[gateway.APIResponses],
+			fmt.Sprintf(`{"id":"r","status":"completed","output":[{"id":"sh_1","type":"shell_call","status":"completed","call_id":%s,"action":{"commands":[%s],"timeout_ms":null},"environment":{"type":"container_reference","container_id":%s}},{"id":"sho_1","type":"shell_call_output","status":%s,"call_id":%s,"max_output_length":null,"output":[{"stdout":%s,"stderr":"","outcome":{"type":"exit","exit_code":%d}}]},{"id":"ci_1","type":"code_interpreter_call","status":"failed","code":%s,"container_id":"c","outputs":null}]}`,
+				s, s, s, s, s, s, i, s))
+		out[gateway.APIMessages] = append(out[gateway.APIMessages],
+			fmt.Sprintf(`{"id":"m","content":[{"type":"server_tool_use","id":%s,"name":"bash_code_execution","input":{"command":%s}},{"type":"bash_code_execution_tool_result","tool_use_id":%s,"content":{"type":"bash_code_execution_result","stdout":%s,"stderr":"","return_code":%d,"content":[]}}],"stop_reason":"end_turn","container":{"id":%s,"expires_at":"2026-01-01T00:00:00Z"}}`,
+				s, s, s, s, i, s))
+		out[gateway.APIGemini] = append(out[gateway.APIGemini],
+			fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[{"executableCode":{"language":"PYTHON","code":%s}},{"codeExecutionResult":{"outcome":%s,"output":%s}},{"executableCode":null}]}}]}`, s, s, s))
 	}
 	return out
 }
@@ -79,6 +88,8 @@ func readerEvents() map[string][]string {
 			fmt.Sprintf(`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":%s}}`, s),
 			fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, s),
 			fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":null},"usage":{"output_tokens":%d}}`, s, i),
+			fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","container":{"id":%s,"expires_at":%s}}}`, s, s),
+			`{"type":"message_delta","delta":{"stop_reason":"end_turn","container":null}}`,
 			`{"type":"content_block_stop","index":1}`, `{"type":"message_stop"}`, `{"type":"ping"}`)
 	}
 	return out

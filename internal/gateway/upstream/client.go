@@ -592,6 +592,20 @@ func schema(raw json.RawMessage) (map[string]any, error) {
 	return m, nil
 }
 
+// nativeChoice is the provider's own tool that req's tool choice names
+// (Tool.Native), "" when it names a function or none.
+func nativeChoice(req *gateway.Request) string {
+	if req.ToolChoice.Mode != gateway.ChoiceTool {
+		return ""
+	}
+	for _, t := range req.Tools {
+		if t.Name == req.ToolChoice.Name && t.Native != "" {
+			return t.Native
+		}
+	}
+	return ""
+}
+
 // errorText is a tool result's content as the model reads it, marked as
 // an error for APIs that have no is_error flag.
 func errorText(r *gateway.ToolResult) string {

@@ -28,6 +28,8 @@ import (
 //	    models: [gpt-5, gpt-5-mini]     # optional: what GET /v1/models lists
 //	    timeout: 120s                   # optional, default 120s
 //	    headers: {HTTP-Referer: https://example.com}   # optional, sent with every call
+//	    native_tools: [shell, code_interpreter]         # optional: hosted tools the provider runs itself
+//	    vendor_tools: sandbox           # optional: run shell/code_interpreter/code_execution_* in the sandbox anyway
 //
 //	aliases:                          # optional: other names for models
 //	  gemini-2.5-flash: local/qwen3
@@ -52,6 +54,22 @@ type ProviderConfig struct {
 	Models    []string          `yaml:"models"`
 	Timeout   string            `yaml:"timeout"`
 	Headers   map[string]string `yaml:"headers"`
+	// NativeTools are the hosted tools the provider's API runs itself
+	// (gateway's NativeShell and NativeCodeInterpreter on responses,
+	// NativeCodeExecution on messages and gemini): a server tool on engine
+	// auto uses the provider's own.
+	NativeTools []string `yaml:"native_tools"`
+	// VendorTools "sandbox" runs the provider's own tool types in
+	// Shellgate's sandbox even when NativeTools lists them; "" or
+	// "native" lets the provider run them.
+	VendorTools string `yaml:"vendor_tools"`
+}
+
+// nativeFor says which native tools each API flavour has.
+var nativeFor = map[string][]string{
+	gateway.APIResponses: {gateway.NativeShell, gateway.NativeCodeInterpreter},
+	gateway.APIMessages:  {gateway.NativeCodeExecution},
+	gateway.APIGemini:    {gateway.NativeCodeExecution},
 }
 
 var providerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -129,7 +147,18 @@ func ParseConfig(b []byte, getenv func(string) string) (*Providers, error) {
 				return nil, fmt.Errorf("%s.models[%d]: %q is not a model name", at, i, m)
 			}
 		}
-		ps.byName[name] = &provider{name: name, api: pc.API, up: up, endpoint: e, models: pc.Models}
+		for i, n := range pc.NativeTools {
+			if !slices.Contains(nativeFor[pc.API], n) {
+				return nil, fmt.Errorf("%s.native_tools[%d]: %q is not a hosted tool of the %s API (it has: %s)", at, i, n, pc.API, strings.Join(nativeFor[pc.API], ", "))
+			}
+		}
+		switch pc.VendorTools {
+		case "", "native", "sandbox":
+		default:
+			return nil, fmt.Errorf("%s.vendor_tools: %q is not native or sandbox", at, pc.VendorTools)
+		}
+		ps.byName[name] = &provider{name: name, api: pc.API, up: up, endpoint: e, models: pc.Models,
+			native: pc.NativeTools, vendorSandbox: pc.VendorTools == "sandbox"}
 		ps.names = append(ps.names, name)
 	}
 	if err := ps.SetAliases(cfg.Aliases); err != nil {
@@ -199,6 +228,9 @@ type provider struct {
 	up       gateway.Upstream
 	endpoint Endpoint
 	models   []string
+	// native and vendorSandbox are gateway.Model's Native and VendorSandbox.
+	native        []string
+	vendorSandbox bool
 }
 
 // newAdapter is the adapter of api over e, nil for an unknown api.
@@ -224,7 +256,8 @@ func NewProviders(entries ...Provider) *Providers {
 		if up == nil {
 			up = newAdapter(e.API, e.Endpoint)
 		}
-		ps.byName[e.Name] = &provider{name: e.Name, api: e.API, up: up, endpoint: e.Endpoint, models: e.Models}
+		ps.byName[e.Name] = &provider{name: e.Name, api: e.API, up: up, endpoint: e.Endpoint, models: e.Models,
+			native: e.Native, vendorSandbox: e.VendorSandbox}
 		ps.names = append(ps.names, e.Name)
 	}
 	sort.Strings(ps.names)
@@ -238,6 +271,10 @@ type Provider struct {
 	Endpoint Endpoint
 	Upstream gateway.Upstream // nil: the adapter of API over Endpoint
 	Models   []string
+	// Native and VendorSandbox are as ProviderConfig's NativeTools and
+	// VendorTools "sandbox".
+	Native        []string
+	VendorSandbox bool
 }
 
 // Resolve implements gateway.Models.
@@ -255,7 +292,7 @@ func (ps *Providers) Resolve(name string) (gateway.Model, error) {
 		return gateway.Model{}, &gateway.RequestError{Status: http.StatusNotFound, Param: "model",
 			Message: fmt.Sprintf("model %q: no provider %q is configured (configured providers: %s)", name, prefix, strings.Join(ps.names, ", "))}
 	}
-	return gateway.Model{Provider: prefix, Name: model, API: p.api, Upstream: p.up}, nil
+	return gateway.Model{Provider: prefix, Name: model, API: p.api, Upstream: p.up, Native: p.native, VendorSandbox: p.vendorSandbox}, nil
 }
 
 func (ps *Providers) example() string {

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -143,5 +144,38 @@ func TestBadConfig(t *testing.T) {
 				t.Errorf("error %v, want one with %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestConfigNativeTools: native_tools and vendor_tools reach the resolved
+// model; a hosted tool the provider's API does not have is an error.
+func TestConfigNativeTools(t *testing.T) {
+	ps, err := ParseConfig([]byte(`
+providers:
+  openai: {api: responses, base_url: http://x, native_tools: [shell, code_interpreter]}
+  anthropic: {api: messages, base_url: http://x, native_tools: [code_execution], vendor_tools: sandbox}
+  google: {api: gemini, base_url: http://x, native_tools: [code_execution], vendor_tools: native}
+  local: {api: chat_completions, base_url: http://x}
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"openai/m": "[shell code_interpreter] false", "anthropic/m": "[code_execution] true",
+		"google/m": "[code_execution] false", "local/m": "[] false",
+	} {
+		m, err := ps.Resolve(name)
+		if got := fmt.Sprintf("%v %v", m.Native, m.VendorSandbox); err != nil || got != want {
+			t.Errorf("%s: %s (%v), want %s", name, got, err, want)
+		}
+	}
+	for _, c := range []struct{ yml, want string }{
+		{"providers:\n  a: {api: messages, base_url: http://x, native_tools: [shell]}", `providers.a.native_tools[0]: "shell" is not a hosted tool of the messages API (it has: code_execution)`},
+		{"providers:\n  a: {api: chat_completions, base_url: http://x, native_tools: [code_execution]}", "providers.a.native_tools[0]"},
+		{"providers:\n  a: {api: responses, base_url: http://x, vendor_tools: openrouter}", `providers.a.vendor_tools: "openrouter" is not native or sandbox`},
+	} {
+		if _, err := ParseConfig([]byte(c.yml), env(nil)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want one with %q", err, c.want)
+		}
 	}
 }

@@ -332,7 +332,7 @@ func toolsKey(flavour string, tools []gateway.Tool) string {
 	var b strings.Builder
 	b.WriteString(flavour)
 	for _, t := range tools {
-		fmt.Fprintf(&b, "\x00%s\x00%s\x00%s\x00%t", t.Name, t.Description, t.Parameters, t.Strict)
+		fmt.Fprintf(&b, "\x00%s\x00%s\x00%s\x00%t\x00%s\x00%s", t.Name, t.Description, t.Parameters, t.Strict, t.Native, t.Container)
 	}
 	return b.String()
 }

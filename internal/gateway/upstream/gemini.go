@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/jsonr"
+	"github.com/shellgate/shellgate/internal/tool"
 )
 
 // Gemini is a Gemini API upstream (POST {base}/models/{model}:generateContent,
@@ -171,6 +173,10 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 	if len(req.Tools) > 0 {
 		t := &genai.Tool{}
 		for _, tool := range toolsToEncode(req, gateway.APIGemini) {
+			if tool.Native == gateway.NativeCodeExecution {
+				p.Tools = append(p.Tools, &genai.Tool{CodeExecution: &genai.ToolCodeExecution{}})
+				continue
+			}
 			s, err := schema(tool.Parameters)
 			if err != nil {
 				return nil, nil, gateway.BadRequest("tools", "tool %s: %v", tool.Name, err)
@@ -178,7 +184,7 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 			t.FunctionDeclarations = append(t.FunctionDeclarations, &genai.FunctionDeclaration{Name: tool.Name, Description: tool.Description, ParametersJsonSchema: s})
 		}
 		if len(t.FunctionDeclarations) > 0 {
-			p.Tools = []*genai.Tool{t}
+			p.Tools = append(p.Tools, t)
 		}
 		var fc *genai.FunctionCallingConfig
 		switch req.ToolChoice.Mode {
@@ -187,9 +193,16 @@ func geminiParams(req *gateway.Request, from int) (*geminiRequest, []int, error)
 		case gateway.ChoiceRequired:
 			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny}
 		case gateway.ChoiceTool:
-			fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{req.ToolChoice.Name}}
+			// Gemini's code execution cannot be forced: the choice of it is
+			// left to the model.
+			if nativeChoice(req) == "" {
+				fc = &genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{req.ToolChoice.Name}}
+			}
 		}
-		if fc != nil {
+		functions := slices.ContainsFunc(req.Tools, func(t gateway.Tool) bool { return t.Native == "" })
+		if fc != nil && (functions || fc.Mode == genai.FunctionCallingConfigModeNone) {
+			// (ANY with no function to call, only the code execution, is
+			// not a choice Gemini takes.)
 			p.ToolConfig = &genai.ToolConfig{FunctionCallingConfig: fc}
 		}
 	}
@@ -240,6 +253,10 @@ type geminiTurn struct {
 	onDelta  func(gateway.Delta)
 	texts    []*strings.Builder
 	gotFirst bool
+	// code is the provider's code run that waits for its result; codes
+	// counts them.
+	code  *gateway.HostedCall
+	codes int
 }
 
 func newGeminiTurn(onDelta func(gateway.Delta)) *geminiTurn {
@@ -282,9 +299,23 @@ type geminiContent struct {
 }
 
 type geminiAnswerPart struct {
-	Thought      bool        `json:"thought"`
-	Text         string      `json:"text"`
-	FunctionCall *geminiCall `json:"functionCall"`
+	Thought             bool              `json:"thought"`
+	Text                string            `json:"text"`
+	FunctionCall        *geminiCall       `json:"functionCall"`
+	ExecutableCode      *geminiCode       `json:"executableCode"`
+	CodeExecutionResult *geminiCodeResult `json:"codeExecutionResult"`
+}
+
+// geminiCode and geminiCodeResult are the parts of Gemini's own code
+// execution (the codeExecution tool).
+type geminiCode struct {
+	Language string `json:"language"`
+	Code     string `json:"code"`
+}
+
+type geminiCodeResult struct {
+	Outcome string `json:"outcome"`
+	Output  string `json:"output"`
 }
 
 type geminiCall struct {
@@ -344,6 +375,23 @@ func (g *geminiTurn) add(r *geminiAnswer) error {
 				g.onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: id, Name: fc.Name}})
 				g.onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: call.Arguments})
 			}
+		case p.ExecutableCode != nil:
+			g.text = -1
+			g.code = &gateway.HostedCall{ID: fmt.Sprintf("code_%d", g.codes), Tool: gateway.NativeCodeExecution, Kind: gateway.HostedPython,
+				Code: []string{p.ExecutableCode.Code}}
+			g.codes++
+			i := len(g.t.Parts)
+			g.t.Parts = append(g.t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: g.code})
+			g.texts = append(g.texts, nil)
+			if g.onDelta != nil {
+				g.onDelta(gateway.Delta{Kind: gateway.DeltaHosted, Index: i})
+			}
+		case p.CodeExecutionResult != nil:
+			g.text = -1
+			if g.code != nil {
+				g.code.Outputs = []tool.CommandOutput{geminiOutput(p.CodeExecutionResult)}
+				g.code = nil
+			}
 		case p.Text != "":
 			if g.text < 0 {
 				g.text = len(g.t.Parts)
@@ -357,6 +405,20 @@ func (g *geminiTurn) add(r *geminiAnswer) error {
 		}
 	}
 	return nil
+}
+
+// geminiOutput is a codeExecutionResult as a command's output: the
+// output is stdout, or stderr when the code failed.
+func geminiOutput(r *geminiCodeResult) tool.CommandOutput {
+	switch r.Outcome {
+	case string(genai.OutcomeOK):
+		return tool.CommandOutput{Stdout: r.Output, Outcome: tool.Outcome{Type: "exit", ExitCode: new(int)}}
+	case string(genai.OutcomeDeadlineExceeded):
+		return tool.CommandOutput{Stderr: r.Output, Outcome: tool.Outcome{Type: "timeout"}}
+	default:
+		one := 1
+		return tool.CommandOutput{Stderr: r.Output, Outcome: tool.Outcome{Type: "exit", ExitCode: &one}}
+	}
 }
 
 func (g *geminiTurn) done() *gateway.Turn {

@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/jsonr"
+	"github.com/shellgate/shellgate/internal/tool"
 )
 
 // AnthropicVersion is the anthropic-version header sent to Messages
@@ -175,6 +177,13 @@ func messagesParams(req *gateway.Request, from int) (p anthropic.MessageNewParam
 		}
 	}
 	for _, t := range toolsToEncode(req, gateway.APIMessages) {
+		if t.Native == gateway.NativeCodeExecution {
+			p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}})
+			if t.Container != "" {
+				p.Container.OfString = param.NewOpt(t.Container)
+			}
+			continue
+		}
 		s, err := schema(t.Parameters)
 		if err != nil {
 			return p, nil, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
@@ -309,7 +318,9 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 				CacheWriteTokens: m.Usage.CacheCreationInputTokens,
 				ReasoningTokens:  m.Usage.OutputTokensDetails.ThinkingTokens,
 			}}
-		for _, b := range m.Content {
+		hosted := map[string]*gateway.HostedCall{}
+		for i := range m.Content {
+			b := &m.Content[i]
 			switch b.Type {
 			case "text":
 				if b.Text != "" {
@@ -317,8 +328,20 @@ func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(
 				}
 			case "tool_use":
 				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)}})
+			default:
+				h, err := messagesHosted(b, hosted)
+				if err != nil {
+					return nil, badAnswer(err)
+				}
+				if h != nil {
+					if err := hostedInput(h, b.Input); err != nil {
+						return nil, badAnswer(err)
+					}
+					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
+				}
 			}
 		}
+		hostedIn(t, m.Container)
 		return t, nil
 	}
 	return messagesStream(ctx, call, onDelta)
@@ -353,7 +376,9 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 	partOf := map[int64]int{} // block index → part index
 	isText := map[int64]bool{}
 	var texts, args = map[int]*strings.Builder{}, map[int]*strings.Builder{}
+	hosted := map[string]*gateway.HostedCall{}
 	var stop string
+	var container messagesContainer
 	for {
 		ev, err := r.next(ctx)
 		if err == io.EOF {
@@ -404,6 +429,18 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
 				args[i] = &strings.Builder{}
 				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
+			default:
+				h, err := messagesHosted(&e.ContentBlock, hosted)
+				if err != nil {
+					return nil, badAnswer(err)
+				}
+				if h != nil {
+					i := len(t.Parts)
+					partOf[e.Index] = i
+					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
+					args[i] = &strings.Builder{}
+					onDelta(gateway.Delta{Kind: gateway.DeltaHosted, Index: i})
+				}
 			}
 		case "content_block_delta":
 			switch e.Delta.Type {
@@ -426,10 +463,15 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 					continue
 				}
 				args[i].WriteString(e.Delta.PartialJSON)
-				onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: e.Delta.PartialJSON})
+				if t.Parts[i].Kind == gateway.PartToolCall {
+					onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: e.Delta.PartialJSON})
+				}
 			}
 		case "message_delta":
 			stop = e.Delta.StopReason
+			if e.Delta.Container.ID != "" {
+				container = e.Delta.Container
+			}
 			if e.Usage == nil {
 				break
 			}
@@ -453,10 +495,95 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 					if t.Parts[i].Call.Arguments == "" {
 						t.Parts[i].Call.Arguments = "{}"
 					}
+				case gateway.PartHosted:
+					if err := hostedInput(t.Parts[i].Hosted, json.RawMessage(args[i].String())); err != nil {
+						return nil, badAnswer(err)
+					}
 				}
 			}
 			t.Stop = messagesStop(stop)
+			hostedIn(t, container)
 			return t, nil
 		}
 	}
+}
+
+// messagesHosted reads a block of the provider's own code execution
+// (code_execution_20250825): a server_tool_use of its bash or text editor
+// is a new hosted call (returned; its input comes with hostedInput), a
+// result block completes the call of its tool_use_id in calls. Other
+// blocks are not the adapter's (nil).
+func messagesHosted(b *messagesBlock, calls map[string]*gateway.HostedCall) (*gateway.HostedCall, error) {
+	switch b.Type {
+	case "server_tool_use":
+		var kind string
+		switch b.Name {
+		case gateway.BashCodeExecution:
+			kind = gateway.HostedBash
+		case gateway.TextEditorCodeExecution:
+			kind = gateway.HostedTextEditor
+		default:
+			return nil, nil
+		}
+		h := &gateway.HostedCall{ID: b.ID, Tool: gateway.NativeCodeExecution, Kind: kind}
+		calls[b.ID] = h
+		return h, nil
+	case "bash_code_execution_tool_result", "text_editor_code_execution_tool_result":
+		h := calls[b.ToolUseID]
+		if h == nil {
+			return nil, nil
+		}
+		if h.Kind == gateway.HostedTextEditor {
+			h.Result = append(json.RawMessage(nil), b.Content...) // b may be a stream's event, read in place
+			return nil, nil
+		}
+		var c struct {
+			Type       string `json:"type"`
+			Stdout     string `json:"stdout"`
+			Stderr     string `json:"stderr"`
+			ReturnCode int    `json:"return_code"`
+			ErrorCode  string `json:"error_code"`
+		}
+		if err := unmarshal(b.Content, &c); err != nil {
+			return nil, err
+		}
+		if c.Type == "bash_code_execution_tool_result_error" {
+			h.Error = c.ErrorCode
+			if h.Error == "" {
+				h.Error = "unavailable"
+			}
+			return nil, nil
+		}
+		h.Outputs = []tool.CommandOutput{{Stdout: c.Stdout, Stderr: c.Stderr, Outcome: tool.Outcome{Type: "exit", ExitCode: &c.ReturnCode}}}
+	}
+	return nil, nil
+}
+
+// hostedIn says the turn's hosted calls ran in the provider's container
+// id (Anthropic names it for the message, not for each call).
+func hostedIn(t *gateway.Turn, c messagesContainer) {
+	exp, _ := time.Parse(time.RFC3339, c.ExpiresAt)
+	for _, p := range t.Parts {
+		if p.Kind == gateway.PartHosted {
+			p.Hosted.ContainerID, p.Hosted.ContainerExpiresAt = c.ID, exp
+		}
+	}
+}
+
+// hostedInput takes the input of h's server_tool_use.
+func hostedInput(h *gateway.HostedCall, input json.RawMessage) error {
+	if h.Kind == gateway.HostedTextEditor {
+		h.Input = input
+		return nil
+	}
+	var a struct {
+		Command string `json:"command"`
+	}
+	if len(input) > 0 {
+		if err := unmarshal(input, &a); err != nil {
+			return err
+		}
+	}
+	h.Code = []string{a.Command}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/tool"
 )
 
 // Responses is an OpenAI Responses upstream (POST {base}/responses).
@@ -111,6 +112,22 @@ func responsesParams(req *gateway.Request, from int) (p responses.ResponseNewPar
 		p.Input.OfInputItemList = items
 	}
 	for _, t := range toolsToEncode(req, gateway.APIResponses) {
+		switch t.Native {
+		case gateway.NativeShell:
+			env := responses.FunctionShellToolEnvironmentUnionParam{OfContainerAuto: &responses.ContainerAutoParam{}}
+			if t.Container != "" {
+				env = responses.FunctionShellToolEnvironmentUnionParam{OfContainerReference: &responses.ContainerReferenceParam{ContainerID: t.Container}}
+			}
+			p.Tools = append(p.Tools, responses.ToolUnionParam{OfShell: &responses.FunctionShellToolParam{Environment: env}})
+			continue
+		case gateway.NativeCodeInterpreter:
+			c := responses.ToolCodeInterpreterContainerUnionParam{OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{}}
+			if t.Container != "" {
+				c = responses.ToolCodeInterpreterContainerUnionParam{OfString: param.NewOpt(t.Container)}
+			}
+			p.Tools = append(p.Tools, responses.ToolUnionParam{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{Container: c}})
+			continue
+		}
 		s, err := schema(t.Parameters)
 		if err != nil {
 			return p, nil, gateway.BadRequest("tools", "tool %s: %v", t.Name, err)
@@ -128,7 +145,14 @@ func responsesParams(req *gateway.Request, from int) (p responses.ResponseNewPar
 		case gateway.ChoiceRequired:
 			p.ToolChoice.OfToolChoiceMode = param.NewOpt(responses.ToolChoiceOptionsRequired)
 		case gateway.ChoiceTool:
-			p.ToolChoice.OfFunctionTool = &responses.ToolChoiceFunctionParam{Name: req.ToolChoice.Name}
+			switch nativeChoice(req) {
+			case gateway.NativeShell:
+				p.ToolChoice.OfSpecificShellToolChoice = &responses.ToolChoiceShellParam{}
+			case gateway.NativeCodeInterpreter:
+				p.ToolChoice.OfHostedTool = &responses.ToolChoiceTypesParam{Type: responses.ToolChoiceTypesTypeCodeInterpreter}
+			default:
+				p.ToolChoice.OfFunctionTool = &responses.ToolChoiceFunctionParam{Name: req.ToolChoice.Name}
+			}
 		}
 		if req.ToolChoice.DisableParallel {
 			p.ParallelToolCalls = param.NewOpt(false)
@@ -165,6 +189,7 @@ func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 		ReasoningTokens: r.Usage.OutputTokensDetails.ReasoningTokens,
 	}}
 	refusal, calls := false, false
+	shells := map[string]*gateway.HostedCall{} // call_id → its shell_call's part
 	for _, it := range r.Output {
 		switch it.Type {
 		case "message":
@@ -189,6 +214,14 @@ func responsesTurn(r *responsesAnswer) (*gateway.Turn, error) {
 			calls = true
 			t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{
 				ID: it.CallID, Name: it.Name, Arguments: rawString(it.Arguments)}})
+		case "shell_call", "shell_call_output", "code_interpreter_call":
+			h, err := responsesHosted(&it, shells)
+			if err != nil {
+				return nil, badAnswer(err)
+			}
+			if h != nil {
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
+			}
 		}
 	}
 	switch {
@@ -281,6 +314,10 @@ func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta
 			}
 			onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: delta})
 		case "response.output_item.added":
+			if e.Item.Type == "shell_call" || e.Item.Type == "code_interpreter_call" {
+				onDelta(gateway.Delta{Kind: gateway.DeltaHosted, Index: n})
+				n++
+			}
 			if e.Item.Type == "function_call" {
 				i := n
 				n++
@@ -303,5 +340,61 @@ func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta
 			}
 			return nil, &gateway.UpstreamError{Status: status, Type: e.Code, Message: e.Message}
 		}
+	}
+}
+
+// responsesHosted reads an item of the provider's own hosted tools: a
+// shell_call or code_interpreter_call is a new hosted call (returned), a
+// shell_call_output completes the shell_call of its call_id in shells.
+func responsesHosted(it *responsesItem, shells map[string]*gateway.HostedCall) (*gateway.HostedCall, error) {
+	switch it.Type {
+	case "shell_call":
+		var a struct {
+			Commands []string `json:"commands"`
+		}
+		if len(it.Action) > 0 {
+			if err := unmarshal(it.Action, &a); err != nil {
+				return nil, err
+			}
+		}
+		h := &gateway.HostedCall{ID: it.CallID, Tool: gateway.NativeShell, Kind: gateway.HostedBash, Code: a.Commands, ContainerID: it.Environment.ContainerID}
+		shells[it.CallID] = h
+		return h, nil
+	case "shell_call_output":
+		h := shells[it.CallID]
+		if h == nil {
+			return nil, nil // the output of a call of an earlier turn
+		}
+		if len(it.Output) > 0 && string(it.Output) != "null" {
+			if err := unmarshal(it.Output, &h.Outputs); err != nil {
+				return nil, err
+			}
+		}
+		if h.Outputs == nil {
+			h.Outputs = []tool.CommandOutput{}
+		}
+		return nil, nil
+	default: // code_interpreter_call
+		var outs []struct {
+			Type string `json:"type"`
+			Logs string `json:"logs"`
+		}
+		if len(it.Outputs) > 0 && string(it.Outputs) != "null" {
+			if err := unmarshal(it.Outputs, &outs); err != nil {
+				return nil, err
+			}
+		}
+		h := &gateway.HostedCall{ID: it.ID, Tool: gateway.NativeCodeInterpreter, Kind: gateway.HostedPython, Code: []string{rawString(it.Code)}, ContainerID: it.ContainerID}
+		if it.Status == "failed" || it.Status == "incomplete" {
+			h.Error = "unavailable"
+		}
+		o := tool.CommandOutput{Outcome: tool.Outcome{Type: "exit", ExitCode: new(int)}}
+		for _, x := range outs {
+			if x.Type == "logs" {
+				o.Stdout += x.Logs
+			}
+		}
+		h.Outputs = []tool.CommandOutput{o}
+		return h, nil
 	}
 }
