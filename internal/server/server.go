@@ -40,6 +40,7 @@
 //	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
 //	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
 //	GET    /console/                        the web console's static pages, no key (console.go)
+//	POST   /mcp, GET /mcp, DELETE /mcp      the MCP server, streamable HTTP (mcp.go, internal/mcp)
 //
 // # The HTTP layer
 //
@@ -490,6 +491,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
 	s.fileRoutes()
+	s.mcpRoutes()
 	// OpenAI's containers API, over the same records.
 	s.handleOpenAI("POST /v1/containers", maxCreateBody, s.createContainer(shapeOpenAI))
 	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(shapeOpenAI))
