@@ -56,6 +56,12 @@ func (w mcpWorkspace) ID() string { return evalScope(w.p) }
 func (w mcpWorkspace) Open(ctx context.Context, ref, session string) (mcp.Box, error) {
 	sel := identity.Request{ContainerReference: ref}
 	if ref == "" {
+		if session == "" {
+			// A sessionless connection has no container of its own: every
+			// call would make a new one.
+			return nil, &gateway.RequestError{Status: http.StatusBadRequest, Param: "container",
+				Message: "this MCP connection has no session, so no container of its own: name one (create_container, list_containers)"}
+		}
 		sel.HeaderSessionID = session
 	}
 	sb, err := w.g.Open(ctx, sel, gateway.OpenOptions{})

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,18 +18,6 @@ import (
 // The MCP server through the official Go SDK's client, against the real
 // server on a real runtime: every tool, progress, cancellation, resources
 // and list_changed, two workspaces kept apart, metering.
-
-// bearer adds a workspace key to every request of an MCP client.
-type bearer struct {
-	key  string
-	next http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.key)
-	return b.next.RoundTrip(r)
-}
 
 // mcpClient is one MCP session of key's workspace, with what the server
 // sent it besides answers.
@@ -45,6 +34,11 @@ type mcpClient struct {
 }
 
 func (e *env) mcpClient(t *testing.T, key string) *mcpClient {
+	t.Helper()
+	return connectMCP(t, &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: mcp.KeyClient(key), MaxRetries: -1})
+}
+
+func connectMCP(t *testing.T, tr sdk.Transport) *mcpClient {
 	t.Helper()
 	c := &mcpClient{t: t, progressed: make(chan struct{}, 1024), listChanged: make(chan struct{}, 64)}
 	client := sdk.NewClient(&sdk.Implementation{Name: "shellgate-test", Version: "1"}, &sdk.ClientOptions{
@@ -64,7 +58,6 @@ func (e *env) mcpClient(t *testing.T, key string) *mcpClient {
 			}
 		},
 	})
-	tr := &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}, MaxRetries: -1}
 	cs, err := client.Connect(t.Context(), tr, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +384,40 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("no key: %d", st)
 		}
 	})
-	t.Run("12 calls are metered as mcp usage", func(t *testing.T) {
+	t.Run("12 the stdio bridge passes calls, progress and list_changed through", func(t *testing.T) {
+		local, remote := sdk.NewInMemoryTransports()
+		done := make(chan error, 1)
+		go func() { done <- mcp.Bridge(ctx, e.url+"/mcp", mcp.KeyClient(e.keyA), remote, "test") }()
+		c := connectMCP(t, local)
+		tools, err := c.cs.ListTools(ctx, nil)
+		if err != nil || len(tools.Tools) != 9 {
+			t.Fatalf("tools through the bridge: %v %v", tools, err)
+		}
+		var out mcpExec
+		res := c.call(ctx, "exec", map[string]any{"commands": []string{"echo bridged > bridged.txt; echo streamed"}}, &out)
+		if res.IsError || out.Output[0].Stdout != "streamed\n" || out.ContainerID == own || !strings.HasPrefix(out.ContainerID, "cntr_") {
+			t.Fatalf("exec through the bridge: %+v %s", out, text(res))
+		}
+		<-c.listChanged
+		c.mu.Lock()
+		n := len(c.progress)
+		c.mu.Unlock()
+		if n == 0 {
+			t.Fatal("no progress through the bridge")
+		}
+		rr, err := c.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: mcp.FileURI(out.ContainerID, "bridged.txt")})
+		if err != nil || rr.Contents[0].Text != "bridged\n" {
+			t.Fatalf("resource through the bridge: %+v %v", rr, err)
+		}
+		if _, err := c.cs.CallTool(ctx, &sdk.CallToolParams{Name: "no_such_tool"}); err == nil {
+			t.Fatal("an unknown tool through the bridge was not a protocol error")
+		}
+		c.cs.Close()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Logf("bridge ended: %v", err)
+		}
+	})
+	t.Run("13 calls are metered as mcp usage", func(t *testing.T) {
 		u := e.getUsage(e.keyA, "")
 		for _, c := range u.ByContainer {
 			if c.ContainerID == own {
