@@ -154,7 +154,14 @@ func NewHandler(o Options) http.Handler {
 		o.SessionTimeout = 30 * time.Minute
 	}
 	cache := sdk.NewSchemaCache()
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server {
+	// The SDK asks for a server on every request, to read its protocol
+	// versions, and connects one only for a request without a session (an
+	// initialize): the others get this one, which is never connected.
+	versions := NewServer(o.Version, o.Logger, cache)
+	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+		if r.Header.Get("Mcp-Session-Id") != "" {
+			return versions
+		}
 		return NewServer(o.Version, o.Logger, cache)
 	}, &sdk.StreamableHTTPOptions{
 		Logger:         o.Logger,

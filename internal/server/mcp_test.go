@@ -192,6 +192,11 @@ func TestMCP(t *testing.T) {
 				t.Errorf("%s %v: isError %v %q, want an error naming %q", c.name, c.args, res.IsError, text(res), c.want)
 			}
 		}
+		var out mcpExec
+		a.call(ctx, "exec", map[string]any{"commands": []string{"test -e x && echo written || echo absent"}}, &out)
+		if out.Output[0].Stdout != "absent\n" {
+			t.Fatalf("the refused write_file wrote: %q", out.Output[0].Stdout)
+		}
 	})
 	t.Run("05 files", func(t *testing.T) {
 		var w struct{ Bytes int }
