@@ -359,49 +359,49 @@ func (ss *session) addTools() {
 		}))
 	sdk.AddTool(ss.srv, &sdk.Tool{Name: "create_container", Title: "Create a container",
 		Description: "Create a container in this workspace (started at once); later calls name it by id or name."},
-		func(ctx context.Context, req *sdk.CallToolRequest, a createIn) (*sdk.CallToolResult, Container, error) {
-			ws, err := workspaceOf(req)
-			if err != nil {
-				return nil, Container{}, err
-			}
-			c, err := ws.CreateContainer(ctx, a.Name)
-			return nil, c, err
-		})
+		withWorkspace(func(ctx context.Context, ws Workspace, a createIn) (Container, error) {
+			return ws.CreateContainer(ctx, a.Name)
+		}))
 	sdk.AddTool(ss.srv, &sdk.Tool{Name: "list_containers", Title: "List containers",
 		Description: "List this workspace's containers, the most recently created first."},
-		func(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, containersOut, error) {
-			ws, err := workspaceOf(req)
-			if err != nil {
-				return nil, containersOut{}, err
-			}
+		withWorkspace(func(ctx context.Context, ws Workspace, _ struct{}) (containersOut, error) {
 			cs, err := ws.ListContainers(ctx)
 			if cs == nil {
 				cs = []Container{}
 			}
-			return nil, containersOut{Containers: cs}, err
-		})
+			return containersOut{Containers: cs}, err
+		}))
 	sdk.AddTool(ss.srv, &sdk.Tool{Name: "delete_container", Title: "Delete a container",
 		Description: "Delete a container and its files; what runs in it is stopped."},
-		func(ctx context.Context, req *sdk.CallToolRequest, a deleteIn) (*sdk.CallToolResult, deleteOut, error) {
-			ws, err := workspaceOf(req)
-			if err != nil {
-				return nil, deleteOut{}, err
-			}
+		withWorkspace(func(ctx context.Context, ws Workspace, a deleteIn) (deleteOut, error) {
 			if a.Container == "" {
-				return nil, deleteOut{}, errors.New("container is required: the id or name of the container to delete")
+				return deleteOut{}, errors.New("container is required: the id or name of the container to delete")
 			}
 			id, err := ws.DeleteContainer(ctx, a.Container)
 			if err != nil {
-				return nil, deleteOut{}, err
+				return deleteOut{}, err
 			}
-			return nil, deleteOut{ID: id, Deleted: true}, nil
-		})
+			return deleteOut{ID: id, Deleted: true}, nil
+		}))
 }
 
 // containerIn is an input that names a container.
 type containerIn interface{ container() string }
 
 func (i in) container() string { return i.Container }
+
+// withWorkspace adapts a tool on the request's workspace.
+func withWorkspace[In, Out any](h func(context.Context, Workspace, In) (Out, error)) sdk.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *sdk.CallToolRequest, a In) (*sdk.CallToolResult, Out, error) {
+		ws, err := workspaceOf(req)
+		if err != nil {
+			var zero Out
+			return nil, zero, err
+		}
+		out, err := h(ctx, ws, a)
+		return nil, out, toolErr(err)
+	}
+}
 
 // withBox adapts a tool that runs on one container: the workspace of the
 // request, the container opened (the argument or the session's), its

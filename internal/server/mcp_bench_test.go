@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"io"
-	"net/http"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,21 +28,7 @@ func BenchmarkMCPExec(b *testing.B) {
 			b.Fatalf("mcp exec: %v %v", err, res)
 		}
 	}
-	body := []byte(`{"commands":["true"]}`)
-	url := e.url + "/api/v1/containers/" + c.ID + "/exec"
-	viaHTTP := func() {
-		req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+e.keyA)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-	}
+	viaHTTP := e.execTrue(b, c.ID)
 	viaMCP() // warm
 	viaHTTP()
 	sideBySide(b, "ms", "mcp", viaMCP, "http", viaHTTP)
