@@ -44,8 +44,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -141,7 +143,13 @@ type Options struct {
 	SessionTimeout time.Duration
 	// MaxBodyBytes caps one HTTP request's body.
 	MaxBodyBytes int64
+	// MaxSessions bounds each workspace's open sessions (0: no bound):
+	// over it, an initialize is 429.
+	MaxSessions int
 }
+
+// DefaultMaxSessions is each workspace's default bound on open sessions.
+const DefaultMaxSessions = 100
 
 // NewHandler serves the streamable HTTP transport. Every request must
 // carry a workspace (WithWorkspace) and its key as `Authorization: Bearer`;
@@ -156,13 +164,19 @@ func NewHandler(o Options) http.Handler {
 	cache := sdk.NewSchemaCache()
 	// The SDK asks for a server on every request, to read its protocol
 	// versions, and connects one only for a request without a session (an
-	// initialize): the others get this one, which is never connected.
+	// initialize, twice for it): the others get this one, which is never
+	// connected; an initialize gets the one its slot holds.
 	versions := NewServer(o.Version, o.Logger, cache)
+	reg := &registry{by: map[string][]live{}}
 	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
-		if r.Header.Get("Mcp-Session-Id") != "" {
+		slot, _ := r.Context().Value(slotKey{}).(*live)
+		if slot == nil {
 			return versions
 		}
-		return NewServer(o.Version, o.Logger, cache)
+		if slot.srv == nil {
+			slot.srv = NewServer(o.Version, o.Logger, cache)
+		}
+		return slot.srv
 	}, &sdk.StreamableHTTPOptions{
 		Logger:         o.Logger,
 		SessionTimeout: o.SessionTimeout,
@@ -171,7 +185,72 @@ func NewHandler(o Options) http.Handler {
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        o.MaxBodyBytes,
 	})
-	return auth.RequireBearerToken(tokenInfo, nil)(h)
+	open := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, ok := r.Context().Value(workspaceKey{}).(Workspace)
+		if !ok || r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if !reg.admit(ws.ID(), o.MaxSessions) && o.MaxSessions > 0 {
+			http.Error(w, fmt.Sprintf("this workspace has %d open MCP sessions, the most it may on this server (shellgate serve --max-mcp-sessions): end one (DELETE /mcp) or wait for one to time out", o.MaxSessions), http.StatusTooManyRequests)
+			return
+		}
+		slot := &live{}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, slot)))
+		if slot.srv != nil && slot.open() {
+			reg.add(ws.ID(), *slot)
+		}
+	})
+	return auth.RequireBearerToken(tokenInfo, nil)(open)
+}
+
+type slotKey struct{}
+
+// live is a session's server, made for an initialize.
+type live struct{ srv *sdk.Server }
+
+// open reports whether the server's session is open (the SDK connects it
+// before it serves the initialize, and drops it when it ends).
+func (l live) open() bool {
+	for range l.srv.Sessions() {
+		return true
+	}
+	return false
+}
+
+// registry counts each workspace's open sessions: the servers made for an
+// initialize whose session has not ended.
+type registry struct {
+	mu sync.Mutex
+	by map[string][]live
+}
+
+// admit prunes the servers whose session ended (of every workspace: what
+// the registry holds is what is open) and reports whether ws may open one
+// more.
+func (g *registry) admit(ws string, max int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, ls := range g.by {
+		kept := ls[:0]
+		for _, l := range ls {
+			if l.open() {
+				kept = append(kept, l)
+			}
+		}
+		if len(kept) == 0 {
+			delete(g.by, k)
+		} else {
+			g.by[k] = kept
+		}
+	}
+	return len(g.by[ws]) < max
+}
+
+func (g *registry) add(ws string, l live) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.by[ws] = append(g.by[ws], l)
 }
 
 // NewServer is one session's MCP server: the tools and the file resources.

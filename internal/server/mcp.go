@@ -23,7 +23,7 @@ const maxMCPBody = mcp.MaxFileBytes*4/3 + 1<<20
 // are every route's; the caller's workspace goes to the handler in the
 // request's context.
 func (s *Server) mcpRoutes() {
-	h := mcp.NewHandler(mcp.Options{Logger: s.log, Version: "1", MaxBodyBytes: maxMCPBody})
+	h := mcp.NewHandler(mcp.Options{Logger: s.log, Version: "1", MaxBodyBytes: maxMCPBody, MaxSessions: s.cfg.MaxMCPSessions})
 	serve := func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		ws := mcpWorkspace{s: s, p: p, g: gatewaySandboxes{s: s, p: p, kind: "mcp"}, r: r}
 		if s.cfg.Cluster != nil {

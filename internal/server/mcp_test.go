@@ -109,7 +109,8 @@ type mcpExec struct {
 }
 
 func TestMCP(t *testing.T) {
-	e := newEnv(t, "crun", "default")
+	// At most three sessions per workspace (13).
+	e := newEnv(t, "crun", "default", func(c *Config) { c.MaxMCPSessions = 3 })
 	ctx := t.Context()
 	a := e.mcpClient(t, e.keyA)
 
@@ -422,7 +423,23 @@ func TestMCP(t *testing.T) {
 			t.Logf("bridge ended: %v", err)
 		}
 	})
-	t.Run("13 calls are metered as mcp usage", func(t *testing.T) {
+	t.Run("13 a workspace's sessions are bounded", func(t *testing.T) {
+		e.mcpClient(t, e.keyA) // a's second (the bridge's ended)
+		third := e.mcpClient(t, e.keyA)
+		tr := &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: mcp.KeyClient(e.keyA), MaxRetries: -1}
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "fourth", Version: "1"}, nil).Connect(ctx, tr, nil)
+		if err == nil {
+			cs.Close()
+			t.Fatal("a fourth session opened")
+		}
+		if !strings.Contains(err.Error(), "Too Many Requests") {
+			t.Fatalf("a fourth session: %v", err)
+		}
+		e.mcpClient(t, e.keyB) // another workspace's are its own
+		third.cs.Close()
+		e.mcpClient(t, e.keyA) // an ended session makes room
+	})
+	t.Run("14 calls are metered as mcp usage", func(t *testing.T) {
 		u := e.getUsage(e.keyA, "")
 		for _, c := range u.ByContainer {
 			if c.ContainerID == own {

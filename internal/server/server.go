@@ -216,6 +216,7 @@ import (
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/guard"
+	"github.com/shellgate/shellgate/internal/mcp"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/jsrun"
@@ -313,6 +314,10 @@ type Config struct {
 	MaxContainers         int
 	MaxAwake              int
 	MaxWorkspaceFileBytes int64
+	// MaxMCPSessions bounds each workspace's open MCP sessions on this
+	// server (default mcp.DefaultMaxSessions; negative: none): over it, an
+	// initialize at /mcp is 429.
+	MaxMCPSessions int
 
 	// Broadcast, if set, receives the trace of every gateway request when
 	// it ends (trace.go); its counters are served in /metrics.
@@ -457,6 +462,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxContainers = quotaOr(cfg.MaxContainers, DefaultMaxContainers)
 	cfg.MaxAwake = quotaOr(cfg.MaxAwake, DefaultMaxAwake)
 	cfg.MaxWorkspaceFileBytes = quotaOr(cfg.MaxWorkspaceFileBytes, DefaultMaxWorkspaceFileBytes)
+	cfg.MaxMCPSessions = quotaOr(cfg.MaxMCPSessions, mcp.DefaultMaxSessions)
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
