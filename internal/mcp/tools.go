@@ -234,7 +234,7 @@ func (ss *session) addTools() {
 			}
 			o := res.Output
 			out := pythonOut{ContainerID: b.ContainerID(), Stdout: o.Stdout, Stderr: o.Stderr, Outcome: o.Outcome, Error: o.Error,
-				Restarted: o.Restarted, Notes: o.Notes + strings.Join(c.Notes, ""), Changed: ss.changed(ctx, b, res.Changed)}
+				Restarted: o.Restarted, Notes: o.Notes, Changed: ss.changed(ctx, b, res.Changed)}
 			var images []sdk.Content
 			for _, d := range o.Displays {
 				if d.IsImage() {
