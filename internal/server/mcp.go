@@ -37,6 +37,13 @@ func (s *Server) mcpRoutes() {
 	s.handle("DELETE /mcp", maxEmptyBody, true, serve)
 }
 
+// idleStream reports whether a route's requests are streams that wait,
+// mostly idle, for as long as a client keeps them: a session's GET /mcp.
+// They count against the workspace's rate, not its requests in flight (a
+// workspace's MCP sessions are a quota of their own), so that open
+// sessions do not starve its calls.
+func idleStream(pattern string) bool { return pattern == "GET /mcp" }
+
 // mcpWorkspace is mcp.Workspace for one principal: tool calls hold their
 // container like the gateway's steps do (gatewaySandboxes: the call lock,
 // the delete check, routing to the node that holds it), each billed as one

@@ -108,9 +108,18 @@ type mcpExec struct {
 	Changed []string `json:"changed_files"`
 }
 
+// stdout is the first command's stdout ("" when none ran).
+func (o mcpExec) stdout() string {
+	if len(o.Output) == 0 {
+		return ""
+	}
+	return o.Output[0].Stdout
+}
+
 func TestMCP(t *testing.T) {
-	// At most three sessions per workspace (13).
-	e := newEnv(t, "crun", "default", func(c *Config) { c.MaxMCPSessions = 3 })
+	// At most three sessions per workspace (13), and three requests in
+	// flight: the sessions' open GET streams must not count (13 has three).
+	e := newEnv(t, "crun", "default", func(c *Config) { c.MaxMCPSessions, c.MaxConcurrent = 3, 3 })
 	ctx := t.Context()
 	a := e.mcpClient(t, e.keyA)
 
@@ -157,7 +166,7 @@ func TestMCP(t *testing.T) {
 		}
 		var again mcpExec
 		a.call(ctx, "exec", map[string]any{"commands": []string{"cat two.txt"}}, &again)
-		if again.ContainerID != own || again.Output[0].Stdout != "two\n" {
+		if again.ContainerID != own || again.stdout() != "two\n" {
 			t.Fatalf("a second call ran in %s (%+v), want the session's %s", again.ContainerID, again, own)
 		}
 	})
@@ -168,7 +177,7 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("exit 3: isError %v %+v", res.IsError, out)
 		}
 		res = a.call(ctx, "exec", map[string]any{"commands": []string{"sleep 5"}, "timeout_ms": 300}, &out)
-		if !res.IsError || out.Output[0].Outcome.Type != "timeout" {
+		if !res.IsError || len(out.Output) != 1 || out.Output[0].Outcome.Type != "timeout" {
 			t.Fatalf("timeout: isError %v %+v", res.IsError, out)
 		}
 	})
@@ -195,8 +204,8 @@ func TestMCP(t *testing.T) {
 		}
 		var out mcpExec
 		a.call(ctx, "exec", map[string]any{"commands": []string{"test -e x && echo written || echo absent"}}, &out)
-		if out.Output[0].Stdout != "absent\n" {
-			t.Fatalf("the refused write_file wrote: %q", out.Output[0].Stdout)
+		if out.stdout() != "absent\n" {
+			t.Fatalf("the refused write_file wrote: %q", out.stdout())
 		}
 	})
 	t.Run("05 files", func(t *testing.T) {
@@ -319,8 +328,8 @@ func TestMCP(t *testing.T) {
 		// finds no sleep left behind.
 		var out mcpExec
 		a.call(ctx, "exec", map[string]any{"commands": []string{"n=0; for c in /proc/[0-9]*/comm; do [ \"$(cat $c 2>/dev/null)\" = sleep ] && n=$((n+1)); done; echo $n; test -e late.txt && echo late || echo early"}}, &out)
-		if out.Output[0].Stdout != "0\nearly\n" {
-			t.Fatalf("after the cancel: %q", out.Output[0].Stdout)
+		if out.stdout() != "0\nearly\n" {
+			t.Fatalf("after the cancel: %q", out.stdout())
 		}
 	})
 	t.Run("10 containers and two workspaces", func(t *testing.T) {
@@ -367,8 +376,7 @@ func TestMCP(t *testing.T) {
 		if st != http.StatusForbidden {
 			t.Fatalf("a's session with b's key: %d %s", st, body)
 		}
-		a.call(ctx, "exec", map[string]any{"commands": []string{"test ! -e b-was-here"}}, &out)
-		if *out.Output[0].Outcome.ExitCode != 0 {
+		if res := a.call(ctx, "exec", map[string]any{"commands": []string{"test ! -e b-was-here"}}, &out); res.IsError {
 			t.Fatal("b's command ran in a's container")
 		}
 
@@ -401,7 +409,7 @@ func TestMCP(t *testing.T) {
 		}
 		var out mcpExec
 		res := c.call(ctx, "exec", map[string]any{"commands": []string{"echo bridged > bridged.txt; echo streamed"}}, &out)
-		if res.IsError || out.Output[0].Stdout != "streamed\n" || out.ContainerID == own || !strings.HasPrefix(out.ContainerID, "cntr_") {
+		if res.IsError || out.stdout() != "streamed\n" || out.ContainerID == own || !strings.HasPrefix(out.ContainerID, "cntr_") {
 			t.Fatalf("exec through the bridge: %+v %s", out, text(res))
 		}
 		<-c.listChanged
@@ -437,7 +445,12 @@ func TestMCP(t *testing.T) {
 		}
 		e.mcpClient(t, e.keyB) // another workspace's are its own
 		third.cs.Close()
-		e.mcpClient(t, e.keyA) // an ended session makes room
+		last := e.mcpClient(t, e.keyA) // an ended session makes room
+		// Three sessions' streams open, and calls still run.
+		var out mcpExec
+		if res := last.call(ctx, "exec", map[string]any{"commands": []string{"echo still"}}, &out); res.IsError || out.stdout() != "still\n" {
+			t.Fatalf("a call beside three open sessions: %s", text(res))
+		}
 	})
 	t.Run("14 calls are metered as mcp usage", func(t *testing.T) {
 		u := e.getUsage(e.keyA, "")

@@ -608,6 +608,9 @@ func (s *Server) handleBody(envelope func(*http.Request) errWriter, pattern stri
 				ew(w, lerr)
 				return
 			}
+			if idleStream(pattern) {
+				release()
+			}
 			defer release()
 			if held {
 				n := r.ContentLength // at most maxBody: routeDyn refused more
