@@ -151,10 +151,34 @@ type Options struct {
 // DefaultMaxSessions is each workspace's default bound on open sessions.
 const DefaultMaxSessions = 100
 
+// Handler serves the streamable HTTP transport (NewHandler).
+type Handler struct {
+	http.Handler
+	reg *registry
+}
+
+// Close ends every open session (their streams end; their containers
+// stay): the server calls it when it shuts down, once the calls in flight
+// have finished, so that the sessions' open GET streams do not hold the
+// shutdown for its whole grace period.
+func (h *Handler) Close() {
+	h.reg.mu.Lock()
+	var open []live
+	for _, ls := range h.reg.by {
+		open = append(open, ls...)
+	}
+	h.reg.mu.Unlock()
+	for _, l := range open {
+		for ss := range l.srv.Sessions() {
+			ss.Close()
+		}
+	}
+}
+
 // NewHandler serves the streamable HTTP transport. Every request must
 // carry a workspace (WithWorkspace) and its key as `Authorization: Bearer`;
 // one without is answered 401.
-func NewHandler(o Options) http.Handler {
+func NewHandler(o Options) *Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -201,7 +225,7 @@ func NewHandler(o Options) http.Handler {
 			reg.add(ws.ID(), *slot)
 		}
 	})
-	return auth.RequireBearerToken(tokenInfo, nil)(open)
+	return &Handler{Handler: auth.RequireBearerToken(tokenInfo, nil)(open), reg: reg}
 }
 
 type slotKey struct{}

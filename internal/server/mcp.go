@@ -24,6 +24,7 @@ const maxMCPBody = mcp.MaxFileBytes*4/3 + 1<<20
 // request's context.
 func (s *Server) mcpRoutes() {
 	h := mcp.NewHandler(mcp.Options{Logger: s.log, Version: "1", MaxBodyBytes: maxMCPBody, MaxSessions: s.cfg.MaxMCPSessions})
+	s.mcp = h
 	serve := func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		ws := mcpWorkspace{s: s, p: p, g: gatewaySandboxes{s: s, p: p, kind: "mcp"}, r: r}
 		if s.cfg.Cluster != nil {

@@ -396,6 +396,8 @@ type Server struct {
 	logWG      pending
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
+	// mcp serves /mcp (mcp.go); Run ends its sessions at shutdown.
+	mcp *mcp.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
 	// test compares them with openapi.json).
 	routes []string
