@@ -117,6 +117,12 @@
 //   - Shutdown (`Server.Run`): stop accepting and refuse new calls, let calls
 //     in flight finish for the grace period, then cancel them (each answers with
 //     what ran), wait for them, and `Manager.Close` (every sandbox sleeps).
+//     MCP sessions (whose GET streams would otherwise hold the shutdown) end
+//     once the calls in flight have.
+//   - MCP (`mcp.go`, internal/mcp): `/mcp` behind the same key check and
+//     limits; `mcpWorkspace` opens each tool call's container through
+//     `gatewaySandboxes` (kind "mcp") and makes, lists and deletes
+//     containers with the containers routes' own `create` and `remove`.
 //
 // # Request logs
 //
