@@ -15,7 +15,8 @@ import (
 // TestNodeMCP runs the official MCP TypeScript SDK, unchanged, against the
 // real binary on the default image (mcp.mjs): streamable HTTP at /mcp with
 // two workspaces' keys (tools and their output schemas, progress, cancel,
-// python, files, resources and list_changed, isolation), then the same
+// python, eval's interrupt and resume, files, containers, resources and
+// list_changed, isolation), then the same
 // tools through `shellgate mcp --url` over stdio.
 func TestNodeMCP(t *testing.T) {
 	node, dir := nodeClients(t)
@@ -27,7 +28,7 @@ func TestNodeMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	keyB := lastLine(strings.TrimSpace(string(out)))
-	runNode(t, node, dir, "mcp.mjs", base, keyFor(t, bin, data), logs, 8, "SHELLGATE_KEY_B="+keyB, "SHELLGATE_BIN="+bin)
+	runNode(t, node, dir, "mcp.mjs", base, keyFor(t, bin, data), logs, 9, "SHELLGATE_KEY_B="+keyB, "SHELLGATE_BIN="+bin)
 }
 
 // TestMCPLocal runs `shellgate mcp --local` as an MCP client launches it

@@ -107,6 +107,31 @@ await check('mcp files and resources', async () => {
   return { resources: resources.length };
 });
 
+await check('mcp eval, files and containers', async () => {
+  const call = async (name, args) => {
+    const r = await a.client.callTool({ name, arguments: args });
+    assert(!r.isError, `${name}: ` + JSON.stringify(r));
+    return r.structuredContent;
+  };
+  const run = await call('eval', { source: 'const n = await ui.pick(2); return n * 21', client_functions: { ui: ['pick'] } });
+  assert(run.status === 'interrupted' && run.interruptions[0].host_function_name === 'ui.pick', 'eval: ' + JSON.stringify(run));
+  const done = await call('eval', { continuation: run.continuation, resolutions: [{ interruption_id: run.interruptions[0].id, value: 2 }] });
+  assert(done.status === 'completed' && done.value === 42, 'resumed: ' + JSON.stringify(done));
+  const made = await call('create_container', { name: 'node-made' });
+  await call('write_file', { path: 'notes/a.txt', content: 'héllo', container: 'node-made' });
+  const read = await call('read_file', { path: 'notes/a.txt', container: made.id });
+  assert(read.text === 'héllo' && read.bytes === 6, 'read_file: ' + JSON.stringify(read));
+  const files = await call('list_files', { container: 'node-made' });
+  assert(files.files.some((f) => f.path === 'notes/a.txt'), 'list_files: ' + JSON.stringify(files));
+  const listed = await call('list_containers', {});
+  assert(listed.containers.some((c) => c.id === made.id), 'list_containers: ' + JSON.stringify(listed));
+  const gone = await call('delete_container', { container: made.id });
+  assert(gone.deleted && gone.id === made.id, 'delete_container: ' + JSON.stringify(gone));
+  const after = await a.client.callTool({ name: 'read_file', arguments: { path: 'notes/a.txt', container: made.id } });
+  assert(after.isError, 'read from a deleted container: ' + JSON.stringify(after));
+  return { container: made.id };
+});
+
 await check('mcp two workspaces are apart', async () => {
   const b = await connect(keyB);
   try {
