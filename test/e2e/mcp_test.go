@@ -19,7 +19,7 @@ import (
 // list_changed, isolation), then the same
 // tools through `shellgate mcp --url` over stdio.
 func TestNodeMCP(t *testing.T) {
-	node, dir := nodeClients(t)
+	node, dir := nodeClients(t, "@modelcontextprotocol/sdk")
 	bin, data, env := serveBinary(t)
 	sandboxtest.Skip(t, "crun", "default")
 	base, _, _, logs := startServe(t, bin, data, env, "--image", "default")
