@@ -15,6 +15,7 @@ import (
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
+	"github.com/shellgate/shellgate/internal/mcp"
 	"github.com/shellgate/shellgate/internal/server"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun"
@@ -47,6 +48,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxConc := fs.Int("max-concurrent", server.DefaultMaxConcurrent, "quota: each workspace's API requests in flight at once (0: unlimited); over it: 429 with Retry-After")
 	maxContainers := fs.Int("max-containers", server.DefaultMaxContainers, "quota: containers each workspace may have that are not expired, across replicas (0: unlimited); over it a create is 403")
 	maxAwake := fs.Int("max-awake", server.DefaultMaxAwake, "quota: containers of each workspace awake at once on this replica (0: unlimited); over it a create or wake is 429")
+	maxMCPSessions := fs.Int("max-mcp-sessions", mcp.DefaultMaxSessions, "quota: open MCP sessions of each workspace on this replica (0: unlimited); over it an initialize at /mcp is 429")
 	maxWSFilesMB := fs.Int64("max-workspace-files-mb", server.DefaultMaxWorkspaceFileBytes>>20, "quota: MiB of workspace files each workspace may keep, across replicas (0: unlimited); over it an upload or promote is 403")
 	maxBodyMB := fs.Int64("max-inflight-body-mb", server.DefaultMaxBodyBytesInFlight>>20, "each workspace's request bodies held in memory at once, in MiB, reserved from Content-Length (or the route's cap without one); uploads are not counted (0: no bound); over it: 429 with Retry-After")
 	netAllow := fs.String("network-allow", "", "the most network any workspace's containers may open: comma-separated hostnames, *.example.com patterns or * (default: none, so no container has network)")
@@ -100,8 +102,8 @@ func runServe(ctx context.Context, args []string) error {
 	if maxBodyInFlight == 0 {
 		maxBodyInFlight = -1 // no bound
 	}
-	if *maxContainers < 0 || *maxAwake < 0 || *maxWSFilesMB < 0 {
-		return errors.New("--max-containers, --max-awake and --max-workspace-files-mb must not be negative (0 is unlimited)")
+	if *maxContainers < 0 || *maxAwake < 0 || *maxWSFilesMB < 0 || *maxMCPSessions < 0 {
+		return errors.New("--max-containers, --max-awake, --max-workspace-files-mb and --max-mcp-sessions must not be negative (0 is unlimited)")
 	}
 	if *retention <= 0 {
 		return errors.New("--retention must be positive")
@@ -249,7 +251,7 @@ func runServe(ctx context.Context, args []string) error {
 		Files: st.Files(), Blobs: blobs, MaxUploadBytes: *maxUpload << 20, Guardrails: st.Guardrails(), Logs: st.Logs(),
 		EvalRunner: runner, Logger: log, CallWait: *callWait, MaxLimits: maxLimits,
 		Retention: *retention, SweepEvery: *sweepEvery, RateLimit: *rateLimit, RateBurst: *rateBurst, MaxConcurrent: unlimitedIfZero(*maxConc),
-		MaxContainers: unlimitedIfZero(*maxContainers), MaxAwake: unlimitedIfZero(*maxAwake),
+		MaxContainers: unlimitedIfZero(*maxContainers), MaxAwake: unlimitedIfZero(*maxAwake), MaxMCPSessions: unlimitedIfZero(*maxMCPSessions),
 		MaxWorkspaceFileBytes: unlimitedIfZero(*maxWSFilesMB << 20),
 		MaxBodyBytesInFlight:  maxBodyInFlight,
 		NetworkAllow:          netMax, NetworkAllowByWorkspace: netAllowWS,

@@ -421,62 +421,72 @@ func (s *Server) createContainer(sh shape) apiHandler {
 		if sh == shapeOpenAI && req.Name == nil {
 			return paramErr("name", "name is required")
 		}
-		sp, err := s.spec(p, req, sh)
+		c, err := s.create(r.Context(), p, req, sh)
 		if err != nil {
 			return err
 		}
-		sp.CreatedAt = s.now()
-		// Every named file must be the workspace's before anything is made.
-		for i, id := range req.FileIDs {
-			_, rc, err := s.openFile(r.Context(), p, id)
-			if err != nil {
-				return fileErr(i, id, err)
-			}
-			rc.Close()
-		}
-		c, err := s.createRecord(r.Context(), p, sp)
-		switch {
-		case errors.Is(err, ErrQuota):
-			return err
-		case errors.Is(err, ErrConflict):
-			e := errorf(http.StatusConflict, "a container named %q already exists in this workspace (names are unique in a workspace: they address containers)", sp.Name)
-			e.param = "name"
-			return e
-		case err != nil:
-			return fmt.Errorf("create container record: %w", err)
-		}
-		if !sandbox.ValidName(c.ID) {
-			return fmt.Errorf("container store made id %q, which cannot name a sandbox", c.ID)
-		}
-		fail := func(what string, err error) error {
-			ctx := context.WithoutCancel(r.Context())
-			cleanup := errors.Join(s.cfg.Containers.Delete(ctx, p, c.ID), ignoreNotFound(s.mgr.Destroy(ctx, c.ID)))
-			s.log.ErrorContext(r.Context(), what+" failed", "container", c.ID, "err", err, "cleanup", cleanup)
-			return err
-		}
-		// Start it now, so it answers "running" like a created container
-		// should; the first exec call pays the new-container minimum.
-		if err := s.mgr.Create(r.Context(), c.ID); err != nil {
-			if qe, ok := isQuota(err); ok {
-				return fail("starting a new container", qe)
-			}
-			return fail("starting a new container", errorf(http.StatusServiceUnavailable, "could not start the container: %v", err))
-		}
-		for i, id := range req.FileIDs {
-			if err := s.copyFile(r.Context(), p, c.ID, id); err != nil {
-				var ae *apiError
-				if !errors.As(err, &ae) {
-					err = fileErr(i, id, err)
-				}
-				return fail("copying file_ids into a new container", err)
-			}
-		}
-		s.stateMu.Lock()
-		s.cold[c.ID] = true
-		s.stateMu.Unlock()
 		writeJSON(w, http.StatusOK, s.object(c))
 		return nil
 	}
+}
+
+// create makes a container of p's workspace as req asks and starts it:
+// the create routes' and the MCP create_container tool's.
+func (s *Server) create(ctx context.Context, p Principal, req createRequest, sh shape) (Container, error) {
+	sp, err := s.spec(p, req, sh)
+	if err != nil {
+		return Container{}, err
+	}
+	sp.CreatedAt = s.now()
+	// Every named file must be the workspace's before anything is made.
+	for i, id := range req.FileIDs {
+		_, rc, err := s.openFile(ctx, p, id)
+		if err != nil {
+			return Container{}, fileErr(i, id, err)
+		}
+		rc.Close()
+	}
+	c, err := s.createRecord(ctx, p, sp)
+	switch {
+	case errors.Is(err, ErrQuota):
+		return Container{}, err
+	case errors.Is(err, ErrConflict):
+		e := errorf(http.StatusConflict, "a container named %q already exists in this workspace (names are unique in a workspace: they address containers)", sp.Name)
+		e.param = "name"
+		return Container{}, e
+	case err != nil:
+		return Container{}, fmt.Errorf("create container record: %w", err)
+	}
+	if !sandbox.ValidName(c.ID) {
+		return Container{}, fmt.Errorf("container store made id %q, which cannot name a sandbox", c.ID)
+	}
+	fail := func(what string, err error) (Container, error) {
+		ctx := context.WithoutCancel(ctx)
+		cleanup := errors.Join(s.cfg.Containers.Delete(ctx, p, c.ID), ignoreNotFound(s.mgr.Destroy(ctx, c.ID)))
+		s.log.ErrorContext(ctx, what+" failed", "container", c.ID, "err", err, "cleanup", cleanup)
+		return Container{}, err
+	}
+	// Start it now, so it answers "running" like a created container
+	// should; the first exec call pays the new-container minimum.
+	if err := s.mgr.Create(ctx, c.ID); err != nil {
+		if qe, ok := isQuota(err); ok {
+			return fail("starting a new container", qe)
+		}
+		return fail("starting a new container", errorf(http.StatusServiceUnavailable, "could not start the container: %v", err))
+	}
+	for i, id := range req.FileIDs {
+		if err := s.copyFile(ctx, p, c.ID, id); err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				err = fileErr(i, id, err)
+			}
+			return fail("copying file_ids into a new container", err)
+		}
+	}
+	s.stateMu.Lock()
+	s.cold[c.ID] = true
+	s.stateMu.Unlock()
+	return c, nil
 }
 
 // createRecord records a new container of p's within the workspace's
@@ -633,35 +643,45 @@ func (s *Server) sleepContainer(w http.ResponseWriter, r *http.Request, p Princi
 // the exec call in flight answers with what ran and a "deleted" error. An
 // expired container can be deleted too.
 func (s *Server) deleteContainer(w http.ResponseWriter, r *http.Request, p Principal) error {
-	c, err := s.find(r.Context(), p, r.PathValue("id"))
+	id, err := s.remove(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "container.deleted", "deleted": true})
+	return nil
+}
+
+// remove deletes the container ref names (the delete routes' and the MCP
+// delete_container tool's) and returns its id.
+func (s *Server) remove(ctx context.Context, p Principal, ref string) (string, error) {
+	c, err := s.find(ctx, p, ref)
+	if err != nil {
+		return "", err
 	}
 	s.stateMu.Lock()
 	s.deleted[c.ID] = true
 	delete(s.cold, c.ID)
 	s.stateMu.Unlock()
 	s.dropped.Add(1)
-	ctx := context.WithoutCancel(r.Context())
+	ctx = context.WithoutCancel(ctx)
 	err = s.cfg.Containers.Delete(ctx, p, c.ID)
 	if errors.Is(err, ErrNotFound) {
 		// A concurrent delete won.
 		s.clearDeleted(c.ID)
-		return notFound(r.PathValue("id"))
+		return "", notFound(ref)
 	}
 	if err != nil {
 		s.clearDeleted(c.ID)
-		return fmt.Errorf("delete container record %s: %w", c.ID, err)
+		return "", fmt.Errorf("delete container record %s: %w", c.ID, err)
 	}
 	derr := ignoreNotFound(s.mgr.Destroy(ctx, c.ID))
 	s.clearDeleted(c.ID)
 	if derr != nil {
 		// The record is gone; the sandbox's home is left for the sweep
 		// (or `shellgate sandbox rm`). Say so in the log, answer the delete.
-		s.log.ErrorContext(r.Context(), "destroying a deleted container's sandbox failed", "container", c.ID, "err", derr)
+		s.log.ErrorContext(ctx, "destroying a deleted container's sandbox failed", "container", c.ID, "err", derr)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": c.ID, "object": "container.deleted", "deleted": true})
-	return nil
+	return c.ID, nil
 }
 
 // clearDeleted forgets a deleted container's tombstone unless a call is

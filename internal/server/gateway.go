@@ -34,6 +34,9 @@ type gatewaySandboxes struct {
 	// key is the client's key headers, for a call run on another node
 	// (remoteExec); nil without a cluster.
 	key http.Header
+	// kind is the usage kind the boxes bill as: "response" (a gateway
+	// request) unless set ("mcp": an MCP tool call, mcp.go).
+	kind string
 }
 
 var _ gateway.Sandboxes = gatewaySandboxes{}
@@ -129,7 +132,11 @@ func (g gatewaySandboxes) Open(ctx context.Context, sel identity.Request, opts g
 	// this is the request's use of the container.
 	now := s.now()
 	s.touch(ctx, p, c, now)
-	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch, key: g.key, useID: store.NewID("use")}, nil
+	kind := g.kind
+	if kind == "" {
+		kind = "response"
+	}
+	return &gatewayBox{s: s, p: p, c: c, read: now, epoch: epoch, key: g.key, useID: store.NewID("use"), kind: kind}, nil
 }
 
 func hasStatus(err error, status int) bool {
@@ -196,6 +203,7 @@ type gatewayBox struct {
 	// useID is the request's usage event: every attempt to write its bill
 	// writes this one id, so a retried write cannot bill it twice.
 	useID string
+	kind  string // the usage kind Close bills as
 	// billed is the cost Close billed (written or not).
 	billed int64
 	// known are files of the home whose current version (path and
@@ -682,7 +690,7 @@ func (b *gatewayBox) Close() error {
 		if i > 0 {
 			time.Sleep(billBackoff << (i - 1))
 		}
-		if err = b.s.writeBill(ctx, b.p, b.useID, b.c.ID, now, "response", bill); err == nil {
+		if err = b.s.writeBill(ctx, b.p, b.useID, b.c.ID, now, b.kind, bill); err == nil {
 			break
 		}
 	}

@@ -67,6 +67,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	stopSweeping()
 	var errs []error
 	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
+	// MCP sessions keep a GET stream open: they end once the calls in
+	// flight have (or the grace period is over), so that they do not hold
+	// the shutdown.
+	go func() {
+		s.WaitCalls(graceCtx)
+		s.mcp.Close()
+	}()
 	err := hs.Shutdown(graceCtx)
 	cancel()
 	if err != nil {

@@ -40,6 +40,7 @@
 //	POST   /v1/chat/completions             Chat Completions pass-through to the model's provider (also /api/v1)
 //	GET    /v1/models                       the configured models, OpenAI's list shape (also /api/v1)
 //	GET    /console/                        the web console's static pages, no key (console.go)
+//	POST   /mcp, GET /mcp, DELETE /mcp      the MCP server, streamable HTTP (mcp.go, internal/mcp)
 //
 // # The HTTP layer
 //
@@ -116,6 +117,12 @@
 //   - Shutdown (`Server.Run`): stop accepting and refuse new calls, let calls
 //     in flight finish for the grace period, then cancel them (each answers with
 //     what ran), wait for them, and `Manager.Close` (every sandbox sleeps).
+//     MCP sessions (whose GET streams would otherwise hold the shutdown) end
+//     once the calls in flight have.
+//   - MCP (`mcp.go`, internal/mcp): `/mcp` behind the same key check and
+//     limits; `mcpWorkspace` opens each tool call's container through
+//     `gatewaySandboxes` (kind "mcp") and makes, lists and deletes
+//     containers with the containers routes' own `create` and `remove`.
 //
 // # Request logs
 //
@@ -215,6 +222,7 @@ import (
 	"github.com/shellgate/shellgate/internal/cluster"
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/guard"
+	"github.com/shellgate/shellgate/internal/mcp"
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/jsrun"
@@ -312,6 +320,10 @@ type Config struct {
 	MaxContainers         int
 	MaxAwake              int
 	MaxWorkspaceFileBytes int64
+	// MaxMCPSessions bounds each workspace's open MCP sessions on this
+	// server (default mcp.DefaultMaxSessions; negative: none): over it, an
+	// initialize at /mcp is 429.
+	MaxMCPSessions int
 
 	// Broadcast, if set, receives the trace of every gateway request when
 	// it ends (trace.go); its counters are served in /metrics.
@@ -390,6 +402,8 @@ type Server struct {
 	logWG      pending
 	// evalHandler serves POST /api/v1/eval; nil without an EvalRunner.
 	evalHandler http.Handler
+	// mcp serves /mcp (mcp.go); Run ends its sessions at shutdown.
+	mcp *mcp.Handler
 	// routes are the patterns registered on mux, in order (the OpenAPI
 	// test compares them with openapi.json).
 	routes []string
@@ -456,6 +470,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxContainers = quotaOr(cfg.MaxContainers, DefaultMaxContainers)
 	cfg.MaxAwake = quotaOr(cfg.MaxAwake, DefaultMaxAwake)
 	cfg.MaxWorkspaceFileBytes = quotaOr(cfg.MaxWorkspaceFileBytes, DefaultMaxWorkspaceFileBytes)
+	cfg.MaxMCPSessions = quotaOr(cfg.MaxMCPSessions, mcp.DefaultMaxSessions)
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -490,6 +505,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handle("POST /api/v1/eval", maxEvalBody, true, s.eval)
 	s.fileRoutes()
+	s.mcpRoutes()
 	// OpenAI's containers API, over the same records.
 	s.handleOpenAI("POST /v1/containers", maxCreateBody, s.createContainer(shapeOpenAI))
 	s.handleOpenAI("GET /v1/containers", maxEmptyBody, s.listContainers(shapeOpenAI))
@@ -599,6 +615,9 @@ func (s *Server) handleBody(envelope func(*http.Request) errWriter, pattern stri
 			if lerr != nil {
 				ew(w, lerr)
 				return
+			}
+			if idleStream(pattern) {
+				release()
 			}
 			defer release()
 			if held {

@@ -908,4 +908,16 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatalf("after shutdown: %v %v", st, err)
 		}
 	})
+	t.Run("03 an open MCP session does not hold the shutdown", func(t *testing.T) {
+		e, stop, done := serve(t, time.Minute)
+		a := e.mcpClient(t, e.keyA)
+		a.call(t.Context(), "exec", map[string]any{"commands": []string{"true"}}, nil)
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if strings.Contains(e.logs.String(), "requests still running after the grace period") {
+			t.Fatalf("the session's stream held the shutdown for its grace period:\n%s", e.logs.String())
+		}
+	})
 }

@@ -278,11 +278,24 @@ func (h *handler) Eval(ctx context.Context, r *http.Request, req *Request) (int,
 // EvalRequest runs one request without HTTP (the CLI uses it so that it
 // prints exactly what the endpoint would answer).
 func EvalRequest(ctx context.Context, h http.Handler, req *Request) (int, *Response) {
+	return evalOn(ctx, h, nil, req)
+}
+
+// EvalFor runs req on behalf of r without reading r's body: the handler's
+// Scope and Sandboxes see r (its context, its caller) as they would for a
+// request that carried req. Another wire format served over the same
+// handler (the MCP server's eval tool) uses it, so that its continuations
+// are bound to the caller's scope as the HTTP route's are.
+func EvalFor(r *http.Request, h http.Handler, req *Request) (int, *Response) {
+	return evalOn(r.Context(), h, r, req)
+}
+
+func evalOn(ctx context.Context, h http.Handler, r *http.Request, req *Request) (int, *Response) {
 	hh, ok := h.(*handler)
 	if !ok {
 		return http.StatusInternalServerError, errorResponse(string(jsrun.CodeInternal), "not a jsrunhttp handler")
 	}
-	return hh.Eval(ctx, nil, req)
+	return hh.Eval(ctx, r, req)
 }
 
 type badRequest struct{ msg string }

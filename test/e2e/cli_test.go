@@ -85,6 +85,8 @@ func TestExecBadInput(t *testing.T) {
 		{"10 unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{"12 memory below the minimum", []string{"exec", "--image", "busybox", "--memory-mb", "10", "--", "true"}, "at least 32 MiB"},
 		{"13 zero processes", []string{"exec", "--image", "busybox", "--processes", "0", "--", "true"}, "processes 0: want 16"},
+		{"17 mcp without a server", []string{"mcp"}, "--url (or $SHELLGATE_URL) is required"},
+		{"18 mcp without a key", []string{"mcp", "--url", "http://127.0.0.1:1"}, "$SHELLGATE_API_KEY is not set"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
