@@ -456,7 +456,7 @@ func pythonStep(ctx context.Context, open SandboxFunc, c tool.PythonCall, onOutp
 	}
 	if out.Expired != "" {
 		code := "unavailable"
-		if strings.Contains(out.Expired, "waited more than") {
+		if out.ExpiredWaiting {
 			code = "execution_time_exceeded"
 		}
 		return codeExecResult(&CodeExecError{Type: "code_execution_tool_result_error", ErrorCode: code,

@@ -228,7 +228,7 @@ def serve():
             x = st["parked"]
             if x is not None and time.monotonic() - x["parked_at"] > x["park_s"]:
                 try:
-                    end_parked(st, stop, queue, "the execution waited more than %d s for the result of %s and was ended" % (x["park_s"], x["name"]))
+                    end_parked(st, stop, queue, "the execution waited more than %d s for the result of %s and was ended" % (x["park_s"], x["name"]), True)
                 except Exception:
                     st["parked"] = None
             continue
@@ -271,15 +271,15 @@ def handle(conn, st, start, stop, queue, select):
         answers = req.get("answers") if isinstance(req.get("answers"), list) else []
         tokens = [a.get("call") for a in answers if isinstance(a, dict)]
         if parked is None or sorted(tokens) != sorted(parked["calls"]):
-            why = next((st["ended"][t] for t in tokens if t in st["ended"]), None)
+            why, waited = next((st["ended"][t] for t in tokens if t in st["ended"]), (None, False))
             if why is None and parked is not None and set(tokens) & set(parked["calls"]):
                 why = "the results of all the calls the execution waits for must come together (%d calls, %d results)" % (len(parked["calls"]), len(tokens))
-            w({"t": "expired", "why": why or "no execution of this container's kernel is waiting for that tool result (it ended, or the container slept since it was paused)"})
+            w({"t": "expired", "why": why or "no execution of this container's kernel is waiting for that tool result (it ended, or the container slept since it was paused)", "waited": waited})
             return
         if time.monotonic() - parked["parked_at"] > parked["park_s"]:
             why = "the execution waited more than %d s for the result of %s and was ended" % (parked["park_s"], parked["name"])
-            end_parked(st, stop, queue, why)
-            w({"t": "expired", "why": why})
+            end_parked(st, stop, queue, why, True)
+            w({"t": "expired", "why": why, "waited": True})
             return
         st["parked"] = None
         km, kc = st["km"], st["kc"]
@@ -461,14 +461,15 @@ def tool_request(prompt, allowed):
     return [{"name": c["name"], "input": c["input"]} for c in calls]
 
 
-def end_parked(st, stop, queue, why):
+def end_parked(st, stop, queue, why, waited=False):
     """Ends the parked execution: its tool call raises ToolError(why), and
     the execution runs to its end (interrupted after 5 s; the kernel is
-    stopped if it does not stop then)."""
+    stopped if it does not stop then). waited: it was ended for waiting
+    longer than its limit (an expired answer says so)."""
     x, km, kc = st["parked"], st["km"], st["kc"]
     st["parked"] = None
     for t in x["calls"]:
-        st["ended"][t] = why
+        st["ended"][t] = (why, waited)
     while len(st["ended"]) > 16:
         del st["ended"][next(iter(st["ended"]))]
     if km is None or not km.is_alive():

@@ -187,8 +187,10 @@ type PythonOutput struct {
 	// PythonCall.Resume answering each.
 	ToolCalls []PythonToolCall
 	// Expired says why a resume found no paused execution to answer (it
-	// waited too long, another call ended it, the container slept).
-	Expired string
+	// waited too long, another call ended it, the container slept);
+	// ExpiredWaiting that it was ended for waiting past its limit.
+	Expired        string
+	ExpiredWaiting bool
 }
 
 // Display is one rich output: an image (Data) or text (Text).
@@ -364,6 +366,7 @@ func (a *kernelAnswer) take(line []byte) {
 		Name      string            `json:"name"`
 		Text      string            `json:"text"`
 		Why       string            `json:"why"`
+		Waited    bool              `json:"waited"`
 		Data      map[string]string `json:"data"`
 		Ename     string            `json:"ename"`
 		Evalue    string            `json:"evalue"`
@@ -477,7 +480,7 @@ func (a *kernelAnswer) take(line []byte) {
 		a.paused = len(a.out.ToolCalls) > 0
 		a.done = a.paused
 	case "expired":
-		a.out.Expired = capped(stripANSI(m.Why), 1000)
+		a.out.Expired, a.out.ExpiredWaiting = capped(stripANSI(m.Why), 1000), m.Waited
 		if a.out.Expired == "" {
 			a.out.Expired = "the paused execution is gone"
 		}

@@ -118,8 +118,12 @@ func TestKernelAnswerToolCall(t *testing.T) {
 	if o.ToolCalls != nil || !strings.Contains(o.Notes, "did not pause") {
 		t.Errorf("a call without the pause: %+v", o)
 	}
-	o = answer(`{"t":"expired","why":"the execution waited more than 300 s for the result of get_weather and was ended"}`)
-	if !strings.Contains(o.Expired, "300 s") || o.ToolCalls != nil {
+	o = answer(`{"t":"expired","why":"the execution waited more than 300 s for the result of get_weather and was ended","waited":true}`)
+	if !strings.Contains(o.Expired, "300 s") || !o.ExpiredWaiting || o.ToolCalls != nil {
 		t.Errorf("expired: %+v", o)
+	}
+	o = answer(`{"t":"expired","why":"another Python call came to the container's kernel"}`)
+	if o.Expired == "" || o.ExpiredWaiting {
+		t.Errorf("expired by another call: %+v", o)
 	}
 }

@@ -289,7 +289,7 @@ func pythonToolCalls(t *testing.T, rt string) {
 		// The resume comes later than the bound: the client's start alone
 		// takes longer.
 		o = resume(t, o.ToolCalls, "sunny", "")
-		if !strings.Contains(o.Expired, "waited more than 0 s for the result of get_weather") {
+		if !strings.Contains(o.Expired, "waited more than 0 s for the result of get_weather") || !o.ExpiredWaiting {
 			t.Errorf("late resume: %+v", o)
 		}
 		if o := code(t, "print(x)"); o.Stdout != "41\n" {
