@@ -31,15 +31,15 @@ trap stop EXIT
 # module proxy (CPU-bound), in the background beside shellgate's own build
 # and the Debian image (mostly download and dpkg). On a fresh machine these
 # are nearly all of the demo's time; a second run only checks them.
-phase "Debian packages (about 1 minute on a fresh machine)"
+phase "Debian packages (about a minute on a fresh machine)"
 scripts/setup-host.sh packages
-phase "gVisor's runsc, in the background (about 4 minutes on a fresh machine)"
+phase "gVisor's runsc, built in the background (about 6 minutes on a fresh 2-core machine)"
 scripts/setup-host.sh go-tools >"$tmp/go-tools.log" 2>&1 &
 tools=$!
 pids+=("$tools")
-phase "building shellgate (about 2 minutes on a fresh machine)"
+phase "building shellgate beside it (about 5 minutes on a fresh 2-core machine)"
 ${MAKE:-make} --no-print-directory build
-phase "the Debian image with Python and pandas (about 3 minutes on a fresh machine)"
+phase "the Debian image with Python and pandas (about 1.5 minutes)"
 bin/shellgate image build
 phase "waiting for runsc"
 if ! wait "$tools"; then

@@ -59,7 +59,7 @@ fi
 want="gvisor.dev/gvisor/runsc@${RUNSC_VERSION}"
 stamp=/usr/local/lib/shellgate/runsc.version
 if ! command -v runsc >/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-	echo "setup-host: building $want (about 3 minutes on a fresh machine)"
+	echo "setup-host: building $want (a few minutes on a fresh machine)"
 	CGO_ENABLED=0 GOBIN=/usr/local/bin go install "$want"
 	mkdir -p "$(dirname "$stamp")"
 	echo "$want" > "$stamp"
