@@ -40,7 +40,6 @@ const (
 
 func ifaceName(slot int) string { return ifacePrefix + strconv.Itoa(slot) }
 
-
 // addrs returns the host end's and the sandbox's addresses of slot n.
 func addrs(pool netip.Prefix, n int) (host, sandbox netip.Addr) {
 	b := pool.Masked().Addr().As4()
