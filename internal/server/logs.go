@@ -198,11 +198,22 @@ func (s *Server) logged(w http.ResponseWriter, r *http.Request, p Principal, api
 		// CPU (without a length, a flush would turn it into chunks).
 		http.NewResponseController(w).Flush()
 	}
-	rl.gone = r.Context().Err() != nil
+	rl.gone = r.Context().Err() != nil && !rl.whole()
 	if rec, ok := w.(*recorder); ok {
 		rl.status = rec.status
 	}
 	s.enqueueLog(rl)
+}
+
+// whole reports whether the answer was complete: a client that hangs up
+// as soon as it has the last byte it needs (an SSE client at [DONE]) may
+// cancel the request's context before the record is taken, and has not
+// left early.
+func (rl *reqLog) whole() bool {
+	if rl.chatOut != nil {
+		return rl.chatOut.whole()
+	}
+	return rl.res != nil && rl.err == nil
 }
 
 // models is m seen through the request's log: the model the client named.
@@ -657,9 +668,12 @@ func max2(a, b int) int {
 // for its record.
 type teeWriter struct {
 	http.ResponseWriter
-	buf  bytes.Buffer
-	max  int
-	over bool
+	buf    bytes.Buffer
+	max    int
+	over   bool
+	tail   []byte // the last bytes written, whatever the cap
+	wrote  bool
+	broken bool // a write failed
 }
 
 func (t *teeWriter) Write(b []byte) (int, error) {
@@ -669,7 +683,21 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 	if t.buf.Len()+len(b) > t.max {
 		t.over = true
 	}
-	return t.ResponseWriter.Write(b)
+	n, err := t.ResponseWriter.Write(b)
+	t.wrote, t.broken = true, t.broken || err != nil
+	t.tail = append(t.tail, b[:n]...)
+	t.tail = t.tail[max(0, len(t.tail)-len(sseDone)):]
+	return n, err
+}
+
+const sseDone = "data: [DONE]\n\n"
+
+// whole: the answer was written to its end, a stream up to its [DONE].
+func (t *teeWriter) whole() bool {
+	if !t.wrote || t.broken {
+		return false
+	}
+	return !strings.HasPrefix(t.Header().Get("Content-Type"), "text/event-stream") || string(t.tail) == sseDone
 }
 
 func (t *teeWriter) Flush() {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -424,8 +426,29 @@ func TestRequestLogsChat(t *testing.T) {
 	if err := st.Err(); err != nil {
 		t.Fatal(err)
 	}
-	l := e.requestLogs(t, e.keyA, "?api=chat_completions")
-	if len(l.Data) != 2 {
+	// A client that hangs up as soon as it reads [DONE] (before the
+	// chunked body's end) got the whole answer: completed, not incomplete.
+	const hangUps = 5
+	for range hangUps {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"model":"local/m1","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"Answer in one line."},{"role":"user","content":"Capital of France?"}]}`
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", e.keyA, len(body), body)
+		var got []byte
+		buf := make([]byte, 4096)
+		for !bytes.Contains(got, []byte("data: [DONE]")) {
+			n, err := conn.Read(buf)
+			if err != nil {
+				t.Fatalf("%v after %q", err, got)
+			}
+			got = append(got, buf[:n]...)
+		}
+		conn.Close()
+	}
+	l := e.requestLogs(t, e.keyA, "?api=chat_completions&limit=100") // waits for the requests in flight
+	if len(l.Data) != 2+hangUps {
 		t.Fatalf("%+v", l)
 	}
 	for _, s := range l.Data {
@@ -433,6 +456,34 @@ func TestRequestLogsChat(t *testing.T) {
 		if r.Status != "completed" || r.HTTPStatus != 200 || r.Model != "local/m1" || r.Output != "Paris is the capital." || r.Usage.InputTokens != 21 || r.Usage.OutputTokens != 5 ||
 			len(r.Input) != 2 || r.Input[0] != (logMessage{Role: "system", Text: "Answer in one line."}) || r.Input[1].Text != "Capital of France?" || r.ContainerID != nil {
 			t.Fatalf("record %+v", r)
+		}
+	}
+}
+
+// TestTeeWhole: a Chat Completions answer is whole when it was written
+// to its end, a stream to its [DONE] however the writes split it, so a
+// client hanging up right after is not counted as gone.
+func TestTeeWhole(t *testing.T) {
+	for _, c := range []struct {
+		name, ctype string
+		writes      []string
+		want        bool
+	}{
+		{"nothing written", "application/json", nil, false},
+		{"a JSON answer", "application/json", []string{`{"id":"x",`, `"choices":[]}`}, true},
+		{"a stream to [DONE]", "text/event-stream", []string{"data: {}\n\n", "data: [DONE]\n\n"}, true},
+		{"[DONE] split across writes", "text/event-stream", []string{"data: {}\n\ndata: [DO", "NE]", "\n\n"}, true},
+		{"a stream cut short", "text/event-stream", []string{"data: {}\n\n"}, false},
+		{"[DONE] past the record's cap", "text/event-stream", []string{strings.Repeat("data: {}\n\n", 100), "data: [DONE]\n\n"}, true},
+	} {
+		rw := httptest.NewRecorder()
+		rw.Header().Set("Content-Type", c.ctype)
+		tw := &teeWriter{ResponseWriter: rw, max: 64}
+		for _, w := range c.writes {
+			tw.Write([]byte(w))
+		}
+		if got := tw.whole(); got != c.want {
+			t.Errorf("%s: whole %v, want %v", c.name, got, c.want)
 		}
 	}
 }
