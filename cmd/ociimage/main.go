@@ -3,6 +3,7 @@
 //
 //	ociimage -kind gateway -o bin/oci/shellgate -shellgate bin/shellgate -agent bin/shellgate-agent
 //	ociimage -kind sandbox -o bin/oci/sandbox -rootfs DIR -agent bin/shellgate-agent
+//	ociimage -kind binary -o DIR -bin FILE   (one static binary, its entrypoint: make kube-e2e's pause image)
 //
 // Load a layout with `skopeo copy oci:bin/oci/shellgate docker-daemon:shellgate:dev`,
 // `podman load`, or `kind load image-archive` after `tar -C DIR -cf x.tar .`.
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 
 	"github.com/shellgate/shellgate/internal/ociimage"
@@ -28,6 +30,7 @@ func main() {
 	sg := flag.String("shellgate", "bin/shellgate", "gateway: the static shellgate binary")
 	agent := flag.String("agent", "bin/shellgate-agent", "the static shellgate-agent binary")
 	rootfs := flag.String("rootfs", "", "sandbox: root filesystem directory (e.g. from `shellgate image build`)")
+	bin := flag.String("bin", "", "binary: the static binary, at / and the image's entrypoint")
 	tag := flag.String("tag", "dev", "ref name in index.json")
 	flag.Parse()
 	if *out == "" {
@@ -74,8 +77,15 @@ func main() {
 		img.Entrypoint = []string{"/usr/local/bin/shellgate-agent"}
 		img.WorkingDir = "/workspace/home"
 		img.Env = []string{"HOME=/workspace/home", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	case "binary":
+		if *bin == "" {
+			fmt.Fprintln(os.Stderr, "ociimage: -kind binary needs -bin")
+			os.Exit(2)
+		}
+		img.Files = []ociimage.File{{Path: "/" + filepath.Base(*bin), Mode: 0o755, Source: *bin}}
+		img.Entrypoint = []string{"/" + filepath.Base(*bin)}
 	default:
-		fmt.Fprintf(os.Stderr, "ociimage: -kind %q: want gateway or sandbox\n", *kind)
+		fmt.Fprintf(os.Stderr, "ociimage: -kind %q: want gateway, sandbox or binary\n", *kind)
 		os.Exit(2)
 	}
 	d, err := ociimage.Write(*out, img)
