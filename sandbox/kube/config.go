@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -27,6 +28,7 @@ import (
 //	  runtime_class: gvisor
 //	  ready_timeout: 2m
 //	  shell: [/bin/bash, -lc]                 # how the image runs a command line
+//	  requests: {cpu: 250m, memory: 256Mi}    # what a pod asks the scheduler for (at most its limits)
 //	  egress_proxy:                           # sandboxes with a network allowlist
 //	    namespace: shellgate
 //	    service: shellgate-egress
@@ -41,7 +43,15 @@ type FileConfig struct {
 	RuntimeClass string          `yaml:"runtime_class"`
 	ReadyTimeout time.Duration   `yaml:"ready_timeout"`
 	Shell        []string        `yaml:"shell"`
+	Requests     FileRequests    `yaml:"requests"`
 	EgressProxy  FileEgressProxy `yaml:"egress_proxy"`
+}
+
+// FileRequests is the `requests:` of a FileConfig: Kubernetes quantities
+// (Config.CPURequest, MemoryRequest).
+type FileRequests struct {
+	CPU    string `yaml:"cpu"`
+	Memory string `yaml:"memory"`
 }
 
 // FileEgressProxy is the `egress_proxy:` of a FileConfig (EgressProxy).
@@ -82,6 +92,11 @@ func ParseFileConfig(b []byte) (FileConfig, error) {
 			return FileConfig{}, fmt.Errorf("runtime.shell[%d]: empty", i)
 		}
 	}
+	for name, v := range map[string]string{"cpu": fc.Requests.CPU, "memory": fc.Requests.Memory} {
+		if q, err := resource.ParseQuantity(v); v != "" && (err != nil || q.Sign() <= 0) {
+			return FileConfig{}, fmt.Errorf("runtime.requests.%s %q: want a positive Kubernetes quantity (e.g. 250m CPU, 256Mi memory)", name, v)
+		}
+	}
 	return fc, nil
 }
 
@@ -120,6 +135,12 @@ func (fc FileConfig) Connect(cfg Config) (*Backend, kubernetes.Interface, error)
 	}
 	if fc.ReadyTimeout > 0 {
 		cfg.ReadyTimeout = fc.ReadyTimeout
+	}
+	if fc.Requests.CPU != "" {
+		cfg.CPURequest = resource.MustParse(fc.Requests.CPU) // checked by ParseFileConfig
+	}
+	if fc.Requests.Memory != "" {
+		cfg.MemoryRequest = resource.MustParse(fc.Requests.Memory)
 	}
 	e := fc.EgressProxy
 	if e.Namespace != "" {

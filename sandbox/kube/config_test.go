@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/runtime"
 )
 
 // TestFileConfig: 1. a full section parses; 2. bad ones name the field;
@@ -29,6 +30,8 @@ func TestFileConfig(t *testing.T) {
 		"backend: kube\nimage: b\n":                            "runtime.namespace",
 		"backend: kube\nnamespace: a\n":                        "runtime.image",
 		"backend: kube\nnamespace: a\nimage: b\nnamspace: x\n": "namspace",
+		"backend: kube\nnamespace: a\nimage: b\nrequests: {cpu: lots}\n":     "runtime.requests.cpu",
+		"backend: kube\nnamespace: a\nimage: b\nrequests: {memory: -1Gi}\n": "runtime.requests.memory",
 	} {
 		if _, err := kube.ParseFileConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("2: %q: got %v, want an error naming %s", in, err, want)
@@ -57,9 +60,14 @@ current-context: ca
 	if err != nil || rc.Host != "https://10.0.0.2:6443" {
 		t.Fatalf("3: %v %v", rc, err)
 	}
+	fc.Requests = kube.FileRequests{CPU: "1", Memory: "1Gi"}
 	b, _, err := fc.Connect(kube.Config{})
 	if err != nil || b == nil {
 		t.Fatalf("3: connect: %v", err)
+	}
+	req := b.Pod("x", runtime.Limits{CPUs: 2, MemoryBytes: 4 << 30}, nil, "").Spec.Containers[0].Resources.Requests
+	if req.Cpu().MilliValue() != 1000 || req.Memory().Value() != 1<<30 {
+		t.Fatalf("3: requests %v", req)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	fc.Kubeconfig = ""

@@ -124,6 +124,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -200,6 +201,12 @@ type Config struct {
 	// DiskBytes the home's size limit (default 5 GiB).
 	Limits    runtime.Limits
 	DiskBytes int64
+	// CPURequest and MemoryRequest are what a pod asks the scheduler for,
+	// each at most its limit (default 250m and 256Mi): a sandbox is idle
+	// most of the time, and a request equal to its limit would let a
+	// 2-core node hold one sandbox. A request equal to the limit
+	// (`requests:` in the config file) makes the pods Guaranteed.
+	CPURequest, MemoryRequest resource.Quantity
 	// GatewayLabels select the gateway's pods, the only ingress to the
 	// agent port (default app.kubernetes.io/name=shellgate).
 	GatewayLabels map[string]string
@@ -344,6 +351,12 @@ func New(cs kubernetes.Interface, cfg Config) (*Backend, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
+	if cfg.CPURequest.IsZero() {
+		cfg.CPURequest = resource.MustParse(DefaultCPURequest)
+	}
+	if cfg.MemoryRequest.IsZero() {
+		cfg.MemoryRequest = resource.MustParse(DefaultMemoryRequest)
+	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 500 * time.Millisecond
 	}
@@ -355,6 +368,12 @@ func New(cs kubernetes.Interface, cfg Config) (*Backend, error) {
 	}
 	return &Backend{cs: cs, cfg: cfg, awake: map[string]*pod{}, busy: map[string]bool{}}, nil
 }
+
+// The default requests of a sandbox pod (Config.CPURequest, MemoryRequest).
+const (
+	DefaultCPURequest    = "250m"
+	DefaultMemoryRequest = "256Mi"
+)
 
 // ObjectName is the name of sandbox id's Pod, Secret and NetworkPolicy:
 // ids allow characters Kubernetes names do not, so the name is a hash.

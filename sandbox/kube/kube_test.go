@@ -58,8 +58,9 @@ func objects(t *testing.T, cs *fake.Clientset) (pods, secrets, policies int) {
 	return len(p.Items), len(s.Items), len(n.Items)
 }
 
-// TestPodSpec: 1. runtime class; 2. requests = limits from the sandbox
-// limits; 3. pod and container security context; 4. no service account
+// TestPodSpec: 1. runtime class; 2. limits from the sandbox limits,
+// requests the defaults below them (a request above a limit is the
+// limit); 3. pod and container security context; 4. no service account
 // token; 5. labels and id annotation; 6. the agent entrypoint with its
 // credentials mounted read-only.
 func TestPodSpec(t *testing.T) {
@@ -70,17 +71,21 @@ func TestPodSpec(t *testing.T) {
 	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
 		t.Errorf("1: runtimeClassName %v, want gvisor", p.Spec.RuntimeClassName)
 	}
-	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-		if got := rl.Cpu().MilliValue(); got != 1500 {
-			t.Errorf("2: cpu %dm, want 1500m", got)
+	check := func(what string, rl corev1.ResourceList, cpu, mem int64) {
+		if got := rl.Cpu().MilliValue(); got != cpu {
+			t.Errorf("2: %s cpu %dm, want %dm", what, got, cpu)
 		}
-		if got := rl.Memory().Value(); got != 2<<30 {
-			t.Errorf("2: memory %d, want 2 GiB", got)
+		if got := rl.Memory().Value(); got != mem {
+			t.Errorf("2: %s memory %d, want %d", what, got, mem)
 		}
 		if got := rl.StorageEphemeral().Value(); got != 5<<30 {
-			t.Errorf("2: ephemeral storage %d, want 5 GiB", got)
+			t.Errorf("2: %s ephemeral storage %d, want 5 GiB", what, got)
 		}
 	}
+	check("limits", c.Resources.Limits, 1500, 2<<30)
+	check("requests", c.Resources.Requests, 250, 256<<20)
+	small := b.Pod("Ctr_1", runtime.Limits{CPUs: 0.1, MemoryBytes: 128 << 20}, nil, "").Spec.Containers[0]
+	check("requests under small limits", small.Resources.Requests, 100, 128<<20)
 	sc := c.SecurityContext
 	switch {
 	case sc == nil:

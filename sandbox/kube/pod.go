@@ -41,6 +41,11 @@ func (b *Backend) pod(id string, lim runtime.Limits, disk int64, pol *egress.Pol
 		corev1.ResourceMemory:           *resource.NewQuantity(lim.MemoryBytes, resource.BinarySI),
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk, resource.BinarySI),
 	}
+	req := corev1.ResourceList{
+		corev1.ResourceCPU:              lower(b.cfg.CPURequest, res[corev1.ResourceCPU]),
+		corev1.ResourceMemory:           lower(b.cfg.MemoryRequest, res[corev1.ResourceMemory]),
+		corev1.ResourceEphemeralStorage: res[corev1.ResourceEphemeralStorage],
+	}
 	env := []corev1.EnvVar{{Name: "HOME", Value: b.cfg.HomeDir}}
 	if proxy != "" {
 		for _, n := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
@@ -85,7 +90,7 @@ func (b *Backend) pod(id string, lim runtime.Limits, disk int64, pol *egress.Pol
 				WorkingDir: b.cfg.HomeDir,
 				Env:        env,
 				Ports:      []corev1.ContainerPort{{Name: "agent", ContainerPort: b.cfg.AgentPort, Protocol: corev1.ProtocolTCP}},
-				Resources:  corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:  corev1.ResourceRequirements{Requests: req, Limits: res},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot:             &yes,
 					RunAsUser:                &uid,
@@ -144,4 +149,12 @@ func (b *Backend) NetworkPolicy(id string, pol *egress.Policy) *networkingv1.Net
 		}}
 	}
 	return np
+}
+
+// lower is the smaller of a and b.
+func lower(a, b resource.Quantity) resource.Quantity {
+	if a.Cmp(b) < 0 {
+		return a
+	}
+	return b
 }
