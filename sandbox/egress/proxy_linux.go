@@ -728,9 +728,11 @@ func parseHTTPHead(b []byte) (httpHead, error) {
 	return httpHead{host: h, port: 80}, nil
 }
 
-// oneRequest rewrites an absolute-form request's head so that its
-// connection ends with the response (Connection: close) and drops the
-// headers meant for the proxy. Clients keep a connection to a proxy alive
+// oneRequest rewrites an absolute-form request's head for the origin
+// server: its target in origin-form (RFC 9112 3.2.1: what a client sends
+// an origin server; many servers answer an absolute-form target with a
+// 404), its connection ending with the response (Connection: close), and
+// without the headers meant for the proxy. Clients keep a connection to a proxy alive
 // and send it requests for other hosts, but the connection is spliced to
 // the first request's server: without this, a later request for another
 // host would reach that server (never another address, but not the host
@@ -742,7 +744,7 @@ func oneRequest(buf []byte) []byte {
 	}
 	lines := bytes.Split(buf[:i], []byte("\r\n"))
 	out := make([]byte, 0, len(buf)+32)
-	out = append(append(out, lines[0]...), "\r\n"...)
+	out = append(append(out, originForm(lines[0])...), "\r\n"...)
 	dropping := false
 	for _, l := range lines[1:] {
 		if len(l) > 0 && (l[0] == ' ' || l[0] == '\t') { // a folded line continues the header before it
@@ -762,6 +764,23 @@ func oneRequest(buf []byte) []byte {
 	}
 	out = append(out, "Connection: close\r\n\r\n"...)
 	return append(out, buf[i+4:]...)
+}
+
+// originForm is the request line "METHOD http://host[:port]/path?q VERSION"
+// as "METHOD /path?q VERSION"; another line is returned as it is.
+func originForm(line []byte) []byte {
+	method, rest, ok1 := bytes.Cut(line, []byte(" "))
+	target, version, ok2 := bytes.Cut(rest, []byte(" "))
+	if !ok1 || !ok2 || len(target) < 7 || !strings.EqualFold(string(target[:7]), "http://") {
+		return line
+	}
+	path := target[7:]
+	if j := bytes.IndexAny(path, "/?"); j < 0 {
+		path = []byte("/")
+	} else if path = path[j:]; path[0] == '?' {
+		path = append([]byte("/"), path...)
+	}
+	return bytes.Join([][]byte{method, path, version}, []byte(" "))
 }
 
 // splitHostPort splits "host[:port]"; def < 0 means the port is required.
