@@ -26,11 +26,11 @@ func TestFileConfig(t *testing.T) {
 		t.Fatalf("1: %+v %v", fc, err)
 	}
 	for in, want := range map[string]string{
-		"backend: crun\nnamespace: a\nimage: b\n":              "runtime.backend",
-		"backend: kube\nimage: b\n":                            "runtime.namespace",
-		"backend: kube\nnamespace: a\n":                        "runtime.image",
-		"backend: kube\nnamespace: a\nimage: b\nnamspace: x\n": "namspace",
-		"backend: kube\nnamespace: a\nimage: b\nrequests: {cpu: lots}\n":     "runtime.requests.cpu",
+		"backend: crun\nnamespace: a\nimage: b\n":                           "runtime.backend",
+		"backend: kube\nimage: b\n":                                         "runtime.namespace",
+		"backend: kube\nnamespace: a\n":                                     "runtime.image",
+		"backend: kube\nnamespace: a\nimage: b\nnamspace: x\n":              "namspace",
+		"backend: kube\nnamespace: a\nimage: b\nrequests: {cpu: lots}\n":    "runtime.requests.cpu",
 		"backend: kube\nnamespace: a\nimage: b\nrequests: {memory: -1Gi}\n": "runtime.requests.memory",
 	} {
 		if _, err := kube.ParseFileConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {

@@ -7,7 +7,11 @@
 // shellgate.dev/sandbox=<hash of id> and named shellgate-<hash>:
 //
 //   - a Secret with the agent's per-sandbox certificate, key and token
-//     (agent.Credentials), mounted read-only into the pod;
+//     (agent.Credentials), and a copy of it under a name new with each
+//     wake (shellgate-<hash>-<8 hex>, owned by the first), mounted
+//     read-only into the pod: the kubelet keeps an immutable Secret it has
+//     read while any pod on the node refers to it, so a name used again
+//     could hand the new pod the last wake's credentials;
 //   - a NetworkPolicy: ingress only from the gateway's pods to the agent
 //     port; egress nothing, or with an allowlist only the egress proxy's
 //     pods on its port (NetworkPolicy.go);
@@ -109,6 +113,7 @@ package kube
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -140,6 +145,7 @@ const (
 	LabelName       = "app.kubernetes.io/name"
 	AnnotationID    = "shellgate.dev/sandbox-id"
 	AnnotationAllow = "shellgate.dev/allowed-domains" // the allowlist, for the egress proxy
+	AnnotationMount = "shellgate.dev/mount-secret"    // on the Secret: the name of the copy its pod mounts
 	ManagedBy       = "shellgate"
 	SandboxApp      = "shellgate-sandbox"
 )
@@ -379,6 +385,10 @@ const (
 // ids allow characters Kubernetes names do not, so the name is a hash.
 func ObjectName(id string) string { return "shellgate-" + idHash(id) }
 
+// mountName is the name of the copy of sandbox id's Secret that one wake's
+// pod mounts: gen is new each wake, so no name is used twice.
+func mountName(id, gen string) string { return ObjectName(id) + "-" + gen }
+
 // RestoredName is the name of the empty Secret that marks sandbox id's pod
 // as restored: made once the home is in the pod, it tells other replicas
 // they may adopt the pod (their connection would cut a restore short).
@@ -614,8 +624,17 @@ func (b *Backend) create(ctx context.Context, id string, opts Options, lim runti
 		proxy = "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(b.cfg.Egress.Port)))
 	}
 	// The Secret decides which replica starts the pod: the first to
-	// create it.
-	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, b.secret(id, creds), metav1.CreateOptions{}); err != nil {
+	// create it. The pod mounts a copy under a name of its own (mountName):
+	// the kubelet keeps an immutable Secret it has read for as long as a
+	// pod on the node refers to it, so a pod started while the last wake's
+	// pod was still going away got the last wake's credentials when both
+	// used one name (seen on a real cluster).
+	gen := make([]byte, 4)
+	crand.Read(gen)
+	lock := b.secret(id, creds)
+	lock.Annotations[AnnotationMount] = mountName(id, hex.EncodeToString(gen))
+	made, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, lock, metav1.CreateOptions{})
+	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, errExists
 		}
@@ -639,6 +658,14 @@ func (b *Backend) create(ctx context.Context, id string, opts Options, lim runti
 	if err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, RestoredName(id), del); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("kube: delete secret %s: %w", RestoredName(id), err)
 	}
+	mount := b.secret(id, creds)
+	mount.Name = lock.Annotations[AnnotationMount]
+	if made.UID != "" { // a real API server's: the copy goes with the Secret
+		mount.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: made.Name, UID: made.UID}}
+	}
+	if _, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Create(ctx, mount, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("kube: create secret %s: %w", mount.Name, err)
+	}
 	np := b.NetworkPolicy(id, opts.Network)
 	_, err = b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -649,7 +676,7 @@ func (b *Backend) create(ctx context.Context, id string, opts Options, lim runti
 	if err != nil {
 		return nil, fmt.Errorf("kube: create network policy %s: %w", ObjectName(id), err)
 	}
-	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, lim, disk, opts.Network, proxy), metav1.CreateOptions{})
+	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, mount.Name, lim, disk, opts.Network, proxy), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// A pod left without its Secret (a replica died mid-sleep): its
 		// credentials are gone, so it is deleted with ours and the wake
@@ -983,6 +1010,13 @@ func (b *Backend) deleteObjects(ctx context.Context, id string) error {
 		{"pod", func() error { return b.cs.CoreV1().Pods(b.cfg.Namespace).Delete(ctx, name, del) }},
 		{"network policy", func() error {
 			return b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, name, del)
+		}},
+		{"secret", func() error { // the pod's copy, named in the Secret
+			sec, err := b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || sec.Annotations[AnnotationMount] == "" {
+				return err
+			}
+			return b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, sec.Annotations[AnnotationMount], del)
 		}},
 		{"secret", func() error { return b.cs.CoreV1().Secrets(b.cfg.Namespace).Delete(ctx, name, del) }},
 	} {

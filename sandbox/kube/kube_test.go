@@ -302,9 +302,11 @@ func (a *failingArchiver) Archive(ctx context.Context, id string, h kube.Home) e
 
 // TestSleepWake, with the real agent over TLS: 1. wake, run a command that
 // writes a file; 2. a failing archive keeps the pod and the sandbox awake;
-// 3. sleep archives while the pod exists, then deletes pod, secret and
+// 3. sleep archives while the pod exists, then deletes pod, secrets and
 // policy; 4. exec while asleep is ErrNotAwake; 5. wake makes a new pod with
-// the file restored.
+// the file restored, which mounts a copy of the credentials under a name
+// the first pod's did not have (the kubelet keeps an immutable Secret it
+// read as long as a pod refers to it).
 func TestSleepWake(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	home := c.HomeDir // each pod gets a new empty one (an emptyDir)
@@ -324,9 +326,29 @@ func TestSleepWake(t *testing.T) {
 		}
 		return out
 	}
+	mounted := func() string {
+		t.Helper()
+		kp, err := c.CS.CoreV1().Pods(kubetest.Namespace).Get(ctx, kube.ObjectName("c1"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range kp.Spec.Volumes {
+			if v.Secret != nil {
+				copy, err := c.CS.CoreV1().Secrets(kubetest.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+				lock, lerr := c.CS.CoreV1().Secrets(kubetest.Namespace).Get(ctx, kube.ObjectName("c1"), metav1.GetOptions{})
+				if err != nil || lerr != nil || v.Secret.SecretName == lock.Name || string(copy.Data[agent.TokenFile]) != string(lock.Data[agent.TokenFile]) {
+					t.Fatalf("the pod mounts %q (%v %v), not a copy of the credentials", v.Secret.SecretName, err, lerr)
+				}
+				return v.Secret.SecretName
+			}
+		}
+		t.Fatal("no credentials volume")
+		return ""
+	}
 	if err := b.Wake(ctx, "c1", kube.Options{}); err != nil {
 		t.Fatalf("1: %v", err)
 	}
+	first := mounted()
 	if out := sh("echo kept > data.txt && echo ok"); string(out.Stdout) != "ok\n" {
 		t.Fatalf("1: %q %q", out.Stdout, out.Stderr)
 	}
@@ -337,7 +359,7 @@ func TestSleepWake(t *testing.T) {
 	if err := b.Sleep(ctx, "c1"); !errors.Is(err, kube.ErrArchive) {
 		t.Fatalf("2: got %v, want ErrArchive", err)
 	}
-	if p, s, n := objects(t, c.CS); p != 1 || s != 2 || n != 1 || !b.Awake("c1") { // the credentials and the restored mark
+	if p, s, n := objects(t, c.CS); p != 1 || s != 3 || n != 1 || !b.Awake("c1") { // the credentials, the pod's copy and the restored mark
 		t.Fatalf("2: after a failed archive: %d pods, %d secrets, %d policies, awake %v", p, s, n, b.Awake("c1"))
 	}
 	sh("true") // still served
@@ -363,6 +385,9 @@ func TestSleepWake(t *testing.T) {
 	}
 	if out := sh("cat data.txt"); string(out.Stdout) != "kept\n" {
 		t.Fatalf("5: restored %q %q", out.Stdout, out.Stderr)
+	}
+	if second := mounted(); second == first {
+		t.Fatalf("5: the new pod mounts %q again", second)
 	}
 	if err := b.Destroy(ctx, "c1"); err != nil {
 		t.Fatal(err)
@@ -393,7 +418,7 @@ func TestOverlappingWake(t *testing.T) {
 	if err := b.Wake(context.Background(), "c1", kube.Options{}); !errors.Is(err, kube.ErrBusy) {
 		t.Fatalf("second wake: %v, want ErrBusy", err)
 	}
-	if p, s, n := objects(t, cs); p != 1 || s != 1 || n != 1 {
+	if p, s, n := objects(t, cs); p != 1 || s != 2 || n != 1 { // the credentials and the pod's copy
 		t.Fatalf("the second wake touched the first's objects: %d pods, %d secrets, %d policies", p, s, n)
 	}
 	if err := <-first; !errors.Is(err, kube.ErrNotReady) {

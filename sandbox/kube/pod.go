@@ -22,11 +22,12 @@ import (
 // sandbox gets what SPEC §3.1 promises and never more. proxy, when set, is
 // the egress proxy's URL for HTTP(S)_PROXY.
 func (b *Backend) Pod(id string, lim runtime.Limits, pol *egress.Policy, proxy string) *corev1.Pod {
-	return b.pod(id, lim, b.cfg.DiskBytes, pol, proxy)
+	return b.pod(id, ObjectName(id), lim, b.cfg.DiskBytes, pol, proxy)
 }
 
-// pod is Pod with the home's size limit disk.
-func (b *Backend) pod(id string, lim runtime.Limits, disk int64, pol *egress.Policy, proxy string) *corev1.Pod {
+// pod is Pod with the home's size limit disk, mounting the credentials
+// in Secret secret.
+func (b *Backend) pod(id, secret string, lim runtime.Limits, disk int64, pol *egress.Policy, proxy string) *corev1.Pod {
 	no, yes := false, true
 	uid, gid := b.cfg.UID, b.cfg.GID
 	meta := b.meta(id)
@@ -110,7 +111,7 @@ func (b *Backend) pod(id string, lim runtime.Limits, disk int64, pol *egress.Pol
 			Volumes: []corev1.Volume{
 				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: diskQ}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
-				{Name: "agent-credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ObjectName(id), DefaultMode: &mode}}},
+				{Name: "agent-credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: &mode}}},
 			},
 		},
 	}

@@ -261,7 +261,7 @@ func TestReplicasTakeover(t *testing.T) {
 	if err := <-done; !errors.Is(err, sandbox.ErrBusy) || !strings.Contains(err.Error(), "took the sandbox's pod over") {
 		t.Fatalf("1: A's command ended with %v, want ErrBusy", err)
 	}
-	if p, sec, n, _ := c.Objects(ctx); p != 1 || sec != 2 || n != 1 || podCreates(c) != 1 {
+	if p, sec, n, _ := c.Objects(ctx); p != 1 || sec != 3 || n != 1 || podCreates(c) != 1 {
 		t.Fatalf("1: %d pods, %d secrets, %d policies, %d pods created", p, sec, n, podCreates(c))
 	}
 	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" || podCreates(c) != 1 {
