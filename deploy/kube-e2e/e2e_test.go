@@ -217,7 +217,7 @@ providers:
 	})
 
 	step("07 the egress proxy DaemonSet lets an allowlisted name through and refuses others", func(t *testing.T) {
-		c.create(t, c.service, "egress", map[string]any{"network": map[string]any{"type": "allowlist", "allowed_domains": []string{"allowed.e2e.test"}}})
+		c.create(t, c.service, "egress", map[string]any{"network_policy": map[string]any{"type": "allowlist", "allowed_domains": []string{"allowed.e2e.test"}}})
 		get := `python3 -c "import urllib.request,sys
 try: print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode().strip())
 except Exception as e: print('refused:', e)" `
@@ -251,8 +251,17 @@ except Exception as e: print('refused:', e)" `
 		case <-time.After(90 * time.Second):
 			t.Fatal("the command did not end after its pod was deleted")
 		}
-		if r.st != 200 || !bytes.Contains(r.body, []byte("estarted")) {
-			t.Fatalf("%d %s", r.st, r.body)
+		var res struct {
+			Output []struct {
+				Stderr  string
+				Outcome struct {
+					ExitCode int `json:"exit_code"`
+				}
+			}
+		}
+		c.must(t, r, &res)
+		if len(res.Output) != 1 || res.Output[0].Outcome.ExitCode != 137 || !strings.Contains(res.Output[0].Stderr, "the next command runs in a new pod") {
+			t.Fatalf("%s", r.body)
 		}
 		if out := c.exec(t, c.service, "killed", "echo after"); out != "after\n" {
 			t.Fatalf("next call: %q", out)
@@ -294,6 +303,8 @@ spec:
 		t.Fatal(err)
 	}
 	c.kubectl(t, "-n", ns, "set", "env", "deploy/shellgate", "--from=secret/shellgate-e2e")
+	c.kubectl(t, "-n", ns, "patch", "deploy/shellgate", "--type=json", "-p", // the operator lets the test internet's names be allowlisted
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--network-allow=*.e2e.test"}]`)
 	c.kubectl(t, "-n", ns, "scale", "deploy/shellgate", "--replicas=2")
 	c.kubectl(t, "-n", ns, "patch", "ds/shellgate-egress", "--type=merge", "-p",
 		fmt.Sprintf(`{"spec":{"template":{"spec":{"hostAliases":[{"ip":%q,"hostnames":["allowed.e2e.test","denied.e2e.test"]}]}}}}`, inet.addr))
@@ -322,8 +333,16 @@ spec:
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	c.key = lines[len(lines)-1]
+	// The Service answers once kube-proxy has its endpoints (until then
+	// its rule refuses connections).
 	for _, base := range append([]string{c.service}, c.replicas...) {
-		if r := c.call(t, "GET", base+"/healthz", nil); r.st != 200 || !bytes.Contains(r.body, []byte("kubernetes")) {
+		var r reply
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if r = c.try(base + "/healthz"); r.st == 200 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if r.st != 200 || !bytes.Contains(r.body, []byte("kubernetes")) {
 			t.Fatalf("%s/healthz: %d %s", base, r.st, r.body)
 		}
 	}
@@ -456,6 +475,18 @@ func (c *cluster) do(t *testing.T, req *http.Request) reply {
 	return reply{r.StatusCode, b}
 }
 
+// try is a GET that reports a failed connection as status 0.
+func (c *cluster) try(u string) reply {
+	cl := &http.Client{Timeout: 5 * time.Second}
+	r, err := cl.Get(u)
+	if err != nil {
+		return reply{0, []byte(err.Error())}
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return reply{r.StatusCode, b}
+}
+
 func (c *cluster) must(t *testing.T, r reply, v any) {
 	t.Helper()
 	if r.st/100 != 2 {
@@ -575,17 +606,21 @@ func startInternet(t *testing.T) *internet {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "index.html"), []byte(in.token+"\n"), 0o644)
 	srv := exec.Command("ip", "netns", "exec", nsName, "python3", "-m", "http.server", "80", "--bind", in.addr, "--directory", dir)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	cl := &http.Client{Timeout: 2 * time.Second}
 	for i := 0; ; i++ {
-		if r, err := http.Get("http://" + in.addr + "/"); err == nil {
+		r, err := cl.Get("http://" + in.addr + "/")
+		if err == nil {
 			r.Body.Close()
 			break
 		}
-		if i > 50 {
-			t.Fatal("the test internet's server did not start")
+		if i > 150 {
+			t.Fatalf("the test internet's server did not start: %v\n%s", err, srvOut.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -41,7 +41,13 @@ for i in shellgate pause sandbox; do tar -C "$tmp/$i" -cf "$CACHE/images/$i.tar"
 rm -rf "$tmp"/*
 
 status=0
-trap 'KEEP=${KEEP:-0}; [[ $KEEP == 1 ]] && echo "kube-e2e: KEEP=1, the cluster stays up" || "$here/cluster.sh" down; rm -rf "$tmp"' EXIT
+# pod_logs keeps every pod's log of the namespace beside the cluster's.
+pod_logs() {
+	for p in $(kubectl -n shellgate get pods -o name 2>/dev/null); do
+		kubectl -n shellgate logs --all-containers "$p" >"$CACHE/logs/pod-${p#pod/}.log" 2>&1 || true
+	done
+}
+trap 'pod_logs; KEEP=${KEEP:-0}; [[ $KEEP == 1 ]] && echo "kube-e2e: KEEP=1, the cluster stays up" || "$here/cluster.sh" down; rm -rf "$tmp"' EXIT
 "$here/cluster.sh" up
 eval "$("$here/cluster.sh" env)"
 export KUBECONFIG KUBE_E2E_NODE_IP KUBE_E2E_STATE
@@ -52,9 +58,10 @@ cd "$repo"
 go test -tags kube_e2e -count=1 -timeout 30m -v -run 'TestKubeE2E$' ./deploy/kube-e2e/ 2>&1 | tee "$tmp/steps.log" || status=1
 echo "kube-e2e: sandbox/kube's TestCluster on the cluster"
 if SHELLGATE_KUBECONFIG=$KUBECONFIG SHELLGATE_KUBE_IMAGE=shellgate-sandbox:dev \
-	go test -tags kube_e2e -count=1 -timeout 10m -run 'TestCluster$' ./sandbox/kube/ 2>&1 | tail -3 | tee "$tmp/cluster.log"; then
+	go test -tags kube_e2e -count=1 -timeout 10m -v -run 'TestCluster$' ./sandbox/kube/ >"$CACHE/logs/testcluster.log" 2>&1; then
 	echo "--- PASS: TestKubeE2E/10_sandbox/kube's_TestCluster" >>"$tmp/steps.log"
 else
+	tail -20 "$CACHE/logs/testcluster.log"
 	echo "--- FAIL: TestKubeE2E/10_sandbox/kube's_TestCluster" >>"$tmp/steps.log"
 	status=1
 fi
