@@ -135,6 +135,7 @@ providers:
 		if !strings.HasPrefix(out, "1000\n") || !strings.Contains(out, "gVisor") || !strings.Contains(r.OutputText(), "gVisor") {
 			t.Fatalf("output %q, answer %q", out, r.OutputText())
 		}
+		c.deleteAtEnd(t, c.service, cid)
 		pod := c.sandboxPod(t, cid)
 		if pod == nil || pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor" {
 			t.Fatalf("container %s: pod %+v", cid, pod)
@@ -508,7 +509,20 @@ func (c *cluster) create(t *testing.T, base, name string, extra map[string]any) 
 	}
 	var ctr struct{ ID string }
 	c.must(t, c.call(t, "POST", base+"/api/v1/containers", body), &ctr)
+	c.deleteAtEnd(t, base, ctr.ID)
 	return ctr.ID
+}
+
+// deleteAtEnd deletes container id when t ends: the node has room for a
+// few sandbox pods only (2 cores, each pod asks 250m).
+func (c *cluster) deleteAtEnd(t *testing.T, base, id string) {
+	t.Cleanup(func() {
+		req, _ := http.NewRequest("DELETE", base+"/api/v1/containers/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		if r, err := http.DefaultClient.Do(req); err == nil {
+			r.Body.Close()
+		}
+	})
 }
 
 // exec runs one command and returns its stdout+stderr.
