@@ -69,6 +69,14 @@ test-race:
 test-runtimes:
 	$(GO) test $(TESTFLAGS) -count=1 -p 1 -timeout 30m -skip '^TestLifecycle$$' $$($(GO) list ./... | grep -v -E '/shellgate/(internal|jsrun)(/|$$)|/sandbox/(agent|kube|egress)(/|$$)')
 
+# The Kubernetes backend on a real single-node cluster built here from Go
+# modules and started as root (deploy/kube-e2e/run.sh, docs/scaling.md);
+# not part of make test: its first build takes about half an hour.
+.PHONY: kube-e2e
+kube-e2e: export SHELLGATE_TEST_TOOLS = 1
+kube-e2e: setup images
+	deploy/kube-e2e/run.sh
+
 bench: setup images
 	SHELLGATE_BENCH_TOOLS=1 scripts/setup-host.sh
 	$(GO) run ./bench/sandbox
