@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,7 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
 )
 
@@ -268,6 +270,138 @@ except Exception as e: print('refused:', e)" `
 			t.Fatalf("next call: %q", out)
 		}
 	})
+
+	step("09 benchmarks: the cluster beside this machine's own sandboxes", c.bench)
+}
+
+// bench measures, side by side in one run, what a user waits for on this
+// cluster and on this machine's own sandboxes (a local `shellgate serve`,
+// gVisor, the same image): a new container's first command, a warm
+// command, the first command after a sleep, and an idle sandbox's memory
+// (its cgroup's usage: the pod's, or the local sandbox's). It writes the
+// table to KUBE_E2E_CACHE/logs/bench.txt and logs it; it asserts nothing
+// about timings.
+func (c *cluster) bench(t *testing.T) {
+	const rounds = 5
+	local := c.localServe(t)
+	type side struct {
+		name, base, key string
+		mem             func(t *testing.T, id string) int64
+	}
+	sides := []side{
+		{"kubernetes (pod, gVisor)", c.service, c.key, c.podMemory},
+		{"this machine (runsc)", local.base, local.key, local.memory},
+	}
+	type result struct {
+		first, warm, wake []time.Duration
+		mem               []int64
+	}
+	res := make([]result, len(sides))
+	timed := func(f func()) time.Duration { s := time.Now(); f(); return time.Since(s) }
+	for r := 0; r < rounds; r++ {
+		for i, sd := range sides {
+			cc := *c
+			cc.key = sd.key
+			name := fmt.Sprintf("bench-%d", r)
+			var id string
+			res[i].first = append(res[i].first, timed(func() {
+				id = cc.create(t, sd.base, name, nil)
+				cc.exec(t, sd.base, name, "true")
+			}))
+			for w := 0; w < 3; w++ {
+				res[i].warm = append(res[i].warm, timed(func() { cc.exec(t, sd.base, name, "true") }))
+			}
+			time.Sleep(time.Second) // idle
+			res[i].mem = append(res[i].mem, sd.mem(t, id))
+			cc.must(t, cc.call(t, "POST", sd.base+"/api/v1/containers/"+name+"/sleep", nil), nil)
+			res[i].wake = append(res[i].wake, timed(func() { cc.exec(t, sd.base, name, "true") }))
+		}
+	}
+	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	medi := func(d []int64) int64 { slices.Sort(d); return d[len(d)/2] }
+	var b strings.Builder
+	fmt.Fprintf(&b, "| median of %d | %s | %s | ratio |\n|---|---|---|---|\n", rounds, sides[0].name, sides[1].name)
+	row := func(what string, k, l time.Duration) {
+		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %.1f× |\n", what, k.Seconds(), l.Seconds(), k.Seconds()/l.Seconds())
+	}
+	row("new container, first command", med(res[0].first), med(res[1].first))
+	row("warm command (`true`)", med(res[0].warm), med(res[1].warm))
+	row("first command after sleep (wake)", med(res[0].wake), med(res[1].wake))
+	km, lm := medi(res[0].mem), medi(res[1].mem)
+	fmt.Fprintf(&b, "| idle sandbox memory (cgroup usage) | %d MiB | %d MiB | %.1f× |\n", km>>20, lm>>20, float64(km)/float64(lm))
+	t.Logf("\n%s", b.String())
+	os.WriteFile(filepath.Join(os.Getenv("KUBE_E2E_CACHE"), "logs", "bench.txt"), []byte(b.String()), 0o644)
+}
+
+// podMemory is the memory cgroup usage of container id's pod (all its
+// containers: the pause container and the sandbox with gVisor's sentry).
+func (c *cluster) podMemory(t *testing.T, id string) int64 {
+	p := c.sandboxPod(t, id)
+	if p == nil {
+		t.Fatalf("no pod for %s", id)
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate-kube-e2e/kubepods*/*pod" + string(p.UID))
+	dirs2, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate-kube-e2e/kubepods*/pod" + string(p.UID))
+	dirs = append(dirs, dirs2...)
+	if len(dirs) != 1 {
+		t.Fatalf("pod %s's memory cgroup: %v", p.UID, dirs)
+	}
+	return readInt(t, filepath.Join(dirs[0], "memory.usage_in_bytes"))
+}
+
+func readInt(t *testing.T, path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	fmt.Sscan(string(b), &n)
+	return n
+}
+
+// localSide is a `shellgate serve` on this machine with its own sandboxes.
+type localSide struct {
+	base, key, data string
+}
+
+func (c *cluster) localServe(t *testing.T) *localSide {
+	data := sandboxtest.DataDirWithImages(t)
+	out, err := exec.Command(c.bin, "keys", "create", "--data-dir", data, "--account", "e2e", "--workspace", "w").Output()
+	if err != nil {
+		t.Fatalf("keys create: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(c.bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "runsc", "--image", "default")
+	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+filepath.Join(filepath.Dir(c.bin), "shellgate-agent"))
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	l := &localSide{base: "http://" + addr, key: lastLine(string(out)), data: data}
+	for deadline := time.Now().Add(time.Minute); c.try(l.base+"/healthz").st != 200; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("local serve did not start:\n%s", log.String())
+		}
+	}
+	return l
+}
+
+// memory is the memory cgroup usage of a local sandbox: the one cgroup
+// under /shellgate whose name holds the container's id.
+func (l *localSide) memory(t *testing.T, id string) int64 {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate/*" + id + "*")
+	if len(dirs) != 1 {
+		all, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate/*")
+		t.Fatalf("local sandbox %s's memory cgroup: %v (all: %v)", id, dirs, all)
+	}
+	return readInt(t, filepath.Join(dirs[0], "memory.usage_in_bytes"))
 }
 
 // deploy applies deploy/kubernetes/ with this cluster's additions: a
@@ -608,7 +742,10 @@ func startInternet(t *testing.T) *internet {
 	}
 	exec.Command("ip", "netns", "del", nsName).Run()
 	run("ip", "netns", "add", nsName)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsName).Run(); exec.Command("ip", "link", "del", hostIf).Run() })
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", nsName).Run()
+		exec.Command("ip", "link", "del", hostIf).Run()
+	})
 	run("ip", "link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
 	run("ip", "link", "set", nsIf, "netns", nsName)
 	run("ip", "addr", "add", "203.0.113.1/24", "dev", hostIf)
