@@ -340,9 +340,13 @@ func (c *cluster) podMemory(t *testing.T, id string) int64 {
 	if p == nil {
 		t.Fatalf("no pod for %s", id)
 	}
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate-kube-e2e/kubepods*/*pod" + string(p.UID))
-	dirs2, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate-kube-e2e/kubepods*/pod" + string(p.UID))
-	dirs = append(dirs, dirs2...)
+	var dirs []string // kubepods/pod<uid>, or kubepods/<qos>/pod<uid>
+	filepath.WalkDir("/sys/fs/cgroup/memory/shellgate-kube-e2e", func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "pod"+string(p.UID) {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
 	if len(dirs) != 1 {
 		t.Fatalf("pod %s's memory cgroup: %v", p.UID, dirs)
 	}
