@@ -286,7 +286,7 @@ func (c *cluster) bench(t *testing.T) {
 	local := c.localServe(t)
 	type side struct {
 		name, base, key string
-		mem             func(t *testing.T, id string) int64
+		mem             func(t *testing.T, id string, before []string) int64
 	}
 	sides := []side{
 		{"kubernetes (pod, gVisor)", c.service, c.key, c.podMemory},
@@ -304,6 +304,7 @@ func (c *cluster) bench(t *testing.T) {
 			cc.key = sd.key
 			name := fmt.Sprintf("bench-%d", r)
 			var id string
+			before := localCgroups()
 			res[i].first = append(res[i].first, timed(func() {
 				id = cc.create(t, sd.base, name, nil)
 				cc.exec(t, sd.base, name, "true")
@@ -312,7 +313,7 @@ func (c *cluster) bench(t *testing.T) {
 				res[i].warm = append(res[i].warm, timed(func() { cc.exec(t, sd.base, name, "true") }))
 			}
 			time.Sleep(time.Second) // idle
-			res[i].mem = append(res[i].mem, sd.mem(t, id))
+			res[i].mem = append(res[i].mem, sd.mem(t, id, before))
 			cc.must(t, cc.call(t, "POST", sd.base+"/api/v1/containers/"+name+"/sleep", nil), nil)
 			res[i].wake = append(res[i].wake, timed(func() { cc.exec(t, sd.base, name, "true") }))
 		}
@@ -335,7 +336,7 @@ func (c *cluster) bench(t *testing.T) {
 
 // podMemory is the memory cgroup usage of container id's pod (all its
 // containers: the pause container and the sandbox with gVisor's sentry).
-func (c *cluster) podMemory(t *testing.T, id string) int64 {
+func (c *cluster) podMemory(t *testing.T, id string, _ []string) int64 {
 	p := c.sandboxPod(t, id)
 	if p == nil {
 		t.Fatalf("no pod for %s", id)
@@ -397,13 +398,23 @@ func (c *cluster) localServe(t *testing.T) *localSide {
 	return l
 }
 
-// memory is the memory cgroup usage of a local sandbox: the one cgroup
-// under /shellgate whose name holds the container's id.
-func (l *localSide) memory(t *testing.T, id string) int64 {
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate/*" + id + "*")
+// localCgroups lists the local sandboxes' memory cgroups.
+func localCgroups() []string {
+	d, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate/sg-*")
+	return d
+}
+
+// memory is the memory cgroup usage of the local sandbox started since
+// before was listed (the runtime's ids are random, not the container's).
+func (l *localSide) memory(t *testing.T, _ string, before []string) int64 {
+	var dirs []string
+	for _, d := range localCgroups() {
+		if !slices.Contains(before, d) {
+			dirs = append(dirs, d)
+		}
+	}
 	if len(dirs) != 1 {
-		all, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate/*")
-		t.Fatalf("local sandbox %s's memory cgroup: %v (all: %v)", id, dirs, all)
+		t.Fatalf("local sandbox memory cgroups new since its creation: %v", dirs)
 	}
 	return readInt(t, filepath.Join(dirs[0], "memory.usage_in_bytes"))
 }
