@@ -313,6 +313,22 @@ down() {
 		[[ -d $h${CGROUP_ROOT#/} ]] && find "$h${CGROUP_ROOT#/}" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
 	if [[ -x $BIN/kube-proxy ]]; then kube-proxy --cleanup >/dev/null 2>&1 || true; fi
+	# The kubelet's own chains (KUBE-FIREWALL, canaries), which kube-proxy
+	# --cleanup leaves: the rules that jump to a KUBE- chain, then the chains.
+	for ipt in iptables ip6tables; do
+		for table in filter nat mangle; do
+			rules=$($ipt -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -v '^-A KUBE-' || true)
+			while IFS= read -r r; do
+				[[ -n $r ]] && eval "$ipt -t $table ${r/-A /-D }" 2>/dev/null || true
+			done <<<"$rules"
+			for chain in $($ipt -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p'); do
+				$ipt -t "$table" -F "$chain" 2>/dev/null || true
+			done
+			for chain in $($ipt -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p'); do
+				$ipt -t "$table" -X "$chain" 2>/dev/null || true
+			done
+		done
+	done
 	while iptables -D "${GUARD[@]}" 2>/dev/null; do :; done
 	ip link del "$BRIDGE" 2>/dev/null || true
 	ip link del "$IFACE" 2>/dev/null || true
