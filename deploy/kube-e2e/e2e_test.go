@@ -271,7 +271,25 @@ except Exception as e: print('refused:', e)" `
 		}
 	})
 
-	step("09 benchmarks: the cluster beside this machine's own sandboxes", c.bench)
+	step("09 an idle pod sleeps after --idle-sleep (home archived, pod deleted) and wakes with its home", func(t *testing.T) {
+		id := c.create(t, c.service, "idle", nil)
+		c.exec(t, c.service, "idle", "echo idle > f")
+		for deadline := time.Now().Add(90 * time.Second); c.sandboxPod(t, id) != nil; time.Sleep(time.Second) {
+			if time.Now().After(deadline) {
+				t.Fatal("the pod is still there 90 s after its last command (--idle-sleep=20s)")
+			}
+		}
+		var ctr struct{ Status string }
+		c.must(t, c.call(t, "GET", c.service+"/api/v1/containers/idle", nil), &ctr)
+		if ctr.Status != "sleeping" {
+			t.Fatalf("status %q", ctr.Status)
+		}
+		if out := c.exec(t, c.service, "idle", "cat f"); out != "idle\n" {
+			t.Fatalf("after the wake: %q", out)
+		}
+	})
+
+	step("10 benchmarks: the cluster beside this machine's own sandboxes", c.bench)
 }
 
 // bench measures, side by side in one run, what a user waits for on this
@@ -454,7 +472,8 @@ spec:
 	}
 	c.kubectl(t, "-n", ns, "set", "env", "deploy/shellgate", "--from=secret/shellgate-e2e")
 	c.kubectl(t, "-n", ns, "patch", "deploy/shellgate", "--type=json", "-p", // the operator lets the test internet's names be allowlisted
-		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--network-allow=*.e2e.test"}]`)
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--network-allow=*.e2e.test"},`+
+			`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--idle-sleep=20s"}]`) // step 09 waits for it
 	c.kubectl(t, "-n", ns, "scale", "deploy/shellgate", "--replicas=2")
 	c.kubectl(t, "-n", ns, "patch", "ds/shellgate-egress", "--type=merge", "-p",
 		fmt.Sprintf(`{"spec":{"template":{"spec":{"hostAliases":[{"ip":%q,"hostnames":["allowed.e2e.test","denied.e2e.test"]}]}}}}`, inet.addr))
