@@ -12,8 +12,9 @@
 # machine: a FORWARD rule drops what pods send anywhere but the pod and
 # service ranges. `down` stops everything this script started (by pid, and
 # the pods' processes by their cgroups), unmounts what lies under its
-# state, deletes the interfaces, iptables chains and rules it added, and
-# puts back the sysctls it changed; it is safe to run twice.
+# state, deletes the interfaces, iptables chains and rules it and the
+# kubelet added, and puts back the sysctls they changed (the kubelet sets
+# overcommit and panic ones); it is safe to run twice.
 #
 # Usage: cluster.sh up|down|env
 #   env prints the KUBECONFIG and addresses for the steps (e2e_test.go).
@@ -95,10 +96,13 @@ up() {
 	ip link add "$IFACE" type bridge # no dummy driver in every kernel: an empty bridge holds the address as well
 	ip addr add "$NODE_IP/32" dev "$IFACE"
 	ip link set "$IFACE" up
-	for s in net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables; do
+	# Saved to be put back by down: the two set here, and those the kubelet
+	# sets for itself (overcommit, panic on oops and after 10 s, keys).
+	for s in net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom \
+		kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
 		echo "$s=$(sysctl -n "$s")" >>"$RUN/sysctl.saved"
-		sysctl -qw "$s=1"
 	done
+	sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 	iptables -I "${GUARD[@]}"
 
 	log "certificates"
