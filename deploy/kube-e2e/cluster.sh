@@ -237,6 +237,7 @@ containerRuntimeEndpoint: unix://$RUN/containerd.sock
 cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 cgroupsPerQOS: true
+podLogsDirectory: $STATE/pod-logs
 failCgroupV1: false
 failSwapOn: false
 resolvConf: /etc/resolv.conf
@@ -339,6 +340,18 @@ down() {
 	if [[ -f $RUN/sysctl.saved ]]; then
 		while IFS= read -r kv; do sysctl -qw "$kv" || true; done <"$RUN/sysctl.saved"
 	fi
+	# What the kubelet, containerd and the CNI plugins keep at fixed paths:
+	# the pods' logs and their links, the device-plugin socket, the CNI
+	# results cache, the shims' sockets. Only what this cluster's names
+	# mark, and a directory only once it is empty.
+	rm -rf /var/log/pods/{shellgate,default,kube-system}_* /var/lib/cni/results/{kube-e2e,cni-loopback}-* \
+		/var/lib/kubelet/device-plugins/kubelet.sock
+	find /var/log/containers -maxdepth 1 -xtype l -delete 2>/dev/null || true
+	pgrep -x containerd >/dev/null || find /run/containerd/s -maxdepth 1 -type s -delete 2>/dev/null || true
+	for d in /var/log/pods /var/log/containers /var/lib/cni/results /var/lib/cni /var/lib/kubelet/device-plugins \
+		/var/lib/kubelet /run/containerd/s /run/containerd; do
+		rmdir "$d" 2>/dev/null || true
+	done
 	rm -rf "$STATE" "$RUN"
 	log "down"
 }
