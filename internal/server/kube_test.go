@@ -63,7 +63,7 @@ func TestKubeBackend(t *testing.T) {
 	if o := r.Output[2]; o.Stdout != c.HomeDir+"\n" {
 		t.Fatalf("2: commands run in the home: %+v", o)
 	}
-	if p, s, n := objects(); p != 1 || s != 2 || n != 1 { // the credentials and the restored mark
+	if p, s, n := objects(); p != 1 || s != 3 || n != 1 { // the credentials, the pod's copy and the restored mark
 		t.Fatalf("2: %d pods, %d secrets, %d policies", p, s, n)
 	}
 	var got containerObject
