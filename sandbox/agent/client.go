@@ -50,6 +50,10 @@ type Client struct {
 	pending map[uint32]*call
 	err     error // set once the read loop ends
 	done    chan struct{}
+	// peers is what the agent last said of its other hosts, peersAt when
+	// that changed (this host's clock).
+	peers   Peers
+	peersAt time.Time
 }
 
 // OutputFunc receives output as the command produces it, at most the
@@ -179,6 +183,8 @@ func (c *Client) readLoop(r io.Reader) {
 func (c *Client) handle(typ byte, id uint32, payload []byte) error {
 	switch typ {
 	case frameOutput, frameDone, frameData, frameFileDone:
+	case framePeers:
+		return c.notePeers(id, payload)
 	case frameReady:
 		return violation("a second ready frame")
 	default:
@@ -221,6 +227,33 @@ func (c *Client) handle(typ byte, id uint32, payload []byte) error {
 		return nil // canceled
 	}
 	return cl.output(id, payload[0], payload[1:])
+}
+
+// notePeers takes a Peers frame.
+func (c *Client) notePeers(id uint32, payload []byte) error {
+	if !c.hello.Peers {
+		return violation("unknown frame type %d", framePeers)
+	}
+	var p Peers
+	if err := json.Unmarshal(payload, &p); err != nil || id != 0 || p.Hosts < 0 {
+		return violation("a peers frame of id %d that is not valid (%q)", id, payload)
+	}
+	c.mu.Lock()
+	if p != c.peers {
+		c.peers, c.peersAt = p, time.Now()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// Peers tells what the agent last said of the other hosts it serves, and
+// when that changed by this host's clock (zero when it never said): while
+// Busy another host's command or file request is in progress, and the
+// time is when one last began or ended, or a host came or went.
+func (c *Client) Peers() (Peers, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peers, c.peersAt
 }
 
 // output keeps the head of one stream up to the call's cap and passes a

@@ -63,6 +63,9 @@ const (
 	// this id is up; kill it and report it as timed out. Types 6 to 9 are
 	// in tcp.go and fileproto.go.
 	frameTimeout byte = 10
+	// framePeers: agent → host, id 0; payload: Peers, sent when they
+	// changed (only by an agent whose Hello says Peers).
+	framePeers byte = 11
 )
 
 // Stream identifiers in Output frames.
@@ -90,6 +93,20 @@ type Hello struct {
 	// An older agent would run one as a command and kill it at its end, so
 	// the client refuses them with ErrNoResident instead.
 	Resident bool `json:"resident,omitempty"`
+	// Peers: the agent tells each host of the others it serves at once
+	// (framePeers). An older agent never sends them, and the client
+	// refuses them from one whose Hello does not say so.
+	Peers bool `json:"peers,omitempty"`
+}
+
+// Peers is what the agent tells one host of the other hosts it serves
+// (the other gateway replicas connected to a pod): how many there are and
+// whether one of them has a command running or a file request in
+// progress. A gateway uses them to leave alone a pod another replica
+// still uses (idle sleep, shutdown).
+type Peers struct {
+	Hosts int  `json:"hosts"`
+	Busy  bool `json:"busy"`
 }
 
 // ProtocolVersion is bumped on any incompatible change of the frames.

@@ -67,11 +67,6 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 	if err != nil && e.destroying.Load() {
 		return sandbox.ErrDestroyed
 	}
-	if errors.Is(err, agent.ErrClosed) && s.b.TakenOver(context.WithoutCancel(ctx), name) {
-		// The pod's agent serves one host at a time: a call through
-		// another replica connected to it during this one.
-		return fmt.Errorf("%w: %w", errFileTakenOver, sandbox.ErrBusy)
-	}
 	if errors.Is(err, agent.ErrNoFiles) {
 		return fmt.Errorf("kube: sandbox %s: %w: %w", name, err, sandbox.ErrNotSupported)
 	}
@@ -81,43 +76,13 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 	return nil
 }
 
-// errFileTakenOver: a file call was cut short by another replica's
-// takeover of the pod (it matches sandbox.ErrBusy, as a command cut short
-// does).
-var errFileTakenOver = errors.New("another gateway replica took the sandbox's pod over during this file call")
-
-// retryTakenOver runs a file call that changes nothing (list, stat, the
-// opening of a read) and, when another replica's takeover cut it short,
-// again, up to maxFileRetries times: it connects again, taking the pod
-// back, as the call would have had it come a moment later. The other
-// replica's call, cut short in turn, does the same; a random wait before
-// each try keeps the two from meeting again, and the bound ends a
-// contest that lasts (sandbox.ErrBusy).
-func (s *Sandboxes) retryTakenOver(ctx context.Context, call func() error) error {
-	err := call()
-	for try := 0; try < maxFileRetries && errors.Is(err, errFileTakenOver); try++ {
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(s.b.randomWait()):
-		}
-		err = call()
-	}
-	return err
-}
-
-// maxFileRetries bounds retryTakenOver.
-const maxFileRetries = 4
-
 // ListFiles lists one page of the regular files of the named sandbox's
 // home (sandbox.Manager.ListFiles' rules and order).
 func (s *Sandboxes) ListFiles(ctx context.Context, name string, opts sandbox.ListOptions) (sandbox.FileList, error) {
 	var l sandbox.FileList
-	err := s.retryTakenOver(ctx, func() error {
-		return s.withAgent(ctx, name, func(c *agent.Client) (err error) {
-			l, err = c.ListFiles(ctx, s.b.cfg.HomeDir, opts)
-			return err
-		})
+	err := s.withAgent(ctx, name, func(c *agent.Client) (err error) {
+		l, err = c.ListFiles(ctx, s.b.cfg.HomeDir, opts)
+		return err
 	})
 	return l, err
 }
@@ -129,11 +94,9 @@ func (s *Sandboxes) StatFile(ctx context.Context, name, rel string) (sandbox.Fil
 		return sandbox.FileInfo{}, err
 	}
 	var fi sandbox.FileInfo
-	err = s.retryTakenOver(ctx, func() error {
-		return s.withAgent(ctx, name, func(c *agent.Client) (err error) {
-			fi, err = c.StatFile(ctx, s.b.cfg.HomeDir, clean)
-			return err
-		})
+	err = s.withAgent(ctx, name, func(c *agent.Client) (err error) {
+		fi, err = c.StatFile(ctx, s.b.cfg.HomeDir, clean)
+		return err
 	})
 	return fi, err
 }
@@ -146,15 +109,13 @@ func (s *Sandboxes) OpenFile(ctx context.Context, name, rel string, maxBytes int
 		return nil, err
 	}
 	var f *sandbox.File
-	err = s.retryTakenOver(ctx, func() error {
-		return s.holdAgent(ctx, name, func(c *agent.Client, release func()) error {
-			fi, r, err := c.OpenFile(ctx, s.b.cfg.HomeDir, clean, maxBytes)
-			if err != nil {
-				return err
-			}
-			f = sandbox.NewFile(fi, &releaser{ReadCloser: r, release: release})
-			return nil
-		})
+	err = s.holdAgent(ctx, name, func(c *agent.Client, release func()) error {
+		fi, r, err := c.OpenFile(ctx, s.b.cfg.HomeDir, clean, maxBytes)
+		if err != nil {
+			return err
+		}
+		f = sandbox.NewFile(fi, &releaser{ReadCloser: r, release: release})
+		return nil
 	})
 	return f, err
 }

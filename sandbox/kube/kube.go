@@ -120,7 +120,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -290,11 +289,9 @@ func (b *Backend) claim(id string) (release func(), err error) {
 type pod struct {
 	name   string
 	client *agent.Client
-	// uid and restarts are the pod's when it was dialled: a connection
-	// that ends while both are unchanged was taken over by another
-	// replica (the agent serves one host at a time), not lost.
-	uid      string
-	restarts int32
+	// uid is the pod's: a connection that ends while another pod (or
+	// none) has the name went with its pod (Ended).
+	uid string
 }
 
 // live tells whether p's connection is still open.
@@ -593,15 +590,7 @@ func (b *Backend) attach(ctx context.Context, id string, kp *corev1.Pod) (*pod, 
 		return nil, fmt.Errorf("kube: agent of pod %s: %w", name, err)
 	}
 	b.cfg.Logger.Info("sandbox pod adopted", "sandbox", id, "pod", name, "ip", kp.Status.PodIP)
-	return &pod{name: name, client: client, uid: string(kp.UID), restarts: restarts(kp)}, nil
-}
-
-func restarts(kp *corev1.Pod) int32 {
-	var n int32
-	for _, cs := range kp.Status.ContainerStatuses {
-		n += cs.RestartCount
-	}
-	return n
+	return &pod{name: name, client: client, uid: string(kp.UID)}, nil
 }
 
 // create makes sandbox id's objects, waits for the pod, restores its home
@@ -779,7 +768,8 @@ func podState(p *corev1.Pod) (ready bool, why string, stuck bool) {
 
 // dialAgent retries until the agent listens (Ready means the container
 // started, not that the agent's socket is open yet) and, a few times, a
-// handshake that another replica's connection cut short.
+// handshake cut short: the agent exits when the last host it serves
+// leaves, and the pod starts it again.
 func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credentials) (*agent.Client, error) {
 	for cuts := 0; ; {
 		client, err := b.cfg.Dial(ctx, addr, c)
@@ -791,38 +781,22 @@ func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credential
 		case errors.As(err, &ne) && ne.Op == "dial":
 			// not listening yet: wait for it
 		case cutShort(err) && cuts < maxHandshakeCuts:
-			// The agent serves the newest connection: another replica's,
-			// made during this handshake, took it before its Ready. That
-			// replica may be retrying too: a random wait keeps the two
-			// from meeting again.
 			cuts++
 		default:
 			return nil, err // reached something that refused us: no retry
 		}
-		wait := b.cfg.PollInterval
-		if cuts > 0 {
-			wait = b.randomWait()
-		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(wait):
+		case <-time.After(b.cfg.PollInterval):
 		}
 	}
 }
 
-// randomWait is a wait between 0 and twice the poll interval, before
-// trying again what another replica's call cut short: that replica may be
-// trying again too, and at a fixed interval the two would meet again.
-func (b *Backend) randomWait() time.Duration {
-	return time.Duration(rand.Int64N(int64(2*b.cfg.PollInterval) + 1))
-}
-
 // maxHandshakeCuts is how many times a connection to an agent that ended
-// during its handshake is made again: as often as another replica may
-// take the agent over at the same moment, not so often that an agent
-// refusing the credentials (it closes the connection too) is retried
-// for long.
+// during its handshake is made again: enough for an agent exiting as this
+// one connects, not so many that an agent refusing the credentials (it
+// closes the connection too) is retried for long.
 const maxHandshakeCuts = 5
 
 // cutShort tells whether err ended a connection that the peer closed.
@@ -891,11 +865,13 @@ func (b *Backend) Pods(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// TakenOver tells, after sandbox id's connection ended, whether another
-// replica took the agent over (the same pod, Ready, its container not
-// restarted) rather than the pod being lost; the connection is forgotten
-// either way.
-func (b *Backend) TakenOver(ctx context.Context, id string) bool {
+// Ended forgets sandbox id's connection after it ended during a call and
+// tells whether its pod went with it by another replica's hand: the pod
+// is gone, being deleted or replaced by another (a Sleep or Destroy
+// through that replica), rather than lost (its agent died or restarted in
+// a pod still there). The agent serves every replica at once, so a
+// connection never ends because another replica connected.
+func (b *Backend) Ended(ctx context.Context, id string) bool {
 	b.mu.Lock()
 	p := b.awake[id]
 	b.mu.Unlock()
@@ -909,7 +885,7 @@ func (b *Backend) TakenOver(ctx context.Context, id string) bool {
 		}
 	}
 	b.mu.Lock()
-	if p != nil && !p.live() {
+	if p != nil && !p.live() && b.awake[id] == p {
 		delete(b.awake, id)
 	}
 	b.mu.Unlock()
@@ -917,11 +893,13 @@ func (b *Backend) TakenOver(ctx context.Context, id string) bool {
 		return false
 	}
 	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
-	if err != nil || kp.DeletionTimestamp != nil || string(kp.UID) != p.uid || restarts(kp) != p.restarts {
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
 		return false
 	}
-	ready, _, _ := podState(kp)
-	return ready
+	return kp.DeletionTimestamp != nil || string(kp.UID) != p.uid
 }
 
 // Sleep archives sandbox id's home and then deletes its pod, whichever
@@ -967,6 +945,12 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 // Destroy deletes sandbox id's objects without archiving, then its
 // archived home (Archiver.Delete).
 func (b *Backend) Destroy(ctx context.Context, id string) error {
+	return b.remove(ctx, id, true)
+}
+
+// remove disconnects from sandbox id's pod and deletes its objects, and
+// its archived home too when home is set.
+func (b *Backend) remove(ctx context.Context, id string, home bool) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -985,7 +969,7 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	if err := b.deleteObjects(ctx, id); err != nil {
 		return err
 	}
-	if b.cfg.Archiver != nil {
+	if home && b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Delete(ctx, id); err != nil {
 			return fmt.Errorf("kube: destroy %s: archived home: %w", id, err)
 		}

@@ -274,11 +274,12 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	case err == nil:
 	case e.destroying.Load():
 		return sandbox.Result{}, sandbox.ErrDestroyed
-	case errors.Is(err, agent.ErrClosed) && s.b.TakenOver(context.WithoutCancel(ctx), name):
-		// A call through another replica connected to the pod, which
-		// serves one host at a time: this command was killed, the pod
-		// and its home are fine.
-		return sandbox.Result{}, fmt.Errorf("%w: another gateway replica took the sandbox's pod over during this command, which was stopped", sandbox.ErrBusy)
+	case errors.Is(err, agent.ErrClosed) && s.b.Ended(context.WithoutCancel(ctx), name):
+		// Another replica put the sandbox to sleep (its home archived)
+		// or destroyed it: the command went with the pod, and what is
+		// left is that replica's to clean.
+		return sandbox.Result{ExitCode: 137, Restarted: true,
+			Stderr: []byte("shellgate: the sandbox was put to sleep or deleted through another gateway replica during this command, which was stopped; the next command wakes it with the files its sleep kept\n")}, nil
 	case errors.Is(err, agent.ErrClosed) || (ctx.Err() == nil && hostCtx.Err() != nil):
 		// The pod's agent went away or missed the timeout: the pod is
 		// given up and the next command starts a new one.
@@ -297,7 +298,7 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 		if serr != nil {
 			s.log.Warn("sandbox pod could not be archived; deleting it", "sandbox", name, "err", serr)
 			kept = "files written since the sandbox last slept are lost"
-			if derr := s.b.Destroy(context.WithoutCancel(ctx), name); derr != nil {
+			if derr := s.b.remove(context.WithoutCancel(ctx), name, false); derr != nil {
 				s.log.Error("deleting a lost sandbox pod failed", "sandbox", name, "err", derr)
 			}
 		}
@@ -492,7 +493,8 @@ func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
 }
 
 // Close refuses new calls, waits for those in flight and puts every pod to
-// sleep (archive, then delete). Without an Archiver the pods are left
+// sleep (archive, then delete) but those another replica is connected to
+// (it sleeps them when idle). Without an Archiver the pods are left
 // running, disconnected: deleting them would lose their homes.
 func (s *Sandboxes) Close(ctx context.Context) error {
 	s.mu.Lock()
@@ -514,6 +516,9 @@ func (s *Sandboxes) Close(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
 		for _, n := range names {
+			if s.shared(n) {
+				continue
+			}
 			if err := s.sleepPod(ctx, n); err != nil {
 				errs = append(errs, fmt.Errorf("sandbox %s: %w", n, err))
 			}
@@ -521,6 +526,36 @@ func (s *Sandboxes) Close(ctx context.Context) error {
 	}
 	errs = append(errs, s.b.Close())
 	return errors.Join(errs...)
+}
+
+// idle tells whether the named sandbox, awake here, has been unused for
+// IdleTimeout, through this replica and, as its pod's agent says (Peers),
+// through the others connected to the pod: none has a call in progress,
+// and the last one's began or ended that long ago.
+func (s *Sandboxes) idle(name string, e *entry) bool {
+	last := time.Unix(0, e.lastUsed.Load())
+	if c, err := s.b.Agent(name); err == nil {
+		p, at := c.Peers()
+		if p.Busy {
+			return false
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return time.Since(last) >= s.cfg.IdleTimeout
+}
+
+// shared tells whether another replica is connected to the named
+// sandbox's pod: that one sleeps it when it is idle, so this one leaves
+// it running when it shuts down.
+func (s *Sandboxes) shared(name string) bool {
+	c, err := s.b.Agent(name)
+	if err != nil {
+		return false
+	}
+	p, _ := c.Peers()
+	return p.Hosts > 0
 }
 
 // sleepIdle puts sandboxes unused for IdleTimeout to sleep.
@@ -551,7 +586,7 @@ func (s *Sandboxes) sleepIdle() {
 			s.mu.Lock()
 			current := s.known[names[i]] == e && !e.destroying.Load()
 			s.mu.Unlock()
-			if current && s.b.Awake(names[i]) && time.Since(time.Unix(0, e.lastUsed.Load())) >= s.cfg.IdleTimeout {
+			if current && s.b.Awake(names[i]) && s.idle(names[i], e) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				if err := s.b.Sleep(ctx, names[i]); err != nil {
 					s.log.Warn("idle sandbox could not sleep", "sandbox", names[i], "err", err)

@@ -103,13 +103,18 @@ func NewCluster(t testing.TB) *Cluster {
 		return false, nil, nil
 	})
 	c.CS.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		// The object goes first, then the agent, as on a cluster (the
+		// API server marks the pod deleted before the kubelet kills
+		// it): a gateway whose connection breaks then finds the pod gone.
+		name := a.(k8stesting.DeleteAction).GetName()
+		err := c.CS.Tracker().Delete(a.GetResource(), a.GetNamespace(), name)
 		c.mu.Lock()
-		if ap := c.pods[a.(k8stesting.DeleteAction).GetName()]; ap != nil {
+		if ap := c.pods[name]; ap != nil {
 			ap.kill()
-			delete(c.pods, a.(k8stesting.DeleteAction).GetName())
+			delete(c.pods, name)
 		}
 		c.mu.Unlock()
-		return false, nil, nil
+		return true, nil, err
 	})
 	t.Cleanup(func() {
 		c.mu.Lock()
