@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -52,8 +53,8 @@ func mustExec(t *testing.T, s *kube.Sandboxes, name, command string) string {
 // TestReplicasAcross: a container created through replica A is served by
 // replica B from its pod and Secret in the API server: 1. B knows it (Status,
 // List) though it never saw it; 2. B's command sees A's file, in A's pod
-// (no second pod); 3. B's file calls reach the same home; 4. A, whose
-// connection B took over, connects again and sees B's writes.
+// (no second pod); 3. B's file calls reach the same home; 4. A, still
+// connected beside B, sees B's writes.
 func TestReplicasAcross(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
@@ -145,10 +146,8 @@ func TestReplicasWakeRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// A file call wakes without running a command, so the two
-				// wakes meet without a takeover cutting a command short;
-				// a stat cut short by the other's takeover (the agent
-				// serves one host at a time) is tried again.
+				// A file call wakes without running a command: the two
+				// wakes meet, and both then reach the one pod.
 				_, errs[j] = s.StatFile(ctx, "c1", "n")
 			}()
 		}
@@ -211,15 +210,15 @@ func TestReplicasDestroy(t *testing.T) {
 }
 
 // TestReplicasIdle: A's idle sleeper never puts to sleep the pod B keeps
-// using: B's connection took A's over, so A has no live connection and
-// leaves the pod to B; B's own sleeper does it once B stops. The busy
-// phase spans many of A's idle timeouts.
+// using: A's connection stays open, and the pod's agent tells A of B's
+// calls (agent.Peers), so A counts them as use; once B stops, a sleeper
+// does it. The busy phase spans many of A's idle timeouts.
 func TestReplicasIdle(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
 	// Long enough that B's first exec (lookups, TLS, token; under -race
-	// on a loaded machine) takes A's connection over before A's sleeper
-	// may act, and that B's gaps never reach it.
+	// on a loaded machine) reaches the pod before A's sleeper may act,
+	// and that B's gaps never reach it.
 	const idle = time.Second
 	a, b := newReplica(t, c, arch, idle), newReplica(t, c, arch, idle)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -243,29 +242,79 @@ func TestReplicasIdle(t *testing.T) {
 	}
 }
 
-// TestReplicasTakeover: a call through B while A runs a command in the
-// same pod takes the agent over: 1. A's command is stopped and its Exec
-// ends with sandbox.ErrBusy, not as a lost pod (the pod and its home are
-// kept, nothing deleted); 2. B's command runs; 3. A's next call adopts the
-// pod again, with the files.
-func TestReplicasTakeover(t *testing.T) {
+// TestReplicasConcurrent: calls through A and B on one pod at once all
+// run, one at a time in the order they reached the pod's agent: 1. B's
+// command sent while A's runs waits for it, and both succeed, A's line
+// first; nothing is deleted (one pod); 2. commands sent by both at once
+// all succeed, each replica's in its own order; 3. B destroying the
+// sandbox during A's command ends A's with a Restarted result that says
+// another replica did it, and A's next command starts a new sandbox.
+func TestReplicasConcurrent(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mustExec(t, a, "c1", "echo kept > f")
-	done := startCommand(ctx, a, "c1", "echo go; sleep 30")
-	if got := mustExec(t, b, "c1", "cat f"); got != "kept\n" {
-		t.Fatalf("2: %q", got)
+	mustExec(t, a, "c1", "true")
+	mustExec(t, b, "c1", "true") // B connected too
+
+	done := startCommand(ctx, a, "c1", "echo go; sleep 1; echo a >> f")
+	mustExec(t, b, "c1", "echo b >> f")
+	if err := <-done; err != nil {
+		t.Fatalf("1: A's command: %v", err)
 	}
-	if err := <-done; !errors.Is(err, sandbox.ErrBusy) || !strings.Contains(err.Error(), "took the sandbox's pod over") {
-		t.Fatalf("1: A's command ended with %v, want ErrBusy", err)
+	if got := mustExec(t, a, "c1", "cat f"); got != "a\nb\n" {
+		t.Fatalf("1: f reads %q, want A's line then B's", got)
 	}
 	if p, sec, n, _ := c.Objects(ctx); p != 1 || sec != 3 || n != 1 || podCreates(c) != 1 {
 		t.Fatalf("1: %d pods, %d secrets, %d policies, %d pods created", p, sec, n, podCreates(c))
 	}
-	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" || podCreates(c) != 1 {
-		t.Fatalf("3: %q, %d pods created", got, podCreates(c))
+
+	const n = 10
+	var wg sync.WaitGroup
+	for tag, s := range map[string]*kube.Sandboxes{"A": a, "B": b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				res, err := s.Exec(ctx, "c1", sandbox.Command{Command: fmt.Sprintf("echo %s%d >> g", tag, i)})
+				if err != nil || res.ExitCode != 0 || res.Restarted {
+					t.Errorf("2: %s%d: %+v %v", tag, i, res, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	next := map[byte]int{}
+	got := mustExec(t, a, "c1", "cat g")
+	for _, line := range strings.Fields(got) {
+		if want := fmt.Sprintf("%c%d", line[0], next[line[0]]); line != want {
+			t.Fatalf("2: %q where %q was due, in %q", line, want, got)
+		}
+		next[line[0]]++
+	}
+	if next['A'] != n || next['B'] != n || podCreates(c) != 1 {
+		t.Fatalf("2: %d of A's and %d of B's commands ran, want %d each; %d pods created", next['A'], next['B'], n, podCreates(c))
+	}
+
+	results := make(chan sandbox.Result, 1)
+	started := make(chan struct{})
+	go func() {
+		var once sync.Once
+		res, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) { once.Do(func() { close(started) }) }})
+		if err != nil {
+			t.Errorf("3: A's command: %v", err)
+		}
+		results <- res
+	}()
+	<-started
+	if err := b.Destroy(ctx, "c1"); err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	if res := <-results; !res.Restarted || !strings.Contains(string(res.Stderr), "through another gateway replica") {
+		t.Fatalf("3: A's command: %+v %q", res, res.Stderr)
+	}
+	if got := mustExec(t, a, "c1", "ls | wc -l"); got != "0\n" {
+		t.Fatalf("3: A's next command sees %q files", got)
 	}
 }
 

@@ -88,13 +88,20 @@ func TestSandboxesRefuse(t *testing.T) {
 // TestSandboxesLostPod: 1. a pod whose agent dies under a command gives a
 // Restarted result saying so, and its objects are gone (archived first
 // when possible: here the agent is gone, so deleted); 2. the next command
-// runs in a new pod; 3. Destroy deletes it and forgets the name.
+// runs in a new pod, with the home its last sleep archived (the lost
+// pod's delete keeps it); 3. Destroy deletes it and forgets the name.
 func TestSandboxesLostPod(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	s := newSandboxes(t, c, kubetest.NewTarArchiver())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.Create(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo kept > f"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if err := s.Sleep(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
@@ -115,7 +122,7 @@ func TestSandboxesLostPod(t *testing.T) {
 	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
 		t.Fatalf("1: left %d pods, %d secrets, %d policies", p, sec, n)
 	}
-	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo again"}); err != nil || string(res.Stdout) != "again\n" {
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat f"}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Fatalf("2: %+v %v", res, err)
 	}
 	if err := s.Destroy(ctx, "c1"); err != nil {
