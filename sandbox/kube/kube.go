@@ -30,7 +30,8 @@
 // sandbox whose pod another Backend started adopts that pod (its Secret
 // holds the agent's credentials), and of two Backends waking one sandbox
 // at once the first to create its Secret starts the pod and the other
-// adopts it. The agent serves one connection at a time, the newest.
+// adopts it. The agent serves every replica's connection at once, their
+// commands one at a time in the order they reach it.
 //
 // Example:
 //
@@ -70,15 +71,20 @@
 // certificate, then the token as the first frame; the agent answers Ready only
 // after it), and calls `Archiver.Restore`. Any failure deletes the three
 // objects. `Sleep` calls `Archiver.Archive` while the pod runs and deletes the
-// objects only if it succeeded. The agent serves one connection at a time
-// (a newly authenticated one takes over, closing the old one, killing its
-// command and dropping those it queued, canceling its file requests — an
-// unfinished upload leaves no temporary file; the new one is served only once
-// the old one's worker and file requests have finished, so nothing of the old
-// connection runs beside the new one's commands or lands in the home after
-// them) and exits when the one it serves ends; `restartPolicy: Always`
-// restarts it with the same Secret, so a pod whose gateway died is adopted
-// with its home by the next Wake.
+// objects only if it succeeded. The agent serves every authenticated
+// connection at once (`agent.ServeTLS`): their commands go through one queue
+// and run one at a time in the order they arrived, so a call through one
+// replica waits for another replica's running command instead of stopping
+// it; file requests run beside them, each on its own. A connection that ends
+// takes only its own work: its queued commands are dropped, its running
+// command and resident process killed and reaped, its file requests
+// canceled (an unfinished upload leaves no temporary file) before anything
+// else of it could run. Each connection is told of the others (`agent.Peers`:
+// how many, and whether one has a call in progress). The agent exits when
+// the last connection ends; `restartPolicy: Always` restarts it with the
+// same Secret, so a pod whose gateway died is adopted with its home by the
+// next Wake (a dead gateway's half-open connection is found out by TCP
+// keepalive within about half a minute, its command then killed).
 //
 // Replicas: every `kube.Backend` on one cluster serves every sandbox.
 // `Wake(id)` first adopts: the pod named from the id, once Ready and marked
@@ -88,19 +94,18 @@
 // creates the objects; the Secret create decides between racing replicas
 // (AlreadyExists: adopt the winner's pod, polling until it is restored).
 // Leftovers that never became a usable pod within ReadyTimeout are deleted.
-// `Awake` means an open connection here: one taken over by another replica
-// is closed by the agent and dropped, so the next call adopts again (no API
-// call while it stays open). A connection that ends during a command is a
-// takeover (`sandbox.ErrBusy`, pod kept) when the pod is still Ready with the
-// same UID and no container restart, else a lost pod as before; a file call
-// that changes nothing (list, stat, opening a read) cut short that way is
-// tried again up to four times after a random wait, and a dial whose
-// handshake another replica's connection cut short (the agent serves the
-// newest) is made again up to five times, so two replicas waking one
-// sandbox at once both get it in turn. `Sleep`
-// adopts first when needed, so any replica can archive and delete; idle
-// sleep runs only where the connection is live, i.e. on the replica of the
-// last call. A sleeping sandbox has no pod: a replica that does not know a
+// `Awake` means an open connection here (no API call while it stays open);
+// one that ended is dropped and the next call adopts again. A connection
+// that ends during a command whose pod is gone, being deleted or replaced
+// (`Ended`: another replica's Sleep or Destroy) is answered `Restarted`
+// saying so, touching nothing; else the pod is lost as before (archived if
+// it can be, else its objects deleted, its archived home kept). A dial
+// whose handshake was cut short (an agent exiting as its last connection
+// ended) is made again up to five times. `Sleep` adopts first when needed,
+// so any replica can archive and delete. Idle sleep counts the other
+// replicas' calls as use (the agent's Peers: none in progress, the last one
+// begun or ended IdleTimeout ago), and a replica shutting down leaves
+// running the pods another replica is connected to. A sleeping sandbox has no pod: a replica that does not know a
 // name with no pod asks `Archiver.Has` (kubehome: `Exists` of the manifest
 // key); an archived name is remembered as if created there (Status
 // sleeping; file calls, Sleep and Destroy proceed, file calls waking it),
@@ -460,7 +465,7 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 			b.mu.Unlock()
 			return fmt.Errorf("%w: %s", ErrAwake, id)
 		}
-		delete(b.awake, id) // taken over or lost: look again
+		delete(b.awake, id) // ended: look again
 	}
 	b.mu.Unlock()
 	// Another replica may have the pod, or be starting it: the pod's name
@@ -916,8 +921,8 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 	p := b.awake[id]
 	b.mu.Unlock()
 	if p == nil || !p.live() {
-		// Started by another replica, or taken over by one: the archive
-		// goes through a connection of our own.
+		// Started by another replica, or our connection ended: the
+		// archive goes through a connection of our own.
 		var err error
 		if p, err = b.adopt(ctx, id); errors.Is(err, errNoPod) {
 			return fmt.Errorf("%w: %s", ErrNotAwake, id)

@@ -45,11 +45,12 @@ import (
 // whole archive: the server's container store is the record of which
 // containers exist.
 // Calls on one sandbox run one at a time in this process; across replicas
-// the pod's agent serves one connection at a time, so a call here takes
-// the pod over from another replica, and a command cut short by such a
-// takeover ends with sandbox.ErrBusy, the pod and its home kept (a file
-// call that changes nothing is tried again a few times first; one that
-// writes ends with ErrBusy).
+// the pod's agent serves every replica's connection at once and runs
+// their commands one at a time in the order they reach it, so a command
+// sent here while another replica's runs waits for it. Idle sleep counts
+// the other replicas' calls (agent.Peers) as use, and Close leaves running
+// the pods another replica is connected to. A command whose pod another
+// replica put to sleep or destroyed meanwhile is answered Restarted.
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
