@@ -133,6 +133,9 @@ func TestKubeReplicas(t *testing.T) {
 	if err := b.mgr.Sleep(ctx, ctr.ID); err != nil {
 		t.Fatalf("4: %v", err)
 	}
+	// A's connection to the deleted pod ends as the pod goes, a moment
+	// after B's sleep returned.
+	testenv.Eventually(10*time.Second, func() bool { return status(a) == "sleeping" })
 	if sa, sb := status(a), status(b); sa != "sleeping" || sb != "sleeping" || pods() != 0 {
 		t.Fatalf("4: status %q on A, %q on B, %d pods", sa, sb, pods())
 	}

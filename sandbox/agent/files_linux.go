@@ -37,6 +37,12 @@ func (h *host) startFile(id uint32, payload []byte) {
 		h.send(frameFileDone, id, mustJSON(FileResult{Error: "bad request: " + err.Error()}))
 		return
 	}
+	// A file request in progress makes the other hosts' Peers busy, as a
+	// command does; none starts while another host holds the sandbox.
+	if !h.s.activity(h, 1) {
+		h.send(frameFileDone, id, mustJSON(FileResult{Error: ErrHeld.Error(), Code: "held"}))
+		return
+	}
 	op := &fileOp{}
 	op.ctx, op.cancel = context.WithCancel(context.Background())
 	var pr *io.PipeReader
@@ -49,6 +55,7 @@ func (h *host) startFile(id uint32, payload []byte) {
 	}
 	if h.files.ops[id] != nil || len(h.files.ops) >= 16 {
 		h.files.mu.Unlock()
+		h.s.activity(h, -1)
 		op.cancel()
 		h.send(frameFileDone, id, mustJSON(FileResult{Error: "agent: too many file requests or a reused id"}))
 		return
@@ -56,9 +63,6 @@ func (h *host) startFile(id uint32, payload []byte) {
 	h.files.ops[id] = op
 	h.files.wg.Add(1)
 	h.files.mu.Unlock()
-	// A file request in progress makes the other hosts' Peers busy, as a
-	// command does.
-	h.s.activity(h, 1)
 	go func() {
 		defer h.files.wg.Done()
 		defer h.s.activity(h, -1)

@@ -34,7 +34,8 @@ const maxHosts = 64
 // replicas holding the sandbox's credentials (its Kubernetes Secret) reach
 // the pod this way; nobody without the token can, and a peer still
 // authenticating never disturbs the hosts served. Each host is told of
-// the others (Peers).
+// the others (Peers), and one may hold the sandbox (Client.Hold) to have
+// it alone while it archives the home.
 //
 // ServeTLS returns when the last connection served ends, like the stdio
 // mode when its stdin closes (the pod restarts the agent).

@@ -66,6 +66,11 @@ const (
 	// framePeers: agent → host, id 0; payload: Peers, sent when they
 	// changed (only by an agent whose Hello says Peers).
 	framePeers byte = 11
+	// frameHold: host → agent, no payload: hold the sandbox (Client.Hold);
+	// answered with a Done frame of this id. frameRelease (no payload, no
+	// answer) ends the hold.
+	frameHold    byte = 12
+	frameRelease byte = 13
 )
 
 // Stream identifiers in Output frames.
@@ -93,10 +98,11 @@ type Hello struct {
 	// An older agent would run one as a command and kill it at its end, so
 	// the client refuses them with ErrNoResident instead.
 	Resident bool `json:"resident,omitempty"`
-	// Peers: the agent tells each host of the others it serves at once
-	// (framePeers). An older agent never sends them, and the client
-	// refuses them from one whose Hello does not say so.
-	Peers bool `json:"peers,omitempty"`
+	// Peers is what the agent tells of the other hosts it serves as this
+	// one connects; set by an agent that then tells of them whenever they
+	// change (framePeers). An older agent never does, and the client
+	// refuses them from one whose Hello has none.
+	Peers *Peers `json:"peers,omitempty"`
 }
 
 // Peers is what the agent tells one host of the other hosts it serves
@@ -157,6 +163,9 @@ type ExecResult struct {
 	ProcessLimit bool `json:"process_limit,omitempty"`
 	// Error is set when the command could not be started at all.
 	Error string `json:"error,omitempty"`
+	// Held: the command did not run, as another host holds the sandbox
+	// (Client.Hold); the client returns ErrHeld.
+	Held bool `json:"held,omitempty"`
 }
 
 func writeFrame(w io.Writer, typ byte, id uint32, payload ...[]byte) error {

@@ -85,6 +85,7 @@ func start(opts Options) (*server, error) {
 	}
 	s := &server{queue: make(chan job, 128), workerDone: make(chan struct{}), reaped: make(chan struct{}, 1),
 		hosts: map[*host]bool{}, devnull: devnull, env: os.Environ(), cred: cred, nproc: opts.Processes}
+	s.quiet = sync.NewCond(&s.mu)
 	// Every signal is caught and, but for SIGCHLD, dropped: PID 1 must
 	// survive whatever reaches it (commands cannot signal it at all when it
 	// runs as another user; the host stops it with SIGKILL or by closing
@@ -101,9 +102,9 @@ func start(opts Options) (*server, error) {
 // serve serves one host on in and out until in ends; the host's commands,
 // resident process and file requests end with it (leave).
 func (s *server) serve(in io.Reader, out io.Writer) error {
-	h := s.join(out)
+	h, peers := s.join(out)
 	defer s.leave(h)
-	if err := h.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true, Resident: true, Peers: true})); err != nil {
+	if err := h.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true, Resident: true, Peers: &peers})); err != nil {
 		return err
 	}
 	go h.tellPeers()
@@ -131,6 +132,10 @@ func (s *server) serve(in io.Reader, out io.Writer) error {
 			}
 		case frameTimeout:
 			s.expire(h, id)
+		case frameHold:
+			s.hold(h, id)
+		case frameRelease:
+			s.release(h)
 		case frameFile:
 			h.startFile(id, payload)
 		case frameData:
@@ -210,6 +215,12 @@ type server struct {
 
 	mu    sync.Mutex
 	hosts map[*host]bool // the hosts served
+	// holder is the host holding the sandbox (frameHold), nil if none:
+	// the other hosts' commands and file requests are refused (Held)
+	// until it leaves or releases. quiet is signalled whenever what the
+	// hosts have in progress changes (notePeers).
+	holder *host
+	quiet  *sync.Cond
 	// cur is the host whose job the worker has taken (nil between jobs),
 	// curDone closed once the worker is done with it.
 	cur     *host
@@ -266,14 +277,15 @@ func (h *host) send(typ byte, id uint32, payload ...[]byte) error {
 	return writeFrame(h.out, typ, id, payload...)
 }
 
-// join adds a host writing to out.
-func (s *server) join(out io.Writer) *host {
+// join adds a host writing to out and returns what it is first told of
+// the others.
+func (s *server) join(out io.Writer) (*host, Peers) {
 	h := &host{s: s, out: out, peersChanged: make(chan struct{}, 1), left: make(chan struct{})}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.hosts[h] = true
 	s.notePeers()
-	s.mu.Unlock()
-	return h
+	return h, h.peers
 }
 
 // leave ends what host h started, before it returns: its queued commands
@@ -286,6 +298,7 @@ func (s *server) leave(h *host) {
 	s.mu.Lock()
 	h.closed = true
 	delete(s.hosts, h)
+	s.releaseLocked(h)
 	if s.residentOf == h {
 		res := s.resident
 		s.resident, s.residentOf = 0, nil
@@ -319,6 +332,7 @@ func (s *server) leave(h *host) {
 // are and whether one of them has a command running or a file request in
 // progress (Peers). Called with s.mu held.
 func (s *server) notePeers() {
+	s.quiet.Broadcast()
 	total := 0
 	for h := range s.hosts {
 		total += h.active
@@ -335,12 +349,71 @@ func (s *server) notePeers() {
 	}
 }
 
-// activity adds d to h's active count.
-func (s *server) activity(h *host, d int) {
+// activity adds d to h's active count; a positive d is refused (false)
+// while another host holds the sandbox.
+func (s *server) activity(h *host, d int) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d > 0 && s.holder != nil && s.holder != h {
+		return false
+	}
 	h.active += d
 	s.notePeers()
+	return true
+}
+
+// othersActive tells whether a host but h has a command running or a
+// file request in progress. Called with s.mu held.
+func (s *server) othersActive(h *host) bool {
+	for o := range s.hosts {
+		if o != h && o.active > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hold makes h the sandbox's holder (frameHold) and answers id once no
+// other host has a command running or a file request in progress: from
+// then until h leaves or releases, the other hosts' commands and file
+// requests are refused (Held, ErrHeld): they do not run. A host archiving the home before the
+// pod is deleted holds it, so that nothing another host does meanwhile is
+// lost with the pod. A hold while another host holds is refused.
+func (s *server) hold(h *host, id uint32) {
+	s.mu.Lock()
+	if s.holder != nil && s.holder != h {
+		s.mu.Unlock()
+		h.send(frameDone, id, mustJSON(ExecResult{ExitCode: -1, Error: ErrHeld.Error()}))
+		return
+	}
+	s.holder = h
 	s.mu.Unlock()
+	go func() {
+		s.mu.Lock()
+		for s.holder == h && s.othersActive(h) {
+			s.quiet.Wait()
+		}
+		held := s.holder == h
+		s.mu.Unlock()
+		if held {
+			h.send(frameDone, id, mustJSON(ExecResult{}))
+		}
+	}()
+}
+
+// release ends h's hold, if it holds the sandbox.
+func (s *server) release(h *host) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked(h)
+}
+
+func (s *server) releaseLocked(h *host) {
+	if s.holder != h {
+		return
+	}
+	s.holder = nil
+	s.quiet.Broadcast() // a hold waiting to be answered is over
 }
 
 // tellPeers sends h the latest Peers each time they changed, until h
@@ -457,6 +530,11 @@ func (s *server) worker() {
 		if h.closed {
 			s.mu.Unlock()
 			continue // queued for a host that is gone: dropped unanswered
+		}
+		if s.holder != nil && h != s.holder {
+			s.mu.Unlock()
+			h.send(frameDone, j.id, mustJSON(ExecResult{ExitCode: -1, Held: true, Error: ErrHeld.Error()}))
+			continue
 		}
 		canceled := h.canceled[j.id]
 		delete(h.canceled, j.id)

@@ -216,8 +216,12 @@ func TestTCPRefusesWithoutCredentials(t *testing.T) {
 // each host's in its own order. 3. A host that closes takes only its own
 // work with it: its running command and its resident process are killed,
 // its queued command never runs, and B's command, queued behind them,
-// runs. The agent runs with -nproc, as in pods, and a /proc of its own
-// (it tells a resident's tree from the rest by /proc).
+// runs. 4. A host that holds the sandbox (as a gateway archiving it before
+// the pod goes) gets it once another host's running command ended; the
+// other host's commands and file requests are then refused without
+// running (ErrHeld) until the hold is released. The
+// agent runs with -nproc, as in pods, and a /proc of its own (it tells a
+// resident's tree from the rest by /proc).
 func TestTCPHostsShareOneQueue(t *testing.T) {
 	creds := newCreds(t)
 	addr, _ := startTCPAgentIn(t, creds, []string{"unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc"}, "-nproc", "1000")
@@ -349,6 +353,41 @@ func TestTCPHostsShareOneQueue(t *testing.T) {
 	if !testenv.Eventually(10*time.Second, func() bool { p, _ := b.Peers(); return p == agent.Peers{} }) {
 		p, _ := b.Peers()
 		t.Fatalf("3: B is told %+v after A left", p)
+	}
+
+	// 4.
+	c := dial()
+	h := filepath.Join(dir, "h")
+	started = make(chan struct{})
+	once = sync.Once{}
+	go func() {
+		_, err := c.Exec(ctx, sh("echo go; sleep 1; echo x >> "+h), func(byte, []byte) { once.Do(func() { close(started) }) })
+		first <- err
+	}()
+	<-started
+	if err := b.Hold(ctx); err != nil {
+		t.Fatalf("4: hold: %v", err)
+	}
+	if got, _ := os.ReadFile(h); string(got) != "x\n" {
+		t.Fatalf("4: held while the other host's command ran: h reads %q", got)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("4: the command the hold waited for: %v", err)
+	}
+	if _, err := c.Exec(ctx, sh("echo y >> "+h), nil); !errors.Is(err, agent.ErrHeld) {
+		t.Fatalf("4: a command of the other host while held: %v, want ErrHeld", err)
+	}
+	if _, err := c.StatFile(ctx, dir, "h"); !errors.Is(err, agent.ErrHeld) {
+		t.Fatalf("4: a file request of the other host while held: %v, want ErrHeld", err)
+	}
+	if out, err := b.Exec(ctx, sh("cat "+h), nil); err != nil || string(out.Stdout) != "x\n" {
+		t.Fatalf("4: the holder's command: %q %v (the other host's must not have run)", out.Stdout, err)
+	}
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Exec(ctx, sh("echo y >> "+h+"; cat "+h), nil); err != nil || string(out.Stdout) != "x\ny\n" {
+		t.Fatalf("4: the other host's command after the release: %q %v", out.Stdout, err)
 	}
 }
 

@@ -47,20 +47,31 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 		return err
 	}
 	e.lastUsed.Store(time.Now().UnixNano())
-	if err := s.wake(ctx, name); err != nil {
-		release()
-		return err
-	}
-	c, err := s.b.Agent(name)
-	if err != nil {
-		release()
-		return err
-	}
 	done := func() {
 		e.lastUsed.Store(time.Now().UnixNano())
 		release()
 	}
-	err = fn(c, done)
+	var tries retries
+	for {
+		if err := s.wake(ctx, name); err != nil {
+			release()
+			return err
+		}
+		c, aerr := s.b.Agent(name)
+		if aerr != nil {
+			release()
+			return aerr
+		}
+		err = fn(c, done)
+		again, werr := s.again(ctx, name, err, &tries)
+		switch {
+		case werr != nil:
+			err = werr
+		case again:
+			continue
+		}
+		break
+	}
 	if err != nil {
 		defer done()
 	}
@@ -160,10 +171,18 @@ func (s *Sandboxes) PutFile(ctx context.Context, name, rel string, r io.Reader) 
 	var fi sandbox.FileInfo
 	err = s.withAgent(ctx, name, func(c *agent.Client) (err error) {
 		fi, err = c.PutFile(ctx, s.b.cfg.HomeDir, clean, r, 0)
+		if errors.Is(err, agent.ErrHeld) {
+			// Not made again: the agent refused it as the bytes left.
+			return errWriteHeld
+		}
 		return err
 	})
 	return fi, err
 }
+
+// errWriteHeld: a write refused while another replica held the pod to put
+// it to sleep.
+var errWriteHeld = fmt.Errorf("another gateway replica is putting the sandbox to sleep: %w", sandbox.ErrBusy)
 
 // RemoveFile deletes the regular file at rel; anything else there is
 // sandbox.ErrNotRegular and stays.

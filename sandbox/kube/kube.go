@@ -102,7 +102,10 @@
 // it can be, else its objects deleted, its archived home kept). A dial
 // whose handshake was cut short (an agent exiting as its last connection
 // ended) is made again up to five times. `Sleep` adopts first when needed,
-// so any replica can archive and delete. Idle sleep counts the other
+// so any replica can archive and delete, and holds the pod while it
+// archives (`agent.Client.Hold`: it waits for another replica's call in
+// progress; then others' commands wait and their file requests are
+// refused until the pod is gone or the hold released). Idle sleep counts the other
 // replicas' calls as use (the agent's Peers: none in progress, the last one
 // begun or ended IdleTimeout ago), and a replica shutting down leaves
 // running the pods another replica is connected to. A sleeping sandbox has no pod: a replica that does not know a
@@ -908,9 +911,13 @@ func (b *Backend) Ended(ctx context.Context, id string) bool {
 }
 
 // Sleep archives sandbox id's home and then deletes its pod, whichever
-// replica started it (Sleep adopts it first). When the
-// archive fails the pod is kept (still awake) and the error matches
-// ErrArchive: deleting it would lose the files.
+// replica started it (Sleep adopts it first). It holds the pod first
+// (agent.Client.Hold): it waits for another replica's call in progress, and
+// another replica's commands then wait, its file calls are refused
+// (sandbox.ErrBusy), until the pod is deleted (those commands are then
+// answered Restarted, never having run). When the archive fails the pod is
+// kept (still awake, the hold released) and the error matches ErrArchive:
+// deleting it would lose the files.
 func (b *Backend) Sleep(ctx context.Context, id string) error {
 	release, err := b.claim(id)
 	if err != nil {
@@ -931,8 +938,15 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 		}
 		b.keep(id, p)
 	}
+	// Held, the pod runs nothing of another replica's until it is
+	// deleted (or, when the archive fails, this connection is closed).
+	if err := p.client.Hold(ctx); err != nil {
+		p.client.Release() // a hold answered late ends too
+		return fmt.Errorf("kube: sleep %s: %w", id, err)
+	}
 	if b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Archive(ctx, id, home{b, p}); err != nil {
+			p.client.Release()
 			return fmt.Errorf("%w: %s: %w", ErrArchive, id, err)
 		}
 	}

@@ -12,8 +12,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // Several gateway replicas on one cluster: each test's replicas are
@@ -37,6 +40,21 @@ func podCreates(c *kubetest.Cluster) int {
 		}
 	}
 	return n
+}
+
+// gatedArchiver is an Archiver whose Archive, while gate is set, says it
+// began (entered) and waits for gate to close.
+type gatedArchiver struct {
+	kube.Archiver
+	gate, entered chan struct{}
+}
+
+func (g *gatedArchiver) Archive(ctx context.Context, id string, h kube.Home) error {
+	if g.gate != nil {
+		close(g.entered)
+		<-g.gate
+	}
+	return g.Archiver.Archive(ctx, id, h)
 }
 
 func mustExec(t *testing.T, s *kube.Sandboxes, name, command string) string {
@@ -93,7 +111,7 @@ func TestReplicasAcross(t *testing.T) {
 
 // TestReplicasSleepWake: 1. B puts A's container to sleep (B adopts the pod
 // to archive through its own connection; the objects are deleted); 2. A
-// sees it sleeping; 3. A's next command wakes it in a new pod with the
+// sees it sleeping (once its own connection ended with the pod); 3. A's next command wakes it in a new pod with the
 // files.
 func TestReplicasSleepWake(t *testing.T) {
 	c := kubetest.NewCluster(t)
@@ -108,7 +126,10 @@ func TestReplicasSleepWake(t *testing.T) {
 	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 || arch.Archives != 1 {
 		t.Fatalf("1: left %d pods, %d secrets, %d policies; %d archives", p, sec, n, arch.Archives)
 	}
-	if st, err := a.Status("c1"); err != nil || st != sandbox.Sleeping {
+	// A's connection to the deleted pod ends as the pod goes, a moment
+	// after B's Sleep returned.
+	if !testenv.Eventually(10*time.Second, func() bool { st, err := a.Status("c1"); return err == nil && st == sandbox.Sleeping }) {
+		st, err := a.Status("c1")
 		t.Fatalf("2: %v %v", st, err)
 	}
 	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" {
@@ -246,12 +267,24 @@ func TestReplicasIdle(t *testing.T) {
 // run, one at a time in the order they reached the pod's agent: 1. B's
 // command sent while A's runs waits for it, and both succeed, A's line
 // first; nothing is deleted (one pod); 2. commands sent by both at once
-// all succeed, each replica's in its own order; 3. B destroying the
-// sandbox during A's command ends A's with a Restarted result that says
-// another replica did it, and A's next command starts a new sandbox.
+// all succeed, each replica's in its own order; 3. B putting the sandbox
+// to sleep during A's command holds the pod, which waits for that command
+// (the home is archived through file requests, which do not wait in the
+// queue): A's command ends as it would have, and what it wrote last is in
+// the home A's next command wakes with; and a command through A sent
+// while B archives is not run in the held pod but waits, and runs once in
+// the pod it then wakes (as a call waits for a sleep under way on one
+// machine); 4. B destroying the sandbox during A's command ends A's with
+// a Restarted result that says another replica did it, and A's next
+// command starts a new sandbox.
 func TestReplicasConcurrent(t *testing.T) {
 	c := kubetest.NewCluster(t)
-	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	obj, err := homearchive.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := &gatedArchiver{Archiver: kubehome.New(obj)}
+	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "true")
@@ -296,25 +329,69 @@ func TestReplicasConcurrent(t *testing.T) {
 		t.Fatalf("2: %d of A's and %d of B's commands ran, want %d each; %d pods created", next['A'], next['B'], n, podCreates(c))
 	}
 
+	done = startCommand(ctx, a, "c1", "echo go; sleep 1; echo late > late")
+	if err := b.Sleep(ctx, "c1"); err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("3: A's command during B's sleep: %v", err)
+	}
+	if p, _, _, _ := c.Objects(ctx); p != 0 {
+		t.Fatalf("3: %d pods after the sleep", p)
+	}
+	// A's connection to the deleted pod ends as the pod goes, a moment
+	// after B's Sleep returned (a command sent on it before that would be
+	// answered Restarted).
+	if !testenv.Eventually(10*time.Second, func() bool { st, err := a.Status("c1"); return err == nil && st == sandbox.Sleeping }) {
+		t.Fatal("3: A still sees the pod")
+	}
+	if got := mustExec(t, a, "c1", "cat late"); got != "late\n" {
+		t.Fatalf("3: woken through A: %q", got)
+	}
+
+	arch.gate = make(chan struct{})
+	arch.entered = make(chan struct{})
+	slept := make(chan error, 1)
+	go func() { slept <- b.Sleep(ctx, "c1") }()
+	<-arch.entered // B holds the pod and archives
+	before := podCreates(c)
+	during := make(chan string, 1)
+	go func() {
+		res, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo during >> late; cat late"})
+		if err != nil || res.ExitCode != 0 || res.Restarted {
+			t.Errorf("3: A's command sent during B's sleep: %+v %v", res, err)
+		}
+		during <- string(res.Stdout)
+	}()
+	time.Sleep(100 * time.Millisecond) // A's command reaches the held pod
+	close(arch.gate)
+	if err := <-slept; err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	arch.gate = nil
+	if got := <-during; got != "late\nduring\n" || podCreates(c) != before+1 {
+		t.Fatalf("3: A's command sent during B's sleep: %q, %d pods created since; want it run once, in the woken pod", got, podCreates(c)-before)
+	}
+
 	results := make(chan sandbox.Result, 1)
 	started := make(chan struct{})
 	go func() {
 		var once sync.Once
 		res, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) { once.Do(func() { close(started) }) }})
 		if err != nil {
-			t.Errorf("3: A's command: %v", err)
+			t.Errorf("4: A's command: %v", err)
 		}
 		results <- res
 	}()
 	<-started
 	if err := b.Destroy(ctx, "c1"); err != nil {
-		t.Fatalf("3: %v", err)
+		t.Fatalf("4: %v", err)
 	}
 	if res := <-results; !res.Restarted || !strings.Contains(string(res.Stderr), "through another gateway replica") {
-		t.Fatalf("3: A's command: %+v %q", res, res.Stderr)
+		t.Fatalf("4: A's command: %+v %q", res, res.Stderr)
 	}
 	if got := mustExec(t, a, "c1", "ls | wc -l"); got != "0\n" {
-		t.Fatalf("3: A's next command sees %q files", got)
+		t.Fatalf("4: A's next command sees %q files", got)
 	}
 }
 

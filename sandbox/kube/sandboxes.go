@@ -48,9 +48,10 @@ import (
 // the pod's agent serves every replica's connection at once and runs
 // their commands one at a time in the order they reach it, so a command
 // sent here while another replica's runs waits for it. Idle sleep counts
-// the other replicas' calls (agent.Peers) as use, and Close leaves running
-// the pods another replica is connected to. A command whose pod another
-// replica put to sleep or destroyed meanwhile is answered Restarted.
+// the other replicas' calls (agent.Peers) as use, Sleep holds the pod
+// (waiting for one in progress, holding back others' while it archives),
+// and Close leaves running the pods another replica is connected to. A command whose pod another replica put to sleep or
+// destroyed meanwhile is answered Restarted.
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
@@ -259,18 +260,24 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	defer release()
 	e.lastUsed.Store(time.Now().UnixNano())
 	defer func() { e.lastUsed.Store(time.Now().UnixNano()) }()
-	if err := s.wake(ctx, name); err != nil {
-		return sandbox.Result{}, err
-	}
-	hostCtx, cancel := ctx, context.CancelFunc(func() {})
-	if cmd.TimeoutMs > 0 {
-		hostCtx, cancel = context.WithTimeout(ctx, time.Duration(cmd.TimeoutMs)*time.Millisecond+hostGrace)
-	}
-	defer cancel()
-	out, err := s.b.Exec(hostCtx, name, agent.ExecRequest{
+	req := agent.ExecRequest{
 		Shell: s.cfg.Shell, Command: cmd.Command, Dir: s.b.cfg.HomeDir,
 		TimeoutMs: cmd.TimeoutMs, MaxBytes: cmd.MaxBytes, Resident: cmd.Resident,
-	}, cmd.OnOutput)
+	}
+	var out agent.Output
+	var late bool
+	var tries retries
+	for {
+		if err := s.wake(ctx, name); err != nil {
+			return sandbox.Result{}, err
+		}
+		out, late, err = s.execOnce(ctx, name, req, cmd.OnOutput)
+		if again, werr := s.again(ctx, name, err, &tries); werr != nil {
+			return sandbox.Result{}, werr
+		} else if !again {
+			break
+		}
+	}
 	switch {
 	case err == nil:
 	case e.destroying.Load():
@@ -281,7 +288,7 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 		// left is that replica's to clean.
 		return sandbox.Result{ExitCode: 137, Restarted: true,
 			Stderr: []byte("shellgate: the sandbox was put to sleep or deleted through another gateway replica during this command, which was stopped; the next command wakes it with the files its sleep kept\n")}, nil
-	case errors.Is(err, agent.ErrClosed) || (ctx.Err() == nil && hostCtx.Err() != nil):
+	case errors.Is(err, agent.ErrClosed) || late:
 		// The pod's agent went away or missed the timeout: the pod is
 		// given up and the next command starts a new one.
 		res := sandbox.Result{ExitCode: 137, Restarted: true}
@@ -322,6 +329,63 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	}
 	return res, nil
 }
+
+// execOnce runs req in the named sandbox's pod, bounded by its timeout
+// and hostGrace; late tells whether that bound, not ctx, ended it.
+func (s *Sandboxes) execOnce(ctx context.Context, name string, req agent.ExecRequest, onOutput agent.OutputFunc) (out agent.Output, late bool, err error) {
+	hostCtx, cancel := ctx, context.CancelFunc(func() {})
+	if req.TimeoutMs > 0 {
+		hostCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond+hostGrace)
+	}
+	defer cancel()
+	out, err = s.b.Exec(hostCtx, name, req, onOutput)
+	return out, ctx.Err() == nil && hostCtx.Err() != nil, err
+}
+
+// retries is what again knows of one call's tries.
+type retries struct {
+	unsent int  // tries that ended before they were sent
+	held   bool // a try met another replica's hold
+}
+
+// again tells whether a call that failed with err did not run in the pod
+// and is to be made again, after a wake: another replica holds the pod to
+// put it to sleep (agent.ErrHeld; as on this machine, where a call waits
+// for a sleep under way and then wakes the sandbox), or the connection
+// had ended before the call was sent (agent.ErrUnsent; a few times), or
+// ended after a try met the hold (the held agent refuses what it gets
+// until its pod is deleted, and a deleted pod's runs nothing). While the
+// hold lasts it waits a poll interval between tries, or until the
+// connection ends with the pod.
+func (s *Sandboxes) again(ctx context.Context, name string, err error, r *retries) (bool, error) {
+	switch {
+	case errors.Is(err, agent.ErrUnsent) || r.held && errors.Is(err, agent.ErrClosed):
+		if r.unsent++; r.unsent > maxUnsentTries {
+			return false, nil
+		}
+	case errors.Is(err, agent.ErrHeld):
+		r.held = true
+	default:
+		return false, nil
+	}
+	// Until the connection has ended (so that the next wake adopts the
+	// pod anew) or, while it lasts, a poll interval.
+	var gone <-chan struct{}
+	if c, err := s.b.Agent(name); err == nil {
+		gone = c.Done()
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-gone:
+	case <-time.After(s.b.cfg.PollInterval):
+	}
+	return true, nil
+}
+
+// maxUnsentTries bounds the calls made again because the connection had
+// ended before they were sent: each try wakes (adopts) first.
+const maxUnsentTries = 3
 
 // sleepPod archives and deletes the named sandbox's pod, if this process
 // has a connection to it.
