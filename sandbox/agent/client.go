@@ -260,9 +260,9 @@ var ErrHeld = errors.New("agent: another host holds the sandbox (it is being put
 // commands and file requests fail with ErrHeld, not run. A host holds
 // the sandbox to archive its home before the pod is deleted, so that
 // nothing another host does meanwhile is lost with the pod; it ends the
-// hold with Release (or by closing the connection). An agent that serves one host at a
-// time (its Hello has no Peers) has nothing to hold: nil at once. Another
-// host's hold is ErrHeld.
+// hold with Release (or by closing the connection). An agent that serves
+// one host at a time (its Hello has no Peers) has nothing to hold: nil at
+// once. Another host's hold is ErrHeld.
 func (c *Client) Hold(ctx context.Context) error {
 	if c.hello.Peers == nil {
 		return nil

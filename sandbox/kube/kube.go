@@ -104,8 +104,12 @@
 // ended) is made again up to five times. `Sleep` adopts first when needed,
 // so any replica can archive and delete, and holds the pod while it
 // archives (`agent.Client.Hold`: it waits for another replica's call in
-// progress; then others' commands wait and their file requests are
-// refused until the pod is gone or the hold released). Idle sleep counts the other
+// progress; then the agent refuses the others' commands and file requests
+// without running them, `agent.ErrHeld`, until the pod is gone or the hold
+// released; `Sandboxes` waits and makes them again in the pod it then
+// wakes, but an upload, whose bytes went, is `sandbox.ErrBusy`; a request
+// the connection never sent, `agent.ErrUnsent`, is made again too). Idle
+// sleep counts the other
 // replicas' calls as use (the agent's Peers: none in progress, the last one
 // begun or ended IdleTimeout ago), and a replica shutting down leaves
 // running the pods another replica is connected to. A sleeping sandbox has no pod: a replica that does not know a
@@ -913,11 +917,10 @@ func (b *Backend) Ended(ctx context.Context, id string) bool {
 // Sleep archives sandbox id's home and then deletes its pod, whichever
 // replica started it (Sleep adopts it first). It holds the pod first
 // (agent.Client.Hold): it waits for another replica's call in progress, and
-// another replica's commands then wait, its file calls are refused
-// (sandbox.ErrBusy), until the pod is deleted (those commands are then
-// answered Restarted, never having run). When the archive fails the pod is
-// kept (still awake, the hold released) and the error matches ErrArchive:
-// deleting it would lose the files.
+// the agent then refuses another replica's calls without running them
+// until the pod is deleted. When the archive fails the pod is kept (still
+// awake, the hold released) and the error matches ErrArchive: deleting it
+// would lose the files.
 func (b *Backend) Sleep(ctx context.Context, id string) error {
 	release, err := b.claim(id)
 	if err != nil {

@@ -49,8 +49,9 @@ import (
 // their commands one at a time in the order they reach it, so a command
 // sent here while another replica's runs waits for it. Idle sleep counts
 // the other replicas' calls (agent.Peers) as use, Sleep holds the pod
-// (waiting for one in progress, holding back others' while it archives),
-// and Close leaves running the pods another replica is connected to. A command whose pod another replica put to sleep or
+// (waiting for one in progress; others' calls meanwhile wait and then run
+// in the pod they wake, as on this machine), and Close leaves running the
+// pods another replica is connected to. A command whose pod another replica put to sleep or
 // destroyed meanwhile is answered Restarted.
 type Sandboxes struct {
 	b   *Backend
