@@ -374,11 +374,12 @@ func (s *server) othersActive(h *host) bool {
 }
 
 // hold makes h the sandbox's holder (frameHold) and answers id once no
-// other host has a command running or a file request in progress: from
-// then until h leaves or releases, the other hosts' commands and file
-// requests are refused (Held, ErrHeld): they do not run. A host archiving the home before the
-// pod is deleted holds it, so that nothing another host does meanwhile is
-// lost with the pod. A hold while another host holds is refused.
+// other host has a command running or a file request in progress. From
+// the frame on, until h leaves or releases, the other hosts' commands and
+// file requests are refused (Held, ErrHeld): they do not run. A host
+// archiving the home before the pod is deleted holds it, so that nothing
+// another host does meanwhile is lost with the pod. A hold while another
+// host holds is refused.
 func (s *server) hold(h *host, id uint32) {
 	s.mu.Lock()
 	if s.holder != nil && s.holder != h {

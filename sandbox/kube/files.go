@@ -26,9 +26,9 @@ import (
 // pod's home.
 
 // withAgent holds the named sandbox, wakes its pod and runs fn with its
-// agent.
-func (s *Sandboxes) withAgent(ctx context.Context, name string, fn func(c *agent.Client) error) error {
-	return s.holdAgent(ctx, name, func(c *agent.Client, release func()) error {
+// agent; readOnly says fn changes nothing in the pod (retries.readOnly).
+func (s *Sandboxes) withAgent(ctx context.Context, name string, readOnly bool, fn func(c *agent.Client) error) error {
+	return s.holdAgent(ctx, name, readOnly, func(c *agent.Client, release func()) error {
 		err := fn(c)
 		if err == nil {
 			release()
@@ -41,7 +41,7 @@ func (s *Sandboxes) withAgent(ctx context.Context, name string, fn func(c *agent
 // itself (at once, or when what it returns is closed). When fn fails,
 // holdAgent releases it after looking at the error, still holding it so
 // that no other call of this process wakes the pod meanwhile.
-func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent.Client, release func()) error) error {
+func (s *Sandboxes) holdAgent(ctx context.Context, name string, readOnly bool, fn func(c *agent.Client, release func()) error) error {
 	e, release, err := s.hold(ctx, name, false)
 	if err != nil {
 		return err
@@ -51,7 +51,7 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 		e.lastUsed.Store(time.Now().UnixNano())
 		release()
 	}
-	var tries retries
+	tries := retries{readOnly: readOnly}
 	for {
 		if err := s.wake(ctx, name); err != nil {
 			release()
@@ -91,7 +91,7 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 // home (sandbox.Manager.ListFiles' rules and order).
 func (s *Sandboxes) ListFiles(ctx context.Context, name string, opts sandbox.ListOptions) (sandbox.FileList, error) {
 	var l sandbox.FileList
-	err := s.withAgent(ctx, name, func(c *agent.Client) (err error) {
+	err := s.withAgent(ctx, name, true, func(c *agent.Client) (err error) {
 		l, err = c.ListFiles(ctx, s.b.cfg.HomeDir, opts)
 		return err
 	})
@@ -105,7 +105,7 @@ func (s *Sandboxes) StatFile(ctx context.Context, name, rel string) (sandbox.Fil
 		return sandbox.FileInfo{}, err
 	}
 	var fi sandbox.FileInfo
-	err = s.withAgent(ctx, name, func(c *agent.Client) (err error) {
+	err = s.withAgent(ctx, name, true, func(c *agent.Client) (err error) {
 		fi, err = c.StatFile(ctx, s.b.cfg.HomeDir, clean)
 		return err
 	})
@@ -120,7 +120,7 @@ func (s *Sandboxes) OpenFile(ctx context.Context, name, rel string, maxBytes int
 		return nil, err
 	}
 	var f *sandbox.File
-	err = s.holdAgent(ctx, name, func(c *agent.Client, release func()) error {
+	err = s.holdAgent(ctx, name, true, func(c *agent.Client, release func()) error {
 		fi, r, err := c.OpenFile(ctx, s.b.cfg.HomeDir, clean, maxBytes)
 		if err != nil {
 			return err
@@ -169,7 +169,7 @@ func (s *Sandboxes) PutFile(ctx context.Context, name, rel string, r io.Reader) 
 		return sandbox.FileInfo{}, err
 	}
 	var fi sandbox.FileInfo
-	err = s.withAgent(ctx, name, func(c *agent.Client) (err error) {
+	err = s.withAgent(ctx, name, false, func(c *agent.Client) (err error) {
 		fi, err = c.PutFile(ctx, s.b.cfg.HomeDir, clean, r, 0)
 		if errors.Is(err, agent.ErrHeld) {
 			// Not made again: the agent refused it as the bytes left.
@@ -191,7 +191,7 @@ func (s *Sandboxes) RemoveFile(ctx context.Context, name, rel string) error {
 	if err != nil {
 		return err
 	}
-	return s.withAgent(ctx, name, func(c *agent.Client) error {
+	return s.withAgent(ctx, name, false, func(c *agent.Client) error {
 		return c.RemoveFile(ctx, s.b.cfg.HomeDir, clean)
 	})
 }

@@ -345,8 +345,12 @@ func (s *Sandboxes) execOnce(ctx context.Context, name string, req agent.ExecReq
 
 // retries is what again knows of one call's tries.
 type retries struct {
-	unsent int  // tries that ended before they were sent
-	held   bool // a try met another replica's hold
+	// readOnly: the call changes nothing in the pod (a list, a stat, the
+	// opening of a read), so one that met the end of its connection may
+	// be made again whatever it did.
+	readOnly bool
+	unsent   int  // tries that ended before they were sent (or did nothing)
+	held     bool // a try met another replica's hold
 }
 
 // again tells whether a call that failed with err did not run in the pod
@@ -355,12 +359,14 @@ type retries struct {
 // for a sleep under way and then wakes the sandbox), or the connection
 // had ended before the call was sent (agent.ErrUnsent; a few times), or
 // ended after a try met the hold (the held agent refuses what it gets
-// until its pod is deleted, and a deleted pod's runs nothing). While the
+// until its pod is deleted, and a deleted pod's runs nothing), or the call
+// changes nothing (retries.readOnly; its connection may have ended with a
+// pod another replica deleted a moment before). While the
 // hold lasts it waits a poll interval between tries, or until the
 // connection ends with the pod.
 func (s *Sandboxes) again(ctx context.Context, name string, err error, r *retries) (bool, error) {
 	switch {
-	case errors.Is(err, agent.ErrUnsent) || r.held && errors.Is(err, agent.ErrClosed):
+	case errors.Is(err, agent.ErrUnsent) || (r.held || r.readOnly) && errors.Is(err, agent.ErrClosed):
 		if r.unsent++; r.unsent > maxUnsentTries {
 			return false, nil
 		}
