@@ -117,8 +117,11 @@ type Peers struct {
 
 // ProtocolVersion is bumped on any incompatible change of the frames.
 // Version 2: the host times commands (frameTimeout); a version 1 agent
-// timed them by its own clock.
-const ProtocolVersion = 2
+// timed them by its own clock. Version 3: the network mode serves every
+// host at once (Peers, Hold); a version 2 agent served the newest alone,
+// closing the one before, which a version 3 gateway would take for a
+// lost pod.
+const ProtocolVersion = 3
 
 // ExecRequest asks the agent to run one command.
 type ExecRequest struct {

@@ -386,6 +386,11 @@ func TestTCPHostsShareOneQueue(t *testing.T) {
 	if err := b.Release(); err != nil {
 		t.Fatal(err)
 	}
+	// The release has no answer: a command of B's after it is answered
+	// once the agent took the release.
+	if _, err := b.Exec(ctx, sh("true"), nil); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := c.Exec(ctx, sh("echo y >> "+h+"; cat "+h), nil); err != nil || string(out.Stdout) != "x\ny\n" {
 		t.Fatalf("4: the other host's command after the release: %q %v", out.Stdout, err)
 	}
