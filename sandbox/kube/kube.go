@@ -109,11 +109,11 @@
 // released; `Sandboxes` waits and makes them again in the pod it then
 // wakes, but an upload, whose bytes went, is `sandbox.ErrBusy`; a request
 // the connection never sent, `agent.ErrUnsent`, is made again too). Idle
-// sleep counts the other
-// replicas' calls as use (the agent's Peers: none in progress, the last one
-// begun or ended IdleTimeout ago), and a replica shutting down leaves
-// running the pods another replica is connected to. A sleeping sandbox has no pod: a replica that does not know a
-// name with no pod asks `Archiver.Has` (kubehome: `Exists` of the manifest
+// sleep counts the other replicas' calls as use (the agent's Peers: none
+// in progress, the last one begun or ended IdleTimeout ago), and a
+// replica shutting down leaves running the pods another replica is
+// connected to. A sleeping sandbox has no pod: a replica that does not
+// know a name with no pod asks `Archiver.Has` (kubehome: `Exists` of the manifest
 // key); an archived name is remembered as if created there (Status
 // sleeping; file calls, Sleep and Destroy proceed, file calls waking it),
 // neither pod nor archive is `sandbox.ErrNotFound`. An archive whose

@@ -51,8 +51,8 @@ import (
 // the other replicas' calls (agent.Peers) as use, Sleep holds the pod
 // (waiting for one in progress; others' calls meanwhile wait and then run
 // in the pod they wake, as on this machine), and Close leaves running the
-// pods another replica is connected to. A command whose pod another replica put to sleep or
-// destroyed meanwhile is answered Restarted.
+// pods another replica is connected to. A command whose pod another
+// replica destroyed meanwhile is answered Restarted.
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
