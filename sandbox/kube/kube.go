@@ -879,9 +879,10 @@ func (b *Backend) Pods(ctx context.Context) ([]string, error) {
 
 // Ended forgets sandbox id's connection after it ended during a call and
 // tells whether its pod went with it by another replica's hand: the pod
-// is gone, being deleted or replaced by another (a Sleep or Destroy
-// through that replica), rather than lost (its agent died or restarted in
-// a pod still there). The agent serves every replica at once, so a
+// is replaced by another, or gone or being deleted with its restored mark
+// deleted first (a Sleep or Destroy through that replica), rather than
+// lost (its agent died in a pod still there, or the pod was deleted by
+// someone else: an eviction, kubectl). The agent serves every replica at once, so a
 // connection never ends because another replica connected.
 func (b *Backend) Ended(ctx context.Context, id string) bool {
 	b.mu.Lock()
@@ -906,12 +907,16 @@ func (b *Backend) Ended(ctx context.Context, id string) bool {
 	}
 	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
-		return true
-	case err != nil:
+	case err == nil && string(kp.UID) != p.uid:
+		return true // another replica woke it again since
+	case err == nil && kp.DeletionTimestamp == nil, err != nil && !apierrors.IsNotFound(err):
 		return false
 	}
-	return kp.DeletionTimestamp != nil || string(kp.UID) != p.uid
+	// The pod is going or gone: by a replica's Sleep or Destroy when its
+	// restored mark went first (deleteObjects), else by someone else (an
+	// eviction, kubectl delete), which is a lost pod.
+	_, err = b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, RestoredName(id), metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 // Sleep archives sandbox id's home and then deletes its pod, whichever

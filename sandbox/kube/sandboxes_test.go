@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/kube"
@@ -133,6 +136,37 @@ func TestSandboxesLostPod(t *testing.T) {
 	}
 	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
 		t.Fatalf("3: left %d pods, %d secrets, %d policies", p, sec, n)
+	}
+}
+
+// TestSandboxesPodDeleted: a pod deleted by someone else than a replica
+// (an eviction, kubectl delete) during a command is a lost pod, not
+// another replica's sleep: the command answers Restarted saying the next
+// command runs in a new pod, and it does.
+func TestSandboxesPodDeleted(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	s := newSandboxes(t, c, kubetest.NewTarArchiver())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan sandbox.Result, 1)
+	started := make(chan struct{})
+	go func() {
+		var once sync.Once
+		res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) { once.Do(func() { close(started) }) }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-started
+	if err := c.CS.CoreV1().Pods(kubetest.Namespace).Delete(ctx, kube.ObjectName("c1"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; !res.Restarted || !strings.Contains(string(res.Stderr), "the next command runs in a new pod") {
+		t.Fatalf("%+v %q", res, res.Stderr)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo after"}); err != nil || string(res.Stdout) != "after\n" {
+		t.Fatalf("next: %+v %v", res, err)
 	}
 }
 
