@@ -373,22 +373,12 @@ func TestReplicasConcurrent(t *testing.T) {
 		t.Fatalf("3: A's command sent during B's sleep: %q, %d pods created since; want it run once, in the woken pod", got, podCreates(c)-before)
 	}
 
-	results := make(chan sandbox.Result, 1)
-	started := make(chan struct{})
-	go func() {
-		var once sync.Once
-		res, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) { once.Do(func() { close(started) }) }})
-		if err != nil {
-			t.Errorf("4: A's command: %v", err)
-		}
-		results <- res
-	}()
-	<-started
+	ended := startExec(ctx, a, "c1", "echo go; sleep 30")
 	if err := b.Destroy(ctx, "c1"); err != nil {
 		t.Fatalf("4: %v", err)
 	}
-	if res := <-results; !res.Restarted || !strings.Contains(string(res.Stderr), "through another gateway replica") {
-		t.Fatalf("4: A's command: %+v %q", res, res.Stderr)
+	if end := <-ended; end.err != nil || !end.res.Restarted || !strings.Contains(string(end.res.Stderr), "through another gateway replica") {
+		t.Fatalf("4: A's command: %+v %q %v", end.res, end.res.Stderr, end.err)
 	}
 	if got := mustExec(t, a, "c1", "ls | wc -l"); got != "0\n" {
 		t.Fatalf("4: A's next command sees %q files", got)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,22 +147,12 @@ func TestSandboxesPodDeleted(t *testing.T) {
 	s := newSandboxes(t, c, kubetest.NewTarArchiver())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	done := make(chan sandbox.Result, 1)
-	started := make(chan struct{})
-	go func() {
-		var once sync.Once
-		res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo go; sleep 30", OnOutput: func(byte, []byte) { once.Do(func() { close(started) }) }})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	<-started
+	done := startExec(ctx, s, "c1", "echo go; sleep 30")
 	if err := c.CS.CoreV1().Pods(kubetest.Namespace).Delete(ctx, kube.ObjectName("c1"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if res := <-done; !res.Restarted || !strings.Contains(string(res.Stderr), "the next command runs in a new pod") {
-		t.Fatalf("%+v %q", res, res.Stderr)
+	if end := <-done; end.err != nil || !end.res.Restarted || !strings.Contains(string(end.res.Stderr), "the next command runs in a new pod") {
+		t.Fatalf("%+v %q %v", end.res, end.res.Stderr, end.err)
 	}
 	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo after"}); err != nil || string(res.Stdout) != "after\n" {
 		t.Fatalf("next: %+v %v", res, err)
@@ -298,22 +287,36 @@ func TestSandboxesFiles(t *testing.T) {
 // once it has written its first output; the channel gets Exec's error
 // when it ends.
 func startCommand(ctx context.Context, s *kube.Sandboxes, name, command string) <-chan error {
+	errs := make(chan error, 1)
+	ended := startExec(ctx, s, name, command)
+	go func() { errs <- (<-ended).err }()
+	return errs
+}
+
+// execEnd is how a command started by startExec ended.
+type execEnd struct {
+	res sandbox.Result
+	err error
+}
+
+// startExec is startCommand with the command's result.
+func startExec(ctx context.Context, s *kube.Sandboxes, name, command string) <-chan execEnd {
 	started := make(chan struct{})
-	done := make(chan error, 1)
+	done := make(chan execEnd, 1)
 	go func() {
-		_, err := s.Exec(ctx, name, sandbox.Command{Command: command, OnOutput: func(byte, []byte) {
+		res, err := s.Exec(ctx, name, sandbox.Command{Command: command, OnOutput: func(byte, []byte) {
 			select {
 			case <-started:
 			default:
 				close(started)
 			}
 		}})
-		done <- err
+		done <- execEnd{res, err}
 	}()
 	select {
 	case <-started:
-	case err := <-done:
-		done <- err // ended before any output: the caller sees why
+	case end := <-done:
+		done <- end // ended before any output: the caller sees why
 	}
 	return done
 }
