@@ -10,9 +10,9 @@
 //	shellgate-agent -listen :7070 -credentials DIR [...]
 //
 // is the network mode of a Kubernetes pod: the agent serves TLS on the
-// address with DIR's tls.crt and tls.key, serves a connection whose first
-// frame carries DIR's token (a newer such connection takes over from it),
-// and exits when the connection it serves ends.
+// address with DIR's tls.crt and tls.key, serves every connection whose
+// first frame carries DIR's token (their commands one at a time, in the
+// order they arrived), and exits when the last connection it serves ends.
 package main
 
 import (

@@ -50,6 +50,10 @@ type Client struct {
 	pending map[uint32]*call
 	err     error // set once the read loop ends
 	done    chan struct{}
+	// peers is what the agent last said of its other hosts, peersAt when
+	// that changed (this host's clock).
+	peers   Peers
+	peersAt time.Time
 }
 
 // OutputFunc receives output as the command produces it, at most the
@@ -114,6 +118,9 @@ func Dial(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Client, erro
 // nothing; hello is what the agent said when it started.
 func Resume(r io.ReadCloser, w io.WriteCloser, hello Hello) *Client {
 	c := &Client{r: r, w: w, hello: hello, pending: map[uint32]*call{}, done: make(chan struct{})}
+	if hello.Peers != nil && (*hello.Peers != Peers{}) {
+		c.peers, c.peersAt = *hello.Peers, time.Now()
+	}
 	go c.readLoop(r)
 	return c
 }
@@ -179,6 +186,8 @@ func (c *Client) readLoop(r io.Reader) {
 func (c *Client) handle(typ byte, id uint32, payload []byte) error {
 	switch typ {
 	case frameOutput, frameDone, frameData, frameFileDone:
+	case framePeers:
+		return c.notePeers(id, payload)
 	case frameReady:
 		return violation("a second ready frame")
 	default:
@@ -221,6 +230,79 @@ func (c *Client) handle(typ byte, id uint32, payload []byte) error {
 		return nil // canceled
 	}
 	return cl.output(id, payload[0], payload[1:])
+}
+
+// notePeers takes a Peers frame.
+func (c *Client) notePeers(id uint32, payload []byte) error {
+	if c.hello.Peers == nil {
+		return violation("unknown frame type %d", framePeers)
+	}
+	var p Peers
+	if err := json.Unmarshal(payload, &p); err != nil || id != 0 || p.Hosts < 0 {
+		return violation("a peers frame of id %d that is not valid (%q)", id, payload)
+	}
+	c.mu.Lock()
+	if p != c.peers {
+		c.peers, c.peersAt = p, time.Now()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// ErrHeld: another host holds the sandbox (Hold), which it does to put
+// the sandbox to sleep; a command or file request meanwhile is refused
+// with it, without having run.
+var ErrHeld = errors.New("agent: another host holds the sandbox (it is being put to sleep)")
+
+// Hold asks the agent to serve this connection alone from now until it
+// ends: it returns once no other host (another gateway replica) has a
+// command running or a file request in progress, and from then on their
+// commands and file requests fail with ErrHeld, not run. A host holds
+// the sandbox to archive its home before the pod is deleted, so that
+// nothing another host does meanwhile is lost with the pod; it ends the
+// hold with Release (or by closing the connection). An agent that serves
+// one host at a time (its Hello has no Peers) has nothing to hold: nil at
+// once. Another host's hold is ErrHeld.
+func (c *Client) Hold(ctx context.Context) error {
+	if c.hello.Peers == nil {
+		return nil
+	}
+	cl := &call{result: make(chan ExecResult, 1)}
+	id, err := c.start(frameHold, cl, nil)
+	if err != nil {
+		return err
+	}
+	select {
+	case res, ok := <-cl.result:
+		switch {
+		case !ok:
+			return c.Err()
+		case res.Error != "":
+			return ErrHeld
+		}
+		return nil
+	case <-ctx.Done():
+		c.forget(id)
+		return ctx.Err()
+	}
+}
+
+// Release ends this connection's hold (Hold), if it has one.
+func (c *Client) Release() error {
+	if c.hello.Peers == nil {
+		return nil
+	}
+	return c.send(frameRelease, 0)
+}
+
+// Peers tells what the agent last said of the other hosts it serves, and
+// when that changed by this host's clock (zero when it never said): while
+// Busy another host's command or file request is in progress, and the
+// time is when one last began or ended, or a host came or went.
+func (c *Client) Peers() (Peers, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peers, c.peersAt
 }
 
 // output keeps the head of one stream up to the call's cap and passes a
@@ -286,22 +368,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc)
 		cl.returned = true
 		cl.cbMu.Unlock()
 	}()
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return Output{}, c.err
-	}
-	c.nextID++
-	id := c.nextID
-	c.pending[id] = cl
-	c.mu.Unlock()
-
-	if err := c.send(frameExec, id, payload); err != nil {
-		c.forget(id)
-		if cerr := c.Err(); cerr != nil {
-			return Output{}, cerr
-		}
-		return Output{}, fmt.Errorf("%w: %v", ErrClosed, err)
+	id, err := c.start(frameExec, cl, payload)
+	if err != nil {
+		return Output{}, err
 	}
 	if req.TimeoutMs > 0 {
 		// The host's clock times the command (see the package comment).
@@ -312,8 +381,11 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc)
 	}
 	select {
 	case res, ok := <-cl.result:
-		if !ok {
+		switch {
+		case !ok:
 			return Output{}, c.Err()
+		case res.Held:
+			return Output{}, ErrHeld
 		}
 		return Output{Stdout: cl.stdout, Stderr: cl.stderr, ExecResult: res}, nil
 	case <-ctx.Done():
@@ -321,6 +393,34 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput OutputFunc)
 		c.send(frameCancel, id)
 		return Output{}, ctx.Err()
 	}
+}
+
+// ErrUnsent marks the error of a request that never reached the agent:
+// the connection had ended before it was sent, so it did not run and may
+// be made again on a new connection. Errors that match it match ErrClosed
+// too.
+var ErrUnsent = errors.New("agent: the request was not sent")
+
+// start registers cl under a new id and sends its first frame.
+func (c *Client) start(typ byte, cl *call, payload []byte) (uint32, error) {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, fmt.Errorf("%w (%w)", err, ErrUnsent)
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = cl
+	c.mu.Unlock()
+	if err := c.send(typ, id, payload); err != nil {
+		c.forget(id)
+		if cerr := c.Err(); cerr != nil {
+			return 0, fmt.Errorf("%w (%w)", cerr, ErrUnsent)
+		}
+		return 0, fmt.Errorf("%w: %w: %v", ErrClosed, ErrUnsent, err)
+	}
+	return id, nil
 }
 
 func (c *Client) forget(id uint32) {

@@ -113,7 +113,10 @@ func TestClientEndsConnectionOnProtocolViolation(t *testing.T) {
 		{"07 output without a stream", func(f *fakeAgent, id uint32) { writeFrame(f.out, frameOutput, id, nil) }},
 		{"08 output on an unknown stream", func(f *fakeAgent, id uint32) { writeFrame(f.out, frameOutput, id, output(9, "x")) }},
 		{"09 a request frame from the agent", func(f *fakeAgent, id uint32) { writeFrame(f.out, frameExec, id, []byte("{}")) }},
-		{"10 output far beyond the cap", func(f *fakeAgent, id uint32) {
+		{"10 peers from an agent whose hello did not offer them", func(f *fakeAgent, id uint32) {
+			writeFrame(f.out, framePeers, 0, mustJSON(Peers{Hosts: 1, Busy: true}))
+		}},
+		{"11 output far beyond the cap", func(f *fakeAgent, id uint32) {
 			chunk := output(Stdout, strings.Repeat("y", maxFrame-1))
 			for i := 0; i < 4; i++ {
 				if writeFrame(f.out, frameOutput, id, chunk) != nil {

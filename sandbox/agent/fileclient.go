@@ -104,23 +104,7 @@ func (c *Client) startFile(req FileRequest, fc *fileCall) (uint32, error) {
 	fc.results = make(chan FileResult, 1)
 	fc.data = make(chan chunk, 4)
 	fc.gone = make(chan struct{})
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return 0, c.err
-	}
-	c.nextID++
-	id := c.nextID
-	c.pending[id] = &call{file: fc, result: make(chan ExecResult, 1)}
-	c.mu.Unlock()
-	if err := c.send(frameFile, id, payload); err != nil {
-		c.forget(id)
-		if cerr := c.Err(); cerr != nil {
-			return 0, cerr
-		}
-		return 0, fmt.Errorf("%w: %v", ErrClosed, err)
-	}
-	return id, nil
+	return c.start(frameFile, &call{file: fc, result: make(chan ExecResult, 1)}, payload)
 }
 
 // stop abandons a request: the agent is told to stop it.

@@ -87,6 +87,7 @@ var fileCodes = map[string]error{
 	"bad_path":    homefs.ErrBadPath,
 	"too_large":   homefs.ErrTooLarge,
 	"too_many":    homefs.ErrTooManyFiles,
+	"held":        ErrHeld,
 }
 
 // fileCode classifies err for FileResult.Code.

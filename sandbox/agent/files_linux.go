@@ -31,10 +31,16 @@ type fileOps struct {
 }
 
 // startFile runs one file request on a goroutine of its own.
-func (s *server) startFile(id uint32, payload []byte) {
+func (h *host) startFile(id uint32, payload []byte) {
 	var req FileRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
-		s.send(frameFileDone, id, mustJSON(FileResult{Error: "bad request: " + err.Error()}))
+		h.send(frameFileDone, id, mustJSON(FileResult{Error: "bad request: " + err.Error()}))
+		return
+	}
+	// A file request in progress makes the other hosts' Peers busy, as a
+	// command does; none starts while another host holds the sandbox.
+	if !h.s.activity(h, 1) {
+		h.send(frameFileDone, id, mustJSON(FileResult{Error: ErrHeld.Error(), Code: "held"}))
 		return
 	}
 	op := &fileOp{}
@@ -43,45 +49,47 @@ func (s *server) startFile(id uint32, payload []byte) {
 	if req.Op == FileWrite {
 		pr, op.pw = io.Pipe()
 	}
-	s.files.mu.Lock()
-	if s.files.ops == nil {
-		s.files.ops = map[uint32]*fileOp{}
+	h.files.mu.Lock()
+	if h.files.ops == nil {
+		h.files.ops = map[uint32]*fileOp{}
 	}
-	if s.files.ops[id] != nil || len(s.files.ops) >= 16 {
-		s.files.mu.Unlock()
+	if h.files.ops[id] != nil || len(h.files.ops) >= 16 {
+		h.files.mu.Unlock()
+		h.s.activity(h, -1)
 		op.cancel()
-		s.send(frameFileDone, id, mustJSON(FileResult{Error: "agent: too many file requests or a reused id"}))
+		h.send(frameFileDone, id, mustJSON(FileResult{Error: "agent: too many file requests or a reused id"}))
 		return
 	}
-	s.files.ops[id] = op
-	s.files.wg.Add(1)
-	s.files.mu.Unlock()
+	h.files.ops[id] = op
+	h.files.wg.Add(1)
+	h.files.mu.Unlock()
 	go func() {
-		defer s.files.wg.Done()
+		defer h.files.wg.Done()
+		defer h.s.activity(h, -1)
 		// The thread does the request as the commands' user (setfsuid
 		// and setfsgid are per thread) and is not reused afterwards: the
 		// goroutine exits still locked to it, and Go ends the thread.
 		runtime.LockOSThread()
-		res := s.doFile(id, req, op, pr)
+		res := h.doFile(id, req, op, pr)
 		if pr != nil {
 			pr.CloseWithError(errors.New("the write ended"))
 		}
-		s.files.mu.Lock()
-		delete(s.files.ops, id)
-		s.files.mu.Unlock()
+		h.files.mu.Lock()
+		delete(h.files.ops, id)
+		h.files.mu.Unlock()
 		op.cancel()
 		if res != nil {
-			s.send(frameFileDone, id, mustJSON(res))
+			h.send(frameFileDone, id, mustJSON(res))
 		}
 	}()
 }
 
 // fileData passes a write's bytes on; it blocks until the write took them
 // (or ended), which holds the host back.
-func (s *server) fileData(id uint32, data []byte) {
-	s.files.mu.Lock()
-	op := s.files.ops[id]
-	s.files.mu.Unlock()
+func (h *host) fileData(id uint32, data []byte) {
+	h.files.mu.Lock()
+	op := h.files.ops[id]
+	h.files.mu.Unlock()
 	if op == nil || op.pw == nil {
 		return // ended already
 	}
@@ -93,10 +101,10 @@ func (s *server) fileData(id uint32, data []byte) {
 }
 
 // cancelFile stops a file request in progress; it reports whether id was one.
-func (s *server) cancelFile(id uint32) bool {
-	s.files.mu.Lock()
-	op := s.files.ops[id]
-	s.files.mu.Unlock()
+func (h *host) cancelFile(id uint32) bool {
+	h.files.mu.Lock()
+	op := h.files.ops[id]
+	h.files.mu.Unlock()
 	if op == nil {
 		return false
 	}
@@ -112,17 +120,17 @@ func (s *server) cancelFile(id uint32) bool {
 // byte leaves nothing behind (WriteBeneathPerm removes its temporary
 // file); reads and listings stop at their next chunk or directory entry,
 // or at their next frame when the connection is closed.
-func (s *server) endFiles(limit time.Duration) {
-	s.files.mu.Lock()
-	for _, op := range s.files.ops {
+func (h *host) endFiles(limit time.Duration) {
+	h.files.mu.Lock()
+	for _, op := range h.files.ops {
 		op.cancel()
 		if op.pw != nil {
 			op.pw.CloseWithError(errors.New("the connection ended"))
 		}
 	}
-	s.files.mu.Unlock()
+	h.files.mu.Unlock()
 	done := make(chan struct{})
-	go func() { s.files.wg.Wait(); close(done) }()
+	go func() { h.files.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(limit):
@@ -150,12 +158,12 @@ func entry(fi homefs.FileInfo) FileEntry {
 
 // doFile does one request on a locked thread and returns its final
 // result (nil when it sent everything itself).
-func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) *FileResult {
-	if s.cred != nil {
-		if err := unix.Setfsgid(int(s.cred.Gid)); err != nil {
+func (h *host) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) *FileResult {
+	if cred := h.s.cred; cred != nil {
+		if err := unix.Setfsgid(int(cred.Gid)); err != nil {
 			return failed(fmt.Errorf("setfsgid: %w", err))
 		}
-		if err := unix.Setfsuid(int(s.cred.Uid)); err != nil {
+		if err := unix.Setfsuid(int(cred.Uid)); err != nil {
 			return failed(fmt.Errorf("setfsuid: %w", err))
 		}
 	}
@@ -214,7 +222,7 @@ func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) 
 			return failed(fmt.Errorf("read %s: %w: %d bytes, the cap is %d", clean, homefs.ErrTooLarge, fi.Size, req.MaxBytes))
 		}
 		e := entry(fi)
-		if err := s.send(frameFileDone, id, mustJSON(FileResult{Info: &e})); err != nil {
+		if err := h.send(frameFileDone, id, mustJSON(FileResult{Info: &e})); err != nil {
 			return nil
 		}
 		// Exactly the size announced: a file that grew is cut there, one
@@ -228,7 +236,7 @@ func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) 
 			n, err := f.Read(buf[:min(int64(len(buf)), left)])
 			if n > 0 {
 				left -= int64(n)
-				if s.send(frameData, id, buf[:n]) != nil {
+				if h.send(frameData, id, buf[:n]) != nil {
 					return nil
 				}
 			}
@@ -239,7 +247,7 @@ func (s *server) doFile(id uint32, req FileRequest, op *fileOp, body io.Reader) 
 				return failed(err)
 			}
 		}
-		s.send(frameData, id)
+		h.send(frameData, id)
 		return nil
 	}
 	return failed(fmt.Errorf("unknown file operation %q", req.Op))

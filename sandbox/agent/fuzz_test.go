@@ -86,7 +86,7 @@ func FuzzClient(f *testing.F) {
 		go func() {
 			defer close(agentDone)
 			defer agentW.Close()
-			if writeFrame(agentW, frameReady, 0, []byte(`{"version":2,"pid":1,"files":true}`)) != nil {
+			if writeFrame(agentW, frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: 1, Files: true})) != nil {
 				return
 			}
 			// The host's request first, so that the frames answer a call

@@ -14,18 +14,31 @@ import (
 // connection by at most AuthTimeout this way, never block it.
 const maxHandshakes = 16
 
+// maxHosts bounds the hosts served at once; a connection that
+// authenticates past it is closed. Each gateway replica keeps one
+// connection to a pod, so this is far more than a deployment has.
+const maxHosts = 64
+
 // ServeTLS runs the agent's network mode on ln: it accepts connections,
 // authenticates each with c (TLS with c's certificate, then c's token, all
-// within AuthTimeout) and serves one at a time with Serve; it returns when
-// the connection served ends. Connections that fail are closed and
-// reported to logf (which may be nil).
+// within AuthTimeout) and serves every authenticated one at once, sharing
+// one agent: their commands go through one queue and run one at a time in
+// the order they arrived, whichever connection sent them (a command sent
+// while another host's runs waits for it). Connections that fail are
+// closed and reported to logf (which may be nil).
 //
-// A connection that authenticates while another is served takes over: the
-// served one is closed (its running command killed, as when a host hangs
-// up) and the new one served. Several gateway replicas holding the
-// sandbox's credentials (its Kubernetes Secret) reach the pod this way, one
-// at a time; nobody without the token can, and a peer still authenticating
-// never disturbs the host served.
+// A connection that ends takes only its own work with it: its queued
+// commands are dropped, its running command and its resident process are
+// killed and reaped, its file requests canceled, before anything else of
+// it could run; the other connections' commands go on. Several gateway
+// replicas holding the sandbox's credentials (its Kubernetes Secret) reach
+// the pod this way; nobody without the token can, and a peer still
+// authenticating never disturbs the hosts served. Each host is told of
+// the others (Peers), and one may hold the sandbox (Client.Hold) to have
+// it alone while it archives the home.
+//
+// ServeTLS returns when the last connection served ends, like the stdio
+// mode when its stdin closes (the pod restarts the agent).
 func ServeTLS(ln net.Listener, c Credentials, opts Options, logf func(format string, args ...any)) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -38,7 +51,9 @@ func ServeTLS(ln net.Listener, c Credentials, opts Options, logf func(format str
 		ln.Close()
 		return err
 	}
-	won := make(chan net.Conn, 1)
+	won := make(chan net.Conn)
+	quit := make(chan struct{}) // closed when ServeTLS returns
+	defer close(quit)
 	slots := make(chan struct{}, maxHandshakes)
 	acceptErr := make(chan error, 1)
 	go func() {
@@ -71,40 +86,65 @@ func ServeTLS(ln net.Listener, c Credentials, opts Options, logf func(format str
 				conn.SetDeadline(time.Time{})
 				select {
 				case won <- conn:
-				default: // another connection won first
+				case <-quit: // the agent is done
 					raw.Close()
 				}
 			}()
 		}
 	}()
-	var conn net.Conn
-	select {
-	case conn = <-won:
-	case err := <-acceptErr:
-		return fmt.Errorf("agent: accept: %w", err)
-	}
-	defer ln.Close()
-	for {
-		if tc, ok := conn.(*tls.Conn); ok {
-			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
-				tcp.SetKeepAlive(true)
-				tcp.SetKeepAlivePeriod(15 * time.Second)
-			}
+	var s *server
+	defer func() {
+		ln.Close()
+		if s != nil {
+			s.shutdown()
 		}
-		served := make(chan error, 1)
-		go func(conn net.Conn) { served <- Serve(conn, conn, opts) }(conn)
+	}()
+	ended := make(chan error)
+	served := 0
+	for {
 		select {
-		case err := <-served:
-			conn.Close()
-			if errors.Is(err, io.EOF) {
-				return nil
+		case conn := <-won:
+			if served == maxHosts {
+				logf("refused %s: %d hosts already served", conn.RemoteAddr(), maxHosts)
+				conn.Close()
+				continue
 			}
-			return err
-		case next := <-won:
-			logf("%s took over from %s", next.RemoteAddr(), conn.RemoteAddr())
-			conn.Close()
-			<-served // its commands are killed and reaped
-			conn = next
+			if s == nil {
+				if s, err = start(opts); err != nil {
+					conn.Close()
+					return err
+				}
+			}
+			if tc, ok := conn.(*tls.Conn); ok {
+				if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+					// A host that vanished (its node gone) is found out
+					// within about half a minute of silence, and its
+					// command, which the other hosts' wait for, killed.
+					tcp.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3})
+				}
+			}
+			served++
+			go func() {
+				err := s.serve(conn, conn)
+				conn.Close()
+				if err != nil && !errors.Is(err, io.EOF) {
+					logf("%s: %v", conn.RemoteAddr(), err)
+				}
+				ended <- err
+			}()
+		case err := <-ended:
+			if served--; served == 0 {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		case err := <-acceptErr:
+			if served == 0 {
+				return fmt.Errorf("agent: accept: %w", err)
+			}
+			logf("accept: %v", err)
+			acceptErr = nil // serve the hosts there are
 		}
 	}
 }

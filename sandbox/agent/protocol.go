@@ -63,6 +63,14 @@ const (
 	// this id is up; kill it and report it as timed out. Types 6 to 9 are
 	// in tcp.go and fileproto.go.
 	frameTimeout byte = 10
+	// framePeers: agent → host, id 0; payload: Peers, sent when they
+	// changed (only by an agent whose Hello says Peers).
+	framePeers byte = 11
+	// frameHold: host → agent, no payload: hold the sandbox (Client.Hold);
+	// answered with a Done frame of this id. frameRelease (no payload, no
+	// answer) ends the hold.
+	frameHold    byte = 12
+	frameRelease byte = 13
 )
 
 // Stream identifiers in Output frames.
@@ -90,12 +98,30 @@ type Hello struct {
 	// An older agent would run one as a command and kill it at its end, so
 	// the client refuses them with ErrNoResident instead.
 	Resident bool `json:"resident,omitempty"`
+	// Peers is what the agent tells of the other hosts it serves as this
+	// one connects; set by an agent that then tells of them whenever they
+	// change (framePeers). An older agent never does, and the client
+	// refuses them from one whose Hello has none.
+	Peers *Peers `json:"peers,omitempty"`
+}
+
+// Peers is what the agent tells one host of the other hosts it serves
+// (the other gateway replicas connected to a pod): how many there are and
+// whether one of them has a command running or a file request in
+// progress. A gateway uses them to leave alone a pod another replica
+// still uses (idle sleep, shutdown).
+type Peers struct {
+	Hosts int  `json:"hosts"`
+	Busy  bool `json:"busy"`
 }
 
 // ProtocolVersion is bumped on any incompatible change of the frames.
 // Version 2: the host times commands (frameTimeout); a version 1 agent
-// timed them by its own clock.
-const ProtocolVersion = 2
+// timed them by its own clock. Version 3: the network mode serves every
+// host at once (Peers, Hold); a version 2 agent served the newest alone,
+// closing the one before, which a version 3 gateway would take for a
+// lost pod.
+const ProtocolVersion = 3
 
 // ExecRequest asks the agent to run one command.
 type ExecRequest struct {
@@ -140,6 +166,9 @@ type ExecResult struct {
 	ProcessLimit bool `json:"process_limit,omitempty"`
 	// Error is set when the command could not be started at all.
 	Error string `json:"error,omitempty"`
+	// Held: the command did not run, as another host holds the sandbox
+	// (Client.Hold); the client returns ErrHeld.
+	Held bool `json:"held,omitempty"`
 }
 
 func writeFrame(w io.Writer, typ byte, id uint32, payload ...[]byte) error {

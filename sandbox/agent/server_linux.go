@@ -35,65 +35,79 @@ type Options struct {
 // its user and group, and to kill what the commands leave behind.
 var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 
-// Serve runs the agent: it reads requests from in, writes frames to out and
-// returns when in is closed (the host went away), after killing every
-// process it started. It must run as PID 1 of its own PID namespace: the
-// process-tree kill is kill(-1, SIGKILL), which from PID 1 reaches exactly
-// the sandbox's other processes, however they detached (setsid, double fork,
-// nohup).
+// Serve runs the agent for one host: it reads requests from in, writes
+// frames to out and returns when in is closed (the host went away), after
+// killing every process it started. It must run as PID 1 of its own PID
+// namespace: the process-tree kill is kill(-1, SIGKILL), which from PID 1
+// reaches exactly the sandbox's other processes, however they detached
+// (setsid, double fork, nohup).
 //
 // The agent is meant to run as a user of its own (uid 0 of the sandbox)
 // and to start commands as opts.UID: then no command can signal, ptrace or
 // read the agent, and the commands' RLIMIT_NPROC, counted per user, never
 // counts the agent's own threads.
 func Serve(in io.Reader, out io.Writer, opts Options) error {
+	s, err := start(opts)
+	if err != nil {
+		return err
+	}
+	defer s.shutdown()
+	return s.serve(in, out)
+}
+
+// start makes the agent's state, one per process, that every host served
+// shares: the privileges dropped, the reaper, the one queue of commands and
+// its worker.
+func start(opts Options) (*server, error) {
 	if os.Getpid() != 1 {
-		return errors.New("agent: must run as PID 1 of a PID namespace")
+		return nil, errors.New("agent: must run as PID 1 of a PID namespace")
 	}
 	// Not dumpable, the agent's /proc/1/fd (the pipes to the host), memory,
 	// environment and ptrace are closed to the commands: they cannot forge
 	// frames or drive the agent.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE): %w", err)
+		return nil, fmt.Errorf("agent: prctl(PR_SET_DUMPABLE): %w", err)
 	}
 	cred, err := dropPrivileges(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if opts.Processes > 0 {
 		lim := unix.Rlimit{Cur: uint64(opts.Processes), Max: uint64(opts.Processes)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
-			return fmt.Errorf("agent: setrlimit(RLIMIT_NPROC, %d): %w", opts.Processes, err)
+			return nil, fmt.Errorf("agent: setrlimit(RLIMIT_NPROC, %d): %w", opts.Processes, err)
 		}
 	}
 	// Every command's stdin is /dev/null, opened once.
 	devnull, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("agent: open %s: %w", os.DevNull, err)
+		return nil, fmt.Errorf("agent: open %s: %w", os.DevNull, err)
 	}
-	s := &server{out: out, queue: make(chan job, 128), workerDone: make(chan struct{}), reaped: make(chan struct{}, 1), devnull: devnull, env: os.Environ(), cred: cred, nproc: opts.Processes}
+	s := &server{queue: make(chan job, 128), workerDone: make(chan struct{}), reaped: make(chan struct{}, 1),
+		hosts: map[*host]bool{}, devnull: devnull, env: os.Environ(), cred: cred, nproc: opts.Processes}
+	s.quiet = sync.NewCond(&s.mu)
 	// Every signal is caught and, but for SIGCHLD, dropped: PID 1 must
 	// survive whatever reaches it (commands cannot signal it at all when it
 	// runs as another user; the host stops it with SIGKILL or by closing
 	// its stdin). Caught rather than ignored: an ignored signal would stay
 	// ignored in every command the agent starts, while caught ones are
 	// reset to their defaults by exec.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs)
-	go s.reap(sigs)
+	s.sigs = make(chan os.Signal, 16)
+	signal.Notify(s.sigs)
+	go s.reap(s.sigs)
 	go s.worker()
-	// Serve may run again in this process (ServeTLS: a new host taking
-	// over): once this call's commands are over (stop), its reaper and
-	// /dev/null go, so the next call's reaper is the only one.
-	defer func() {
-		s.stop()
-		signal.Stop(sigs)
-		close(sigs)
-		unix.Close(devnull)
-	}()
-	if err := s.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true, Resident: true})); err != nil {
+	return s, nil
+}
+
+// serve serves one host on in and out until in ends; the host's commands,
+// resident process and file requests end with it (leave).
+func (s *server) serve(in io.Reader, out io.Writer) error {
+	h, peers := s.join(out)
+	defer s.leave(h)
+	if err := h.send(frameReady, 0, mustJSON(Hello{Version: ProtocolVersion, PID: os.Getpid(), Files: true, Resident: true, Peers: &peers})); err != nil {
 		return err
 	}
+	go h.tellPeers()
 	var buf []byte
 	for {
 		typ, id, payload, err := readFrame(in, buf)
@@ -108,20 +122,24 @@ func Serve(in io.Reader, out io.Writer, opts Options) error {
 		case frameExec:
 			var req ExecRequest
 			if err := json.Unmarshal(payload, &req); err != nil {
-				s.send(frameDone, id, mustJSON(ExecResult{ExitCode: -1, Error: "bad request: " + err.Error()}))
+				h.send(frameDone, id, mustJSON(ExecResult{ExitCode: -1, Error: "bad request: " + err.Error()}))
 				continue
 			}
-			s.enqueue(job{id: id, req: req})
+			s.enqueue(job{h: h, id: id, req: req})
 		case frameCancel:
-			if !s.cancelFile(id) {
-				s.cancel(id)
+			if !h.cancelFile(id) {
+				s.cancel(h, id)
 			}
 		case frameTimeout:
-			s.expire(id)
+			s.expire(h, id)
+		case frameHold:
+			s.hold(h, id)
+		case frameRelease:
+			s.release(h)
 		case frameFile:
-			s.startFile(id, payload)
+			h.startFile(id, payload)
 		case frameData:
-			s.fileData(id, payload)
+			h.fileData(id, payload)
 		}
 	}
 }
@@ -182,69 +200,259 @@ func dropPrivileges(opts Options) (*syscall.Credential, error) {
 }
 
 type job struct {
+	h   *host
 	id  uint32
 	req ExecRequest
 }
 
+// server is the agent's state shared by every host it serves: one queue
+// of commands, run one at a time in the order they arrived, whichever
+// host sent them.
 type server struct {
-	wmu sync.Mutex // serializes frames on out
-	out io.Writer
-
 	queue      chan job
 	workerDone chan struct{} // closed when the worker has returned
+	sigs       chan os.Signal
 
-	mu       sync.Mutex
-	mainPID  int                 // the running command's process, 0 if none
-	status   *syscall.WaitStatus // its status once reaped
-	exited   chan struct{}       // closed when mainPID is reaped
-	running  uint32              // id of the running job
-	canceled map[uint32]bool     // ids canceled before or while running
-	reaped   chan struct{}       // pulsed after each reaping round
-	// The host times commands (frameTimeout): started is the id of the
-	// last job the worker took, timeUp is closed when that job's time is
-	// up, and expired holds the ids whose time was up while they waited
-	// in the queue.
-	started uint32
-	timeUp  chan struct{}
-	expired map[uint32]bool
-	// closed: the host is gone (stop); no command starts any more.
-	closed bool
-	// resident is the resident process (ExecRequest.Resident), 0 if none:
-	// killAll spares it and its descendants.
-	resident int
+	mu    sync.Mutex
+	hosts map[*host]bool // the hosts served
+	// holder is the host holding the sandbox (frameHold), nil if none:
+	// the other hosts' commands and file requests are refused (Held)
+	// until it leaves or releases. quiet is signalled whenever what the
+	// hosts have in progress changes (notePeers).
+	holder *host
+	quiet  *sync.Cond
+	// cur is the host whose job the worker has taken (nil between jobs),
+	// curDone closed once the worker is done with it.
+	cur     *host
+	curDone chan struct{}
+	mainPID int                 // the running command's process, 0 if none
+	status  *syscall.WaitStatus // its status once reaped
+	exited  chan struct{}       // closed when mainPID is reaped
+	running uint32              // id of the running job (cur's)
+	reaped  chan struct{}       // pulsed after each reaping round
+	// timeUp is closed when the running job's time is up (frameTimeout).
+	timeUp chan struct{}
+	// resident is the resident process (ExecRequest.Resident), 0 if none,
+	// and residentOf the host that started it: killAll spares it and its
+	// descendants while that host is served.
+	resident   int
+	residentOf *host
 
 	devnull int                 // read-only /dev/null, every command's stdin
 	env     []string            // every command's environment: the agent's own
 	cred    *syscall.Credential // every command's user, nil: the agent's
 	nproc   int64               // the commands' RLIMIT_NPROC, 0 if not set
+}
+
+// host is one host served: a connection (or the stdio pipes) and what it
+// has asked for. Its fields but out and files are guarded by server.mu.
+type host struct {
+	s   *server
+	wmu sync.Mutex // serializes frames on out
+	out io.Writer
+
+	// closed: the host is gone (leave); none of its commands starts any
+	// more.
+	closed   bool
+	canceled map[uint32]bool // ids canceled before or while running
+	// The host times its commands (frameTimeout): started is the id of
+	// its last job the worker took, expired holds the ids whose time was
+	// up while they waited in the queue (answered then).
+	started uint32
+	expired map[uint32]bool
+	// active counts its command running and its file requests in
+	// progress; peers is what it was last told of the other hosts, and
+	// peersChanged pulses when that changed.
+	active       int
+	peers        Peers
+	peersChanged chan struct{}
+	left         chan struct{} // closed by leave
 
 	files fileOps // file requests in progress
 }
 
-func (s *server) send(typ byte, id uint32, payload ...[]byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	return writeFrame(s.out, typ, id, payload...)
+func (h *host) send(typ byte, id uint32, payload ...[]byte) error {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	return writeFrame(h.out, typ, id, payload...)
+}
+
+// join adds a host writing to out and returns what it is first told of
+// the others.
+func (s *server) join(out io.Writer) (*host, Peers) {
+	h := &host{s: s, out: out, peersChanged: make(chan struct{}, 1), left: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hosts[h] = true
+	s.notePeers()
+	return h, h.peers
+}
+
+// leave ends what host h started, before it returns: its queued commands
+// are dropped (the worker skips them), its running command and its
+// resident process are killed and reaped, and its file requests are
+// canceled and waited for, so that nothing of a host gone runs beside the
+// other hosts' commands or lands in the home after them. The other hosts'
+// commands, queued or running, are not touched.
+func (s *server) leave(h *host) {
+	s.mu.Lock()
+	h.closed = true
+	delete(s.hosts, h)
+	s.releaseLocked(h)
+	if s.residentOf == h {
+		res := s.resident
+		s.resident, s.residentOf = 0, nil
+		if s.cur != nil && s.cur != h {
+			// Another host's command runs: only the resident's tree goes.
+			for _, pid := range s.tree(res) {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+	var wait chan struct{}
+	if s.cur == h || s.cur == nil {
+		// Its command, if it has one, is what runs: the worker cannot
+		// start another while s.mu is held. Nothing else runs but the
+		// resident (another host's, spared).
+		s.killAllLocked()
+		if s.cur == h {
+			wait = s.curDone
+		}
+	}
+	s.notePeers()
+	s.mu.Unlock()
+	close(h.left)
+	if wait != nil {
+		<-wait // the worker has reaped it and killed what it left
+	}
+	h.endFiles(fileStopWait)
+}
+
+// notePeers tells each host, when it changed, how many other hosts there
+// are and whether one of them has a command running or a file request in
+// progress (Peers). Called with s.mu held.
+func (s *server) notePeers() {
+	s.quiet.Broadcast()
+	total := 0
+	for h := range s.hosts {
+		total += h.active
+	}
+	for h := range s.hosts {
+		p := Peers{Hosts: len(s.hosts) - 1, Busy: total > h.active}
+		if p != h.peers {
+			h.peers = p
+			select {
+			case h.peersChanged <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// activity adds d to h's active count; a positive d is refused (false)
+// while another host holds the sandbox.
+func (s *server) activity(h *host, d int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d > 0 && s.holder != nil && s.holder != h {
+		return false
+	}
+	h.active += d
+	s.notePeers()
+	return true
+}
+
+// othersActive tells whether a host but h has a command running or a
+// file request in progress. Called with s.mu held.
+func (s *server) othersActive(h *host) bool {
+	for o := range s.hosts {
+		if o != h && o.active > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hold makes h the sandbox's holder (frameHold) and answers id once no
+// other host has a command running or a file request in progress. From
+// the frame on, until h leaves or releases, the other hosts' commands and
+// file requests are refused (Held, ErrHeld): they do not run. A host
+// archiving the home before the pod is deleted holds it, so that nothing
+// another host does meanwhile is lost with the pod. A hold while another
+// host holds is refused.
+func (s *server) hold(h *host, id uint32) {
+	s.mu.Lock()
+	if s.holder != nil && s.holder != h {
+		s.mu.Unlock()
+		h.send(frameDone, id, mustJSON(ExecResult{ExitCode: -1, Error: ErrHeld.Error()}))
+		return
+	}
+	s.holder = h
+	s.mu.Unlock()
+	go func() {
+		s.mu.Lock()
+		for s.holder == h && s.othersActive(h) {
+			s.quiet.Wait()
+		}
+		held := s.holder == h
+		s.mu.Unlock()
+		if held {
+			h.send(frameDone, id, mustJSON(ExecResult{}))
+		}
+	}()
+}
+
+// release ends h's hold, if it holds the sandbox.
+func (s *server) release(h *host) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked(h)
+}
+
+func (s *server) releaseLocked(h *host) {
+	if s.holder != h {
+		return
+	}
+	s.holder = nil
+	s.quiet.Broadcast() // a hold waiting to be answered is over
+}
+
+// tellPeers sends h the latest Peers each time they changed, until h
+// leaves. One goroutine per host: a host that reads slowly holds up only
+// its own frames.
+func (h *host) tellPeers() {
+	for {
+		select {
+		case <-h.left:
+			return
+		case <-h.peersChanged:
+		}
+		h.s.mu.Lock()
+		p := h.peers
+		h.s.mu.Unlock()
+		if h.send(framePeers, 0, mustJSON(p)) != nil {
+			return
+		}
+	}
 }
 
 func (s *server) enqueue(j job) {
 	select {
 	case s.queue <- j:
 	default:
-		s.send(frameDone, j.id, mustJSON(ExecResult{ExitCode: -1, Error: "agent: too many queued commands"}))
+		j.h.send(frameDone, j.id, mustJSON(ExecResult{ExitCode: -1, Error: "agent: too many queued commands"}))
 	}
 }
 
-func (s *server) cancel(id uint32) {
+func (s *server) cancel(h *host, id uint32) {
 	s.mu.Lock()
-	if s.canceled == nil {
-		s.canceled = map[uint32]bool{}
+	defer s.mu.Unlock()
+	if h.canceled == nil {
+		h.canceled = map[uint32]bool{}
 	}
-	s.canceled[id] = true
-	running := s.mainPID != 0 && s.running == id
-	s.mu.Unlock()
-	if running {
-		s.killAll()
+	h.canceled[id] = true
+	if s.mainPID != 0 && s.cur == h && s.running == id {
+		s.killAllLocked()
 	}
 }
 
@@ -283,62 +491,83 @@ func (s *server) reapAll() (any bool) {
 			close(s.exited)
 		}
 		if pid == s.resident {
-			s.resident = 0
+			s.resident, s.residentOf = 0, nil
 		}
 		s.mu.Unlock()
 	}
 }
 
-// expire ends the running command with this id, or the queued one when
-// it starts, as timed out. The host may send it for a command that has
-// just ended: that one is past and the frame is dropped.
-func (s *server) expire(id uint32) {
+// expire ends h's running command with this id as timed out, or answers
+// its queued one as timed out at once (it never runs: the worker skips
+// it), so that a host never waits past a command's time for the commands
+// queued before it, another host's included. The host may send it for a
+// command that has just ended: that one is past and the frame is dropped.
+func (s *server) expire(h *host, id uint32) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	queued := false
 	switch {
-	case id == s.started && s.timeUp != nil:
+	case s.cur == h && id == h.started && s.timeUp != nil:
 		close(s.timeUp)
 		s.timeUp = nil
-	case id > s.started:
-		if s.expired == nil {
-			s.expired = map[uint32]bool{}
+	case id > h.started && !h.expired[id]:
+		if h.expired == nil {
+			h.expired = map[uint32]bool{}
 		}
-		s.expired[id] = true
+		h.expired[id] = true
+		queued = true
+	}
+	s.mu.Unlock()
+	if queued {
+		h.send(frameDone, id, mustJSON(ExecResult{ExitCode: -1, TimedOut: true,
+			Error: "the command's time was up while it waited for the sandbox's commands before it; it did not run"}))
 	}
 }
 
 func (s *server) worker() {
 	defer close(s.workerDone)
 	for j := range s.queue {
-		timeUp := make(chan struct{})
+		h := j.h
 		s.mu.Lock()
-		if s.closed {
+		if h.closed {
 			s.mu.Unlock()
 			continue // queued for a host that is gone: dropped unanswered
 		}
-		canceled := s.canceled[j.id]
-		delete(s.canceled, j.id)
-		expired := s.expired[j.id]
-		for id := range s.expired {
+		if s.holder != nil && h != s.holder {
+			s.mu.Unlock()
+			h.send(frameDone, j.id, mustJSON(ExecResult{ExitCode: -1, Held: true, Error: ErrHeld.Error()}))
+			continue
+		}
+		canceled := h.canceled[j.id]
+		delete(h.canceled, j.id)
+		expired := h.expired[j.id]
+		for id := range h.expired {
 			if id <= j.id {
-				delete(s.expired, id)
+				delete(h.expired, id)
 			}
 		}
-		s.started, s.timeUp = j.id, timeUp
-		s.mu.Unlock()
-		var res ExecResult
-		switch {
-		case canceled:
-			res = ExecResult{ExitCode: -1, Canceled: true}
-		case expired:
-			res = ExecResult{ExitCode: -1, TimedOut: true}
-		default:
-			res = s.run(j, timeUp)
+		h.started = j.id
+		if expired {
+			s.mu.Unlock()
+			continue // answered when its time was up
 		}
-		s.mu.Lock()
-		s.timeUp = nil
+		if canceled {
+			s.mu.Unlock()
+			h.send(frameDone, j.id, mustJSON(ExecResult{ExitCode: -1, Canceled: true}))
+			continue
+		}
+		timeUp, done := make(chan struct{}), make(chan struct{})
+		s.cur, s.curDone, s.timeUp = h, done, timeUp
+		h.active++
+		s.notePeers()
 		s.mu.Unlock()
-		s.send(frameDone, j.id, mustJSON(res))
+		res := s.run(j, timeUp)
+		h.send(frameDone, j.id, mustJSON(res))
+		s.mu.Lock()
+		s.cur, s.curDone, s.timeUp = nil, nil, nil
+		h.active--
+		s.notePeers()
+		s.mu.Unlock()
+		close(done)
 	}
 }
 
@@ -349,7 +578,7 @@ func (s *server) worker() {
 // os.File: Go's poller would add an EAGAIN read, epoll_ctl calls and an
 // epoll wait per stream and command, and every syscall is a trip into the
 // sentry under gVisor.
-func (s *server) capture(id uint32, stream byte, r int, max int, total *int64, done *sync.WaitGroup) {
+func (s *server) capture(h *host, id uint32, stream byte, r int, max int, total *int64, done *sync.WaitGroup) {
 	defer done.Done()
 	defer unix.Close(r)
 	buf := make([]byte, 32<<10)
@@ -363,7 +592,7 @@ func (s *server) capture(id uint32, stream byte, r int, max int, total *int64, d
 			*total += int64(n)
 			if keep := min(n, max-kept); keep > 0 {
 				kept += keep
-				s.send(frameOutput, id, []byte{stream}, buf[:keep])
+				h.send(frameOutput, id, []byte{stream}, buf[:keep])
 			}
 		}
 		if err != nil || n <= 0 {
@@ -383,7 +612,7 @@ func (s *server) run(j job, timeUp <-chan struct{}) (res ExecResult) {
 	}
 	argv := append(append([]string(nil), req.Shell...), req.Command)
 	if req.Resident {
-		return s.startResident(argv, req.Dir)
+		return s.startResident(j.h, argv, req.Dir)
 	}
 	var outP, errP [2]int
 	if err := unix.Pipe2(outP[:], unix.O_CLOEXEC); err != nil {
@@ -402,9 +631,9 @@ func (s *server) run(j job, timeUp <-chan struct{}) (res ExecResult) {
 		Sys:   &syscall.SysProcAttr{Setsid: true, Credential: s.cred},
 	}
 	s.mu.Lock()
-	if s.closed {
-		// stop has killed what ran and is waiting for this worker: no
-		// command may start after that kill.
+	if j.h.closed {
+		// leave has killed what ran and is waiting for this worker: no
+		// command of its host may start after that kill.
 		s.mu.Unlock()
 		for _, fd := range []int{outR, outW, errR, errW} {
 			unix.Close(fd)
@@ -428,8 +657,8 @@ func (s *server) run(j job, timeUp <-chan struct{}) (res ExecResult) {
 
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go s.capture(j.id, Stdout, outR, req.MaxBytes, &res.StdoutBytes, &readers)
-	go s.capture(j.id, Stderr, errR, req.MaxBytes, &res.StderrBytes, &readers)
+	go s.capture(j.h, j.id, Stdout, outR, req.MaxBytes, &res.StdoutBytes, &readers)
+	go s.capture(j.h, j.id, Stderr, errR, req.MaxBytes, &res.StderrBytes, &readers)
 
 	// While the command runs, look every limitPoll for it at the process
 	// limit: a fork that failed there leaves no trace the agent could read
@@ -479,9 +708,9 @@ wait:
 	s.mu.Lock()
 	ws := *s.status
 	s.mainPID = 0
-	if s.canceled[j.id] {
+	if j.h.canceled[j.id] {
 		res.Canceled = true
-		delete(s.canceled, j.id)
+		delete(j.h.canceled, j.id)
 	}
 	s.mu.Unlock()
 	switch {
@@ -501,11 +730,11 @@ wait:
 // processes take a moment to become reapable zombies.
 func (s *server) waitIdle() {
 	for {
-		if s.residentPID() == 0 {
+		if res := s.residentPID(); res == 0 {
 			if err := unix.Kill(-1, 0); err == unix.ESRCH {
 				return
 			}
-		} else if len(s.others()) == 0 {
+		} else if len(s.others(res)) == 0 {
 			return
 		}
 		s.killAll()
@@ -588,11 +817,19 @@ func countTasks() int {
 // killAll sends SIGKILL to every process of the sandbox except the agent
 // and, when there is one, the resident process and its descendants.
 func (s *server) killAll() {
-	if s.residentPID() == 0 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killAllLocked()
+}
+
+// killAllLocked is killAll with s.mu held: no command starts meanwhile,
+// so the kill reaches the command it was meant for and no other.
+func (s *server) killAllLocked() {
+	if s.resident == 0 {
 		unix.Kill(-1, unix.SIGKILL)
 		return
 	}
-	for _, pid := range s.others() {
+	for _, pid := range s.others(s.resident) {
 		unix.Kill(pid, unix.SIGKILL)
 	}
 }
@@ -603,16 +840,20 @@ func (s *server) residentPID() int {
 	return s.resident
 }
 
-// others lists the processes that are neither the agent nor the resident
-// or one of its descendants, by the parents /proc gives. A process whose
-// parent cannot be read counts as another (it is killed): a resident's
-// child is reparented to the agent, not to the resident, when its parent
-// dies, so nothing a command starts can join the resident's tree.
-func (s *server) others() []int {
-	res := s.residentPID()
+// others lists the processes that are neither the agent nor res (the
+// resident) or one of its descendants; tree lists those that are.
+func (s *server) others(res int) []int { _, out := split(res); return out }
+func (s *server) tree(res int) []int   { in, _ := split(res); return in }
+
+// split divides the processes but the agent into res and its descendants
+// and the others, by the parents /proc gives. A process whose parent
+// cannot be read counts as another (it is killed): a resident's child is
+// reparented to the agent, not to the resident, when its parent dies, so
+// nothing a command starts can join the resident's tree.
+func split(res int) (in, out []int) {
 	proc, err := os.Open("/proc")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	names, _ := proc.Readdirnames(-1)
 	proc.Close()
@@ -641,26 +882,27 @@ func (s *server) others() []int {
 		}
 		return false
 	}
-	var out []int
 	for pid := range parent {
-		if !inTree(pid) {
+		if inTree(pid) {
+			in = append(in, pid)
+		} else {
 			out = append(out, pid)
 		}
 	}
-	return out
+	return in, out
 }
 
-// startResident starts argv as the resident process, after killing the
-// one before it and its descendants. It is answered at once: exit code 0
-// once it has started.
-func (s *server) startResident(argv []string, dir string) ExecResult {
+// startResident starts argv as h's resident process, after killing the
+// one before it (whichever host started it) and its descendants. It is
+// answered at once: exit code 0 once it has started.
+func (s *server) startResident(h *host, argv []string, dir string) ExecResult {
 	s.mu.Lock()
-	if s.closed {
+	if h.closed {
 		s.mu.Unlock()
 		return ExecResult{ExitCode: -1, Canceled: true}
 	}
 	old := s.resident
-	s.resident = 0
+	s.resident, s.residentOf = 0, nil
 	s.mu.Unlock()
 	if old != 0 {
 		// Now not spared: the old resident's tree goes with the rest.
@@ -684,31 +926,24 @@ func (s *server) startResident(argv []string, dir string) ExecResult {
 	if err != nil {
 		return ExecResult{ExitCode: 127, Error: "start " + argv[0] + ": " + err.Error()}
 	}
-	s.resident = pid
+	s.resident, s.residentOf = pid, h
 	return ExecResult{}
 }
 
-// stop ends this Serve's commands and file requests before it returns: no
-// command starts any more and queued ones are dropped, the running one and
-// whatever it left are killed and reaped, and the worker has returned —
-// after its own kill and reaping of the command it ran. Without the wait, a
-// worker of a connection taken over (ServeTLS) still ended its killed
-// command by killing every process of the sandbox, or started the next
-// queued one, while the new host's commands ran. File requests are
-// canceled and waited for too (endFiles), so that no write of the old host
-// lands in the home after the new one is served. That wait is bounded:
-// on stdin and stdout a send can block on a host that stopped reading
-// without closing; a closed connection (ServeTLS) fails it at once.
-func (s *server) stop() {
+// shutdown ends the agent's work once every host has left: the worker
+// returns (after the kill and reaping of what ran), whatever is left is
+// killed and reaped, and the reaper and /dev/null go.
+func (s *server) shutdown() {
 	s.mu.Lock()
-	s.closed = true
-	s.resident = 0 // the resident goes too
+	s.resident, s.residentOf = 0, nil
 	s.mu.Unlock()
 	close(s.queue)
+	<-s.workerDone
 	s.killAll()
 	s.waitIdle()
-	<-s.workerDone
-	s.endFiles(fileStopWait)
+	signal.Stop(s.sigs)
+	close(s.sigs)
+	unix.Close(s.devnull)
 }
 
 // fileStopWait bounds how long stop waits for file requests.

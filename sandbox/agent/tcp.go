@@ -16,10 +16,11 @@ package agent
 //     Only then does it send Ready: an unauthenticated peer never sees a
 //     frame.
 //
-// The agent serves one authenticated connection at a time, the newest (a
-// gateway replica that connects takes the agent over from another), and
-// exits when the one it serves ends, like the stdio mode exits when its
-// stdin closes (the pod restarts it).
+// The agent serves every authenticated connection at once (each gateway
+// replica keeps one), their commands through one queue, one at a time in
+// the order they arrived (ServeTLS), and exits when the last one it
+// serves ends, like the stdio mode exits when its stdin closes (the pod
+// restarts it).
 
 import (
 	"context"

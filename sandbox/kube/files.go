@@ -26,9 +26,9 @@ import (
 // pod's home.
 
 // withAgent holds the named sandbox, wakes its pod and runs fn with its
-// agent.
-func (s *Sandboxes) withAgent(ctx context.Context, name string, fn func(c *agent.Client) error) error {
-	return s.holdAgent(ctx, name, func(c *agent.Client, release func()) error {
+// agent; readOnly says fn changes nothing in the pod (retries.readOnly).
+func (s *Sandboxes) withAgent(ctx context.Context, name string, readOnly bool, fn func(c *agent.Client) error) error {
+	return s.holdAgent(ctx, name, readOnly, func(c *agent.Client, release func()) error {
 		err := fn(c)
 		if err == nil {
 			release()
@@ -41,36 +41,42 @@ func (s *Sandboxes) withAgent(ctx context.Context, name string, fn func(c *agent
 // itself (at once, or when what it returns is closed). When fn fails,
 // holdAgent releases it after looking at the error, still holding it so
 // that no other call of this process wakes the pod meanwhile.
-func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent.Client, release func()) error) error {
+func (s *Sandboxes) holdAgent(ctx context.Context, name string, readOnly bool, fn func(c *agent.Client, release func()) error) error {
 	e, release, err := s.hold(ctx, name, false)
 	if err != nil {
 		return err
 	}
 	e.lastUsed.Store(time.Now().UnixNano())
-	if err := s.wake(ctx, name); err != nil {
-		release()
-		return err
-	}
-	c, err := s.b.Agent(name)
-	if err != nil {
-		release()
-		return err
-	}
 	done := func() {
 		e.lastUsed.Store(time.Now().UnixNano())
 		release()
 	}
-	err = fn(c, done)
+	tries := retries{readOnly: readOnly}
+	for {
+		if err := s.wake(ctx, name); err != nil {
+			release()
+			return err
+		}
+		c, aerr := s.b.Agent(name)
+		if aerr != nil {
+			release()
+			return aerr
+		}
+		err = fn(c, done)
+		again, werr := s.again(ctx, name, err, &tries)
+		switch {
+		case werr != nil:
+			err = werr
+		case again:
+			continue
+		}
+		break
+	}
 	if err != nil {
 		defer done()
 	}
 	if err != nil && e.destroying.Load() {
 		return sandbox.ErrDestroyed
-	}
-	if errors.Is(err, agent.ErrClosed) && s.b.TakenOver(context.WithoutCancel(ctx), name) {
-		// The pod's agent serves one host at a time: a call through
-		// another replica connected to it during this one.
-		return fmt.Errorf("%w: %w", errFileTakenOver, sandbox.ErrBusy)
 	}
 	if errors.Is(err, agent.ErrNoFiles) {
 		return fmt.Errorf("kube: sandbox %s: %w: %w", name, err, sandbox.ErrNotSupported)
@@ -81,43 +87,13 @@ func (s *Sandboxes) holdAgent(ctx context.Context, name string, fn func(c *agent
 	return nil
 }
 
-// errFileTakenOver: a file call was cut short by another replica's
-// takeover of the pod (it matches sandbox.ErrBusy, as a command cut short
-// does).
-var errFileTakenOver = errors.New("another gateway replica took the sandbox's pod over during this file call")
-
-// retryTakenOver runs a file call that changes nothing (list, stat, the
-// opening of a read) and, when another replica's takeover cut it short,
-// again, up to maxFileRetries times: it connects again, taking the pod
-// back, as the call would have had it come a moment later. The other
-// replica's call, cut short in turn, does the same; a random wait before
-// each try keeps the two from meeting again, and the bound ends a
-// contest that lasts (sandbox.ErrBusy).
-func (s *Sandboxes) retryTakenOver(ctx context.Context, call func() error) error {
-	err := call()
-	for try := 0; try < maxFileRetries && errors.Is(err, errFileTakenOver); try++ {
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(s.b.randomWait()):
-		}
-		err = call()
-	}
-	return err
-}
-
-// maxFileRetries bounds retryTakenOver.
-const maxFileRetries = 4
-
 // ListFiles lists one page of the regular files of the named sandbox's
 // home (sandbox.Manager.ListFiles' rules and order).
 func (s *Sandboxes) ListFiles(ctx context.Context, name string, opts sandbox.ListOptions) (sandbox.FileList, error) {
 	var l sandbox.FileList
-	err := s.retryTakenOver(ctx, func() error {
-		return s.withAgent(ctx, name, func(c *agent.Client) (err error) {
-			l, err = c.ListFiles(ctx, s.b.cfg.HomeDir, opts)
-			return err
-		})
+	err := s.withAgent(ctx, name, true, func(c *agent.Client) (err error) {
+		l, err = c.ListFiles(ctx, s.b.cfg.HomeDir, opts)
+		return err
 	})
 	return l, err
 }
@@ -129,11 +105,9 @@ func (s *Sandboxes) StatFile(ctx context.Context, name, rel string) (sandbox.Fil
 		return sandbox.FileInfo{}, err
 	}
 	var fi sandbox.FileInfo
-	err = s.retryTakenOver(ctx, func() error {
-		return s.withAgent(ctx, name, func(c *agent.Client) (err error) {
-			fi, err = c.StatFile(ctx, s.b.cfg.HomeDir, clean)
-			return err
-		})
+	err = s.withAgent(ctx, name, true, func(c *agent.Client) (err error) {
+		fi, err = c.StatFile(ctx, s.b.cfg.HomeDir, clean)
+		return err
 	})
 	return fi, err
 }
@@ -146,15 +120,13 @@ func (s *Sandboxes) OpenFile(ctx context.Context, name, rel string, maxBytes int
 		return nil, err
 	}
 	var f *sandbox.File
-	err = s.retryTakenOver(ctx, func() error {
-		return s.holdAgent(ctx, name, func(c *agent.Client, release func()) error {
-			fi, r, err := c.OpenFile(ctx, s.b.cfg.HomeDir, clean, maxBytes)
-			if err != nil {
-				return err
-			}
-			f = sandbox.NewFile(fi, &releaser{ReadCloser: r, release: release})
-			return nil
-		})
+	err = s.holdAgent(ctx, name, true, func(c *agent.Client, release func()) error {
+		fi, r, err := c.OpenFile(ctx, s.b.cfg.HomeDir, clean, maxBytes)
+		if err != nil {
+			return err
+		}
+		f = sandbox.NewFile(fi, &releaser{ReadCloser: r, release: release})
+		return nil
 	})
 	return f, err
 }
@@ -197,12 +169,20 @@ func (s *Sandboxes) PutFile(ctx context.Context, name, rel string, r io.Reader) 
 		return sandbox.FileInfo{}, err
 	}
 	var fi sandbox.FileInfo
-	err = s.withAgent(ctx, name, func(c *agent.Client) (err error) {
+	err = s.withAgent(ctx, name, false, func(c *agent.Client) (err error) {
 		fi, err = c.PutFile(ctx, s.b.cfg.HomeDir, clean, r, 0)
+		if errors.Is(err, agent.ErrHeld) {
+			// Not made again: the agent refused it as the bytes left.
+			return errWriteHeld
+		}
 		return err
 	})
 	return fi, err
 }
+
+// errWriteHeld: a write refused while another replica held the pod to put
+// it to sleep.
+var errWriteHeld = fmt.Errorf("another gateway replica is putting the sandbox to sleep: %w", sandbox.ErrBusy)
 
 // RemoveFile deletes the regular file at rel; anything else there is
 // sandbox.ErrNotRegular and stays.
@@ -211,7 +191,7 @@ func (s *Sandboxes) RemoveFile(ctx context.Context, name, rel string) error {
 	if err != nil {
 		return err
 	}
-	return s.withAgent(ctx, name, func(c *agent.Client) error {
+	return s.withAgent(ctx, name, false, func(c *agent.Client) error {
 		return c.RemoveFile(ctx, s.b.cfg.HomeDir, clean)
 	})
 }

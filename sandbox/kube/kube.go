@@ -30,7 +30,8 @@
 // sandbox whose pod another Backend started adopts that pod (its Secret
 // holds the agent's credentials), and of two Backends waking one sandbox
 // at once the first to create its Secret starts the pod and the other
-// adopts it. The agent serves one connection at a time, the newest.
+// adopts it. The agent serves every replica's connection at once, their
+// commands one at a time in the order they reach it.
 //
 // Example:
 //
@@ -70,15 +71,20 @@
 // certificate, then the token as the first frame; the agent answers Ready only
 // after it), and calls `Archiver.Restore`. Any failure deletes the three
 // objects. `Sleep` calls `Archiver.Archive` while the pod runs and deletes the
-// objects only if it succeeded. The agent serves one connection at a time
-// (a newly authenticated one takes over, closing the old one, killing its
-// command and dropping those it queued, canceling its file requests — an
-// unfinished upload leaves no temporary file; the new one is served only once
-// the old one's worker and file requests have finished, so nothing of the old
-// connection runs beside the new one's commands or lands in the home after
-// them) and exits when the one it serves ends; `restartPolicy: Always`
-// restarts it with the same Secret, so a pod whose gateway died is adopted
-// with its home by the next Wake.
+// objects only if it succeeded. The agent serves every authenticated
+// connection at once (`agent.ServeTLS`): their commands go through one queue
+// and run one at a time in the order they arrived, so a call through one
+// replica waits for another replica's running command instead of stopping
+// it; file requests run beside them, each on its own. A connection that ends
+// takes only its own work: its queued commands are dropped, its running
+// command and resident process killed and reaped, its file requests
+// canceled (an unfinished upload leaves no temporary file) before anything
+// else of it could run. Each connection is told of the others (`agent.Peers`:
+// how many, and whether one has a call in progress). The agent exits when
+// the last connection ends; `restartPolicy: Always` restarts it with the
+// same Secret, so a pod whose gateway died is adopted with its home by the
+// next Wake (a dead gateway's half-open connection is found out by TCP
+// keepalive within about half a minute, its command then killed).
 //
 // Replicas: every `kube.Backend` on one cluster serves every sandbox.
 // `Wake(id)` first adopts: the pod named from the id, once Ready and marked
@@ -88,20 +94,26 @@
 // creates the objects; the Secret create decides between racing replicas
 // (AlreadyExists: adopt the winner's pod, polling until it is restored).
 // Leftovers that never became a usable pod within ReadyTimeout are deleted.
-// `Awake` means an open connection here: one taken over by another replica
-// is closed by the agent and dropped, so the next call adopts again (no API
-// call while it stays open). A connection that ends during a command is a
-// takeover (`sandbox.ErrBusy`, pod kept) when the pod is still Ready with the
-// same UID and no container restart, else a lost pod as before; a file call
-// that changes nothing (list, stat, opening a read) cut short that way is
-// tried again up to four times after a random wait, and a dial whose
-// handshake another replica's connection cut short (the agent serves the
-// newest) is made again up to five times, so two replicas waking one
-// sandbox at once both get it in turn. `Sleep`
-// adopts first when needed, so any replica can archive and delete; idle
-// sleep runs only where the connection is live, i.e. on the replica of the
-// last call. A sleeping sandbox has no pod: a replica that does not know a
-// name with no pod asks `Archiver.Has` (kubehome: `Exists` of the manifest
+// `Awake` means an open connection here (no API call while it stays open);
+// one that ended is dropped and the next call adopts again. A connection
+// that ends during a command whose pod is gone, being deleted or replaced
+// (`Ended`: another replica's Sleep or Destroy) is answered `Restarted`
+// saying so, touching nothing; else the pod is lost as before (archived if
+// it can be, else its objects deleted, its archived home kept). A dial
+// whose handshake was cut short (an agent exiting as its last connection
+// ended) is made again up to five times. `Sleep` adopts first when needed,
+// so any replica can archive and delete, and holds the pod while it
+// archives (`agent.Client.Hold`: it waits for another replica's call in
+// progress; then the agent refuses the others' commands and file requests
+// without running them, `agent.ErrHeld`, until the pod is gone or the hold
+// released; `Sandboxes` waits and makes them again in the pod it then
+// wakes, but an upload, whose bytes went, is `sandbox.ErrBusy`; a request
+// the connection never sent, `agent.ErrUnsent`, is made again too). Idle
+// sleep counts the other replicas' calls as use (the agent's Peers: none
+// in progress, the last one begun or ended IdleTimeout ago), and a
+// replica shutting down leaves running the pods another replica is
+// connected to. A sleeping sandbox has no pod: a replica that does not
+// know a name with no pod asks `Archiver.Has` (kubehome: `Exists` of the manifest
 // key); an archived name is remembered as if created there (Status
 // sleeping; file calls, Sleep and Destroy proceed, file calls waking it),
 // neither pod nor archive is `sandbox.ErrNotFound`. An archive whose
@@ -120,7 +132,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -290,11 +301,9 @@ func (b *Backend) claim(id string) (release func(), err error) {
 type pod struct {
 	name   string
 	client *agent.Client
-	// uid and restarts are the pod's when it was dialled: a connection
-	// that ends while both are unchanged was taken over by another
-	// replica (the agent serves one host at a time), not lost.
-	uid      string
-	restarts int32
+	// uid is the pod's: a connection that ends while another pod (or
+	// none) has the name went with its pod (Ended).
+	uid string
 }
 
 // live tells whether p's connection is still open.
@@ -463,7 +472,7 @@ func (b *Backend) Wake(ctx context.Context, id string, opts Options) (err error)
 			b.mu.Unlock()
 			return fmt.Errorf("%w: %s", ErrAwake, id)
 		}
-		delete(b.awake, id) // taken over or lost: look again
+		delete(b.awake, id) // ended: look again
 	}
 	b.mu.Unlock()
 	// Another replica may have the pod, or be starting it: the pod's name
@@ -593,15 +602,7 @@ func (b *Backend) attach(ctx context.Context, id string, kp *corev1.Pod) (*pod, 
 		return nil, fmt.Errorf("kube: agent of pod %s: %w", name, err)
 	}
 	b.cfg.Logger.Info("sandbox pod adopted", "sandbox", id, "pod", name, "ip", kp.Status.PodIP)
-	return &pod{name: name, client: client, uid: string(kp.UID), restarts: restarts(kp)}, nil
-}
-
-func restarts(kp *corev1.Pod) int32 {
-	var n int32
-	for _, cs := range kp.Status.ContainerStatuses {
-		n += cs.RestartCount
-	}
-	return n
+	return &pod{name: name, client: client, uid: string(kp.UID)}, nil
 }
 
 // create makes sandbox id's objects, waits for the pod, restores its home
@@ -779,7 +780,8 @@ func podState(p *corev1.Pod) (ready bool, why string, stuck bool) {
 
 // dialAgent retries until the agent listens (Ready means the container
 // started, not that the agent's socket is open yet) and, a few times, a
-// handshake that another replica's connection cut short.
+// handshake cut short: the agent exits when the last host it serves
+// leaves, and the pod starts it again.
 func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credentials) (*agent.Client, error) {
 	for cuts := 0; ; {
 		client, err := b.cfg.Dial(ctx, addr, c)
@@ -791,38 +793,22 @@ func (b *Backend) dialAgent(ctx context.Context, addr string, c agent.Credential
 		case errors.As(err, &ne) && ne.Op == "dial":
 			// not listening yet: wait for it
 		case cutShort(err) && cuts < maxHandshakeCuts:
-			// The agent serves the newest connection: another replica's,
-			// made during this handshake, took it before its Ready. That
-			// replica may be retrying too: a random wait keeps the two
-			// from meeting again.
 			cuts++
 		default:
 			return nil, err // reached something that refused us: no retry
 		}
-		wait := b.cfg.PollInterval
-		if cuts > 0 {
-			wait = b.randomWait()
-		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(wait):
+		case <-time.After(b.cfg.PollInterval):
 		}
 	}
 }
 
-// randomWait is a wait between 0 and twice the poll interval, before
-// trying again what another replica's call cut short: that replica may be
-// trying again too, and at a fixed interval the two would meet again.
-func (b *Backend) randomWait() time.Duration {
-	return time.Duration(rand.Int64N(int64(2*b.cfg.PollInterval) + 1))
-}
-
 // maxHandshakeCuts is how many times a connection to an agent that ended
-// during its handshake is made again: as often as another replica may
-// take the agent over at the same moment, not so often that an agent
-// refusing the credentials (it closes the connection too) is retried
-// for long.
+// during its handshake is made again: enough for an agent exiting as this
+// one connects, not so many that an agent refusing the credentials (it
+// closes the connection too) is retried for long.
 const maxHandshakeCuts = 5
 
 // cutShort tells whether err ended a connection that the peer closed.
@@ -891,11 +877,14 @@ func (b *Backend) Pods(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// TakenOver tells, after sandbox id's connection ended, whether another
-// replica took the agent over (the same pod, Ready, its container not
-// restarted) rather than the pod being lost; the connection is forgotten
-// either way.
-func (b *Backend) TakenOver(ctx context.Context, id string) bool {
+// Ended forgets sandbox id's connection after it ended during a call and
+// tells whether its pod went with it by another replica's hand: the pod
+// is replaced by another, or gone or being deleted with its restored mark
+// deleted first (a Sleep or Destroy through that replica), rather than
+// lost (its agent died in a pod still there, or the pod was deleted by
+// someone else: an eviction, kubectl). The agent serves every replica at once, so a
+// connection never ends because another replica connected.
+func (b *Backend) Ended(ctx context.Context, id string) bool {
 	b.mu.Lock()
 	p := b.awake[id]
 	b.mu.Unlock()
@@ -909,7 +898,7 @@ func (b *Backend) TakenOver(ctx context.Context, id string) bool {
 		}
 	}
 	b.mu.Lock()
-	if p != nil && !p.live() {
+	if p != nil && !p.live() && b.awake[id] == p {
 		delete(b.awake, id)
 	}
 	b.mu.Unlock()
@@ -917,17 +906,26 @@ func (b *Backend) TakenOver(ctx context.Context, id string) bool {
 		return false
 	}
 	kp, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
-	if err != nil || kp.DeletionTimestamp != nil || string(kp.UID) != p.uid || restarts(kp) != p.restarts {
+	switch {
+	case err == nil && string(kp.UID) != p.uid:
+		return true // another replica woke it again since
+	case err == nil && kp.DeletionTimestamp == nil, err != nil && !apierrors.IsNotFound(err):
 		return false
 	}
-	ready, _, _ := podState(kp)
-	return ready
+	// The pod is going or gone: by a replica's Sleep or Destroy when its
+	// restored mark went first (deleteObjects), else by someone else (an
+	// eviction, kubectl delete), which is a lost pod.
+	_, err = b.cs.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, RestoredName(id), metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 // Sleep archives sandbox id's home and then deletes its pod, whichever
-// replica started it (Sleep adopts it first). When the
-// archive fails the pod is kept (still awake) and the error matches
-// ErrArchive: deleting it would lose the files.
+// replica started it (Sleep adopts it first). It holds the pod first
+// (agent.Client.Hold): it waits for another replica's call in progress, and
+// the agent then refuses another replica's calls without running them
+// until the pod is deleted. When the archive fails the pod is kept (still
+// awake, the hold released) and the error matches ErrArchive: deleting it
+// would lose the files.
 func (b *Backend) Sleep(ctx context.Context, id string) error {
 	release, err := b.claim(id)
 	if err != nil {
@@ -938,8 +936,8 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 	p := b.awake[id]
 	b.mu.Unlock()
 	if p == nil || !p.live() {
-		// Started by another replica, or taken over by one: the archive
-		// goes through a connection of our own.
+		// Started by another replica, or our connection ended: the
+		// archive goes through a connection of our own.
 		var err error
 		if p, err = b.adopt(ctx, id); errors.Is(err, errNoPod) {
 			return fmt.Errorf("%w: %s", ErrNotAwake, id)
@@ -948,8 +946,15 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 		}
 		b.keep(id, p)
 	}
+	// Held, the pod runs nothing of another replica's until it is
+	// deleted (or, when the archive fails, this connection is closed).
+	if err := p.client.Hold(ctx); err != nil {
+		p.client.Release() // a hold answered late ends too
+		return fmt.Errorf("kube: sleep %s: %w", id, err)
+	}
 	if b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Archive(ctx, id, home{b, p}); err != nil {
+			p.client.Release()
 			return fmt.Errorf("%w: %s: %w", ErrArchive, id, err)
 		}
 	}
@@ -967,6 +972,12 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 // Destroy deletes sandbox id's objects without archiving, then its
 // archived home (Archiver.Delete).
 func (b *Backend) Destroy(ctx context.Context, id string) error {
+	return b.remove(ctx, id, true)
+}
+
+// remove disconnects from sandbox id's pod and deletes its objects, and
+// its archived home too when home is set.
+func (b *Backend) remove(ctx context.Context, id string, home bool) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -985,7 +996,7 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	if err := b.deleteObjects(ctx, id); err != nil {
 		return err
 	}
-	if b.cfg.Archiver != nil {
+	if home && b.cfg.Archiver != nil {
 		if err := b.cfg.Archiver.Delete(ctx, id); err != nil {
 			return fmt.Errorf("kube: destroy %s: archived home: %w", id, err)
 		}

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,8 +12,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellgate/shellgate/sandbox"
+	"github.com/shellgate/shellgate/sandbox/homearchive"
 	"github.com/shellgate/shellgate/sandbox/kube"
+	"github.com/shellgate/shellgate/sandbox/kube/kubehome"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
+	"github.com/shellgate/shellgate/testenv"
 )
 
 // Several gateway replicas on one cluster: each test's replicas are
@@ -38,6 +42,21 @@ func podCreates(c *kubetest.Cluster) int {
 	return n
 }
 
+// gatedArchiver is an Archiver whose Archive, while gate is set, says it
+// began (entered) and waits for gate to close.
+type gatedArchiver struct {
+	kube.Archiver
+	gate, entered chan struct{}
+}
+
+func (g *gatedArchiver) Archive(ctx context.Context, id string, h kube.Home) error {
+	if g.gate != nil {
+		close(g.entered)
+		<-g.gate
+	}
+	return g.Archiver.Archive(ctx, id, h)
+}
+
 func mustExec(t *testing.T, s *kube.Sandboxes, name, command string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -52,8 +71,8 @@ func mustExec(t *testing.T, s *kube.Sandboxes, name, command string) string {
 // TestReplicasAcross: a container created through replica A is served by
 // replica B from its pod and Secret in the API server: 1. B knows it (Status,
 // List) though it never saw it; 2. B's command sees A's file, in A's pod
-// (no second pod); 3. B's file calls reach the same home; 4. A, whose
-// connection B took over, connects again and sees B's writes.
+// (no second pod); 3. B's file calls reach the same home; 4. A, still
+// connected beside B, sees B's writes.
 func TestReplicasAcross(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
@@ -92,7 +111,7 @@ func TestReplicasAcross(t *testing.T) {
 
 // TestReplicasSleepWake: 1. B puts A's container to sleep (B adopts the pod
 // to archive through its own connection; the objects are deleted); 2. A
-// sees it sleeping; 3. A's next command wakes it in a new pod with the
+// sees it sleeping (once its own connection ended with the pod); 3. A's next command wakes it in a new pod with the
 // files.
 func TestReplicasSleepWake(t *testing.T) {
 	c := kubetest.NewCluster(t)
@@ -107,7 +126,10 @@ func TestReplicasSleepWake(t *testing.T) {
 	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 || arch.Archives != 1 {
 		t.Fatalf("1: left %d pods, %d secrets, %d policies; %d archives", p, sec, n, arch.Archives)
 	}
-	if st, err := a.Status("c1"); err != nil || st != sandbox.Sleeping {
+	// A's connection to the deleted pod ends as the pod goes, a moment
+	// after B's Sleep returned.
+	if !testenv.Eventually(10*time.Second, func() bool { st, err := a.Status("c1"); return err == nil && st == sandbox.Sleeping }) {
+		st, err := a.Status("c1")
 		t.Fatalf("2: %v %v", st, err)
 	}
 	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" {
@@ -145,10 +167,8 @@ func TestReplicasWakeRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// A file call wakes without running a command, so the two
-				// wakes meet without a takeover cutting a command short;
-				// a stat cut short by the other's takeover (the agent
-				// serves one host at a time) is tried again.
+				// A file call wakes without running a command: the two
+				// wakes meet, and both then reach the one pod.
 				_, errs[j] = s.StatFile(ctx, "c1", "n")
 			}()
 		}
@@ -211,15 +231,15 @@ func TestReplicasDestroy(t *testing.T) {
 }
 
 // TestReplicasIdle: A's idle sleeper never puts to sleep the pod B keeps
-// using: B's connection took A's over, so A has no live connection and
-// leaves the pod to B; B's own sleeper does it once B stops. The busy
-// phase spans many of A's idle timeouts.
+// using: A's connection stays open, and the pod's agent tells A of B's
+// calls (agent.Peers), so A counts them as use; once B stops, a sleeper
+// does it. The busy phase spans many of A's idle timeouts.
 func TestReplicasIdle(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
 	// Long enough that B's first exec (lookups, TLS, token; under -race
-	// on a loaded machine) takes A's connection over before A's sleeper
-	// may act, and that B's gaps never reach it.
+	// on a loaded machine) reaches the pod before A's sleeper may act,
+	// and that B's gaps never reach it.
 	const idle = time.Second
 	a, b := newReplica(t, c, arch, idle), newReplica(t, c, arch, idle)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -243,29 +263,125 @@ func TestReplicasIdle(t *testing.T) {
 	}
 }
 
-// TestReplicasTakeover: a call through B while A runs a command in the
-// same pod takes the agent over: 1. A's command is stopped and its Exec
-// ends with sandbox.ErrBusy, not as a lost pod (the pod and its home are
-// kept, nothing deleted); 2. B's command runs; 3. A's next call adopts the
-// pod again, with the files.
-func TestReplicasTakeover(t *testing.T) {
+// TestReplicasConcurrent: calls through A and B on one pod at once all
+// run, one at a time in the order they reached the pod's agent: 1. B's
+// command sent while A's runs waits for it, and both succeed, A's line
+// first; nothing is deleted (one pod); 2. commands sent by both at once
+// all succeed, each replica's in its own order; 3. B putting the sandbox
+// to sleep during A's command holds the pod, which waits for that command
+// (the home is archived through file requests, which do not wait in the
+// queue): A's command ends as it would have, and what it wrote last is in
+// the home A's next command wakes with; and a command through A sent
+// while B archives is not run in the held pod but waits, and runs once in
+// the pod it then wakes (as a call waits for a sleep under way on one
+// machine); 4. B destroying the sandbox during A's command ends A's with
+// a Restarted result that says another replica did it, and A's next
+// command starts a new sandbox.
+func TestReplicasConcurrent(t *testing.T) {
 	c := kubetest.NewCluster(t)
-	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	obj, err := homearchive.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := &gatedArchiver{Archiver: kubehome.New(obj)}
+	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mustExec(t, a, "c1", "echo kept > f")
-	done := startCommand(ctx, a, "c1", "echo go; sleep 30")
-	if got := mustExec(t, b, "c1", "cat f"); got != "kept\n" {
-		t.Fatalf("2: %q", got)
+	mustExec(t, a, "c1", "true")
+	mustExec(t, b, "c1", "true") // B connected too
+
+	done := startCommand(ctx, a, "c1", "echo go; sleep 1; echo a >> f")
+	mustExec(t, b, "c1", "echo b >> f")
+	if err := <-done; err != nil {
+		t.Fatalf("1: A's command: %v", err)
 	}
-	if err := <-done; !errors.Is(err, sandbox.ErrBusy) || !strings.Contains(err.Error(), "took the sandbox's pod over") {
-		t.Fatalf("1: A's command ended with %v, want ErrBusy", err)
+	if got := mustExec(t, a, "c1", "cat f"); got != "a\nb\n" {
+		t.Fatalf("1: f reads %q, want A's line then B's", got)
 	}
 	if p, sec, n, _ := c.Objects(ctx); p != 1 || sec != 3 || n != 1 || podCreates(c) != 1 {
 		t.Fatalf("1: %d pods, %d secrets, %d policies, %d pods created", p, sec, n, podCreates(c))
 	}
-	if got := mustExec(t, a, "c1", "cat f"); got != "kept\n" || podCreates(c) != 1 {
-		t.Fatalf("3: %q, %d pods created", got, podCreates(c))
+
+	const n = 10
+	var wg sync.WaitGroup
+	for tag, s := range map[string]*kube.Sandboxes{"A": a, "B": b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				res, err := s.Exec(ctx, "c1", sandbox.Command{Command: fmt.Sprintf("echo %s%d >> g", tag, i)})
+				if err != nil || res.ExitCode != 0 || res.Restarted {
+					t.Errorf("2: %s%d: %+v %v", tag, i, res, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	next := map[byte]int{}
+	got := mustExec(t, a, "c1", "cat g")
+	for _, line := range strings.Fields(got) {
+		if want := fmt.Sprintf("%c%d", line[0], next[line[0]]); line != want {
+			t.Fatalf("2: %q where %q was due, in %q", line, want, got)
+		}
+		next[line[0]]++
+	}
+	if next['A'] != n || next['B'] != n || podCreates(c) != 1 {
+		t.Fatalf("2: %d of A's and %d of B's commands ran, want %d each; %d pods created", next['A'], next['B'], n, podCreates(c))
+	}
+
+	done = startCommand(ctx, a, "c1", "echo go; sleep 1; echo late > late")
+	if err := b.Sleep(ctx, "c1"); err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("3: A's command during B's sleep: %v", err)
+	}
+	if p, _, _, _ := c.Objects(ctx); p != 0 {
+		t.Fatalf("3: %d pods after the sleep", p)
+	}
+	// A's connection to the deleted pod ends as the pod goes, a moment
+	// after B's Sleep returned (a command sent on it before that would be
+	// answered Restarted).
+	if !testenv.Eventually(10*time.Second, func() bool { st, err := a.Status("c1"); return err == nil && st == sandbox.Sleeping }) {
+		t.Fatal("3: A still sees the pod")
+	}
+	if got := mustExec(t, a, "c1", "cat late"); got != "late\n" {
+		t.Fatalf("3: woken through A: %q", got)
+	}
+
+	arch.gate = make(chan struct{})
+	arch.entered = make(chan struct{})
+	slept := make(chan error, 1)
+	go func() { slept <- b.Sleep(ctx, "c1") }()
+	<-arch.entered // B holds the pod and archives
+	before := podCreates(c)
+	during := make(chan string, 1)
+	go func() {
+		res, err := a.Exec(ctx, "c1", sandbox.Command{Command: "echo during >> late; cat late"})
+		if err != nil || res.ExitCode != 0 || res.Restarted {
+			t.Errorf("3: A's command sent during B's sleep: %+v %v", res, err)
+		}
+		during <- string(res.Stdout)
+	}()
+	time.Sleep(100 * time.Millisecond) // A's command reaches the held pod
+	close(arch.gate)
+	if err := <-slept; err != nil {
+		t.Fatalf("3: %v", err)
+	}
+	arch.gate = nil
+	if got := <-during; got != "late\nduring\n" || podCreates(c) != before+1 {
+		t.Fatalf("3: A's command sent during B's sleep: %q, %d pods created since; want it run once, in the woken pod", got, podCreates(c)-before)
+	}
+
+	ended := startExec(ctx, a, "c1", "echo go; sleep 30")
+	if err := b.Destroy(ctx, "c1"); err != nil {
+		t.Fatalf("4: %v", err)
+	}
+	if end := <-ended; end.err != nil || !end.res.Restarted || !strings.Contains(string(end.res.Stderr), "through another gateway replica") {
+		t.Fatalf("4: A's command: %+v %q %v", end.res, end.res.Stderr, end.err)
+	}
+	if got := mustExec(t, a, "c1", "ls | wc -l"); got != "0\n" {
+		t.Fatalf("4: A's next command sees %q files", got)
 	}
 }
 

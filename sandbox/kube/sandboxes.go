@@ -45,11 +45,14 @@ import (
 // whole archive: the server's container store is the record of which
 // containers exist.
 // Calls on one sandbox run one at a time in this process; across replicas
-// the pod's agent serves one connection at a time, so a call here takes
-// the pod over from another replica, and a command cut short by such a
-// takeover ends with sandbox.ErrBusy, the pod and its home kept (a file
-// call that changes nothing is tried again a few times first; one that
-// writes ends with ErrBusy).
+// the pod's agent serves every replica's connection at once and runs
+// their commands one at a time in the order they reach it, so a command
+// sent here while another replica's runs waits for it. Idle sleep counts
+// the other replicas' calls (agent.Peers) as use, Sleep holds the pod
+// (waiting for one in progress; others' calls meanwhile wait and then run
+// in the pod they wake, as on this machine), and Close leaves running the
+// pods another replica is connected to. A command whose pod another
+// replica destroyed meanwhile is answered Restarted.
 type Sandboxes struct {
 	b   *Backend
 	cfg SandboxesConfig
@@ -258,28 +261,35 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	defer release()
 	e.lastUsed.Store(time.Now().UnixNano())
 	defer func() { e.lastUsed.Store(time.Now().UnixNano()) }()
-	if err := s.wake(ctx, name); err != nil {
-		return sandbox.Result{}, err
-	}
-	hostCtx, cancel := ctx, context.CancelFunc(func() {})
-	if cmd.TimeoutMs > 0 {
-		hostCtx, cancel = context.WithTimeout(ctx, time.Duration(cmd.TimeoutMs)*time.Millisecond+hostGrace)
-	}
-	defer cancel()
-	out, err := s.b.Exec(hostCtx, name, agent.ExecRequest{
+	req := agent.ExecRequest{
 		Shell: s.cfg.Shell, Command: cmd.Command, Dir: s.b.cfg.HomeDir,
 		TimeoutMs: cmd.TimeoutMs, MaxBytes: cmd.MaxBytes, Resident: cmd.Resident,
-	}, cmd.OnOutput)
+	}
+	var out agent.Output
+	var late bool
+	var tries retries
+	for {
+		if err := s.wake(ctx, name); err != nil {
+			return sandbox.Result{}, err
+		}
+		out, late, err = s.execOnce(ctx, name, req, cmd.OnOutput)
+		if again, werr := s.again(ctx, name, err, &tries); werr != nil {
+			return sandbox.Result{}, werr
+		} else if !again {
+			break
+		}
+	}
 	switch {
 	case err == nil:
 	case e.destroying.Load():
 		return sandbox.Result{}, sandbox.ErrDestroyed
-	case errors.Is(err, agent.ErrClosed) && s.b.TakenOver(context.WithoutCancel(ctx), name):
-		// A call through another replica connected to the pod, which
-		// serves one host at a time: this command was killed, the pod
-		// and its home are fine.
-		return sandbox.Result{}, fmt.Errorf("%w: another gateway replica took the sandbox's pod over during this command, which was stopped", sandbox.ErrBusy)
-	case errors.Is(err, agent.ErrClosed) || (ctx.Err() == nil && hostCtx.Err() != nil):
+	case errors.Is(err, agent.ErrClosed) && s.b.Ended(context.WithoutCancel(ctx), name):
+		// Another replica put the sandbox to sleep (its home archived)
+		// or destroyed it: the command went with the pod, and what is
+		// left is that replica's to clean.
+		return sandbox.Result{ExitCode: 137, Restarted: true,
+			Stderr: []byte("shellgate: the sandbox was put to sleep or deleted through another gateway replica during this command, which was stopped; the next command wakes it with the files its sleep kept\n")}, nil
+	case errors.Is(err, agent.ErrClosed) || late:
 		// The pod's agent went away or missed the timeout: the pod is
 		// given up and the next command starts a new one.
 		res := sandbox.Result{ExitCode: 137, Restarted: true}
@@ -297,7 +307,7 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 		if serr != nil {
 			s.log.Warn("sandbox pod could not be archived; deleting it", "sandbox", name, "err", serr)
 			kept = "files written since the sandbox last slept are lost"
-			if derr := s.b.Destroy(context.WithoutCancel(ctx), name); derr != nil {
+			if derr := s.b.remove(context.WithoutCancel(ctx), name, false); derr != nil {
 				s.log.Error("deleting a lost sandbox pod failed", "sandbox", name, "err", derr)
 			}
 		}
@@ -320,6 +330,69 @@ func (s *Sandboxes) Exec(ctx context.Context, name string, cmd sandbox.Command) 
 	}
 	return res, nil
 }
+
+// execOnce runs req in the named sandbox's pod, bounded by its timeout
+// and hostGrace; late tells whether that bound, not ctx, ended it.
+func (s *Sandboxes) execOnce(ctx context.Context, name string, req agent.ExecRequest, onOutput agent.OutputFunc) (out agent.Output, late bool, err error) {
+	hostCtx, cancel := ctx, context.CancelFunc(func() {})
+	if req.TimeoutMs > 0 {
+		hostCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond+hostGrace)
+	}
+	defer cancel()
+	out, err = s.b.Exec(hostCtx, name, req, onOutput)
+	return out, ctx.Err() == nil && hostCtx.Err() != nil, err
+}
+
+// retries is what again knows of one call's tries.
+type retries struct {
+	// readOnly: the call changes nothing in the pod (a list, a stat, the
+	// opening of a read), so one that met the end of its connection may
+	// be made again whatever it did.
+	readOnly bool
+	unsent   int  // tries that ended before they were sent (or did nothing)
+	held     bool // a try met another replica's hold
+}
+
+// again tells whether a call that failed with err did not run in the pod
+// and is to be made again, after a wake: another replica holds the pod to
+// put it to sleep (agent.ErrHeld; as on this machine, where a call waits
+// for a sleep under way and then wakes the sandbox), or the connection
+// had ended before the call was sent (agent.ErrUnsent; a few times), or
+// ended after a try met the hold (the held agent refuses what it gets
+// until its pod is deleted, and a deleted pod's runs nothing), or the call
+// changes nothing (retries.readOnly; its connection may have ended with a
+// pod another replica deleted a moment before). While the
+// hold lasts it waits a poll interval between tries, or until the
+// connection ends with the pod.
+func (s *Sandboxes) again(ctx context.Context, name string, err error, r *retries) (bool, error) {
+	switch {
+	case errors.Is(err, agent.ErrUnsent) || (r.held || r.readOnly) && errors.Is(err, agent.ErrClosed):
+		if r.unsent++; r.unsent > maxUnsentTries {
+			return false, nil
+		}
+	case errors.Is(err, agent.ErrHeld):
+		r.held = true
+	default:
+		return false, nil
+	}
+	// Until the connection has ended (so that the next wake adopts the
+	// pod anew) or, while it lasts, a poll interval.
+	var gone <-chan struct{}
+	if c, err := s.b.Agent(name); err == nil {
+		gone = c.Done()
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-gone:
+	case <-time.After(s.b.cfg.PollInterval):
+	}
+	return true, nil
+}
+
+// maxUnsentTries bounds the calls made again because the connection had
+// ended before they were sent: each try wakes (adopts) first.
+const maxUnsentTries = 3
 
 // sleepPod archives and deletes the named sandbox's pod, if this process
 // has a connection to it.
@@ -492,7 +565,8 @@ func (s *Sandboxes) Destroy(ctx context.Context, name string) error {
 }
 
 // Close refuses new calls, waits for those in flight and puts every pod to
-// sleep (archive, then delete). Without an Archiver the pods are left
+// sleep (archive, then delete) but those another replica is connected to
+// (it sleeps them when idle). Without an Archiver the pods are left
 // running, disconnected: deleting them would lose their homes.
 func (s *Sandboxes) Close(ctx context.Context) error {
 	s.mu.Lock()
@@ -514,6 +588,9 @@ func (s *Sandboxes) Close(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
 		for _, n := range names {
+			if s.shared(n) {
+				continue
+			}
 			if err := s.sleepPod(ctx, n); err != nil {
 				errs = append(errs, fmt.Errorf("sandbox %s: %w", n, err))
 			}
@@ -521,6 +598,36 @@ func (s *Sandboxes) Close(ctx context.Context) error {
 	}
 	errs = append(errs, s.b.Close())
 	return errors.Join(errs...)
+}
+
+// idle tells whether the named sandbox, awake here, has been unused for
+// IdleTimeout, through this replica and, as its pod's agent says (Peers),
+// through the others connected to the pod: none has a call in progress,
+// and the last one's began or ended that long ago.
+func (s *Sandboxes) idle(name string, e *entry) bool {
+	last := time.Unix(0, e.lastUsed.Load())
+	if c, err := s.b.Agent(name); err == nil {
+		p, at := c.Peers()
+		if p.Busy {
+			return false
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return time.Since(last) >= s.cfg.IdleTimeout
+}
+
+// shared tells whether another replica is connected to the named
+// sandbox's pod: that one sleeps it when it is idle, so this one leaves
+// it running when it shuts down.
+func (s *Sandboxes) shared(name string) bool {
+	c, err := s.b.Agent(name)
+	if err != nil {
+		return false
+	}
+	p, _ := c.Peers()
+	return p.Hosts > 0
 }
 
 // sleepIdle puts sandboxes unused for IdleTimeout to sleep.
@@ -551,7 +658,7 @@ func (s *Sandboxes) sleepIdle() {
 			s.mu.Lock()
 			current := s.known[names[i]] == e && !e.destroying.Load()
 			s.mu.Unlock()
-			if current && s.b.Awake(names[i]) && time.Since(time.Unix(0, e.lastUsed.Load())) >= s.cfg.IdleTimeout {
+			if current && s.b.Awake(names[i]) && s.idle(names[i], e) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				if err := s.b.Sleep(ctx, names[i]); err != nil {
 					s.log.Warn("idle sandbox could not sleep", "sandbox", names[i], "err", err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/shellgate/shellgate/sandbox"
 	"github.com/shellgate/shellgate/sandbox/kube"
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
@@ -88,13 +90,20 @@ func TestSandboxesRefuse(t *testing.T) {
 // TestSandboxesLostPod: 1. a pod whose agent dies under a command gives a
 // Restarted result saying so, and its objects are gone (archived first
 // when possible: here the agent is gone, so deleted); 2. the next command
-// runs in a new pod; 3. Destroy deletes it and forgets the name.
+// runs in a new pod, with the home its last sleep archived (the lost
+// pod's delete keeps it); 3. Destroy deletes it and forgets the name.
 func TestSandboxesLostPod(t *testing.T) {
 	c := kubetest.NewCluster(t)
 	s := newSandboxes(t, c, kubetest.NewTarArchiver())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.Create(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo kept > f"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if err := s.Sleep(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
@@ -115,7 +124,7 @@ func TestSandboxesLostPod(t *testing.T) {
 	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
 		t.Fatalf("1: left %d pods, %d secrets, %d policies", p, sec, n)
 	}
-	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo again"}); err != nil || string(res.Stdout) != "again\n" {
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "cat f"}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Fatalf("2: %+v %v", res, err)
 	}
 	if err := s.Destroy(ctx, "c1"); err != nil {
@@ -126,6 +135,27 @@ func TestSandboxesLostPod(t *testing.T) {
 	}
 	if p, sec, n, _ := c.Objects(ctx); p+sec+n != 0 {
 		t.Fatalf("3: left %d pods, %d secrets, %d policies", p, sec, n)
+	}
+}
+
+// TestSandboxesPodDeleted: a pod deleted by someone else than a replica
+// (an eviction, kubectl delete) during a command is a lost pod, not
+// another replica's sleep: the command answers Restarted saying the next
+// command runs in a new pod, and it does.
+func TestSandboxesPodDeleted(t *testing.T) {
+	c := kubetest.NewCluster(t)
+	s := newSandboxes(t, c, kubetest.NewTarArchiver())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := startExec(ctx, s, "c1", "echo go; sleep 30")
+	if err := c.CS.CoreV1().Pods(kubetest.Namespace).Delete(ctx, kube.ObjectName("c1"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if end := <-done; end.err != nil || !end.res.Restarted || !strings.Contains(string(end.res.Stderr), "the next command runs in a new pod") {
+		t.Fatalf("%+v %q %v", end.res, end.res.Stderr, end.err)
+	}
+	if res, err := s.Exec(ctx, "c1", sandbox.Command{Command: "echo after"}); err != nil || string(res.Stdout) != "after\n" {
+		t.Fatalf("next: %+v %v", res, err)
 	}
 }
 
@@ -257,22 +287,36 @@ func TestSandboxesFiles(t *testing.T) {
 // once it has written its first output; the channel gets Exec's error
 // when it ends.
 func startCommand(ctx context.Context, s *kube.Sandboxes, name, command string) <-chan error {
+	errs := make(chan error, 1)
+	ended := startExec(ctx, s, name, command)
+	go func() { errs <- (<-ended).err }()
+	return errs
+}
+
+// execEnd is how a command started by startExec ended.
+type execEnd struct {
+	res sandbox.Result
+	err error
+}
+
+// startExec is startCommand with the command's result.
+func startExec(ctx context.Context, s *kube.Sandboxes, name, command string) <-chan execEnd {
 	started := make(chan struct{})
-	done := make(chan error, 1)
+	done := make(chan execEnd, 1)
 	go func() {
-		_, err := s.Exec(ctx, name, sandbox.Command{Command: command, OnOutput: func(byte, []byte) {
+		res, err := s.Exec(ctx, name, sandbox.Command{Command: command, OnOutput: func(byte, []byte) {
 			select {
 			case <-started:
 			default:
 				close(started)
 			}
 		}})
-		done <- err
+		done <- execEnd{res, err}
 	}()
 	select {
 	case <-started:
-	case err := <-done:
-		done <- err // ended before any output: the caller sees why
+	case end := <-done:
+		done <- end // ended before any output: the caller sees why
 	}
 	return done
 }

@@ -38,8 +38,8 @@ const Namespace = "shellgate"
 
 // Cluster plays the kubelet for a fake clientset. Each sandbox pod created
 // gets the agent started from the pod's own command line (its -listen
-// moved to 127.0.0.1:Port) in a PID and mount namespace of its own, with a
-// new empty directory bound over HomeDir: like a pod's emptyDir, a pod's
+// moved to 127.0.0.1:Port) in a PID and mount namespace of its own (its
+// own /proc), with a new empty directory bound over HomeDir: like a pod's emptyDir, a pod's
 // home starts empty and is gone with the pod. The pod is then Ready at
 // 127.0.0.1. Every pod listens on Port, so one pod runs at a time.
 // Deleting a pod kills its agent, as the kubelet would, so every gateway
@@ -103,13 +103,18 @@ func NewCluster(t testing.TB) *Cluster {
 		return false, nil, nil
 	})
 	c.CS.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		// The object goes first, then the agent, as on a cluster (the
+		// API server marks the pod deleted before the kubelet kills
+		// it): a gateway whose connection breaks then finds the pod gone.
+		name := a.(k8stesting.DeleteAction).GetName()
+		err := c.CS.Tracker().Delete(a.GetResource(), a.GetNamespace(), name)
 		c.mu.Lock()
-		if ap := c.pods[a.(k8stesting.DeleteAction).GetName()]; ap != nil {
+		if ap := c.pods[name]; ap != nil {
 			ap.kill()
-			delete(c.pods, a.(k8stesting.DeleteAction).GetName())
+			delete(c.pods, name)
 		}
 		c.mu.Unlock()
-		return false, nil, nil
+		return true, nil, err
 	})
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -143,8 +148,10 @@ func (c *Cluster) start(bin string, p *corev1.Pod) error {
 		}
 	}
 	podHome := c.t.TempDir()
-	// sh binds the pod's home and then becomes the agent (PID 1).
-	sh := append([]string{"-c", `mount --bind "$1" "$2" && shift 2 && exec "$@"`, "sh", podHome, c.HomeDir, bin}, args...)
+	// sh binds the pod's home, mounts the pod's own /proc (the agent
+	// counts and kills the pod's processes by it, as in a pod; the host's
+	// would show the host's) and then becomes the agent (PID 1).
+	sh := append([]string{"-c", `mount --bind "$1" "$2" && mount -t proc proc /proc && shift 2 && exec "$@"`, "sh", podHome, c.HomeDir, bin}, args...)
 	cmd := exec.Command("/bin/sh", sh...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
