@@ -43,8 +43,8 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/store/pgtest"
 	"github.com/shellgate/shellgate/sandbox/kube"
-	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 	"github.com/shellgate/shellgate/sandbox/s3store/s3test"
+	"github.com/shellgate/shellgate/sandbox/sandboxtest"
 )
 
 const ns = "shellgate"
