@@ -71,7 +71,7 @@ test-runtimes:
 
 # The Kubernetes backend on a real single-node cluster built here from Go
 # modules and started as root (deploy/kube-e2e/run.sh, docs/scaling.md);
-# not part of make test: its first build takes about half an hour.
+# not part of make test: its first build takes about 10 minutes.
 .PHONY: kube-e2e
 kube-e2e: export SHELLGATE_TEST_TOOLS = 1
 kube-e2e: setup images
