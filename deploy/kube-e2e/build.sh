@@ -9,6 +9,7 @@
 #   gVisor's containerd shim at the version of Shellgate's runsc (patched:
 #     see below);
 #   the CNI plugins bridge, host-local, loopback, portmap;
+#   kube-router, for its NetworkPolicy firewall (the bridge enforces none);
 #   a pause binary for pod sandboxes (no registry: no registry.k8s.io/pause).
 # The first build took about 10 minutes on 2 cores (Kubernetes and etcd 8 of them).
 set -euo pipefail
@@ -20,6 +21,7 @@ mkdir -p "$BIN"
 K8S_VERSION=v1.34.3
 CONTAINERD_VERSION=v2.4.2
 CNI_VERSION=v1.9.0
+KUBE_ROUTER_VERSION=v2.1.0
 RUNSC_VERSION="$(sed -n 's/^const RunscVersion = "\(.*\)"$/\1/p' ../../sandbox/runtime/cli.go)"
 
 export CGO_ENABLED=0 GOWORK=off GOFLAGS=-trimpath
@@ -90,5 +92,11 @@ if ! fresh cni "$want" cni/bridge cni/host-local cni/loopback cni/portmap; then
 		"github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_VERSION" \
 		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_VERSION"
 	stamp cni "$want"
+fi
+want="kube-router $KUBE_ROUTER_VERSION"
+if ! fresh kube-router "$want" kube-router; then
+	step "kube-router $KUBE_ROUTER_VERSION (its network policy firewall only)"
+	GOBIN=$BIN go install -ldflags "-s -w" "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+	stamp kube-router "$want"
 fi
 step "all built in $BIN"

@@ -7,7 +7,8 @@
 #   RuntimeClass gvisor), pod sandboxes from a locally built pause image;
 #   kubelet (cgroupfs, every pod's cgroup under /shellgate-kube-e2e of each
 #   v1 hierarchy, so the host's other cgroups are left alone), kube-proxy
-#   (iptables) and the CNI bridge plugin on POD_CIDR.
+#   (iptables), the CNI bridge plugin on POD_CIDR, and kube-router's
+#   firewall alone, which enforces NetworkPolicy (the bridge does not).
 # Nothing listens on another interface and nothing is routed off the
 # machine: a FORWARD rule drops what pods send anywhere but the pod and
 # service ranges. `down` stops everything this script started (by pid, and
@@ -270,6 +271,12 @@ conntrack: {maxPerCore: 0}
 EOF
 	start kube-proxy kube-proxy --config "$RUN/kube-proxy.yaml"
 	wait_for kube-proxy 30 curl -sf http://127.0.0.1:10256/healthz
+
+	log "kube-router (NetworkPolicy firewall only)"
+	start kube-router kube-router --kubeconfig "$RUN/admin.kubeconfig" --hostname-override "$NODE" \
+		--run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+		--health-port 20244 --metrics-port 0 --iptables-sync-period 1m
+	wait_for kube-router 60 curl -sf http://127.0.0.1:20244/healthz
 	log "up: $($k version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1), node $NODE Ready"
 }
 
@@ -284,7 +291,7 @@ down() {
 	local k="kubectl --kubeconfig $RUN/admin.kubeconfig"
 	# The node's processes first, so that nothing restarts what the pods'
 	# teardown stops; then the pods' processes by their cgroups.
-	for name in kubelet kube-proxy kube-scheduler kube-controller-manager; do
+	for name in kubelet kube-router kube-proxy kube-scheduler kube-controller-manager; do
 		[[ -f $RUN/$name.pid ]] && kill "$(cat "$RUN/$name.pid")" 2>/dev/null || true
 	done
 	if [[ -S $RUN/containerd.sock ]]; then
@@ -302,7 +309,7 @@ down() {
 	for name in containerd kube-apiserver etcd; do
 		[[ -f $RUN/$name.pid ]] && kill "$(cat "$RUN/$name.pid")" 2>/dev/null || true
 	done
-	for name in kubelet kube-proxy kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
+	for name in kubelet kube-router kube-proxy kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
 		if [[ -f $RUN/$name.pid ]]; then
 			pid=$(cat "$RUN/$name.pid")
 			for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -318,6 +325,7 @@ down() {
 		[[ -d $h${CGROUP_ROOT#/} ]] && find "$h${CGROUP_ROOT#/}" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
 	if [[ -x $BIN/kube-proxy ]]; then kube-proxy --cleanup >/dev/null 2>&1 || true; fi
+	if [[ -x $BIN/kube-router ]]; then kube-router --cleanup-config >/dev/null 2>&1 || true; fi
 	# The kubelet's own chains (KUBE-FIREWALL, canaries), which kube-proxy
 	# --cleanup leaves: the rules that jump to a KUBE- chain, then the chains.
 	for ipt in iptables ip6tables; do
@@ -335,6 +343,8 @@ down() {
 		done
 	done
 	while iptables -D "${GUARD[@]}" 2>/dev/null; do :; done
+	# kube-router's ipsets, once no rule refers to them.
+	for set in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do ipset destroy "$set" 2>/dev/null || true; done
 	ip link del "$BRIDGE" 2>/dev/null || true
 	ip link del "$IFACE" 2>/dev/null || true
 	if [[ -f $RUN/sysctl.saved ]]; then

@@ -232,7 +232,32 @@ except Exception as e: print('refused:', e)" `
 		}
 	})
 
-	step("08 a pod killed mid-command answers Restarted, and the next call works", func(t *testing.T) {
+	step("08 NetworkPolicy is enforced (kube-router): a sandbox without network reaches neither the test internet nor another sandbox's agent", func(t *testing.T) {
+		if r := c.try("http://" + inet.addr + "/"); r.st != 200 {
+			t.Fatalf("this host cannot reach the test internet (%d %s): the check below would prove nothing", r.st, r.body)
+		}
+		c.create(t, c.service, "nonet", nil)
+		other := c.create(t, c.service, "neighbour", nil)
+		c.exec(t, c.service, "neighbour", "true")
+		pod := c.sandboxPod(t, other)
+		if pod == nil || pod.Status.PodIP == "" {
+			t.Fatal("no neighbour pod")
+		}
+		dial := `python3 -c "import socket,sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); print('connected')
+except Exception as e: print('refused:', e)" `
+		// Both are reachable from the pod network: the egress proxy's pod
+		// reaches the test internet (step 07), the gateways' pods every
+		// agent's port.
+		for _, target := range []string{inet.addr + " 80", pod.Status.PodIP + " 7070"} {
+			if out := c.exec(t, c.service, "nonet", dial+target); !strings.HasPrefix(out, "refused") {
+				t.Errorf("a sandbox without network reached %s: %q", target, out)
+			}
+		}
+	})
+
+	step("09 a pod killed mid-command answers Restarted, and the next call works", func(t *testing.T) {
 		id := c.create(t, c.service, "killed", nil)
 		c.exec(t, c.service, "killed", "echo before > f")
 		pod := c.sandboxPod(t, id)
@@ -271,7 +296,7 @@ except Exception as e: print('refused:', e)" `
 		}
 	})
 
-	step("09 an idle pod sleeps after --idle-sleep (home archived, pod deleted) and wakes with its home", func(t *testing.T) {
+	step("10 an idle pod sleeps after --idle-sleep (home archived, pod deleted) and wakes with its home", func(t *testing.T) {
 		id := c.create(t, c.service, "idle", nil)
 		c.exec(t, c.service, "idle", "echo idle > f")
 		for deadline := time.Now().Add(90 * time.Second); c.sandboxPod(t, id) != nil; time.Sleep(time.Second) {
@@ -289,14 +314,15 @@ except Exception as e: print('refused:', e)" `
 		}
 	})
 
-	step("10 benchmarks: the cluster beside this machine's own sandboxes", c.bench)
+	step("11 benchmarks: the cluster beside this machine's own sandboxes", c.bench)
 }
 
 // bench measures, side by side in one run, what a user waits for on this
 // cluster and on this machine's own sandboxes (a local `shellgate serve`,
 // gVisor, the same image): a new container's first command, a warm
 // command, the first command after a sleep, and an idle sandbox's memory
-// (its cgroup's usage: the pod's, or the local sandbox's). It writes the
+// (its cgroup's usage: the pod's, or the local sandbox's). Neither side
+// has a warm pool (the local default keeps one sandbox started). It writes the
 // table to KUBE_E2E_CACHE/logs/bench.txt and logs it; it asserts nothing
 // about timings.
 func (c *cluster) bench(t *testing.T) {
@@ -304,11 +330,11 @@ func (c *cluster) bench(t *testing.T) {
 	local := c.localServe(t)
 	type side struct {
 		name, base, key string
-		mem             func(t *testing.T, id string, before []string) int64
+		mem             func(t *testing.T, id string) int64
 	}
 	sides := []side{
 		{"kubernetes (pod, gVisor)", c.service, c.key, c.podMemory},
-		{"this machine (runsc)", local.base, local.key, local.memory},
+		{"this machine (runsc, no warm pool)", local.base, local.key, local.memory},
 	}
 	type result struct {
 		first, warm, wake []time.Duration
@@ -322,7 +348,6 @@ func (c *cluster) bench(t *testing.T) {
 			cc.key = sd.key
 			name := fmt.Sprintf("bench-%d", r)
 			var id string
-			before := localCgroups()
 			res[i].first = append(res[i].first, timed(func() {
 				id = cc.create(t, sd.base, name, nil)
 				cc.exec(t, sd.base, name, "true")
@@ -331,9 +356,10 @@ func (c *cluster) bench(t *testing.T) {
 				res[i].warm = append(res[i].warm, timed(func() { cc.exec(t, sd.base, name, "true") }))
 			}
 			time.Sleep(time.Second) // idle
-			res[i].mem = append(res[i].mem, sd.mem(t, id, before))
+			res[i].mem = append(res[i].mem, sd.mem(t, id))
 			cc.must(t, cc.call(t, "POST", sd.base+"/api/v1/containers/"+name+"/sleep", nil), nil)
 			res[i].wake = append(res[i].wake, timed(func() { cc.exec(t, sd.base, name, "true") }))
+			cc.must(t, cc.call(t, "DELETE", sd.base+"/api/v1/containers/"+name, nil), nil) // one awake sandbox per side at a time
 		}
 	}
 	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
@@ -354,7 +380,7 @@ func (c *cluster) bench(t *testing.T) {
 
 // podMemory is the memory cgroup usage of container id's pod (all its
 // containers: the pause container and the sandbox with gVisor's sentry).
-func (c *cluster) podMemory(t *testing.T, id string, _ []string) int64 {
+func (c *cluster) podMemory(t *testing.T, id string) int64 {
 	p := c.sandboxPod(t, id)
 	if p == nil {
 		t.Fatalf("no pod for %s", id)
@@ -399,7 +425,9 @@ func (c *cluster) localServe(t *testing.T) *localSide {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(c.bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "runsc", "--image", "default")
+	// No warm pool: the pods have none either (and a pooled sandbox would
+	// be a second awake sandbox beside the container's).
+	cmd := exec.Command(c.bin, "serve", "--addr", addr, "--data-dir", data, "--runtime", "runsc", "--image", "default", "--pool", "0")
 	cmd.Env = append(os.Environ(), "SHELLGATE_AGENT="+filepath.Join(filepath.Dir(c.bin), "shellgate-agent"))
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -416,25 +444,32 @@ func (c *cluster) localServe(t *testing.T) *localSide {
 	return l
 }
 
-// localCgroups lists the local sandboxes' memory cgroups.
-func localCgroups() []string {
-	d, _ := filepath.Glob("/sys/fs/cgroup/memory/shellgate/sg-*")
-	return d
-}
-
-// memory is the memory cgroup usage of the local sandbox started since
-// before was listed (the runtime's ids are random, not the container's).
-func (l *localSide) memory(t *testing.T, _ string, before []string) int64 {
-	var dirs []string
-	for _, d := range localCgroups() {
-		if !slices.Contains(before, d) {
-			dirs = append(dirs, d)
+// memory is the memory cgroup usage of the local server's one awake
+// sandbox: the cgroup of the runsc processes whose state is under its data
+// directory (the runtime's ids are random, not the container's, and other
+// work on this machine may start sandboxes meanwhile).
+func (l *localSide) memory(t *testing.T, _ string) int64 {
+	cgroups := map[string]bool{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(cmd, []byte("runsc")) || !bytes.Contains(cmd, []byte(l.data)) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		for _, line := range strings.Split(string(cg), "\n") {
+			if _, path, ok := strings.Cut(line, ":memory:"); ok && strings.HasPrefix(path, "/shellgate/") {
+				cgroups[path] = true
+			}
 		}
 	}
-	if len(dirs) != 1 {
-		t.Fatalf("local sandbox memory cgroups new since its creation: %v", dirs)
+	if len(cgroups) != 1 {
+		t.Fatalf("the local sandbox's memory cgroups: %v", cgroups)
 	}
-	return readInt(t, filepath.Join(dirs[0], "memory.usage_in_bytes"))
+	for path := range cgroups {
+		return readInt(t, filepath.Join("/sys/fs/cgroup/memory", path, "memory.usage_in_bytes"))
+	}
+	return 0
 }
 
 // deploy applies deploy/kubernetes/ with this cluster's additions: a
@@ -473,7 +508,7 @@ spec:
 	c.kubectl(t, "-n", ns, "set", "env", "deploy/shellgate", "--from=secret/shellgate-e2e")
 	c.kubectl(t, "-n", ns, "patch", "deploy/shellgate", "--type=json", "-p", // the operator lets the test internet's names be allowlisted
 		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--network-allow=*.e2e.test"},`+
-			`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--idle-sleep=20s"}]`) // step 09 waits for it
+			`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--idle-sleep=20s"}]`) // step 10 waits for it
 	c.kubectl(t, "-n", ns, "scale", "deploy/shellgate", "--replicas=2")
 	c.kubectl(t, "-n", ns, "patch", "ds/shellgate-egress", "--type=merge", "-p",
 		fmt.Sprintf(`{"spec":{"template":{"spec":{"hostAliases":[{"ip":%q,"hostnames":["allowed.e2e.test","denied.e2e.test"]}]}}}}`, inet.addr))

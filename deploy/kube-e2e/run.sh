@@ -24,6 +24,7 @@ export KUBE_E2E_CACHE=$CACHE
 rootfs=$(readlink -f "$DATA_DIR/images/$SANDBOX_IMAGE/rootfs" 2>/dev/null || true)
 [[ -d $rootfs ]] || { echo "kube-e2e: no image $SANDBOX_IMAGE under $DATA_DIR/images (make images)" >&2; exit 2; }
 
+command -v ipset >/dev/null || { apt-get install -y -qq ipset >/dev/null; } # kube-router's firewall
 "$here/build.sh"
 
 echo "kube-e2e: images (gateway, sandbox from $SANDBOX_IMAGE, pause)"
@@ -59,10 +60,10 @@ go test -tags kube_e2e -count=1 -timeout 30m -v -run 'TestKubeE2E$' ./deploy/kub
 echo "kube-e2e: sandbox/kube's TestCluster on the cluster"
 if SHELLGATE_KUBECONFIG=$KUBECONFIG SHELLGATE_KUBE_IMAGE=shellgate-sandbox:dev \
 	go test -tags kube_e2e -count=1 -timeout 10m -v -run 'TestCluster$' ./sandbox/kube/ >"$CACHE/logs/testcluster.log" 2>&1; then
-	echo "--- PASS: TestKubeE2E/11_sandbox/kube's_TestCluster" >>"$tmp/steps.log"
+	echo "--- PASS: TestKubeE2E/12_sandbox/kube's_TestCluster" >>"$tmp/steps.log"
 else
 	tail -20 "$CACHE/logs/testcluster.log"
-	echo "--- FAIL: TestKubeE2E/11_sandbox/kube's_TestCluster" >>"$tmp/steps.log"
+	echo "--- FAIL: TestKubeE2E/12_sandbox/kube's_TestCluster" >>"$tmp/steps.log"
 	status=1
 fi
 passed=$(grep -c -- '^    --- PASS: TestKubeE2E/\|^--- PASS: TestKubeE2E/' "$tmp/steps.log" || true)
