@@ -24,7 +24,12 @@ export KUBE_E2E_CACHE=$CACHE
 rootfs=$(readlink -f "$DATA_DIR/images/$SANDBOX_IMAGE/rootfs" 2>/dev/null || true)
 [[ -d $rootfs ]] || { echo "kube-e2e: no image $SANDBOX_IMAGE under $DATA_DIR/images (make images)" >&2; exit 2; }
 
-command -v ipset >/dev/null || { apt-get install -y -qq ipset >/dev/null; } # kube-router's firewall
+# ipset for kube-router's firewall, openssl for the cluster's certificates.
+missing=()
+for tool in ipset openssl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [[ ${#missing[@]} -gt 0 ]]; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 "$here/build.sh"
 
 echo "kube-e2e: images (gateway, sandbox from $SANDBOX_IMAGE, pause)"
