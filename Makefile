@@ -34,9 +34,9 @@ console-node:
 parity-node:
 	cd jsrun/parity && npm ci --no-audit --no-fund
 
-# The main job: set up the host, build, build the default image (the three
-# overlapped, scripts/demo.sh), and answer a question about a CSV with
-# pandas inside a sandbox.
+# The main job: install the Debian packages while shellgate builds, build
+# the default image (scripts/demo.sh; gVisor's runsc is left to setup), and
+# answer a question about a CSV with pandas inside a sandbox.
 demo:
 	scripts/demo.sh
 

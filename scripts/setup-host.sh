@@ -14,7 +14,7 @@
 #
 # Usage: setup-host.sh [packages|go-tools]: the Debian packages, the tools
 # built with Go (runsc, versitygw), or (no argument) both. make demo runs
-# the two phases side by side with the image build (scripts/demo.sh).
+# only the packages, beside shellgate's build (scripts/demo.sh).
 set -euo pipefail
 phase="${1:-all}"
 case "$phase" in
