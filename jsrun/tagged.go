@@ -225,37 +225,14 @@ func (t *tagEncoder) enc(v any, path string, depth int) (any, error) {
 	return out, nil
 }
 
+// toFloat converts one of the Go number types the encoders accept to the
+// float64 a JS number is; an invalid json.Number reads as 0.
 func toFloat(v any) float64 {
-	switch x := v.(type) {
-	case float64:
-		return x
-	case float32:
-		return float64(x)
-	case int:
-		return float64(x)
-	case int8:
-		return float64(x)
-	case int16:
-		return float64(x)
-	case int32:
-		return float64(x)
-	case int64:
-		return float64(x)
-	case uint:
-		return float64(x)
-	case uint8:
-		return float64(x)
-	case uint16:
-		return float64(x)
-	case uint32:
-		return float64(x)
-	case uint64:
-		return float64(x)
-	case json.Number:
-		f, _ := x.Float64()
+	if n, ok := v.(json.Number); ok {
+		f, _ := n.Float64()
 		return f
 	}
-	return math.NaN()
+	return reflect.ValueOf(v).Convert(reflect.TypeFor[float64]()).Float()
 }
 
 func (t *tagEncoder) sharedBuffer(b ArrayBuffer) bool {
