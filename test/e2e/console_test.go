@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -102,37 +99,14 @@ func TestConsole(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	run := exec.CommandContext(ctx, node, "console.mjs")
-	run.Dir = dir
-	run.Env = append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key, "CHROMIUM="+browser, "SCREENSHOTS="+shots,
+	ran, stderr, err := runCases(t, node, dir, "console.mjs", base, key, "CHROMIUM="+browser, "SCREENSHOTS="+shots,
 		"EXPECT_STDOUT="+stdout, "EXPECT_TECHNIQUE=instruction_override", "EXPECT_FILE="+fileName, "EXPECT_FILE_CONTENT="+fileContent, "CONTAINER_ID="+containerID)
-	var stderr bytes.Buffer
-	run.Stderr = &stderr
-	out, err := run.Output()
-	cases := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var c struct {
-			Case   string `json:"case"`
-			OK     bool   `json:"ok"`
-			Detail any    `json:"detail"`
-		}
-		if json.Unmarshal(sc.Bytes(), &c) != nil {
-			t.Errorf("not a case line: %s", sc.Text())
-			continue
-		}
-		cases[c.Case] = c.OK
-		if !c.OK {
-			t.Errorf("%s: %v", c.Case, c.Detail)
-		} else {
-			t.Logf("%s: ok %v", c.Case, c.Detail)
-		}
-	}
 	if err != nil {
-		t.Errorf("console.mjs: %v\n%s", err, stderr.String())
+		t.Errorf("console.mjs: %v\n%s", err, stderr)
+	}
+	cases := map[string]bool{}
+	for _, c := range ran {
+		cases[c] = true
 	}
 	for _, want := range []string{"wrong key shows an error", "log in", "filter requests", "open a request and see its command output",
 		"open the container", "download a file", "promote a file and see it in workspace files", "usage by day",

@@ -274,15 +274,26 @@ func serveModels(t *testing.T, bin, data string, env []string, modelURL string, 
 // reports failed, or unless it reports want cases.
 func runNode(t *testing.T, node, dir, script, base, key string, logs *bytes.Buffer, want int, env ...string) {
 	t.Helper()
+	cases, stderr, err := runCases(t, node, dir, script, base, key, env...)
+	if err != nil || len(cases) != want {
+		t.Fatalf("node %s: %v, %d cases\nstderr: %s\nserver: %s", script, err, len(cases), stderr, logs)
+	}
+}
+
+// runCases runs script (of dir, with the server's base URL and key in its
+// environment, and env), which prints a JSON line a case
+// ({"case","ok","detail"}): a case not ok fails t. It returns the names of
+// the cases that reported, in order, the script's error and its stderr.
+func runCases(t *testing.T, node, dir, script, base, key string, env ...string) (cases []string, stderr string, err error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
 	out, err := cmd.Output()
-	cases := 0
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -295,14 +306,12 @@ func runNode(t *testing.T, node, dir, script, base, key string, logs *bytes.Buff
 			t.Errorf("not a case line: %s", sc.Text())
 			continue
 		}
-		cases++
+		cases = append(cases, c.Case)
 		if !c.OK {
 			t.Errorf("%s: %v", c.Case, c.Detail)
 		} else {
 			t.Logf("%s: ok %v", c.Case, c.Detail)
 		}
 	}
-	if err != nil || cases != want {
-		t.Fatalf("node %s: %v, %d cases\nstderr: %s\nserver: %s", script, err, cases, stderr.String(), logs)
-	}
+	return cases, errBuf.String(), err
 }
