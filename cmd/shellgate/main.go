@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,6 +34,15 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// setUsage makes a command's usage (its -h, and what a bad flag prints) its
+// text and then its flags.
+func setUsage(fs *flag.FlagSet, text string) {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), text)
+		fs.PrintDefaults()
+	}
+}
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: shellgate COMMAND [ARGS]\n\ncommands:")
