@@ -35,6 +35,18 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// parseNoArgs parses the flags of a command that takes no other
+// arguments.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
 // setUsage makes a command's usage (its -h, and what a bad flag prints) its
 // text and then its flags.
 func setUsage(fs *flag.FlagSet, text string) {

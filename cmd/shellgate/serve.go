@@ -86,11 +86,8 @@ func runServe(ctx context.Context, args []string) error {
 	heartbeat := fs.Duration("heartbeat", cluster.DefaultHeartbeat, "with --advertise-url: how often this replica renews its heartbeat; a replica silent for five heartbeats is dead")
 	providersPath := fs.String("config", "", "config file (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]; runtime: {backend: kubernetes, namespace, image, kubeconfig, runtime_class, egress_proxy, ...}; database: DSN; storage: s3://...); without providers the model gateway has none; without runtime sandboxes run on this machine")
 	setUsage(fs, "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
 	}
 	if *rateLimit < 0 || *rateBurst < 0 || *maxConc < 0 || *maxBodyMB < 0 {
 		return errors.New("--rate-limit, --rate-burst, --max-concurrent and --max-inflight-body-mb must not be negative")
