@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -173,6 +174,46 @@ func apiCaller(t *testing.T, base, key string) func(method, path, body string) (
 		}
 		return resp.StatusCode, v
 	}
+}
+
+// getBody GETs url with header set to value (a key) and returns the status
+// and the body.
+func getBody(t *testing.T, url, header, value string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set(header, value)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// postFile POSTs a multipart form of one file (field "file", named name)
+// and then fields (name, value pairs) to url with header set to value (a
+// key), and returns the status and the body.
+func postFile(t *testing.T, url, header, value, name string, content []byte, fields ...string) (int, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, _ := mw.CreateFormFile("file", name)
+	w.Write(content)
+	for i := 0; i+1 < len(fields); i += 2 {
+		mw.WriteField(fields[i], fields[i+1])
+	}
+	mw.Close()
+	req, _ := http.NewRequest("POST", url, &buf)
+	req.Header.Set(header, value)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // TestServe drives the real binary as the README does: `shellgate serve`
