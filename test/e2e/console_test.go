@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/testenv"
 )
 
@@ -51,12 +49,7 @@ func TestConsole(t *testing.T) {
 		stdout      = `<b>bold</b><script>alert(2)</script> total=42`
 	)
 	cmd := `printf 'region,revenue\nnorth,42\n' > '` + fileName + `' && echo '<b>bold</b><script>alert(2)</script> total='$((40+2))`
-	args, _ := json.Marshal(map[string]any{"commands": []string{cmd}})
-	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
-		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: args}}},
-		{Text: "Done: {{last_tool_stdout}}"},
-	}})
-	t.Cleanup(model.Close)
+	model := toolModel(t, "shell", map[string]any{"commands": []string{cmd}}, "Done: {{last_tool_stdout}}")
 	cfg := filepath.Join(t.TempDir(), "providers.yaml")
 	os.WriteFile(cfg, []byte("providers:\n  up: {api: responses, base_url: "+model.URL+"/v1, models: [m]}\n"), 0o600)
 	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)

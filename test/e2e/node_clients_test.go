@@ -103,12 +103,7 @@ func TestNodeProgrammaticToolCalls(t *testing.T) {
 	bin, data, env := serveBinary(t)
 	code := "try:\n    await send_email(to='x@example.com')\nexcept ToolError as e:\n    print('refused:', e)\n" +
 		"import asyncio\nrs = [await get_weather(city='Paris')]\nrs += await asyncio.gather(get_weather('Oslo'), get_weather(city='Rome'))\nprint('; '.join(rs))\n"
-	args, _ := json.Marshal(map[string]string{"code": code})
-	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
-		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}},
-		{Text: "The weather: {{last_tool_stdout}}"},
-	}})
-	t.Cleanup(model.Close)
+	model := toolModel(t, "code_execution", map[string]string{"code": code}, "The weather: {{last_tool_stdout}}")
 	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
 	runNode(t, node, dir, "programmatic.mjs", base, key, logs, 8)
 	// The model is told how to call the tool from code, and never sees it
@@ -146,12 +141,7 @@ func TestNodeResponsesProgrammatic(t *testing.T) {
 		"const rs = [await tools.get_weather({city: 'Paris'})];\n" +
 		"rs.push(...await Promise.all([tools.get_weather({city: 'Oslo'}), tools.get_weather({city: 'Rome'})]));\n" +
 		"console.log('refused: ' + refused);\nreturn rs.join('; ');"
-	args, _ := json.Marshal(map[string]string{"code": code})
-	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
-		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "program", Arguments: args}}},
-		{Text: "The weather: {{last_tool_output}}"},
-	}})
-	t.Cleanup(model.Close)
+	model := toolModel(t, "program", map[string]string{"code": code}, "The weather: {{last_tool_output}}")
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
 	runNode(t, node, dir, "responses_programmatic.mjs", base, key, logs, 9)
 	// The model is told how to call the tool from a program, and never
@@ -268,6 +258,22 @@ func serveModels(t *testing.T, bin, data string, env []string, modelURL string, 
 	os.WriteFile(cfg, []byte(b.String()), 0o600)
 	base, _, _, logs = startServe(t, bin, data, env, append([]string{"--config", cfg}, extra...)...)
 	return base, keyFor(t, bin, data), logs
+}
+
+// toolModel serves a scripted model that says "Let me check." calling tool
+// with args (as JSON), then answers with answer (a template of the tool's
+// result); it is closed when the test ends.
+func toolModel(t *testing.T, tool string, args any, answer string) *scripted.Server {
+	b, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: tool, Arguments: b}}},
+		{Text: answer},
+	}})
+	t.Cleanup(model.Close)
+	return model
 }
 
 // runNode runs a clients script against base and fails for each case it
