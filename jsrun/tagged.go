@@ -588,12 +588,8 @@ func (d *tagDecoder) dec(raw any, path string, depth int) (any, error) {
 		return f, nil
 	case []any:
 		out := make([]any, len(x))
-		for i, e := range x {
-			v, err := d.dec(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+		if err := d.decItems(out, x, path, depth); err != nil {
+			return nil, err
 		}
 		return out, nil
 	case obj:
@@ -624,6 +620,18 @@ func (d *tagDecoder) dec(raw any, path string, depth int) (any, error) {
 		return d.decTagged(ts, x, path, depth)
 	}
 	return nil, tagErr(path, "unexpected JSON")
+}
+
+// decItems decodes the items of an array at path into out.
+func (d *tagDecoder) decItems(out, items []any, path string, depth int) error {
+	for i, e := range items {
+		v, err := d.dec(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
+		if err != nil {
+			return err
+		}
+		out[i] = v
+	}
+	return nil
 }
 
 func (d *tagDecoder) register(x obj, v any) {
@@ -775,12 +783,8 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 		}
 		out := make([]any, len(items))
 		d.register(x, out)
-		for i, e := range items {
-			v, err := d.dec(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+		if err := d.decItems(out, items, path, depth); err != nil {
+			return nil, err
 		}
 		return out, nil
 	case "object":
