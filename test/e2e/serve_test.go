@@ -162,18 +162,25 @@ func apiCaller(t *testing.T, base, key string) func(method, path, body string) (
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		st, b := do(t, req)
 		var v map[string]any
-		b, _ := io.ReadAll(resp.Body)
 		if err := json.Unmarshal(b, &v); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+			t.Fatalf("%s %s: %d %s", method, path, st, b)
 		}
-		return resp.StatusCode, v
+		return st, v
 	}
+}
+
+// do sends req and returns the status and the body.
+func do(t *testing.T, req *http.Request) (int, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // getBody GETs url with header set to value (a key) and returns the status
@@ -182,13 +189,7 @@ func getBody(t *testing.T, url, header, value string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set(header, value)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return do(t, req)
 }
 
 // postFile POSTs a multipart form of one file (field "file", named name)
@@ -207,13 +208,7 @@ func postFile(t *testing.T, url, header, value, name string, content []byte, fie
 	req, _ := http.NewRequest("POST", url, &buf)
 	req.Header.Set(header, value)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return do(t, req)
 }
 
 // TestServe drives the real binary as the README does: `shellgate serve`
