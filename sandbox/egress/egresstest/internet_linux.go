@@ -284,15 +284,18 @@ func (in *Internet) countUDP(t testing.TB, ap netip.AddrPort) {
 		t.Fatal(err)
 	}
 	in.closers = append(in.closers, pc)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			in.udpHits.Add(1)
+	go countPackets(pc, &in.udpHits)
+}
+
+// countPackets counts the packets pc receives in n until pc is closed.
+func countPackets(pc net.PacketConn, n *atomic.Int64) {
+	buf := make([]byte, 2048)
+	for {
+		if _, _, err := pc.ReadFrom(buf); err != nil {
+			return
 		}
-	}()
+		n.Add(1)
+	}
 }
 
 func (in *Internet) countDNS(t testing.TB) {
@@ -309,15 +312,7 @@ func (in *Internet) countDNS(t testing.TB) {
 		t.Fatal(err)
 	}
 	in.closers = append(in.closers, pc, l)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			in.dnsHits.Add(1)
-		}
-	}()
+	go countPackets(pc, &in.dnsHits)
 	go func() {
 		for {
 			c, err := l.Accept()
