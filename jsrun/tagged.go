@@ -226,10 +226,16 @@ func (t *tagEncoder) enc(v any, path string, depth int) (any, error) {
 }
 
 // toFloat converts one of the Go number types the encoders accept to the
-// float64 a JS number is; an invalid json.Number reads as 0.
+// float64 a JS number is; an invalid json.Number reads as 0. The common
+// types skip reflection.
 func toFloat(v any) float64 {
-	if n, ok := v.(json.Number); ok {
-		f, _ := n.Float64()
+	switch x := v.(type) {
+	case float64:
+		return x
+	case int:
+		return float64(x)
+	case json.Number:
+		f, _ := x.Float64()
 		return f
 	}
 	return reflect.ValueOf(v).Convert(reflect.TypeFor[float64]()).Float()
