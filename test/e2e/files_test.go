@@ -22,12 +22,7 @@ func TestServeFiles(t *testing.T) {
 	base, srv, exited, _ := startServe(t, bin, data, env, "--max-upload-mb", "1", "--idle-timeout", "1s")
 	key := keyFor(t, bin, data)
 	call := apiCaller(t, base, key)
-	if st, c := call("POST", "/api/v1/containers", `{"name":"files"}`); st != 200 {
-		t.Fatalf("create: %d %v", st, c)
-	}
-	if st, r := call("POST", "/api/v1/containers/files/exec", `{"commands":["echo precious > f && head -c 30000000 /dev/urandom > big"]}`); st != 200 {
-		t.Fatalf("exec: %d %v", st, r)
-	}
+	createAndRun(t, call, "files", "echo precious > f && head -c 30000000 /dev/urandom > big")
 	upload := func(path string, size int) (int, []byte) {
 		return postFile(t, base+path, "x-api-key", key, "data.csv", bytes.Repeat([]byte("x"), size))
 	}

@@ -171,6 +171,20 @@ func apiCaller(t *testing.T, base, key string) func(method, path, body string) (
 	}
 }
 
+// createAndRun creates container name through call and runs the command
+// line cmd in it.
+func createAndRun(t *testing.T, call func(method, path, body string) (int, map[string]any), name, cmd string) {
+	t.Helper()
+	create, _ := json.Marshal(map[string]string{"name": name})
+	if st, c := call("POST", "/api/v1/containers", string(create)); st != 200 {
+		t.Fatalf("create: %d %v", st, c)
+	}
+	run, _ := json.Marshal(map[string][]string{"commands": {cmd}})
+	if st, r := call("POST", "/api/v1/containers/"+name+"/exec", string(run)); st != 200 {
+		t.Fatalf("exec: %d %v", st, r)
+	}
+}
+
 // do sends req and returns the status and the body.
 func do(t *testing.T, req *http.Request) (int, []byte) {
 	t.Helper()
@@ -318,12 +332,7 @@ func TestServeKill9Restart(t *testing.T) {
 	base, srv, exited, _ := startServe(t, bin, data, env, "--network-allow", "pypi.org")
 	key := keyFor(t, bin, data)
 	call := apiCaller(t, base, key)
-	if st, c := call("POST", "/api/v1/containers", `{"name":"crash"}`); st != 200 {
-		t.Fatalf("create: %d %v", st, c)
-	}
-	if st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["echo before > f"]}`); st != 200 {
-		t.Fatalf("exec: %d %v", st, r)
-	}
+	createAndRun(t, call, "crash", "echo before > f")
 	// A container of OpenAI's shape with settings of its own, awake and
 	// idle at the kill; and one deleted before it.
 	st, own := call("POST", "/v1/containers", `{"name":"own settings","expires_after":{"anchor":"last_active_at","minutes":120},"limits":{"processes":40},"network_policy":{"type":"allowlist","allowed_domains":["pypi.org"]}}`)
