@@ -65,43 +65,37 @@ func FuzzSerializer(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, wire string) {
-		v, err := decodeWire(wire)
-		if err != nil {
-			if ErrorCode(err) != CodeSerialization {
-				t.Fatalf("non-serialization error %v", err)
-			}
-			return
-		}
-		enc1, err := encodeWire(v, "value")
-		if err != nil {
-			t.Fatalf("decoded value does not re-encode: %v", err)
-		}
-		v2, err := decodeWire(enc1)
-		if err != nil {
-			t.Fatalf("re-encoded value does not decode: %v\n%s", err, enc1)
-		}
-		enc2, err := encodeWire(v2, "value")
-		if err != nil || enc2 != enc1 {
-			t.Fatalf("encoding not stable:\n%s\n%s", enc1, enc2)
-		}
-		// The ordered decoding (Config.OrderedObjects) of the same text.
-		o, err := decodeWireAs(wire, true)
-		if err != nil {
-			if ErrorCode(err) != CodeSerialization {
-				t.Fatalf("non-serialization error %v", err)
-			}
-			return
-		}
-		enc3, err := encodeWire(o, "value")
-		if err != nil {
-			t.Fatalf("ordered value does not re-encode: %v", err)
-		}
-		if o2, err := decodeWireAs(enc3, true); err != nil {
-			t.Fatalf("re-encoded ordered value does not decode: %v\n%s", err, enc3)
-		} else if enc4, _ := encodeWire(o2, "value"); enc4 != enc3 {
-			t.Fatalf("ordered encoding not stable:\n%s\n%s", enc3, enc4)
+		// Then the ordered decoding (Config.OrderedObjects) of the same text.
+		if stableRoundTrip(t, wire, false, "decoded") {
+			stableRoundTrip(t, wire, true, "ordered")
 		}
 	})
+}
+
+// stableRoundTrip decodes wire, ordered or not: a failure must be a
+// serialization error (false); a value must re-encode, decode again and
+// encode the same.
+func stableRoundTrip(t *testing.T, wire string, ordered bool, what string) bool {
+	v, err := decodeWireAs(wire, ordered)
+	if err != nil {
+		if ErrorCode(err) != CodeSerialization {
+			t.Fatalf("non-serialization error %v", err)
+		}
+		return false
+	}
+	enc1, err := encodeWire(v, "value")
+	if err != nil {
+		t.Fatalf("%s value does not re-encode: %v", what, err)
+	}
+	v2, err := decodeWireAs(enc1, ordered)
+	if err != nil {
+		t.Fatalf("%s value re-encoded does not decode: %v\n%s", what, err, enc1)
+	}
+	enc2, err := encodeWire(v2, "value")
+	if err != nil || enc2 != enc1 {
+		t.Fatalf("%s encoding not stable:\n%s\n%s", what, enc1, enc2)
+	}
+	return true
 }
 
 // FuzzGuestSerializer sends fuzzed JSON-ish text through the guest's own

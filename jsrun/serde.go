@@ -124,12 +124,8 @@ func (e *encoder) enc(v any, path string) (int, error) {
 		return e.add(encodeString(x)), nil
 	case float64:
 		return e.add(encodeNumber(x)), nil
-	case float32:
-		return e.add(encodeNumber(float64(x))), nil
-	case int:
-		return e.add(encodeNumber(float64(x))), nil
-	case int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr:
-		return e.add(encodeNumber(reflect.ValueOf(x).Convert(reflect.TypeFor[float64]()).Float())), nil
+	case float32, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr:
+		return e.add(encodeNumber(toFloat(x))), nil
 	case json.Number:
 		f, err := x.Float64()
 		if err != nil {

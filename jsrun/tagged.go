@@ -225,37 +225,20 @@ func (t *tagEncoder) enc(v any, path string, depth int) (any, error) {
 	return out, nil
 }
 
+// toFloat converts one of the Go number types the encoders accept to the
+// float64 a JS number is; an invalid json.Number reads as 0. The common
+// types skip reflection.
 func toFloat(v any) float64 {
 	switch x := v.(type) {
 	case float64:
 		return x
-	case float32:
-		return float64(x)
 	case int:
-		return float64(x)
-	case int8:
-		return float64(x)
-	case int16:
-		return float64(x)
-	case int32:
-		return float64(x)
-	case int64:
-		return float64(x)
-	case uint:
-		return float64(x)
-	case uint8:
-		return float64(x)
-	case uint16:
-		return float64(x)
-	case uint32:
-		return float64(x)
-	case uint64:
 		return float64(x)
 	case json.Number:
 		f, _ := x.Float64()
 		return f
 	}
-	return math.NaN()
+	return reflect.ValueOf(v).Convert(reflect.TypeFor[float64]()).Float()
 }
 
 func (t *tagEncoder) sharedBuffer(b ArrayBuffer) bool {
@@ -611,12 +594,8 @@ func (d *tagDecoder) dec(raw any, path string, depth int) (any, error) {
 		return f, nil
 	case []any:
 		out := make([]any, len(x))
-		for i, e := range x {
-			v, err := d.dec(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+		if err := d.decItems(out, x, path, depth); err != nil {
+			return nil, err
 		}
 		return out, nil
 	case obj:
@@ -647,6 +626,18 @@ func (d *tagDecoder) dec(raw any, path string, depth int) (any, error) {
 		return d.decTagged(ts, x, path, depth)
 	}
 	return nil, tagErr(path, "unexpected JSON")
+}
+
+// decItems decodes the items of an array at path into out.
+func (d *tagDecoder) decItems(out, items []any, path string, depth int) error {
+	for i, e := range items {
+		v, err := d.dec(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
+		if err != nil {
+			return err
+		}
+		out[i] = v
+	}
+	return nil
 }
 
 func (d *tagDecoder) register(x obj, v any) {
@@ -798,12 +789,8 @@ func (d *tagDecoder) decTagged(typ string, x obj, path string, depth int) (any, 
 		}
 		out := make([]any, len(items))
 		d.register(x, out)
-		for i, e := range items {
-			v, err := d.dec(e, fmt.Sprintf("%s[%d]", path, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+		if err := d.decItems(out, items, path, depth); err != nil {
+			return nil, err
 		}
 		return out, nil
 	case "object":

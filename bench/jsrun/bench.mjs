@@ -7,13 +7,8 @@
 //   node bench.mjs [--n 300] [--concurrent 1000]
 import { getQuickJS } from 'quickjs-emscripten';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import fs from 'node:fs';
+import { args, opt, peakRSS, resetPeak, timeCase } from './measure.mjs';
 
-const args = process.argv.slice(2);
-const opt = (name, def) => {
-  const i = args.indexOf('--' + name);
-  return i >= 0 ? Number(args[i + 1]) : def;
-};
 const N = opt('n', 300);
 const CONCURRENT = opt('concurrent', 1000);
 const QuickJS = await getQuickJS();
@@ -123,19 +118,7 @@ const cases = {
   interrupt_resume: interruptResume,
 };
 
-function pct(d, p) { return d[Math.min(d.length - 1, Math.floor(d.length * p))]; }
-
-for (const [name, fn] of Object.entries(cases)) {
-  for (let i = 0; i < 20; i++) await fn(); // warm up
-  const d = [];
-  for (let i = 0; i < N; i++) {
-    const t = process.hrtime.bigint();
-    await fn();
-    d.push(Number(process.hrtime.bigint() - t) / 1000);
-  }
-  d.sort((a, b) => a - b);
-  console.log(JSON.stringify({ case: name, n: N, p50_us: pct(d, 0.5), p99_us: pct(d, 0.99) }));
-}
+for (const [name, fn] of Object.entries(cases)) await timeCase(name, fn, N);
 
 // CONCURRENT runs alive at once, each waiting on a host call.
 {
@@ -144,7 +127,7 @@ for (const [name, fn] of Object.entries(cases)) {
   let started = 0;
   let allStarted;
   const everyone = new Promise((r) => { allStarted = r; });
-  try { fs.writeFileSync('/proc/self/clear_refs', '5'); } catch { /* peak then includes earlier cases */ }
+  resetPeak();
   const t = process.hrtime.bigint();
   const runs = [];
   for (let j = 0; j < CONCURRENT; j++) {
@@ -156,8 +139,6 @@ for (const [name, fn] of Object.entries(cases)) {
   const results = await Promise.all(runs);
   const wallMs = Number(process.hrtime.bigint() - t) / 1e6;
   results.forEach((r, j) => { if (r.value !== j + 1000) throw new Error('bad concurrent result'); });
-  // Peak RSS of the process (VmHWM) since the reset above.
-  const m = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
-  const rss = m ? Number(m[1]) * 1024 : process.memoryUsage().rss;
-  console.log(JSON.stringify({ case: 'concurrent', n: CONCURRENT, wall_ms: wallMs, rss_mib: rss / (1 << 20) }));
+  // Peak RSS of the process since the reset above.
+  console.log(JSON.stringify({ case: 'concurrent', n: CONCURRENT, wall_ms: wallMs, rss_mib: peakRSS() }));
 }

@@ -6,14 +6,9 @@
 // case, like bench.mjs.
 //
 //   node run.mjs [--n 300] [--concurrent 200]
-import fs from 'node:fs';
+import { args, opt, peakRSS, resetPeak, timeCase } from './measure.mjs';
 import { createRunner, getHostFunctionContext, setMaxWorkers } from 'run';
 
-const args = process.argv.slice(2);
-const opt = (name, def) => {
-  const i = args.indexOf('--' + name);
-  return i >= 0 ? Number(args[i + 1]) : def;
-};
 const N = opt('n', 300);
 const CONCURRENT = opt('concurrent', 200);
 
@@ -79,31 +74,10 @@ const cases = {
   modules: modulesRun,
 };
 
-function pct(d, p) { return d[Math.min(d.length - 1, Math.floor(d.length * p))]; }
-
-// peakRSS is the process's high-water RSS (VmHWM: main thread and every
-// worker thread); resetPeak starts a new high-water mark.
-function peakRSS() {
-  const m = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
-  return m ? Number(m[1]) / 1024 : process.memoryUsage().rss / (1 << 20);
-}
-function resetPeak() {
-  try { fs.writeFileSync('/proc/self/clear_refs', '5'); } catch { /* peak then includes earlier cases */ }
-}
-
 const only = args.includes('--only-concurrent');
 const selected = onlyCase !== undefined ? [[onlyCase, cases[onlyCase]]] : Object.entries(cases).filter(([n]) => n !== 'modules');
-for (const [name, fn] of only ? [] : selected) {
-  for (let i = 0; i < 20; i++) await fn(); // warm up (and start pool workers)
-  const d = [];
-  for (let i = 0; i < N; i++) {
-    const t = process.hrtime.bigint();
-    await fn();
-    d.push(Number(process.hrtime.bigint() - t) / 1000);
-  }
-  d.sort((a, b) => a - b);
-  console.log(JSON.stringify({ case: name, n: N, p50_us: pct(d, 0.5), p99_us: pct(d, 0.99) }));
-}
+// The warm-up starts the pool's workers too.
+for (const [name, fn] of only ? [] : selected) await timeCase(name, fn, N);
 
 // CONCURRENT runs alive at once, each holding a 1,000-object array across a
 // host call that settles only when all have reached it.

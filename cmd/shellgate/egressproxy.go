@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -35,10 +34,7 @@ func runEgressProxy(ctx context.Context, args []string) error {
 	maxConns := fs.Int("max-conns", 16384, "most client connections in flight")
 	maxPerPod := fs.Int("max-conns-per-pod", 512, "most connections in flight from one sandbox pod")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate egress-proxy [flags]\n\nAn explicit HTTP proxy (CONNECT host:443, absolute-form http:// requests) for sandbox pods. Each connection's pod is found by its source address among the namespace's running sandbox pods; its shellgate.dev/allowed-domains annotation is its allowlist, applied with the local engine's rules (names only, ports 80 and 443, no private, loopback, link-local or metadata addresses). Needs pods get/list/watch in the namespace.")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, "usage: shellgate egress-proxy [flags]\n\nAn explicit HTTP proxy (CONNECT host:443, absolute-form http:// requests) for sandbox pods. Each connection's pod is found by its source address among the namespace's running sandbox pods; its shellgate.dev/allowed-domains annotation is its allowlist, applied with the local engine's rules (names only, ports 80 and 443, no private, loopback, link-local or metadata addresses). Needs pods get/list/watch in the namespace.")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}

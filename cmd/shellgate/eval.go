@@ -38,8 +38,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func runEval(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: shellgate eval FILE.js|FILE.ts|FILE.mjs|FILE.mts [--language typescript] [--source-type module] [--client-functions NS.fn,NS.fn2] [--continuation TOKEN] [--resolve ID=JSON]... [--sandbox NAME] [--context JSON]
+	setUsage(fs, `usage: shellgate eval FILE.js|FILE.ts|FILE.mjs|FILE.mts [--language typescript] [--source-type module] [--client-functions NS.fn,NS.fn2] [--continuation TOKEN] [--resolve ID=JSON]... [--sandbox NAME] [--context JSON]
 
 Runs FILE.js ("-" reads stdin) as the body of an async function and prints
 the POST /api/v1/eval response JSON. FILE.ts (also .mts, .cts) is
@@ -53,8 +52,6 @@ $SHELLGATE_CONTINUATION_SECRET (>= 32 bytes) or DATA/keys/continuation.key.
 A continuation resumes once: a second resume fails with RUN_CONTINUATION_USED
 (uses are recorded in DATA/eval/continuations.db).
 Exit status: 0 completed, 3 interrupted, 1 error.`)
-		fs.PrintDefaults()
-	}
 	dataDir := dataDirFlag(fs)
 	clientFns := fs.String("client-functions", "", "comma-separated NS.fn client functions")
 	continuation := fs.String("continuation", "", "continuation token from an interrupted run")

@@ -46,10 +46,7 @@ func runExec(ctx context.Context, args []string) error {
 		copyIn = append(copyIn, v)
 		return nil
 	})
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate exec [flags] -- 'CMD1' ['CMD2' ...]\n\nEach argument after -- is one command, run in order in its own `bash -lc` in /workspace/home.")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, "usage: shellgate exec [flags] -- 'CMD1' ['CMD2' ...]\n\nEach argument after -- is one command, run in order in its own `bash -lc` in /workspace/home.")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}

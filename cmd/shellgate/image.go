@@ -73,6 +73,15 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// dataDirArgs parses the arguments of a subcommand whose only flag is
+// --data-dir: the data directory and the positional arguments.
+func dataDirArgs(name string, args []string) (dataDir string, pos []string, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	dir := dataDirFlag(fs)
+	pos, err = parseFlags(fs, args)
+	return *dir, pos, err
+}
+
 func openImageStore(dataDir string) (*image.Store, error) {
 	return image.Open(filepath.Join(dataDir, "images"))
 }
@@ -121,9 +130,7 @@ func imageBuild(ctx context.Context, args []string) error {
 }
 
 func imageImport(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("shellgate image import", flag.ContinueOnError)
-	dataDir := dataDirFlag(fs)
-	pos, err := parseFlags(fs, args)
+	dataDir, pos, err := dataDirArgs("shellgate image import", args)
 	if err != nil {
 		return err
 	}
@@ -140,7 +147,7 @@ func imageImport(ctx context.Context, args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("importing images needs root (to keep file owners; images are shared read-only): run it with sudo")
 	}
-	store, err := openImageStore(*dataDir)
+	store, err := openImageStore(dataDir)
 	if err != nil {
 		return err
 	}
@@ -154,16 +161,14 @@ func imageImport(ctx context.Context, args []string) error {
 }
 
 func imageList(args []string) error {
-	fs := flag.NewFlagSet("shellgate image list", flag.ContinueOnError)
-	dataDir := dataDirFlag(fs)
-	pos, err := parseFlags(fs, args)
+	dataDir, pos, err := dataDirArgs("shellgate image list", args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return fmt.Errorf("list takes no arguments, got %q", pos)
 	}
-	store, err := openImageStore(*dataDir)
+	store, err := openImageStore(dataDir)
 	if err != nil {
 		return err
 	}
@@ -185,9 +190,7 @@ func printImages(w io.Writer, imgs []image.Image) error {
 }
 
 func imageRemove(args []string) error {
-	fs := flag.NewFlagSet("shellgate image rm", flag.ContinueOnError)
-	dataDir := dataDirFlag(fs)
-	pos, err := parseFlags(fs, args)
+	dataDir, pos, err := dataDirArgs("shellgate image rm", args)
 	if err != nil {
 		return err
 	}
@@ -199,7 +202,7 @@ func imageRemove(args []string) error {
 			return err
 		}
 	}
-	store, err := openImageStore(*dataDir)
+	store, err := openImageStore(dataDir)
 	if err != nil {
 		return err
 	}

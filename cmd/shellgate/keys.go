@@ -33,10 +33,7 @@ func runKeys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys "+verb, flag.ContinueOnError)
 	dataDir := dataDirFlag(fs)
 	database := databaseFlag(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), keysUsage)
-		fs.PrintDefaults()
-	}
+	setUsage(fs, keysUsage)
 	var account, workspace *string
 	switch verb {
 	case "create":

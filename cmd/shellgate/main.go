@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,6 +34,27 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// parseNoArgs parses the flags of a command that takes no other
+// arguments.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
+// setUsage makes a command's usage (its -h, and what a bad flag prints) its
+// text and then its flags.
+func setUsage(fs *flag.FlagSet, text string) {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), text)
+		fs.PrintDefaults()
+	}
+}
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: shellgate COMMAND [ARGS]\n\ncommands:")

@@ -22,8 +22,7 @@ func init() {
 
 func runMCP(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: shellgate mcp --url URL
+	setUsage(fs, `usage: shellgate mcp --url URL
        shellgate mcp --local [-- SERVE FLAGS]
 
 Serves, over stdin and stdout, the MCP server of the Shellgate server at
@@ -37,8 +36,6 @@ With --local, the server is this process: shellgate serve with the flags
 after -- (--data-dir, --runtime, --image, ...) on a loopback port of its
 own, its log on stderr; the key must be one of its data directory
 (shellgate keys create).`)
-		fs.PrintDefaults()
-	}
 	url := fs.String("url", os.Getenv("SHELLGATE_URL"), "the server's base URL (default $SHELLGATE_URL)")
 	local := fs.Bool("local", false, "run the server in this process, on this machine's own sandboxes")
 	if err := fs.Parse(args); err != nil {

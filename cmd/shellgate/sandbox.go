@@ -21,10 +21,7 @@ func runSandbox(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	dataDir := dataDirFlag(fs)
 	storageSpec := storageFlag(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate sandbox list | rm NAME...\n\nlist shows every sandbox with a home on this node; rm deletes sandboxes and their homes (with --storage s3://..., their archives too).")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, "usage: shellgate sandbox list | rm NAME...\n\nlist shows every sandbox with a home on this node; rm deletes sandboxes and their homes (with --storage s3://..., their archives too).")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}

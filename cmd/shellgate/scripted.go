@@ -25,15 +25,9 @@ func runScripted(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("scripted-upstream", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:9999", "HOST:PORT to listen on")
 	scriptPath := fs.String("script", "", "script file (YAML or JSON; see package internal/gateway/scripted); default: the built-in demo model")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate scripted-upstream [flags]\n\nServes POST /v1/chat/completions, /v1/responses, /v1/messages and\n/v1beta/models/MODEL:generateContent, answering from a script instead of a model.\nPoint a provider of `shellgate serve --config` at http://ADDR/v1 (gemini: http://ADDR/v1beta).")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("scripted-upstream takes no arguments, got %q", fs.Args())
+	setUsage(fs, "usage: shellgate scripted-upstream [flags]\n\nServes POST /v1/chat/completions, /v1/responses, /v1/messages and\n/v1beta/models/MODEL:generateContent, answering from a script instead of a model.\nPoint a provider of `shellgate serve --config` at http://ADDR/v1 (gemini: http://ADDR/v1beta).")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
 	}
 	script := scripted.Demo()
 	if *scriptPath != "" {

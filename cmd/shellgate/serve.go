@@ -85,15 +85,9 @@ func runServe(ctx context.Context, args []string) error {
 	advertise := fs.String("advertise-url", "", "the URL other replicas reach this one's API at, e.g. http://10.0.0.5:8080; setting it turns on routing across replicas: requests for a container awake on another replica are proxied there (env SHELLGATE_ADVERTISE_URL)")
 	heartbeat := fs.Duration("heartbeat", cluster.DefaultHeartbeat, "with --advertise-url: how often this replica renews its heartbeat; a replica silent for five heartbeats is dead")
 	providersPath := fs.String("config", "", "config file (YAML: providers: NAME: {api, base_url, api_key_env, models, timeout}; broadcast: [{type: otlp_http, endpoint, headers}]; runtime: {backend: kubernetes, namespace, image, kubeconfig, runtime_class, egress_proxy, ...}; database: DSN; storage: s3://...); without providers the model gateway has none; without runtime sandboxes run on this machine")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	setUsage(fs, "usage: shellgate serve [flags]\n\nServes the HTTP API (see GET /api/v1/openapi.json). Make a key with `shellgate keys create`.")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
 	}
 	if *rateLimit < 0 || *rateBurst < 0 || *maxConc < 0 || *maxBodyMB < 0 {
 		return errors.New("--rate-limit, --rate-burst, --max-concurrent and --max-inflight-body-mb must not be negative")

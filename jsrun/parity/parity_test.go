@@ -241,29 +241,23 @@ func framed(t *testing.T, out string) []frame {
 
 func limitsOf(t *testing.T, m map[string]int) jsrun.Limits {
 	var l jsrun.Limits
+	byName := map[string]*int{
+		"memoryLimitBytes":              &l.MemoryBytes,
+		"maxStackSizeBytes":             &l.StackBytes,
+		"maxResultBytes":                &l.ResultBytes,
+		"maxSourceBytes":                &l.SourceBytes,
+		"maxConsoleOutputBytes":         &l.ConsoleBytes,
+		"maxHostFunctionArgumentsBytes": &l.HostArgumentsBytes,
+		"maxHostFunctionOutputBytes":    &l.HostOutputBytes,
+		"maxBridgeRequests":             &l.HostCalls,
+		"maxInFlightBridgeRequests":     &l.InFlightHostCalls,
+	}
 	for k, v := range m {
-		switch k {
-		case "timeoutMs":
+		if k == "timeoutMs" {
 			l.Timeout = time.Duration(v) * time.Millisecond
-		case "memoryLimitBytes":
-			l.MemoryBytes = v
-		case "maxStackSizeBytes":
-			l.StackBytes = v
-		case "maxResultBytes":
-			l.ResultBytes = v
-		case "maxSourceBytes":
-			l.SourceBytes = v
-		case "maxConsoleOutputBytes":
-			l.ConsoleBytes = v
-		case "maxHostFunctionArgumentsBytes":
-			l.HostArgumentsBytes = v
-		case "maxHostFunctionOutputBytes":
-			l.HostOutputBytes = v
-		case "maxBridgeRequests":
-			l.HostCalls = v
-		case "maxInFlightBridgeRequests":
-			l.InFlightHostCalls = v
-		default:
+		} else if p, ok := byName[k]; ok {
+			*p = v
+		} else {
 			t.Fatalf("unknown limit %q", k)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 // startAgent runs the real agent binary as PID 1 of a new PID namespace on
 // the host (no container runtime), which is enough to test the protocol,
 // capping and process-tree kills. args are the agent's flags.
-func startAgent(t *testing.T, args ...string) *agent.Client {
+func startAgent(t testing.TB, args ...string) *agent.Client {
 	t.Helper()
 	testenv.NeedRoot(t, "a PID namespace")
 	bin, err := agentbin.Build()
@@ -33,7 +33,7 @@ func startAgent(t *testing.T, args ...string) *agent.Client {
 }
 
 // startAgentCmd starts cmd, which runs the agent as PID 1, and dials it.
-func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agent.Client {
+func startAgentCmd(t testing.TB, cmd *exec.Cmd) *agent.Client {
 	t.Helper()
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()

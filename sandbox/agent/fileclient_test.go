@@ -15,81 +15,69 @@ import (
 // caller as a file.
 func TestClientFileResultsAreHostile(t *testing.T) {
 	entry := func(p string, size int64) FileEntry { return FileEntry{Path: []byte(p), Size: size} }
+	// The calls, and what the fake agent sends for request id.
+	list := func(o homefs.ListOptions) func(c *Client) error {
+		return func(c *Client) error {
+			_, err := c.ListFiles(context.Background(), "/h", o)
+			return err
+		}
+	}
+	stat := func(c *Client) error {
+		_, err := c.StatFile(context.Background(), "/h", "a")
+		return err
+	}
+	read := func(c *Client) error {
+		_, r, err := c.OpenFile(context.Background(), "/h", "a", 10)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.ReadAll(r)
+		return err
+	}
+	info := func(f *fakeAgent, id uint32, e FileEntry) {
+		writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Info: &e}))
+	}
 	for _, tc := range []struct {
 		name string
 		call func(c *Client) error
 		// answer is what the fake agent sends for request id.
 		answer func(f *fakeAgent, id uint32)
 	}{
-		{"list path leaves the home", func(c *Client) error {
-			_, err := c.ListFiles(context.Background(), "/h", homefs.ListOptions{})
-			return err
-		}, func(f *fakeAgent, id uint32) {
+		{"list path leaves the home", list(homefs.ListOptions{}), func(f *fakeAgent, id uint32) {
 			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Files: []FileEntry{entry("../etc/passwd", 1)}}))
 		}},
-		{"list over the limit", func(c *Client) error {
-			_, err := c.ListFiles(context.Background(), "/h", homefs.ListOptions{Limit: 1})
-			return err
-		}, func(f *fakeAgent, id uint32) {
+		{"list over the limit", list(homefs.ListOptions{Limit: 1}), func(f *fakeAgent, id uint32) {
 			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Files: []FileEntry{entry("a", 1), entry("b", 1)}}))
 		}},
-		{"list out of order", func(c *Client) error {
-			_, err := c.ListFiles(context.Background(), "/h", homefs.ListOptions{})
-			return err
-		}, func(f *fakeAgent, id uint32) {
+		{"list out of order", list(homefs.ListOptions{}), func(f *fakeAgent, id uint32) {
 			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Files: []FileEntry{entry("b", 1), entry("a", 1)}}))
 		}},
-		{"list mode past permission bits", func(c *Client) error {
-			_, err := c.ListFiles(context.Background(), "/h", homefs.ListOptions{})
-			return err
-		}, func(f *fakeAgent, id uint32) {
+		{"list mode past permission bits", list(homefs.ListOptions{}), func(f *fakeAgent, id uint32) {
 			e := entry("a", 1)
 			e.Mode = 0o4755 // setuid: no file the home archive restores may carry it
 			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Files: []FileEntry{e}}))
 		}},
-		{"stat of another file", func(c *Client) error {
-			_, err := c.StatFile(context.Background(), "/h", "a")
-			return err
-		}, func(f *fakeAgent, id uint32) {
-			e := entry("b", 1)
-			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Info: &e}))
+		{"stat of another file", stat, func(f *fakeAgent, id uint32) {
+			info(f, id, entry("b", 1))
 		}},
 		{"read over the cap", func(c *Client) error {
 			_, _, err := c.OpenFile(context.Background(), "/h", "a", 10)
 			return err
 		}, func(f *fakeAgent, id uint32) {
-			e := entry("a", 11)
-			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Info: &e}))
+			info(f, id, entry("a", 11))
 		}},
-		{"read past the size", func(c *Client) error {
-			_, r, err := c.OpenFile(context.Background(), "/h", "a", 10)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			_, err = io.ReadAll(r)
-			return err
-		}, func(f *fakeAgent, id uint32) {
-			e := entry("a", 2)
-			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Info: &e}))
+		{"read past the size", read, func(f *fakeAgent, id uint32) {
+			info(f, id, entry("a", 2))
 			writeFrame(f.out, frameData, id, []byte("abc"))
 		}},
-		{"read ends short", func(c *Client) error {
-			_, r, err := c.OpenFile(context.Background(), "/h", "a", 10)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			_, err = io.ReadAll(r)
-			return err
-		}, func(f *fakeAgent, id uint32) {
-			e := entry("a", 5)
-			writeFrame(f.out, frameFileDone, id, mustJSON(FileResult{Info: &e}))
+		{"read ends short", read, func(f *fakeAgent, id uint32) {
+			info(f, id, entry("a", 5))
 			writeFrame(f.out, frameData, id, []byte("ab"))
 			writeFrame(f.out, frameData, id)
 		}},
 		{"bytes for a stat", func(c *Client) error {
-			_, err := c.StatFile(context.Background(), "/h", "a")
+			err := stat(c)
 			if err == nil {
 				<-c.Done()
 				err = c.Err()

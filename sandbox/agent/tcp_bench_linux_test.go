@@ -2,13 +2,9 @@ package agent_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
-	"github.com/shellgate/shellgate/sandbox/agent/agentbin"
 )
 
 // BenchmarkExecTransport: one `true` through the agent over its stdio pipes
@@ -28,7 +24,7 @@ func BenchmarkExecTransport(b *testing.B) {
 		}
 	}
 	b.Run("pipe", func(b *testing.B) {
-		c := startPipeAgent(b)
+		c := startAgent(b)
 		run(b, c)
 	})
 	b.Run("tls", func(b *testing.B) {
@@ -44,31 +40,4 @@ func BenchmarkExecTransport(b *testing.B) {
 		defer c.Close()
 		run(b, c)
 	})
-}
-
-func startPipeAgent(b *testing.B) *agent.Client {
-	b.Helper()
-	bin, err := agentbin.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	inR, inW, _ := os.Pipe()
-	outR, outW, _ := os.Pipe()
-	cmd := exec.Command(bin)
-	cmd.Stdin, cmd.Stdout = inR, outW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	inR.Close()
-	outW.Close()
-	c, err := agent.Dial(context.Background(), outR, inW)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		c.Close()
-		cmd.Wait()
-	})
-	return c
 }

@@ -41,7 +41,7 @@ func client(ns, addr string) *http.Client {
 			return d.DialContext(ctx, "tcp4", addr)
 		}
 		var c net.Conn
-		err := egresstest.InNS(ns, func() (err error) {
+		err := egress.InNS(ns, func() (err error) {
 			var d net.Dialer
 			c, err = d.DialContext(ctx, "tcp4", addr)
 			return err

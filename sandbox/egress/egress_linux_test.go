@@ -104,7 +104,7 @@ func start(t *testing.T, e *egress.Engine, domains ...string) *egress.Net {
 // dialIn connects from inside the sandbox's namespace.
 func dialIn(n *egress.Net, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := egresstest.InNS(n.NetNS(), func() (err error) {
+	err := egress.InNS(n.NetNS(), func() (err error) {
 		d := net.Dialer{Timeout: 5 * time.Second}
 		c, err = d.Dial(network, addr)
 		return err
@@ -391,7 +391,7 @@ func testEnforcement(t *testing.T, firewall string) {
 				c.Close()
 				t.Fatalf("%s reached another sandbox's endpoint", ap)
 			}
-			err := egresstest.InNS(in.NS, func() error {
+			err := egress.InNS(in.NS, func() error {
 				c, err := net.DialTimeout("tcp4", ap, time.Second)
 				if err == nil {
 					c.Close()

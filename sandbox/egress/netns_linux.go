@@ -133,11 +133,40 @@ func NewNetNS(path string) (err error) {
 			os.Remove(path)
 		}
 	}()
+	err = onNSThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare network namespace: %w", err)
+		}
+		return nil
+	}, func() error {
+		return unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "", unix.MS_BIND, "")
+	})
+	if err != nil {
+		return fmt.Errorf("pin network namespace at %s: %w", path, err)
+	}
+	return nil
+}
+
+// InNS runs fn on a thread inside the network namespace pinned at path:
+// sockets it creates belong to that namespace.
+func InNS(path string, fn func() error) error {
+	return onNSThread(func() error {
+		target, err := netns.GetFromPath(path)
+		if err != nil {
+			return err
+		}
+		defer target.Close()
+		return netns.Set(target)
+	}, fn)
+}
+
+// onNSThread runs fn on a locked OS thread that enter moved into another
+// network namespace, then moves the thread back. A thread that cannot go
+// back is never given back to the scheduler: it stays locked and dies with
+// its goroutine.
+func onNSThread(enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		// The thread that unshares is never given back to the scheduler
-		// in the new namespace: if going back fails it stays locked and
-		// dies with the goroutine.
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
@@ -146,24 +175,18 @@ func NewNetNS(path string) (err error) {
 			return
 		}
 		defer orig.Close()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare network namespace: %w", err)
-			runtime.UnlockOSThread()
+		ferr := enter()
+		if ferr == nil {
+			ferr = fn()
+		}
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return to the host network namespace: %w", err))
 			return
 		}
-		tid := unix.Gettid()
-		err = unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", tid), path, "", unix.MS_BIND, "")
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, fmt.Errorf("return to the host network namespace: %w", serr))
-			return // the thread stays locked and is discarded
-		}
 		runtime.UnlockOSThread()
-		errc <- err
+		errc <- ferr
 	}()
-	if err := <-errc; err != nil {
-		return fmt.Errorf("pin network namespace at %s: %w", path, err)
-	}
-	return nil
+	return <-errc
 }
 
 // bigGSO is the kernel's largest GSO packet (GSO_MAX_SIZE, 8 × 65535).

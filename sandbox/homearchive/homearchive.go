@@ -49,7 +49,9 @@
 //     as it is even if changed since (a failed archive, a crash while awake):
 //     it can only be newer, and the next Archive sends the difference. Manifests are untrusted (size,
 //     chunk size, ordered in-range indexes, lowercase hex hashes, a length cap,
-//     no unknown fields); keys are built only from checked names and hashes.
+//     one JSON object with no unknown fields: manifest.go's `ReadManifest`,
+//     `Sign` and `CheckSignature`, which kubehome's manifests use too); keys
+//     are built only from checked names and hashes.
 //     With `Archive.Key` (`SHELLGATE_ARCHIVE_KEY`) a manifest carries an
 //     HMAC-SHA256 of itself, which binds every chunk hash, so a bucket writer
 //     without the key cannot have a node mount an image of their making.
@@ -68,7 +70,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -155,17 +156,10 @@ type Manifest struct {
 	MAC string `json:"mac,omitempty"`
 }
 
-// mac is m's signature under key.
-func mac(key []byte, m *Manifest) (string, error) {
-	c := *m
-	c.MAC = ""
-	b, err := json.Marshal(&c)
-	if err != nil {
-		return "", err
-	}
-	h := hmac.New(sha256.New, key)
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
+// unsigned is m without its signature, as signed.
+func (m Manifest) unsigned() *Manifest {
+	m.MAC = ""
+	return &m
 }
 
 // Chunk is one non-zero chunk: its index in the image and its SHA-256.
@@ -229,30 +223,15 @@ func (a *Archive) remote(ctx context.Context, name string) (*Manifest, error) {
 	defer rc.Close()
 	// 100 bytes a chunk is ample for {"i":N,"sha256":"…"}.
 	limit := (a.MaxImageBytes/ChunkBytes+1)*100 + 4096
-	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("manifest of %s: %w", name, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%w: manifest of %s is larger than %d bytes", ErrCorrupt, name, limit)
-	}
 	var m Manifest
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: manifest of %s: %v", ErrCorrupt, name, err)
+	if err := ReadManifest(rc, name, limit, &m, ErrCorrupt); err != nil {
+		return nil, err
 	}
 	if err := a.validate(&m, name); err != nil {
 		return nil, err
 	}
-	if a.Key != nil {
-		want, err := mac(a.Key, &m)
-		if err != nil {
-			return nil, err
-		}
-		if !hmac.Equal([]byte(want), []byte(m.MAC)) {
-			return nil, fmt.Errorf("%w: manifest of %s: missing or bad signature (written without this archive key?)", ErrCorrupt, name)
-		}
+	if err := CheckSignature(a.Key, m.unsigned(), m.MAC, name, ErrCorrupt); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }
@@ -384,7 +363,7 @@ func (a *Archive) Archive(ctx context.Context, name, path string) error {
 	}
 	sortChunks(m.Chunks)
 	if a.Key != nil {
-		if m.MAC, err = mac(a.Key, m); err != nil {
+		if m.MAC, err = Sign(a.Key, m.unsigned()); err != nil {
 			return err
 		}
 	}

@@ -298,6 +298,13 @@ func (b *Backend) claim(id string) (release func(), err error) {
 	}, nil
 }
 
+// awakePod is sandbox id's pod this backend has a connection to, or nil.
+func (b *Backend) awakePod(id string) *pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.awake[id]
+}
+
 type pod struct {
 	name   string
 	client *agent.Client
@@ -818,9 +825,7 @@ func cutShort(err error) bool {
 
 // Exec runs one command in sandbox id's pod.
 func (b *Backend) Exec(ctx context.Context, id string, req agent.ExecRequest, onOutput agent.OutputFunc) (agent.Output, error) {
-	b.mu.Lock()
-	p := b.awake[id]
-	b.mu.Unlock()
+	p := b.awakePod(id)
 	if p == nil {
 		return agent.Output{}, fmt.Errorf("%w: %s", ErrNotAwake, id)
 	}
@@ -829,9 +834,7 @@ func (b *Backend) Exec(ctx context.Context, id string, req agent.ExecRequest, on
 
 // Agent is the agent connection of sandbox id's pod.
 func (b *Backend) Agent(id string) (*agent.Client, error) {
-	b.mu.Lock()
-	p := b.awake[id]
-	b.mu.Unlock()
+	p := b.awakePod(id)
 	if p == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotAwake, id)
 	}
@@ -842,9 +845,7 @@ func (b *Backend) Agent(id string) (*agent.Client, error) {
 // id's pod: it started or adopted the pod, and no other replica took the
 // agent over since.
 func (b *Backend) Awake(id string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p := b.awake[id]
+	p := b.awakePod(id)
 	return p != nil && p.live()
 }
 
@@ -885,9 +886,7 @@ func (b *Backend) Pods(ctx context.Context) ([]string, error) {
 // someone else: an eviction, kubectl). The agent serves every replica at once, so a
 // connection never ends because another replica connected.
 func (b *Backend) Ended(ctx context.Context, id string) bool {
-	b.mu.Lock()
-	p := b.awake[id]
-	b.mu.Unlock()
+	p := b.awakePod(id)
 	if p != nil && p.live() {
 		// The caller saw the connection end; its reader may not have
 		// finished closing it yet.
@@ -932,9 +931,7 @@ func (b *Backend) Sleep(ctx context.Context, id string) error {
 		return err
 	}
 	defer release()
-	b.mu.Lock()
-	p := b.awake[id]
-	b.mu.Unlock()
+	p := b.awakePod(id)
 	if p == nil || !p.live() {
 		// Started by another replica, or our connection ended: the
 		// archive goes through a connection of our own.

@@ -31,6 +31,14 @@ func newReplica(t testing.TB, c *kubetest.Cluster, arch kube.Archiver, idle time
 	return s
 }
 
+// twoReplicas is a cluster and replicas A and B of it sharing arch (nil:
+// none) and idle.
+func twoReplicas(t testing.TB, arch kube.Archiver, idle time.Duration) (*kubetest.Cluster, *kube.Sandboxes, *kube.Sandboxes) {
+	t.Helper()
+	c := kubetest.NewCluster(t)
+	return c, newReplica(t, c, arch, idle), newReplica(t, c, arch, idle)
+}
+
 // podCreates counts the pods created in c so far.
 func podCreates(c *kubetest.Cluster) int {
 	n := 0
@@ -74,8 +82,7 @@ func mustExec(t *testing.T, s *kube.Sandboxes, name, command string) string {
 // (no second pod); 3. B's file calls reach the same home; 4. A, still
 // connected beside B, sees B's writes.
 func TestReplicasAcross(t *testing.T) {
-	c := kubetest.NewCluster(t)
-	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	c, a, b := twoReplicas(t, nil, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := a.Create(ctx, "c1"); err != nil {
@@ -114,9 +121,8 @@ func TestReplicasAcross(t *testing.T) {
 // sees it sleeping (once its own connection ended with the pod); 3. A's next command wakes it in a new pod with the
 // files.
 func TestReplicasSleepWake(t *testing.T) {
-	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
-	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	c, a, b := twoReplicas(t, arch, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "echo kept > f")
@@ -144,9 +150,8 @@ func TestReplicasSleepWake(t *testing.T) {
 // same moment, several times over: each round ends with exactly one pod
 // (one restore), whose home both then use.
 func TestReplicasWakeRace(t *testing.T) {
-	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
-	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	c, a, b := twoReplicas(t, arch, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "echo 0 > n")
@@ -196,8 +201,7 @@ func TestReplicasWakeRace(t *testing.T) {
 // running; 3. B's next command starts a new, empty sandbox; 4. B's
 // Destroy of a container only A ever saw, awake, deletes its pod.
 func TestReplicasDestroy(t *testing.T) {
-	c := kubetest.NewCluster(t)
-	a, b := newReplica(t, c, nil, -1), newReplica(t, c, nil, -1)
+	c, a, b := twoReplicas(t, nil, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "echo x > f")
@@ -235,13 +239,12 @@ func TestReplicasDestroy(t *testing.T) {
 // calls (agent.Peers), so A counts them as use; once B stops, a sleeper
 // does it. The busy phase spans many of A's idle timeouts.
 func TestReplicasIdle(t *testing.T) {
-	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
 	// Long enough that B's first exec (lookups, TLS, token; under -race
 	// on a loaded machine) reaches the pod before A's sleeper may act,
 	// and that B's gaps never reach it.
 	const idle = time.Second
-	a, b := newReplica(t, c, arch, idle), newReplica(t, c, arch, idle)
+	c, a, b := twoReplicas(t, arch, idle)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "echo 0 > n")
@@ -278,13 +281,12 @@ func TestReplicasIdle(t *testing.T) {
 // a Restarted result that says another replica did it, and A's next
 // command starts a new sandbox.
 func TestReplicasConcurrent(t *testing.T) {
-	c := kubetest.NewCluster(t)
 	obj, err := homearchive.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	arch := &gatedArchiver{Archiver: kubehome.New(obj)}
-	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	c, a, b := twoReplicas(t, arch, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, a, "c1", "true")
@@ -395,9 +397,8 @@ func TestReplicasConcurrent(t *testing.T) {
 // again, destroyed through D, a replica that never saw it: its archive is
 // deleted and new replicas no longer find it.
 func TestReplicasAsleepUnseen(t *testing.T) {
-	c := kubetest.NewCluster(t)
 	arch := kubetest.NewTarArchiver()
-	a, b := newReplica(t, c, arch, -1), newReplica(t, c, arch, -1)
+	c, a, b := twoReplicas(t, arch, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := a.Create(ctx, "c1"); err != nil {

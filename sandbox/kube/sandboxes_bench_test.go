@@ -10,18 +10,26 @@ import (
 	"github.com/shellgate/shellgate/sandbox/kube/kubetest"
 )
 
+// benchBox is a cluster, its Backend and the Sandboxes on it with sandbox
+// "bench" awake, after setup (a command line) ran in it.
+func benchBox(b *testing.B, setup string) (*kubetest.Cluster, *kube.Backend, *kube.Sandboxes) {
+	b.Helper()
+	c := kubetest.NewCluster(b)
+	be, s := newBackendSandboxes(b, c, nil)
+	if _, err := s.Exec(context.Background(), "bench", sandbox.Command{Command: setup}); err != nil {
+		b.Fatal(err)
+	}
+	return c, be, s
+}
+
 // BenchmarkSandboxesExec: one `sh -c "exec /bin/true"` per op in one awake pod (the
 // real agent over loopback TLS), through kube.Sandboxes.Exec (what the
 // server calls: the sandbox's lock, the awake check, the result's
 // translation) or straight through Backend.Exec: the cost of the
 // sandbox.Backend layer.
 func BenchmarkSandboxesExec(b *testing.B) {
-	c := kubetest.NewCluster(b)
-	be, s := newBackendSandboxes(b, c, nil)
+	c, be, s := benchBox(b, "true")
 	ctx := context.Background()
-	if _, err := s.Exec(ctx, "bench", sandbox.Command{Command: "true"}); err != nil {
-		b.Fatal(err)
-	}
 	b.Run("Backend.Exec", func(b *testing.B) {
 		for b.Loop() {
 			if out, err := be.Exec(ctx, "bench", agent.ExecRequest{Shell: []string{"/bin/sh", "-c"}, Command: "exec /bin/true", Dir: c.HomeDir}, nil); err != nil || out.ExitCode != 0 {
@@ -43,12 +51,8 @@ func BenchmarkSandboxesExec(b *testing.B) {
 // frames, the size checked against the cap) against what a caller without
 // them does, `cat` through Exec with a 2 MiB output cap.
 func BenchmarkSandboxesReadFile(b *testing.B) {
-	c := kubetest.NewCluster(b)
-	_, s := newBackendSandboxes(b, c, nil)
+	_, _, s := benchBox(b, "head -c 1048576 /dev/urandom > f")
 	ctx := context.Background()
-	if _, err := s.Exec(ctx, "bench", sandbox.Command{Command: "head -c 1048576 /dev/urandom > f"}); err != nil {
-		b.Fatal(err)
-	}
 	b.Run("ReadFile", func(b *testing.B) {
 		b.SetBytes(1 << 20)
 		for b.Loop() {

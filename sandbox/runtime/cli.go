@@ -261,13 +261,9 @@ func (r runsc) Restore(ctx context.Context, id, dir, imageDir string, stdio Stdi
 // path: one the host made and gave a veth, which gVisor's netstack takes
 // over with --network=sandbox.
 func joinsNetNS(dir string) (bool, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	spec, err := readBundle(dir)
 	if err != nil {
 		return false, err
-	}
-	var spec Config
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return false, fmt.Errorf("read bundle %s: %w", dir, err)
 	}
 	if spec.Linux == nil {
 		return false, nil

@@ -192,3 +192,16 @@ func WriteBundle(dir string, spec *Config) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
 }
+
+// readBundle reads dir/config.json back.
+func readBundle(dir string) (*Config, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var spec Config
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", dir, err)
+	}
+	return &spec, nil
+}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -62,13 +60,9 @@ func liftRlimits(spec *Config) {
 // prlimitArgs returns the prlimit(1) command line that applies the rlimits
 // liftRlimits stored in the bundle in dir, or nil when there are none.
 func prlimitArgs(dir string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	spec, err := readBundle(dir)
 	if err != nil {
 		return nil, err
-	}
-	var spec Config
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, fmt.Errorf("read bundle %s: %w", dir, err)
 	}
 	raw := spec.Annotations[rlimitsAnnotation]
 	if raw == "" {

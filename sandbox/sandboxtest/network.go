@@ -51,6 +51,13 @@ func (p *policies) get(_ context.Context, name string) (sandbox.Settings, error)
 // engine reaches in's hosts; set gives a sandbox name its allowlist.
 func OpenNetwork(t testing.TB, rt string, in *egresstest.Internet, opts ...func(*egress.Config)) (*sandbox.Manager, *egress.Engine, func(name string, domains ...string)) {
 	t.Helper()
+	return openNetwork(t, rt, in, func(c *sandbox.Config) { c.HomeBytes = 64 << 20 }, opts...)
+}
+
+// openNetwork is OpenNetwork with the manager's configuration set by conf
+// (its homes' default size kept when conf is nil).
+func openNetwork(t testing.TB, rt string, in *egresstest.Internet, conf func(*sandbox.Config), opts ...func(*egress.Config)) (*sandbox.Manager, *egress.Engine, func(name string, domains ...string)) {
+	t.Helper()
 	Skip(t, rt, "default")
 	cfg := in.Config()
 	for _, o := range opts {
@@ -60,7 +67,13 @@ func OpenNetwork(t testing.TB, rt string, in *egresstest.Internet, opts ...func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := Open(t, rt, "default", func(c *sandbox.Config) { c.Egress = e; c.Limits.MemoryBytes = 512 << 20; c.HomeBytes = 64 << 20 })
+	m, _ := Open(t, rt, "default", func(c *sandbox.Config) {
+		c.Egress = e
+		c.Limits.MemoryBytes = 512 << 20
+		if conf != nil {
+			conf(c)
+		}
+	})
 	p := &policies{m: map[string]*egress.Policy{}}
 	m.SetSettings(p.get)
 	return m, e, p.set
@@ -492,14 +505,7 @@ print(n / (time.monotonic() - t))
 // setup).
 func NetworkBench(b *testing.B, rt string) {
 	in := egresstest.New(b)
-	Skip(b, rt, "default")
-	e, err := egress.New(in.Config())
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, _ := Open(b, rt, "default", func(c *sandbox.Config) { c.Egress = e; c.Limits.MemoryBytes = 512 << 20 })
-	p := &policies{m: map[string]*egress.Policy{}}
-	m.SetSettings(p.get)
+	m, _, set := openNetwork(b, rt, in, nil)
 	addr := in.Addr("allowed.test").String()
 	for _, c := range []struct {
 		name      string
@@ -512,7 +518,7 @@ func NetworkBench(b *testing.B, rt string) {
 			[]string{"python3", "-c", bigReader, addr}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			p.set("dl", "allowed.test")
+			set("dl", "allowed.test")
 			var proxied, direct float64
 			for i := 0; i < b.N; i++ {
 				// In alternating order, so that the shared machine's load
@@ -547,7 +553,7 @@ func NetworkBench(b *testing.B, rt string) {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				name := fmt.Sprintf("%s%d", c.name, i)
-				p.set(name, c.domains...)
+				set(name, c.domains...)
 				b.StartTimer()
 				if err := m.Create(context.Background(), name); err != nil {
 					b.Fatal(err)
@@ -566,15 +572,8 @@ func NetworkBench(b *testing.B, rt string) {
 // namespace itself.
 func NetworkSharedHostUser(t *testing.T, rt string) {
 	in := egresstest.New(t)
-	Skip(t, rt, "default")
-	e, err := egress.New(in.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := Open(t, rt, "default", func(c *sandbox.Config) { c.Egress = e; c.SharedHostUser = true; c.Limits.MemoryBytes = 512 << 20 })
-	p := &policies{m: map[string]*egress.Policy{}}
-	p.set("shared", "allowed.test")
-	m.SetSettings(p.get)
+	m, e, set := openNetwork(t, rt, in, func(c *sandbox.Config) { c.SharedHostUser = true })
+	set("shared", "allowed.test")
 	out, code := sh(t, m, "shared", "curl -sS --max-time 10 http://allowed.test/; curl -sS --max-time 10 http://other.test/; echo \" exit $?\"")
 	if code != 0 || !strings.HasPrefix(out, egresstest.Reply("allowed.test", "allowed.test", "")) || !strings.Contains(out, "exit 6") {
 		t.Fatalf("exit %d: %q", code, out)

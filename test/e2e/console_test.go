@@ -1,10 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/testenv"
 )
 
@@ -54,12 +49,7 @@ func TestConsole(t *testing.T) {
 		stdout      = `<b>bold</b><script>alert(2)</script> total=42`
 	)
 	cmd := `printf 'region,revenue\nnorth,42\n' > '` + fileName + `' && echo '<b>bold</b><script>alert(2)</script> total='$((40+2))`
-	args, _ := json.Marshal(map[string]any{"commands": []string{cmd}})
-	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
-		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "shell", Arguments: args}}},
-		{Text: "Done: {{last_tool_stdout}}"},
-	}})
-	t.Cleanup(model.Close)
+	model := toolModel(t, "shell", map[string]any{"commands": []string{cmd}}, "Done: {{last_tool_stdout}}")
 	cfg := filepath.Join(t.TempDir(), "providers.yaml")
 	os.WriteFile(cfg, []byte("providers:\n  up: {api: responses, base_url: "+model.URL+"/v1, models: [m]}\n"), 0o600)
 	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
@@ -102,37 +92,14 @@ func TestConsole(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	run := exec.CommandContext(ctx, node, "console.mjs")
-	run.Dir = dir
-	run.Env = append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key, "CHROMIUM="+browser, "SCREENSHOTS="+shots,
+	ran, stderr, err := runCases(t, node, dir, "console.mjs", base, key, "CHROMIUM="+browser, "SCREENSHOTS="+shots,
 		"EXPECT_STDOUT="+stdout, "EXPECT_TECHNIQUE=instruction_override", "EXPECT_FILE="+fileName, "EXPECT_FILE_CONTENT="+fileContent, "CONTAINER_ID="+containerID)
-	var stderr bytes.Buffer
-	run.Stderr = &stderr
-	out, err := run.Output()
-	cases := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var c struct {
-			Case   string `json:"case"`
-			OK     bool   `json:"ok"`
-			Detail any    `json:"detail"`
-		}
-		if json.Unmarshal(sc.Bytes(), &c) != nil {
-			t.Errorf("not a case line: %s", sc.Text())
-			continue
-		}
-		cases[c.Case] = c.OK
-		if !c.OK {
-			t.Errorf("%s: %v", c.Case, c.Detail)
-		} else {
-			t.Logf("%s: ok %v", c.Case, c.Detail)
-		}
-	}
 	if err != nil {
-		t.Errorf("console.mjs: %v\n%s", err, stderr.String())
+		t.Errorf("console.mjs: %v\n%s", err, stderr)
+	}
+	cases := map[string]bool{}
+	for _, c := range ran {
+		cases[c] = true
 	}
 	for _, want := range []string{"wrong key shows an error", "log in", "filter requests", "open a request and see its command output",
 		"open the container", "download a file", "promote a file and see it in workspace files", "usage by day",

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"strings"
@@ -23,28 +22,9 @@ func TestServeFiles(t *testing.T) {
 	base, srv, exited, _ := startServe(t, bin, data, env, "--max-upload-mb", "1", "--idle-timeout", "1s")
 	key := keyFor(t, bin, data)
 	call := apiCaller(t, base, key)
-	if st, c := call("POST", "/api/v1/containers", `{"name":"files"}`); st != 200 {
-		t.Fatalf("create: %d %v", st, c)
-	}
-	if st, r := call("POST", "/api/v1/containers/files/exec", `{"commands":["echo precious > f && head -c 30000000 /dev/urandom > big"]}`); st != 200 {
-		t.Fatalf("exec: %d %v", st, r)
-	}
+	createAndRun(t, call, "files", "echo precious > f && head -c 30000000 /dev/urandom > big")
 	upload := func(path string, size int) (int, []byte) {
-		var buf bytes.Buffer
-		mw := multipart.NewWriter(&buf)
-		w, _ := mw.CreateFormFile("file", "data.csv")
-		w.Write(bytes.Repeat([]byte("x"), size))
-		mw.Close()
-		req, _ := http.NewRequest("POST", base+path, &buf)
-		req.Header.Set("x-api-key", key)
-		req.Header.Set("Content-Type", mw.FormDataContentType())
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return postFile(t, base+path, "x-api-key", key, "data.csv", bytes.Repeat([]byte("x"), size))
 	}
 	if st, b := upload("/api/v1/containers/files/files", 100); st != 200 || !strings.Contains(string(b), `"path":"data.csv"`) {
 		t.Fatalf("upload: %d %s", st, b)
@@ -85,16 +65,8 @@ func TestServeFiles(t *testing.T) {
 	if st, c := call("GET", "/api/v1/containers/files", ""); st != 200 || c["status"] != "sleeping" {
 		t.Fatalf("after kill -9 and restart: %d %v", st, c)
 	}
-	req, _ = http.NewRequest("GET", base2+"/api/v1/containers/files/files/cfile_Zg/content", nil) // "f"
-	req.Header.Set("x-api-key", key)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(b) != "precious\n" {
-		t.Fatalf("file after restart: %d %q", resp.StatusCode, b)
+	if st, b := getBody(t, base2+"/api/v1/containers/files/files/cfile_Zg/content", "x-api-key", key); st != 200 || string(b) != "precious\n" { // "f"
+		t.Fatalf("file after restart: %d %q", st, b)
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	real := data

@@ -103,12 +103,7 @@ func TestNodeProgrammaticToolCalls(t *testing.T) {
 	bin, data, env := serveBinary(t)
 	code := "try:\n    await send_email(to='x@example.com')\nexcept ToolError as e:\n    print('refused:', e)\n" +
 		"import asyncio\nrs = [await get_weather(city='Paris')]\nrs += await asyncio.gather(get_weather('Oslo'), get_weather(city='Rome'))\nprint('; '.join(rs))\n"
-	args, _ := json.Marshal(map[string]string{"code": code})
-	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
-		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "code_execution", Arguments: args}}},
-		{Text: "The weather: {{last_tool_stdout}}"},
-	}})
-	t.Cleanup(model.Close)
+	model := toolModel(t, "code_execution", map[string]string{"code": code}, "The weather: {{last_tool_stdout}}")
 	base, key, logs := serveModels(t, bin, data, env, model.URL, "--image", "default")
 	runNode(t, node, dir, "programmatic.mjs", base, key, logs, 8)
 	// The model is told how to call the tool from code, and never sees it
@@ -146,12 +141,7 @@ func TestNodeResponsesProgrammatic(t *testing.T) {
 		"const rs = [await tools.get_weather({city: 'Paris'})];\n" +
 		"rs.push(...await Promise.all([tools.get_weather({city: 'Oslo'}), tools.get_weather({city: 'Rome'})]));\n" +
 		"console.log('refused: ' + refused);\nreturn rs.join('; ');"
-	args, _ := json.Marshal(map[string]string{"code": code})
-	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
-		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: "program", Arguments: args}}},
-		{Text: "The weather: {{last_tool_output}}"},
-	}})
-	t.Cleanup(model.Close)
+	model := toolModel(t, "program", map[string]string{"code": code}, "The weather: {{last_tool_output}}")
 	base, key, logs := serveModels(t, bin, data, env, model.URL)
 	runNode(t, node, dir, "responses_programmatic.mjs", base, key, logs, 9)
 	// The model is told how to call the tool from a program, and never
@@ -270,19 +260,46 @@ func serveModels(t *testing.T, bin, data string, env []string, modelURL string, 
 	return base, keyFor(t, bin, data), logs
 }
 
+// toolModel serves a scripted model that says "Let me check." calling tool
+// with args (as JSON), then answers with answer (a template of the tool's
+// result); it is closed when the test ends.
+func toolModel(t *testing.T, tool string, args any, answer string) *scripted.Server {
+	b, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := scripted.NewServer(&scripted.Script{Turns: []scripted.Turn{
+		{Text: "Let me check.", ToolCalls: []scripted.ToolCall{{Name: tool, Arguments: b}}},
+		{Text: answer},
+	}})
+	t.Cleanup(model.Close)
+	return model
+}
+
 // runNode runs a clients script against base and fails for each case it
 // reports failed, or unless it reports want cases.
 func runNode(t *testing.T, node, dir, script, base, key string, logs *bytes.Buffer, want int, env ...string) {
+	t.Helper()
+	cases, stderr, err := runCases(t, node, dir, script, base, key, env...)
+	if err != nil || len(cases) != want {
+		t.Fatalf("node %s: %v, %d cases\nstderr: %s\nserver: %s", script, err, len(cases), stderr, logs)
+	}
+}
+
+// runCases runs script (of dir, with the server's base URL and key in its
+// environment, and env), which prints a JSON line a case
+// ({"case","ok","detail"}): a case not ok fails t. It returns the names of
+// the cases that reported, in order, the script's error and its stderr.
+func runCases(t *testing.T, node, dir, script, base, key string, env ...string) (cases []string, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "SHELLGATE_BASE="+base, "SHELLGATE_KEY="+key), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
 	out, err := cmd.Output()
-	cases := 0
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -295,14 +312,12 @@ func runNode(t *testing.T, node, dir, script, base, key string, logs *bytes.Buff
 			t.Errorf("not a case line: %s", sc.Text())
 			continue
 		}
-		cases++
+		cases = append(cases, c.Case)
 		if !c.OK {
 			t.Errorf("%s: %v", c.Case, c.Detail)
 		} else {
 			t.Logf("%s: ok %v", c.Case, c.Detail)
 		}
 	}
-	if err != nil || cases != want {
-		t.Fatalf("node %s: %v, %d cases\nstderr: %s\nserver: %s", script, err, cases, stderr.String(), logs)
-	}
+	return cases, errBuf.String(), err
 }

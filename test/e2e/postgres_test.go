@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
-	"mime/multipart"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,37 +113,16 @@ func TestServeConfigSelectsStoreAndStorage(t *testing.T) {
 	base, _, _, logs := startServe(t, bin, data, env, "--config", cfg)
 	key := createKey(t, bin, append(env, "SHELLGATE_DATABASE="+dsn))
 
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	fw, _ := mw.CreateFormFile("file", "sales.csv")
-	fw.Write([]byte("region,revenue\nnorth,37.5\n"))
-	mw.WriteField("purpose", "user_data")
-	mw.Close()
-	req, _ := http.NewRequest("POST", base+"/api/v1/files", &body)
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, b := postFile(t, base+"/api/v1/files", "Authorization", "Bearer "+key, "sales.csv", []byte("region,revenue\nnorth,37.5\n"), "purpose", "user_data")
 	var f struct {
 		ID string `json:"id"`
 	}
-	json.NewDecoder(resp.Body).Decode(&f)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || f.ID == "" {
-		t.Fatalf("upload with the key from the configured database: %d %+v\n%s", resp.StatusCode, f, logs)
+	json.Unmarshal(b, &f)
+	if st != 200 || f.ID == "" {
+		t.Fatalf("upload with the key from the configured database: %d %+v\n%s", st, f, logs)
 	}
-	req, _ = http.NewRequest("GET", base+"/api/v1/files/"+f.ID+"/content", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(got) != "region,revenue\nnorth,37.5\n" {
-		t.Fatalf("download: %d %q", resp.StatusCode, got)
+	if st, got := getBody(t, base+"/api/v1/files/"+f.ID+"/content", "Authorization", "Bearer "+key); st != 200 || string(got) != "region,revenue\nnorth,37.5\n" {
+		t.Fatalf("download: %d %q", st, got)
 	}
 	if _, err := os.Stat(filepath.Join(data, "shellgate.db")); !os.IsNotExist(err) {
 		t.Fatalf("DATA/shellgate.db exists with database: in the config: %v", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -161,18 +162,67 @@ func apiCaller(t *testing.T, base, key string) func(method, path, body string) (
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		st, b := do(t, req)
 		var v map[string]any
-		b, _ := io.ReadAll(resp.Body)
 		if err := json.Unmarshal(b, &v); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+			t.Fatalf("%s %s: %d %s", method, path, st, b)
 		}
-		return resp.StatusCode, v
+		return st, v
 	}
+}
+
+// createAndRun creates container name through call and runs the command
+// line cmd in it.
+func createAndRun(t *testing.T, call func(method, path, body string) (int, map[string]any), name, cmd string) {
+	t.Helper()
+	create, _ := json.Marshal(map[string]string{"name": name})
+	if st, c := call("POST", "/api/v1/containers", string(create)); st != 200 {
+		t.Fatalf("create: %d %v", st, c)
+	}
+	run, _ := json.Marshal(map[string][]string{"commands": {cmd}})
+	if st, r := call("POST", "/api/v1/containers/"+name+"/exec", string(run)); st != 200 {
+		t.Fatalf("exec: %d %v", st, r)
+	}
+}
+
+// do sends req and returns the status and the body.
+func do(t *testing.T, req *http.Request) (int, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// getBody GETs url with header set to value (a key) and returns the status
+// and the body.
+func getBody(t *testing.T, url, header, value string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set(header, value)
+	return do(t, req)
+}
+
+// postFile POSTs a multipart form of one file (field "file", named name)
+// and then fields (name, value pairs) to url with header set to value (a
+// key), and returns the status and the body.
+func postFile(t *testing.T, url, header, value, name string, content []byte, fields ...string) (int, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, _ := mw.CreateFormFile("file", name)
+	w.Write(content)
+	for i := 0; i+1 < len(fields); i += 2 {
+		mw.WriteField(fields[i], fields[i+1])
+	}
+	mw.Close()
+	req, _ := http.NewRequest("POST", url, &buf)
+	req.Header.Set(header, value)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	return do(t, req)
 }
 
 // TestServe drives the real binary as the README does: `shellgate serve`
@@ -282,12 +332,7 @@ func TestServeKill9Restart(t *testing.T) {
 	base, srv, exited, _ := startServe(t, bin, data, env, "--network-allow", "pypi.org")
 	key := keyFor(t, bin, data)
 	call := apiCaller(t, base, key)
-	if st, c := call("POST", "/api/v1/containers", `{"name":"crash"}`); st != 200 {
-		t.Fatalf("create: %d %v", st, c)
-	}
-	if st, r := call("POST", "/api/v1/containers/crash/exec", `{"commands":["echo before > f"]}`); st != 200 {
-		t.Fatalf("exec: %d %v", st, r)
-	}
+	createAndRun(t, call, "crash", "echo before > f")
 	// A container of OpenAI's shape with settings of its own, awake and
 	// idle at the kill; and one deleted before it.
 	st, own := call("POST", "/v1/containers", `{"name":"own settings","expires_after":{"anchor":"last_active_at","minutes":120},"limits":{"processes":40},"network_policy":{"type":"allowlist","allowed_domains":["pypi.org"]}}`)

@@ -24,7 +24,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,39 +175,6 @@ func lockIndex(t testing.TB) (*os.File, int) {
 	return nil, 0
 }
 
-// InNS runs fn on a thread inside the namespace pinned at path: sockets it
-// creates belong to that namespace.
-func InNS(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, err)
-			return // thread stays locked: discarded
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // BlobSize is the size of /blob on every server.
 const BlobSize = 24 << 20
 
@@ -240,7 +206,7 @@ func Reply(server, hostHeader, sni string) string {
 
 func (in *Internet) serveHTTP(t testing.TB, name string, a netip.Addr, port int, tc *tls.Config) {
 	var l net.Listener
-	err := InNS(in.NS, func() (err error) {
+	err := egress.InNS(in.NS, func() (err error) {
 		l, err = net.Listen("tcp4", netip.AddrPortFrom(a, uint16(port)).String())
 		return err
 	})
@@ -314,25 +280,28 @@ func (in *Internet) UDPPackets() int64 { return in.udpHits.Load() }
 
 func (in *Internet) countUDP(t testing.TB, ap netip.AddrPort) {
 	var pc net.PacketConn
-	if err := InNS(in.NS, func() (err error) { pc, err = net.ListenPacket("udp4", ap.String()); return err }); err != nil {
+	if err := egress.InNS(in.NS, func() (err error) { pc, err = net.ListenPacket("udp4", ap.String()); return err }); err != nil {
 		t.Fatal(err)
 	}
 	in.closers = append(in.closers, pc)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			in.udpHits.Add(1)
+	go countPackets(pc, &in.udpHits)
+}
+
+// countPackets counts the packets pc receives in n until pc is closed.
+func countPackets(pc net.PacketConn, n *atomic.Int64) {
+	buf := make([]byte, 2048)
+	for {
+		if _, _, err := pc.ReadFrom(buf); err != nil {
+			return
 		}
-	}()
+		n.Add(1)
+	}
 }
 
 func (in *Internet) countDNS(t testing.TB) {
 	var pc net.PacketConn
 	var l net.Listener
-	err := InNS(in.NS, func() (err error) {
+	err := egress.InNS(in.NS, func() (err error) {
 		if pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(in.DNS, 53).String()); err != nil {
 			return err
 		}
@@ -343,15 +312,7 @@ func (in *Internet) countDNS(t testing.TB) {
 		t.Fatal(err)
 	}
 	in.closers = append(in.closers, pc, l)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			in.dnsHits.Add(1)
-		}
-	}()
+	go countPackets(pc, &in.dnsHits)
 	go func() {
 		for {
 			c, err := l.Accept()

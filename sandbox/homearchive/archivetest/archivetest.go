@@ -63,11 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 	})
 	t.Run("one changed byte moves one chunk each way", func(t *testing.T) {
 		a := homearchive.New(open(t))
-		nodeA, nodeB := t.TempDir(), t.TempDir()
-		img := newImage(t, nodeA)
-		must(t, a.Archive(t.Context(), "box2", img))
-		imgB := filepath.Join(nodeB, "box2.img")
-		must(t, a.Restore(t.Context(), "box2", imgB))
+		img, imgB := restoredCopy(t, a, "box2")
 		// B changes one byte and archives: one chunk up.
 		writeAt(t, imgB, 40*mib+5, []byte{0xEE})
 		before := a.Stats()
@@ -85,31 +81,19 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 	})
 	t.Run("a write after a restore is archived even with the same size and mtime", func(t *testing.T) {
 		a := homearchive.New(open(t))
-		img := newImage(t, t.TempDir())
-		must(t, a.Archive(t.Context(), "box8", img))
-		other := filepath.Join(t.TempDir(), "box8.img")
-		must(t, a.Restore(t.Context(), "box8", other))
+		img, other := restoredCopy(t, a, "box8")
 		st, err := os.Stat(other)
 		must(t, err)
 		// As a write within the same timestamp tick would look.
 		writeAt(t, other, 10*mib, []byte("changed"))
 		must(t, os.Chtimes(other, st.ModTime(), st.ModTime()))
-		before := a.Stats()
-		must(t, a.Archive(t.Context(), "box8", other))
-		if d := diff(before, a.Stats()); d.ChunksPut != 1 {
-			t.Fatalf("archive after a same-mtime write: %+v", d)
-		}
-		must(t, a.Restore(t.Context(), "box8", img))
-		sameFile(t, img, other)
+		archiveChange(t, a, "box8", img, other, "archive after a same-mtime write")
 	})
 	t.Run("changes not yet archived survive a wake on the same node", func(t *testing.T) {
 		// A sleep whose archive failed, or a crash while awake: the image
 		// changed here since the bucket's newest version.
 		a := homearchive.New(open(t))
-		img := newImage(t, t.TempDir())
-		must(t, a.Archive(t.Context(), "box9", img))
-		other := filepath.Join(t.TempDir(), "box9.img")
-		must(t, a.Restore(t.Context(), "box9", other))
+		img, other := restoredCopy(t, a, "box9")
 		writeAt(t, other, 20*mib, []byte("not archived yet"))
 		sum := fileSum(t, other)
 		must(t, a.Restore(t.Context(), "box9", other))
@@ -122,20 +106,11 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 		must(t, os.Remove(gone))
 		must(t, a.Restore(t.Context(), "box9", gone))
 		sameFile(t, img, gone)
-		before := a.Stats()
-		must(t, a.Archive(t.Context(), "box9", other))
-		if d := diff(before, a.Stats()); d.ChunksPut != 1 {
-			t.Fatalf("the next archive: %+v", d)
-		}
-		must(t, a.Restore(t.Context(), "box9", img))
-		sameFile(t, img, other)
+		archiveChange(t, a, "box9", img, other, "the next archive")
 	})
 	t.Run("a stale local copy loses data the archive no longer has", func(t *testing.T) {
 		a := homearchive.New(open(t))
-		img := newImage(t, t.TempDir())
-		must(t, a.Archive(t.Context(), "box3", img))
-		imgB := filepath.Join(t.TempDir(), "box3.img")
-		must(t, a.Restore(t.Context(), "box3", imgB))
+		img, imgB := restoredCopy(t, a, "box3")
 		writeAt(t, imgB, 10*mib, make([]byte, mib)) // zero the region at 10 MiB
 		must(t, a.Archive(t.Context(), "box3", imgB))
 		must(t, a.Restore(t.Context(), "box3", img))
@@ -225,10 +200,7 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 		obj := open(t)
 		a := homearchive.New(obj)
 		a.Key = []byte(strings.Repeat("k", 32))
-		img := newImage(t, t.TempDir())
-		must(t, a.Archive(t.Context(), "box7", img))
-		other := filepath.Join(t.TempDir(), "box7.img")
-		must(t, a.Restore(t.Context(), "box7", other))
+		img, other := restoredCopy(t, a, "box7")
 		sameFile(t, img, other)
 		// Someone with write access to the bucket but not the key: an
 		// archive of their own image (unsigned), then one signed with
@@ -270,6 +242,31 @@ func Run(t *testing.T, open func(t *testing.T) homearchive.Objects) {
 		must(t, a.Restore(t.Context(), "box6b", other))
 		sameFile(t, img, other)
 	})
+}
+
+// restoredCopy archives a new image as box on one node and restores it on
+// another: the two images' paths.
+func restoredCopy(t *testing.T, a *homearchive.Archive, box string) (img, other string) {
+	t.Helper()
+	img = newImage(t, t.TempDir())
+	must(t, a.Archive(t.Context(), box, img))
+	other = filepath.Join(t.TempDir(), box+".img")
+	must(t, a.Restore(t.Context(), box, other))
+	return img, other
+}
+
+// archiveChange archives box from other, which changed in one chunk since
+// img was archived: one chunk goes up, and a restore brings img to the same
+// content.
+func archiveChange(t *testing.T, a *homearchive.Archive, box, img, other, what string) {
+	t.Helper()
+	before := a.Stats()
+	must(t, a.Archive(t.Context(), box, other))
+	if d := diff(before, a.Stats()); d.ChunksPut != 1 {
+		t.Fatalf("%s: %+v", what, d)
+	}
+	must(t, a.Restore(t.Context(), box, img))
+	sameFile(t, img, other)
 }
 
 // newImage makes a sparse 64 MiB image in dir with random data at 1 MiB

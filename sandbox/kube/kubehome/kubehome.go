@@ -62,7 +62,6 @@ package kubehome
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -180,16 +179,10 @@ func checkName(name string) error {
 	return nil
 }
 
-func (a *Archiver) mac(m *Manifest) (string, error) {
-	c := *m
-	c.MAC = ""
-	b, err := json.Marshal(&c)
-	if err != nil {
-		return "", err
-	}
-	h := hmac.New(sha256.New, a.Key)
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
+// unsigned is m without its signature, as signed.
+func (m Manifest) unsigned() *Manifest {
+	m.MAC = ""
+	return &m
 }
 
 // Validate checks an untrusted manifest of name against the limits.
@@ -259,33 +252,15 @@ func (a *Archiver) Load(ctx context.Context, name string) (*Manifest, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, a.MaxManifestBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("kubehome: manifest of %s: %w", name, err)
-	}
-	if int64(len(b)) > a.MaxManifestBytes {
-		return nil, fmt.Errorf("%w: manifest of %s is larger than %d bytes", ErrCorrupt, name, a.MaxManifestBytes)
-	}
 	var m Manifest
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: manifest of %s: %v", ErrCorrupt, name, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: manifest of %s: data after the manifest", ErrCorrupt, name)
+	if err := homearchive.ReadManifest(rc, name, a.MaxManifestBytes, &m, ErrCorrupt); err != nil {
+		return nil, err
 	}
 	if err := a.Validate(&m, name); err != nil {
 		return nil, err
 	}
-	if a.Key != nil {
-		want, err := a.mac(&m)
-		if err != nil {
-			return nil, err
-		}
-		if !hmac.Equal([]byte(want), []byte(m.MAC)) {
-			return nil, fmt.Errorf("%w: manifest of %s: missing or bad signature (written without this archive key?)", ErrCorrupt, name)
-		}
+	if err := homearchive.CheckSignature(a.Key, m.unsigned(), m.MAC, name, ErrCorrupt); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }
@@ -350,7 +325,7 @@ func (a *Archiver) Archive(ctx context.Context, name string, h kube.Home) error 
 		}
 	}
 	if a.Key != nil {
-		if m.MAC, err = a.mac(m); err != nil {
+		if m.MAC, err = homearchive.Sign(a.Key, m.unsigned()); err != nil {
 			return err
 		}
 	}
