@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/crypto/cryptobyte"
 	"golang.org/x/sys/unix"
 )
 
@@ -566,75 +567,50 @@ func readMore(c net.Conn, buf []byte) ([]byte, error) {
 }
 
 // parseSNI returns the host_name of a ClientHello body's server_name
-// extension ("" when it has none).
+// extension ("" when it has none), read with cryptobyte as crypto/tls reads
+// it. The body comes from the sandbox: anything that does not parse whole,
+// or a name with a NUL, a slash or a space, is refused.
 func parseSNI(b []byte) (string, error) {
 	bad := errors.New("malformed TLS ClientHello")
-	// version(2) random(32)
-	if len(b) < 34 {
+	s := cryptobyte.String(b)
+	var skip cryptobyte.String
+	// version, random, session id, cipher suites, compression methods
+	if !s.Skip(2+32) || !s.ReadUint8LengthPrefixed(&skip) || !s.ReadUint16LengthPrefixed(&skip) || !s.ReadUint8LengthPrefixed(&skip) {
 		return "", bad
 	}
-	b = b[34:]
-	skip := func(lenBytes int) bool {
-		if len(b) < lenBytes {
-			return false
-		}
-		l := 0
-		for i := 0; i < lenBytes; i++ {
-			l = l<<8 | int(b[i])
-		}
-		if len(b) < lenBytes+l {
-			return false
-		}
-		b = b[lenBytes+l:]
-		return true
-	}
-	if !skip(1) || !skip(2) || !skip(1) { // session id, cipher suites, compression
-		return "", bad
-	}
-	if len(b) == 0 {
+	if s.Empty() {
 		return "", nil // no extensions
 	}
-	if len(b) < 2 {
+	var exts cryptobyte.String
+	if !s.ReadUint16LengthPrefixed(&exts) {
 		return "", bad
 	}
-	el := int(b[0])<<8 | int(b[1])
-	b = b[2:]
-	if len(b) < el {
-		return "", bad
-	}
-	b = b[:el]
-	for len(b) >= 4 {
-		typ, l := int(b[0])<<8|int(b[1]), int(b[2])<<8|int(b[3])
-		if len(b) < 4+l {
+	for !exts.Empty() {
+		var typ uint16
+		var data cryptobyte.String
+		if !exts.ReadUint16(&typ) || !exts.ReadUint16LengthPrefixed(&data) {
 			return "", bad
 		}
-		data := b[4 : 4+l]
-		b = b[4+l:]
-		if typ != 0 {
+		if typ != 0 { // server_name (RFC 6066)
 			continue
 		}
-		if len(data) < 2 {
+		var names cryptobyte.String
+		if !data.ReadUint16LengthPrefixed(&names) {
 			return "", bad
 		}
-		ll := int(data[0])<<8 | int(data[1])
-		data = data[2:]
-		if len(data) < ll {
-			return "", bad
-		}
-		data = data[:ll]
-		for len(data) >= 3 {
-			nt, nl := data[0], int(data[1])<<8|int(data[2])
-			if len(data) < 3+nl {
+		for !names.Empty() {
+			var nameType uint8
+			var name cryptobyte.String
+			if !names.ReadUint8(&nameType) || !names.ReadUint16LengthPrefixed(&name) {
 				return "", bad
 			}
-			if nt == 0 {
-				name := string(data[3 : 3+nl])
-				if name == "" || strings.ContainsAny(name, "\x00/ ") {
-					return "", bad
-				}
-				return name, nil
+			if nameType != 0 { // host_name
+				continue
 			}
-			data = data[3+nl:]
+			if len(name) == 0 || strings.ContainsAny(string(name), "\x00/ ") {
+				return "", bad
+			}
+			return string(name), nil
 		}
 		return "", nil
 	}

@@ -1,6 +1,12 @@
 package egress
 
-import "testing"
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"strings"
+	"testing"
+)
 
 func TestParseSNI(t *testing.T) {
 	// Hostile bodies never panic and never yield a name.
@@ -9,6 +15,43 @@ func TestParseSNI(t *testing.T) {
 			t.Fatalf("%x: %q", b, name)
 		}
 	}
+	// The ClientHello crypto/tls sends yields its ServerName, and none
+	// without one; a name the proxy could be fooled by is refused.
+	for _, tc := range []struct{ server, want, err string }{
+		{server: "api.example.test", want: "api.example.test"},
+		{server: "", want: ""},
+		{server: "a b.test", err: "malformed"},
+	} {
+		name, err := parseSNI(clientHello(t, tc.server))
+		if name != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("server %q: got %q, %v; want %q, error %q", tc.server, name, err, tc.want, tc.err)
+		}
+	}
+}
+
+// clientHello is the body of the first handshake message crypto/tls sends
+// for server (its record and handshake headers cut off).
+func clientHello(t *testing.T, server string) []byte {
+	t.Helper()
+	c, s := net.Pipe()
+	defer s.Close()
+	go func() {
+		cfg := &tls.Config{ServerName: server, InsecureSkipVerify: server == ""}
+		tls.Client(c, cfg).Handshake()
+		c.Close()
+	}()
+	rec := make([]byte, 5)
+	if _, err := io.ReadFull(s, rec); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(rec[3])<<8|int(rec[4]))
+	if _, err := io.ReadFull(s, body); err != nil {
+		t.Fatal(err)
+	}
+	if body[0] != 1 {
+		t.Fatalf("not a ClientHello: %x", body[:4])
+	}
+	return body[4:]
 }
 
 func FuzzParseSNI(f *testing.F) {
