@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,11 +46,9 @@ func (cs containers) CreateWithin(ctx context.Context, c store.Container, max in
 		return store.Container{}, err
 	}
 	c.ID = store.NewID("cntr")
-	var err error
-	if max < 1 {
-		_, err = cs.s.exec(ctx, insertContainer, containerArgs(c)...)
-	} else {
-		err = cs.s.scopeTx(ctx, c.Scope, func(tx *sql.Tx) error {
+	var check func(tx *sql.Tx) error
+	if max >= 1 {
+		check = func(tx *sql.Tx) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM containers WHERE account = $1 AND workspace = $2 AND status <> $3`,
 				c.Scope.Account, c.Scope.Workspace, store.StatusExpired).Scan(&n); err != nil {
@@ -60,18 +57,12 @@ func (cs containers) CreateWithin(ctx context.Context, c store.Container, max in
 			if n >= max {
 				return fmt.Errorf("the scope has %d containers that are not expired, its cap of %d: %w", n, max, store.ErrQuota)
 			}
-			_, err := tx.ExecContext(ctx, insertContainer, containerArgs(c)...)
-			return err
-		})
+			return nil
+		}
 	}
-	if errors.Is(err, store.ErrQuota) {
+	if err := cs.s.insertWithin(ctx, c.Scope, check, insertContainer, containerArgs(c),
+		fmt.Sprintf("container named %q", c.Name), fmt.Sprintf("creating container %q", c.Name)); err != nil {
 		return store.Container{}, err
-	}
-	if cs.s.dialect.isUnique(err) {
-		return store.Container{}, fmt.Errorf("container named %q: %w", c.Name, store.ErrConflict)
-	}
-	if err != nil {
-		return store.Container{}, fmt.Errorf("creating container %q: %w", c.Name, err)
 	}
 	return c, nil
 }

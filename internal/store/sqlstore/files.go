@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,11 +39,9 @@ func (fs files) CreateWithin(ctx context.Context, f store.File, maxBytes int64) 
 		f.ID = store.NewID("file")
 	}
 	args := []any{f.ID, f.Scope.Account, f.Scope.Workspace, f.Name, f.Bytes, f.SHA256, store.Millis(f.CreatedAt), f.Purpose, f.Source}
-	var err error
-	if maxBytes < 1 {
-		_, err = fs.s.exec(ctx, insertFile, args...)
-	} else {
-		err = fs.s.scopeTx(ctx, f.Scope, func(tx *sql.Tx) error {
+	var check func(tx *sql.Tx) error
+	if maxBytes >= 1 {
+		check = func(tx *sql.Tx) error {
 			var used int64
 			if err := tx.QueryRowContext(ctx, usedSQL, f.Scope.Account, f.Scope.Workspace).Scan(&used); err != nil {
 				return err
@@ -52,18 +49,12 @@ func (fs files) CreateWithin(ctx context.Context, f store.File, maxBytes int64) 
 			if used+f.Bytes > maxBytes {
 				return fmt.Errorf("the scope's files hold %d bytes: %d more is over its cap of %d: %w", used, f.Bytes, maxBytes, store.ErrQuota)
 			}
-			_, err := tx.ExecContext(ctx, insertFile, args...)
-			return err
-		})
+			return nil
+		}
 	}
-	if errors.Is(err, store.ErrQuota) {
+	if err := fs.s.insertWithin(ctx, f.Scope, check, insertFile, args,
+		fmt.Sprintf("file %s", f.ID), fmt.Sprintf("creating file %q", f.Name)); err != nil {
 		return store.File{}, err
-	}
-	if fs.s.dialect.isUnique(err) {
-		return store.File{}, fmt.Errorf("file %s: %w", f.ID, store.ErrConflict)
-	}
-	if err != nil {
-		return store.File{}, fmt.Errorf("creating file %q: %w", f.Name, err)
 	}
 	return f, nil
 }

@@ -287,6 +287,33 @@ func (s *DB) scopeTx(ctx context.Context, scope store.Scope, f func(tx *sql.Tx) 
 	})
 }
 
+// insertWithin runs insert with args: alone when check is nil, else in a
+// scopeTx after check, which refuses with store.ErrQuota when the row
+// would take the scope over its cap. A quota error comes back as check
+// made it; a unique violation is store.ErrConflict after conflict's words;
+// any other error is wrapped after what's.
+func (s *DB) insertWithin(ctx context.Context, scope store.Scope, check func(tx *sql.Tx) error, insert string, args []any, conflict, what string) error {
+	var err error
+	if check == nil {
+		_, err = s.exec(ctx, insert, args...)
+	} else {
+		err = s.scopeTx(ctx, scope, func(tx *sql.Tx) error {
+			if err := check(tx); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, insert, args...)
+			return err
+		})
+	}
+	switch {
+	case err == nil || errors.Is(err, store.ErrQuota):
+		return err
+	case s.dialect.isUnique(err):
+		return fmt.Errorf("%s: %w", conflict, store.ErrConflict)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // scopeLockKey is the advisory lock of a scope's capped writes: 64 bits
 // of FNV-1a over the scope (two scopes that collide only wait for each
 // other).
