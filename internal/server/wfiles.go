@@ -455,23 +455,19 @@ func (s *Server) fileRoutes() {
 	or, oa := fixed(shapeOpenRouter), fixed(shapeOpenAI)
 	for _, v := range []struct {
 		prefix string
-		sh     shapeFunc
-	}{{"/api/v1", or}, {"/v1", oa}} {
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.sh, s.listContainerFilesRoute)
-		s.handleUploadAs("POST "+v.prefix+"/containers/{id}/files", upload, v.sh, s.uploadContainerFileRoute)
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.getContainerFileRoute)
-		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.deleteContainerFileRoute)
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.sh, s.containerFileContentRoute)
+		// cf shapes the container-file answers, wf the workspace-file ones.
+		cf, wf shapeFunc
+	}{{"/api/v1", or, or}, {"/v1", oa, filesShape}} {
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.cf, s.listContainerFilesRoute)
+		s.handleUploadAs("POST "+v.prefix+"/containers/{id}/files", upload, v.cf, s.uploadContainerFileRoute)
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.getContainerFileRoute)
+		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.deleteContainerFileRoute)
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.cf, s.containerFileContentRoute)
+		s.handleUploadAs("POST "+v.prefix+"/files", upload, v.wf, s.uploadFileRoute)
+		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.wf, s.listFilesRoute)
+		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.wf, s.getFileRoute)
+		s.handleAs("DELETE "+v.prefix+"/files/{file_id}", maxEmptyBody, v.wf, s.deleteFileRoute)
+		s.handleAs("GET "+v.prefix+"/files/{file_id}/content", maxEmptyBody, v.wf, s.fileContentRoute)
 	}
 	s.handleAs("POST /api/v1/containers/{id}/files/{file_id}/promote", maxEmptyBody, or, s.promoteContainerFileRoute)
-	for _, v := range []struct {
-		prefix string
-		sh     shapeFunc
-	}{{"/api/v1", or}, {"/v1", filesShape}} {
-		s.handleUploadAs("POST "+v.prefix+"/files", upload, v.sh, s.uploadFileRoute)
-		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.sh, s.listFilesRoute)
-		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.getFileRoute)
-		s.handleAs("DELETE "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.deleteFileRoute)
-		s.handleAs("GET "+v.prefix+"/files/{file_id}/content", maxEmptyBody, v.sh, s.fileContentRoute)
-	}
 }
