@@ -100,7 +100,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		})
 	}
 	pa := Principal{Account: "acme", Workspace: "a"}
-	for i := 0; e.srv.limits.inflight(pa) < 2; i++ {
+	for i := 0; e.srv.limits.held(pa).inflight < 2; i++ {
 		if i > 3000 {
 			t.Fatal("the two calls never got in flight")
 		}
@@ -134,9 +134,9 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 	// An exec handler ends a moment after its answer (the ledger write
 	// follows it); then its place is free.
-	for i := 0; e.srv.limits.inflight(pa) > 0; i++ {
+	for i := 0; e.srv.limits.held(pa).inflight > 0; i++ {
 		if i > 3000 {
-			t.Fatalf("%d requests still counted in flight", e.srv.limits.inflight(pa))
+			t.Fatalf("%d requests still counted in flight", e.srv.limits.held(pa).inflight)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
