@@ -32,6 +32,16 @@ func sampleContainer(scope store.Scope, name string) store.Container {
 	}
 }
 
+// mustContainer stores sampleContainer(scope, name) in s, failing the test when it cannot.
+func mustContainer(t *testing.T, s store.Store, scope store.Scope, name string) store.Container {
+	t.Helper()
+	x, err := s.Containers().Create(t.Context(), sampleContainer(scope, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
 // Containers is the conformance suite of store.Containers.
 func Containers(t *testing.T, f Factory) {
 	t.Run("01 create, get and get by name round trip", func(t *testing.T) {
@@ -73,9 +83,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("02 names are unique within a scope only", func(t *testing.T) {
 		s := open(t, f(t))
-		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x")); err != nil {
-			t.Fatal(err)
-		}
+		mustContainer(t, s, scopeA, "x")
 		_, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x"))
 		wantErr(t, err, store.ErrConflict, "second container named x")
 		for _, sc := range []store.Scope{scopeB, scopeC} {
@@ -86,10 +94,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("03 another scope's container answers like a missing one", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "secret"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustContainer(t, s, scopeA, "secret")
 		othersSeeNothing(t, s.Containers(), a, a.ID, store.NewID("cntr"), func(sc store.Scope, missing string) {
 			_, ef := s.Containers().GetByName(t.Context(), sc, "secret")
 			_, em := s.Containers().GetByName(t.Context(), sc, "nosuch")
@@ -107,14 +112,8 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("04 update", func(t *testing.T) {
 		s := open(t, f(t))
-		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "u"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "taken"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := mustContainer(t, s, scopeA, "u")
+		other := mustContainer(t, s, scopeA, "taken")
 		u := c
 		u.Name, u.Image, u.Status = "u2", "busybox", store.StatusSleeping
 		u.Limits.MemoryBytes = 1 << 30
@@ -144,10 +143,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("05 delete", func(t *testing.T) {
 		s := open(t, f(t))
-		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := mustContainer(t, s, scopeA, "d")
 		deleteOnce(t, s.Containers(), c.ID)
 		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d")); err != nil {
 			t.Fatalf("the name of a deleted container is not free: %v", err)
@@ -191,9 +187,7 @@ func Containers(t *testing.T, f Factory) {
 				t.Fatal(err)
 			}
 			rows = append(rows, listed{c.CreatedAt, c.ID})
-			if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeB, fmt.Sprintf("p%02d", i))); err != nil {
-				t.Fatal(err)
-			}
+			mustContainer(t, s, scopeB, fmt.Sprintf("p%02d", i))
 		}
 		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.Container], error) {
 			return s.Containers().List(t.Context(), scopeA, o)
@@ -208,10 +202,7 @@ func Containers(t *testing.T, f Factory) {
 		s := open(t, o)
 		var made []store.Container
 		for i := range 5 {
-			c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, fmt.Sprintf("r%d", i)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := mustContainer(t, s, scopeA, fmt.Sprintf("r%d", i))
 			made = append(made, c)
 		}
 		if err := s.Containers().Delete(t.Context(), scopeA, made[4].ID); err != nil {

@@ -25,6 +25,16 @@ func sampleFile(scope store.Scope, name string) store.File {
 	}
 }
 
+// mustFile stores sampleFile(scope, name) in s, failing the test when it cannot.
+func mustFile(t *testing.T, s store.Store, scope store.Scope, name string) store.File {
+	t.Helper()
+	x, err := s.Files().Create(t.Context(), sampleFile(scope, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
 // Files is the conformance suite of store.Files.
 func Files(t *testing.T, f Factory) {
 	t.Run("01 create and get round trip", func(t *testing.T) {
@@ -57,24 +67,16 @@ func Files(t *testing.T, f Factory) {
 			t.Fatalf("Create with a taken id: %v, want ErrConflict", err)
 		}
 		// The same name twice is two files.
-		if _, err := s.Files().Create(t.Context(), sampleFile(scopeA, "sales.csv")); err != nil {
-			t.Fatal(err)
-		}
+		mustFile(t, s, scopeA, "sales.csv")
 	})
 	t.Run("02 another scope's file answers like a missing one", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "secret.txt"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustFile(t, s, scopeA, "secret.txt")
 		othersSeeNothing(t, s.Files(), a, a.ID, store.NewID("file"), nil)
 	})
 	t.Run("03 delete", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "x"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustFile(t, s, scopeA, "x")
 		deleteOnce(t, s.Files(), a.ID)
 	})
 	t.Run("04 invalid files", func(t *testing.T) {
@@ -106,9 +108,7 @@ func Files(t *testing.T, f Factory) {
 				t.Fatal(err)
 			}
 			rows = append(rows, listed{got.CreatedAt, got.ID})
-			if _, err := s.Files().Create(t.Context(), sampleFile(scopeC, "noise")); err != nil {
-				t.Fatal(err)
-			}
+			mustFile(t, s, scopeC, "noise")
 		}
 		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.File], error) {
 			return s.Files().List(t.Context(), scopeA, o)
@@ -148,14 +148,8 @@ func Files(t *testing.T, f Factory) {
 	})
 	t.Run("07 missing: which ids no file of any scope has", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "a.csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := s.Files().Create(t.Context(), sampleFile(scopeB, "b.csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustFile(t, s, scopeA, "a.csv")
+		b := mustFile(t, s, scopeB, "b.csv")
 		if got, err := s.Files().Missing(t.Context(), nil); err != nil || len(got) != 0 {
 			t.Fatalf("Missing(nil) = %v, %v", got, err)
 		}
