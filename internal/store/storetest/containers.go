@@ -32,26 +32,13 @@ func sampleContainer(scope store.Scope, name string) store.Container {
 	}
 }
 
-// mustContainer stores sampleContainer(scope, name) in s, failing the test when it cannot.
-func mustContainer(t *testing.T, s store.Store, scope store.Scope, name string) store.Container {
-	t.Helper()
-	x, err := s.Containers().Create(t.Context(), sampleContainer(scope, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
 // Containers is the conformance suite of store.Containers.
 func Containers(t *testing.T, f Factory) {
 	t.Run("01 create, get and get by name round trip", func(t *testing.T) {
 		s := open(t, f(t))
 		in := sampleContainer(scopeA, "analysis")
 		in.ID = "cntr_chosen_by_caller"
-		c, err := s.Containers().Create(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := created(t, s.Containers().Create, in)
 		if !strings.HasPrefix(c.ID, "cntr_") || c.ID == in.ID || len(c.ID) > 40 {
 			t.Fatalf("id %q: want a new cntr_ id of at most 40 characters", c.ID)
 		}
@@ -70,10 +57,7 @@ func Containers(t *testing.T, f Factory) {
 			t.Fatalf("GetByName = %+v, %v", byName, err)
 		}
 		// Defaults: no policy, status sleeping, created now, no expiry.
-		d, err := s.Containers().Create(t.Context(), store.Container{Scope: scopeA, Name: "bare"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := created(t, s.Containers().Create, store.Container{Scope: scopeA, Name: "bare"})
 		if d.NetworkPolicy != nil || d.Status != store.StatusSleeping || time.Since(d.CreatedAt) > time.Minute || !d.ExpiresAt.IsZero() || !d.LastActiveAt.IsZero() {
 			t.Fatalf("defaults: %+v", d)
 		}
@@ -83,7 +67,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("02 names are unique within a scope only", func(t *testing.T) {
 		s := open(t, f(t))
-		mustContainer(t, s, scopeA, "x")
+		created(t, s.Containers().Create, sampleContainer(scopeA, "x"))
 		_, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x"))
 		wantErr(t, err, store.ErrConflict, "second container named x")
 		for _, sc := range []store.Scope{scopeB, scopeC} {
@@ -94,7 +78,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("03 another scope's container answers like a missing one", func(t *testing.T) {
 		s := open(t, f(t))
-		a := mustContainer(t, s, scopeA, "secret")
+		a := created(t, s.Containers().Create, sampleContainer(scopeA, "secret"))
 		othersSeeNothing(t, s.Containers(), a, a.ID, store.NewID("cntr"), func(sc store.Scope, missing string) {
 			_, ef := s.Containers().GetByName(t.Context(), sc, "secret")
 			_, em := s.Containers().GetByName(t.Context(), sc, "nosuch")
@@ -112,8 +96,8 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("04 update", func(t *testing.T) {
 		s := open(t, f(t))
-		c := mustContainer(t, s, scopeA, "u")
-		other := mustContainer(t, s, scopeA, "taken")
+		c := created(t, s.Containers().Create, sampleContainer(scopeA, "u"))
+		other := created(t, s.Containers().Create, sampleContainer(scopeA, "taken"))
 		u := c
 		u.Name, u.Image, u.Status = "u2", "busybox", store.StatusSleeping
 		u.Limits.MemoryBytes = 1 << 30
@@ -143,7 +127,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("05 delete", func(t *testing.T) {
 		s := open(t, f(t))
-		c := mustContainer(t, s, scopeA, "d")
+		c := created(t, s.Containers().Create, sampleContainer(scopeA, "d"))
 		deleteOnce(t, s.Containers(), c.ID)
 		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d")); err != nil {
 			t.Fatalf("the name of a deleted container is not free: %v", err)
@@ -182,12 +166,9 @@ func Containers(t *testing.T, f Factory) {
 		for _, i := range []int{12, 3, 24, 0, 7, 19, 1, 2, 4, 5, 6, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23} {
 			c := sampleContainer(scopeA, fmt.Sprintf("p%02d", i))
 			c.CreatedAt = t0.Add(time.Duration(i/3) * time.Millisecond)
-			c, err := s.Containers().Create(t.Context(), c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c = created(t, s.Containers().Create, c)
 			rows = append(rows, listed{c.CreatedAt, c.ID})
-			mustContainer(t, s, scopeB, fmt.Sprintf("p%02d", i))
+			created(t, s.Containers().Create, sampleContainer(scopeB, fmt.Sprintf("p%02d", i)))
 		}
 		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.Container], error) {
 			return s.Containers().List(t.Context(), scopeA, o)
@@ -202,7 +183,7 @@ func Containers(t *testing.T, f Factory) {
 		s := open(t, o)
 		var made []store.Container
 		for i := range 5 {
-			c := mustContainer(t, s, scopeA, fmt.Sprintf("r%d", i))
+			c := created(t, s.Containers().Create, sampleContainer(scopeA, fmt.Sprintf("r%d", i)))
 			made = append(made, c)
 		}
 		if err := s.Containers().Delete(t.Context(), scopeA, made[4].ID); err != nil {

@@ -25,26 +25,13 @@ func sampleFile(scope store.Scope, name string) store.File {
 	}
 }
 
-// mustFile stores sampleFile(scope, name) in s, failing the test when it cannot.
-func mustFile(t *testing.T, s store.Store, scope store.Scope, name string) store.File {
-	t.Helper()
-	x, err := s.Files().Create(t.Context(), sampleFile(scope, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
 // Files is the conformance suite of store.Files.
 func Files(t *testing.T, f Factory) {
 	t.Run("01 create and get round trip", func(t *testing.T) {
 		s := open(t, f(t))
 		in := sampleFile(scopeA, "sales.csv")
 		in.ID = "file_chosen_by_caller"
-		got, err := s.Files().Create(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := created(t, s.Files().Create, in)
 		if !strings.HasPrefix(got.ID, "file_") || got.ID == in.ID || !store.ValidBlobID(got.ID) {
 			t.Fatalf("id %q: want a new file_ id that can name a blob", got.ID)
 		}
@@ -67,16 +54,16 @@ func Files(t *testing.T, f Factory) {
 			t.Fatalf("Create with a taken id: %v, want ErrConflict", err)
 		}
 		// The same name twice is two files.
-		mustFile(t, s, scopeA, "sales.csv")
+		created(t, s.Files().Create, sampleFile(scopeA, "sales.csv"))
 	})
 	t.Run("02 another scope's file answers like a missing one", func(t *testing.T) {
 		s := open(t, f(t))
-		a := mustFile(t, s, scopeA, "secret.txt")
+		a := created(t, s.Files().Create, sampleFile(scopeA, "secret.txt"))
 		othersSeeNothing(t, s.Files(), a, a.ID, store.NewID("file"), nil)
 	})
 	t.Run("03 delete", func(t *testing.T) {
 		s := open(t, f(t))
-		a := mustFile(t, s, scopeA, "x")
+		a := created(t, s.Files().Create, sampleFile(scopeA, "x"))
 		deleteOnce(t, s.Files(), a.ID)
 	})
 	t.Run("04 invalid files", func(t *testing.T) {
@@ -103,12 +90,9 @@ func Files(t *testing.T, f Factory) {
 		for i := range 23 {
 			in := sampleFile(scopeA, fmt.Sprintf("f%d", i))
 			in.CreatedAt = t0.Add(time.Duration((i*7)%5) * time.Millisecond)
-			got, err := s.Files().Create(t.Context(), in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := created(t, s.Files().Create, in)
 			rows = append(rows, listed{got.CreatedAt, got.ID})
-			mustFile(t, s, scopeC, "noise")
+			created(t, s.Files().Create, sampleFile(scopeC, "noise"))
 		}
 		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.File], error) {
 			return s.Files().List(t.Context(), scopeA, o)
@@ -148,8 +132,8 @@ func Files(t *testing.T, f Factory) {
 	})
 	t.Run("07 missing: which ids no file of any scope has", func(t *testing.T) {
 		s := open(t, f(t))
-		a := mustFile(t, s, scopeA, "a.csv")
-		b := mustFile(t, s, scopeB, "b.csv")
+		a := created(t, s.Files().Create, sampleFile(scopeA, "a.csv"))
+		b := created(t, s.Files().Create, sampleFile(scopeB, "b.csv"))
 		if got, err := s.Files().Missing(t.Context(), nil); err != nil || len(got) != 0 {
 			t.Fatalf("Missing(nil) = %v, %v", got, err)
 		}
