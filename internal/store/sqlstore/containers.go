@@ -68,21 +68,7 @@ func (cs containers) CreateWithin(ctx context.Context, c store.Container, max in
 }
 
 func (cs containers) get(ctx context.Context, scope store.Scope, col, v string) (store.Container, error) {
-	if err := scope.Validate(); err != nil {
-		return store.Container{}, err
-	}
-	var c store.Container
-	err := cs.s.retry(ctx, func() error {
-		var err error
-		c, err = scanContainer(cs.s.db.QueryRowContext(ctx,
-			`SELECT `+containerCols+` FROM containers WHERE account = $1 AND workspace = $2 AND `+col+` = $3`,
-			scope.Account, scope.Workspace, v))
-		return err
-	})
-	if err != nil {
-		return store.Container{}, notFound(err, "container", v)
-	}
-	return c, nil
+	return getScoped(ctx, cs.s, "containers", containerCols, "container", scanContainer, scope, col, v)
 }
 
 func (cs containers) Get(ctx context.Context, scope store.Scope, id string) (store.Container, error) {
@@ -134,17 +120,7 @@ func (cs containers) Update(ctx context.Context, c store.Container) (store.Conta
 }
 
 func (cs containers) Delete(ctx context.Context, scope store.Scope, id string) error {
-	if err := scope.Validate(); err != nil {
-		return err
-	}
-	n, err := cs.s.exec(ctx, `DELETE FROM containers WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
-	if err != nil {
-		return fmt.Errorf("deleting container %s: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("container %s: %w", id, store.ErrNotFound)
-	}
-	return nil
+	return cs.s.deleteScoped(ctx, "containers", "container", scope, id)
 }
 
 // lastUseSQL is Container.LastUse in SQL.

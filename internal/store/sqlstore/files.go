@@ -71,20 +71,7 @@ func (fs files) Used(ctx context.Context, scope store.Scope) (int64, error) {
 }
 
 func (fs files) Get(ctx context.Context, scope store.Scope, id string) (store.File, error) {
-	if err := scope.Validate(); err != nil {
-		return store.File{}, err
-	}
-	var f store.File
-	err := fs.s.retry(ctx, func() error {
-		var err error
-		f, err = scanFile(fs.s.db.QueryRowContext(ctx, `SELECT `+fileCols+` FROM files WHERE account = $1 AND workspace = $2 AND id = $3`,
-			scope.Account, scope.Workspace, id))
-		return err
-	})
-	if err != nil {
-		return store.File{}, notFound(err, "file", id)
-	}
-	return f, nil
+	return getScoped(ctx, fs.s, "files", fileCols, "file", scanFile, scope, "id", id)
 }
 
 func (fs files) List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[store.File], error) {
@@ -105,17 +92,7 @@ func (fs files) List(ctx context.Context, scope store.Scope, opts store.ListOpti
 }
 
 func (fs files) Delete(ctx context.Context, scope store.Scope, id string) error {
-	if err := scope.Validate(); err != nil {
-		return err
-	}
-	n, err := fs.s.exec(ctx, `DELETE FROM files WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
-	if err != nil {
-		return fmt.Errorf("deleting file %s: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("file %s: %w", id, store.ErrNotFound)
-	}
-	return nil
+	return fs.s.deleteScoped(ctx, "files", "file", scope, id)
 }
 
 // missingBatch bounds the ids of one query (SQLite allows 32,766

@@ -360,3 +360,41 @@ func notFound(err error, what, id string) error {
 	}
 	return fmt.Errorf("%s %s: %w", what, id, err)
 }
+
+// deleteScoped deletes the row of table with id in scope; what names the
+// record in errors ("container"): store.ErrNotFound when the scope has no
+// such row.
+func (s *DB) deleteScoped(ctx context.Context, table, what string, scope store.Scope, id string) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	n, err := s.exec(ctx, `DELETE FROM `+table+` WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
+	if err != nil {
+		return fmt.Errorf("deleting %s %s: %w", what, id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %s: %w", what, id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// getScoped reads the row of table whose col is v in scope, with its cols
+// scanned by scan; what names the record in errors ("container"):
+// store.ErrNotFound when the scope has no such row.
+func getScoped[T any](ctx context.Context, s *DB, table, cols, what string, scan func(scanner) (T, error), scope store.Scope, col, v string) (T, error) {
+	var x T
+	if err := scope.Validate(); err != nil {
+		return x, err
+	}
+	err := s.retry(ctx, func() error {
+		var err error
+		x, err = scan(s.db.QueryRowContext(ctx, `SELECT `+cols+` FROM `+table+` WHERE account = $1 AND workspace = $2 AND `+col+` = $3`,
+			scope.Account, scope.Workspace, v))
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, notFound(err, what, v)
+	}
+	return x, nil
+}
