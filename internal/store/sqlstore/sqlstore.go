@@ -100,11 +100,13 @@ type dialect struct {
 // busyFor bounds how long a statement is retried while the database is busy.
 const busyFor = 15 * time.Second
 
-// newDB migrates db to the current schema and returns a store on it.
-func newDB(ctx context.Context, db *sql.DB, d dialect) (*DB, error) {
+// newDB migrates db to the current schema and returns a store on it. On
+// failure it closes db and says where (which database) it failed.
+func newDB(ctx context.Context, db *sql.DB, d dialect, where string) (*DB, error) {
 	s := &DB{db: db, dialect: d}
 	if err := s.migrate(ctx); err != nil {
-		return nil, err
+		db.Close()
+		return nil, fmt.Errorf("%w (%s)", err, where)
 	}
 	return s, nil
 }
