@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -836,23 +835,8 @@ func TestConcurrentCalls(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	serve := func(t *testing.T, grace time.Duration) (*env, context.CancelFunc, <-chan error) {
 		e := newServer(t, "crun", "busybox")
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.url = "http://" + ln.Addr().String()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		ended := make(chan struct{})
-		go func() {
-			done <- e.srv.Run(ctx, ln, grace)
-			close(ended)
-		}()
-		t.Cleanup(func() {
-			cancel()
-			<-ended
-		})
-		return e, cancel, done
+		stop, done := serveRun(t, e, grace)
+		return e, stop, done
 	}
 
 	t.Run("01 a call in flight finishes, then the manager closes", func(t *testing.T) {
