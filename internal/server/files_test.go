@@ -52,13 +52,8 @@ func (e *env) getRaw(path, key string) (int, []byte, http.Header) {
 	e.t.Helper()
 	req, _ := http.NewRequest("GET", e.url+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, resp.Header
+	st, h, b := roundTrip(e.t, req)
+	return st, b, h
 }
 
 type cfileList struct {

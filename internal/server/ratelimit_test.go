@@ -1,7 +1,6 @@
 package server
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,16 +17,7 @@ func (e *env) doHeaders(method, path, key string) (int, http.Header, []byte) {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
+	return roundTrip(e.t, req)
 }
 
 // TestRateLimit: a burst of requests from one workspace gets exactly its

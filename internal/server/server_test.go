@@ -147,16 +147,25 @@ func (e *env) doH(method, path string, body any, hdr map[string]string) (int, []
 			req.Header.Set(k, v)
 		}
 	}
+	st, _, out := roundTrip(e.t, req)
+	return st, out
+}
+
+// roundTrip sends req and reads its whole answer: status, headers and
+// body; a request that gets no answer, or whose body cannot be read,
+// fails t.
+func roundTrip(t testing.TB, req *http.Request) (int, http.Header, []byte) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return resp.StatusCode, out
+	return resp.StatusCode, resp.Header, b
 }
 
 // must decodes a 200 answer into v.
