@@ -168,6 +168,21 @@ func roundTrip(t testing.TB, req *http.Request) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, b
 }
 
+// bodyOf is the whole body of an SDK call's raw answer (resp, err), closed
+// after; an error from the call or the read fails t.
+func bodyOf(t testing.TB, resp *http.Response, err error) []byte {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // must decodes a 200 answer into v.
 func (e *env) must(status int, body []byte, v any) {
 	e.t.Helper()
