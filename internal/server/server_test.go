@@ -151,6 +151,17 @@ func (e *env) doH(method, path string, body any, hdr map[string]string) (int, []
 	return st, out
 }
 
+// ledgerOf is the usage ledger of the acme account's workspace, all time,
+// by container.
+func ledgerOf(t testing.TB, st store.Store, workspace string) []store.UsageTotal {
+	t.Helper()
+	sums, err := st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: workspace}, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sums
+}
+
 // roundTrip sends req and reads its whole answer: status, headers and
 // body; a request that gets no answer, or whose body cannot be read,
 // fails t.
@@ -415,11 +426,7 @@ func TestMetering(t *testing.T) {
 	if err := e.srv.WaitCalls(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	sums, err := e.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(sums) != 1 || sums[0].ContainerID != c.ID || sums[0].Events != 3 || sums[0].CostMicroUSD != total {
+	if sums := ledgerOf(t, e.st, "a"); len(sums) != 1 || sums[0].ContainerID != c.ID || sums[0].Events != 3 || sums[0].CostMicroUSD != total {
 		t.Fatalf("ledger %+v, want 3 events costing %d µ$", sums, total)
 	}
 }
