@@ -34,17 +34,13 @@ const (
 	DefaultMaxFileBytes   = 5 << 30
 )
 
+// orFile is the OpenRouter shape: Anthropic's fields, marked, with the
+// purpose and source.
 type orFile struct {
-	Shape        string `json:"_shape"` // "openrouter"
-	ID           string `json:"id"`
-	Type         string `json:"type"` // "file"
-	Filename     string `json:"filename"`
-	MimeType     string `json:"mime_type"`
-	SizeBytes    int64  `json:"size_bytes"`
-	CreatedAt    string `json:"created_at"`
-	Downloadable bool   `json:"downloadable"`
-	Purpose      string `json:"purpose,omitempty"`
-	Source       string `json:"source,omitempty"`
+	Shape string `json:"_shape"` // "openrouter"
+	anthropicFile
+	Purpose string `json:"purpose,omitempty"`
+	Source  string `json:"source,omitempty"`
 }
 
 type anthropicFile struct {
@@ -68,15 +64,15 @@ type openAIFile struct {
 }
 
 func (s *Server) fileObject(f store.File, sh shape) any {
-	created := f.CreatedAt.UTC().Format(time.RFC3339Nano)
-	switch sh {
-	case shapeAnthropic:
-		return anthropicFile{ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes, CreatedAt: created, Downloadable: true}
-	case shapeOpenAI:
+	if sh == shapeOpenAI {
 		return openAIFile{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), Filename: f.Name, Purpose: f.Purpose, Status: "processed"}
 	}
-	return orFile{Shape: "openrouter", ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes,
-		CreatedAt: created, Downloadable: true, Purpose: f.Purpose, Source: f.Source}
+	af := anthropicFile{ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes,
+		CreatedAt: f.CreatedAt.UTC().Format(time.RFC3339Nano), Downloadable: true}
+	if sh == shapeAnthropic {
+		return af
+	}
+	return orFile{Shape: "openrouter", anthropicFile: af, Purpose: f.Purpose, Source: f.Source}
 }
 
 // storeFile streams r (at most maxBytes) into a new workspace file of p's
