@@ -456,9 +456,9 @@ func (s *Server) fileRoutes() {
 	}{{"/api/v1", or, or}, {"/v1", oa, filesShape}} {
 		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.cf, s.listContainerFilesRoute)
 		s.handleUploadAs("POST "+v.prefix+"/containers/{id}/files", upload, v.cf, s.uploadContainerFileRoute)
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.getContainerFileRoute)
-		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.deleteContainerFileRoute)
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.cf, s.containerFileContentRoute)
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.onContainerFile(s.getContainerFile))
+		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.onContainerFile(s.deleteContainerFile))
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.cf, s.onContainerFile(s.containerFileContent))
 		s.handleUploadAs("POST "+v.prefix+"/files", upload, v.wf, s.uploadFileRoute)
 		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.wf, s.listFilesRoute)
 		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.wf, s.getFileRoute)
