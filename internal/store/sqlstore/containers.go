@@ -80,21 +80,11 @@ func (cs containers) GetByName(ctx context.Context, scope store.Scope, name stri
 }
 
 func (cs containers) List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[store.Container], error) {
-	var page store.Page[store.Container]
 	var filters map[string]string
 	if opts.Name != "" {
 		filters = map[string]string{"name": opts.Name}
 	}
-	more, err := cs.s.listPage(ctx, "containers", containerCols, scope, &opts, filters, func(r *sql.Rows) error {
-		c, err := scanContainer(r)
-		page.Items = append(page.Items, c)
-		return err
-	})
-	if err != nil {
-		return store.Page[store.Container]{}, fmt.Errorf("listing containers: %w", err)
-	}
-	page.HasMore = more
-	return page, nil
+	return listPage(ctx, cs.s, "containers", containerCols, scope, opts, filters, scanContainer)
 }
 
 func (cs containers) Update(ctx context.Context, c store.Container) (store.Container, error) {

@@ -78,17 +78,7 @@ func (fs files) List(ctx context.Context, scope store.Scope, opts store.ListOpti
 	if opts.Name != "" {
 		return store.Page[store.File]{}, fmt.Errorf("%w: files are not listed by name", store.ErrInvalid)
 	}
-	var page store.Page[store.File]
-	more, err := fs.s.listPage(ctx, "files", fileCols, scope, &opts, nil, func(r *sql.Rows) error {
-		f, err := scanFile(r)
-		page.Items = append(page.Items, f)
-		return err
-	})
-	if err != nil {
-		return store.Page[store.File]{}, fmt.Errorf("listing files: %w", err)
-	}
-	page.HasMore = more
-	return page, nil
+	return listPage(ctx, fs.s, "files", fileCols, scope, opts, nil, scanFile)
 }
 
 func (fs files) Delete(ctx context.Context, scope store.Scope, id string) error {

@@ -12,15 +12,21 @@ import (
 
 // listPage selects one page of table's rows in scope, ordered by
 // (created_at_ms, id), after the cursor row, with optional equality
-// filters, and calls scan for each row. It reads Limit+1 rows to learn
+// filters, each row's cols read by scan. It reads Limit+1 rows to learn
 // whether more follow. The cursor must be a row of the same scope:
-// another scope's id is ErrNotFound like an unknown one.
-func (s *DB) listPage(ctx context.Context, table, cols string, scope store.Scope, opts *store.ListOptions, filters map[string]string, scan func(*sql.Rows) error) (hasMore bool, err error) {
+// another scope's id is ErrNotFound like an unknown one. Errors say
+// "listing " and table.
+func listPage[T any](ctx context.Context, s *DB, table, cols string, scope store.Scope, opts store.ListOptions, filters map[string]string, scan func(scanner) (T, error)) (page store.Page[T], err error) {
+	defer func() {
+		if err != nil {
+			page, err = store.Page[T]{}, fmt.Errorf("listing %s: %w", table, err)
+		}
+	}()
 	if err := scope.Validate(); err != nil {
-		return false, err
+		return page, err
 	}
 	if err := opts.Validate(); err != nil {
-		return false, err
+		return page, err
 	}
 	args := []any{scope.Account, scope.Workspace}
 	arg := func(v any) string {
@@ -41,20 +47,20 @@ func (s *DB) listPage(ctx context.Context, table, cols string, scope store.Scope
 		err := s.queryRow(ctx, `SELECT created_at_ms FROM `+table+` WHERE account = $1 AND workspace = $2 AND id = $3`,
 			[]any{scope.Account, scope.Workspace, opts.After}, &at)
 		if err != nil {
-			return false, notFound(err, "cursor", opts.After)
+			return page, notFound(err, "cursor", opts.After)
 		}
 		a, id := arg(at), arg(opts.After)
 		fmt.Fprintf(&q, ` AND (created_at_ms %s %s OR (created_at_ms = %s AND id %s %s))`, cmp, a, a, cmp, id)
 	}
 	fmt.Fprintf(&q, ` ORDER BY created_at_ms %s, id %s LIMIT %s`, dir, dir, arg(opts.Limit+1))
-	n := 0
 	err = s.query(ctx, q.String(), args, func(r *sql.Rows) error {
-		n++
-		if n > opts.Limit {
-			hasMore = true
+		if len(page.Items) == opts.Limit {
+			page.HasMore = true
 			return nil
 		}
-		return scan(r)
+		x, err := scan(r)
+		page.Items = append(page.Items, x)
+		return err
 	})
-	return hasMore, err
+	return page, err
 }
