@@ -168,14 +168,7 @@ func ledgerOf(t testing.TB, st store.Store, workspace string) []store.UsageTotal
 func roundTrip(t testing.TB, req *http.Request) (int, http.Header, []byte) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := bodyOf(t, resp, err)
 	return resp.StatusCode, resp.Header, b
 }
 
