@@ -43,18 +43,35 @@ func listPage[T any](ctx context.Context, s *DB, table, cols string, scope store
 		cmp, dir = "<", "DESC"
 	}
 	if opts.After != "" {
-		var at int64
-		err := s.queryRow(ctx, `SELECT created_at_ms FROM `+table+` WHERE account = $1 AND workspace = $2 AND id = $3`,
-			[]any{scope.Account, scope.Workspace, opts.After}, &at)
+		at, err := s.cursorAt(ctx, table, scope, opts.After)
 		if err != nil {
-			return page, notFound(err, "cursor", opts.After)
+			return page, err
 		}
 		a, id := arg(at), arg(opts.After)
 		fmt.Fprintf(&q, ` AND (created_at_ms %s %s OR (created_at_ms = %s AND id %s %s))`, cmp, a, a, cmp, id)
 	}
 	fmt.Fprintf(&q, ` ORDER BY created_at_ms %s, id %s LIMIT %s`, dir, dir, arg(opts.Limit+1))
-	err = s.query(ctx, q.String(), args, func(r *sql.Rows) error {
-		if len(page.Items) == opts.Limit {
+	return queryPage(ctx, s, q.String(), args, opts.Limit, scan)
+}
+
+// cursorAt is the created_at_ms of the cursor row id of table in scope:
+// ErrNotFound when the scope has no such row.
+func (s *DB) cursorAt(ctx context.Context, table string, scope store.Scope, id string) (int64, error) {
+	var at int64
+	err := s.queryRow(ctx, `SELECT created_at_ms FROM `+table+` WHERE account = $1 AND workspace = $2 AND id = $3`,
+		[]any{scope.Account, scope.Workspace, id}, &at)
+	if err != nil {
+		return 0, notFound(err, "cursor", id)
+	}
+	return at, nil
+}
+
+// queryPage runs q, which selects up to limit+1 rows, and reads the first
+// limit with scan into a page; a row after them sets HasMore.
+func queryPage[T any](ctx context.Context, s *DB, q string, args []any, limit int, scan func(scanner) (T, error)) (store.Page[T], error) {
+	var page store.Page[T]
+	err := s.query(ctx, q, args, func(r *sql.Rows) error {
+		if len(page.Items) == limit {
 			page.HasMore = true
 			return nil
 		}
