@@ -96,6 +96,17 @@ func newServer(t *testing.T, mod ...func(*jsrun.Config)) *testServer {
 	return &testServer{Server: srv, sb: sb}
 }
 
+// approveAnew runs req (for ws_a) from its start again, to a new
+// interruption, and sets req to resume that with interrupt-1 approved.
+func (s *testServer) approveAnew(t *testing.T, req map[string]any) {
+	t.Helper()
+	delete(req, "continuation")
+	delete(req, "resolutions")
+	_, out, _ := s.post(t, "ws_a", req)
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+}
+
 // refused posts body for workspace and fails t unless the answer is
 // status with the error code (the envelope's error.code).
 func (s *testServer) refused(t *testing.T, workspace string, body any, status int, code string) {
@@ -261,11 +272,7 @@ func TestSandboxApproval(t *testing.T) {
 	if s.sb.execs != 0 {
 		t.Fatalf("approval after a denial: %d execs", s.sb.execs)
 	}
-	delete(req, "continuation")
-	delete(req, "resolutions")
-	_, out, _ = s.post(t, "ws_a", req)
-	req["continuation"] = out["continuation"]
-	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	s.approveAnew(t, req)
 	code, out, raw = s.post(t, "ws_a", req)
 	if code != 200 || out["value"] != "approved\n" || s.sb.execs != 1 {
 		t.Fatalf("approved: %d %s", code, raw)
@@ -308,11 +315,7 @@ func TestApprovedCallRunsOnce(t *testing.T) {
 	}
 
 	// Concurrent resumes of one token: exactly one runs.
-	delete(req, "continuation")
-	delete(req, "resolutions")
-	_, out, _ = s.post(t, "ws_a", req)
-	req["continuation"] = out["continuation"]
-	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	s.approveAnew(t, req)
 	const n = 8
 	codes := make([]int, n)
 	testenv.AtOnce(n, func(i int) { codes[i], _, _ = s.post(t, "ws_a", req) })
