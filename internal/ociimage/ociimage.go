@@ -123,20 +123,12 @@ func Write(dir string, img Image) (digest.Digest, error) {
 		RootFS:  v1.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
 		History: []v1.History{{Created: &created, CreatedBy: "shellgate ociimage"}},
 	}
-	cb, err := json.Marshal(cfg)
-	if err != nil {
-		return "", err
-	}
-	config, err := writeBlob(dir, v1.MediaTypeImageConfig, cb)
+	config, err := writeJSONBlob(dir, v1.MediaTypeImageConfig, cfg)
 	if err != nil {
 		return "", err
 	}
 	m := v1.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: v1.MediaTypeImageManifest, Config: config, Layers: []v1.Descriptor{layer}}
-	mb, err := json.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	man, err := writeBlob(dir, v1.MediaTypeImageManifest, mb)
+	man, err := writeJSONBlob(dir, v1.MediaTypeImageManifest, m)
 	if err != nil {
 		return "", err
 	}
@@ -163,7 +155,12 @@ type counter struct{ n int64 }
 
 func (c *counter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
-func writeBlob(dir, mediaType string, b []byte) (v1.Descriptor, error) {
+// writeJSONBlob writes v as JSON into the layout's blobs and describes it.
+func writeJSONBlob(dir, mediaType string, v any) (v1.Descriptor, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
 	d := digest.FromBytes(b)
 	p := filepath.Join(dir, "blobs", d.Algorithm().String(), d.Encoded())
 	if err := os.WriteFile(p, b, 0o644); err != nil {

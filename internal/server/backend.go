@@ -72,21 +72,13 @@ type Container struct {
 	ExpiresAt time.Time
 }
 
-// LastUse is LastActiveAt, or CreatedAt before the first use.
-func (c Container) LastUse() time.Time {
-	if c.LastActiveAt.IsZero() {
-		return c.CreatedAt
-	}
-	return c.LastActiveAt
-}
+// LastUse is LastActiveAt, or CreatedAt before the first use (the store's
+// rule, store.LastUse).
+func (c Container) LastUse() time.Time { return store.LastUse(c.CreatedAt, c.LastActiveAt) }
 
-// Limits are a container's resources; zero fields mean the default.
-type Limits struct {
-	CPUMillis   int64 // 1000 = one CPU
-	MemoryBytes int64
-	Processes   int64
-	DiskBytes   int64 // the size of /workspace/home
-}
+// Limits are a container's resources; zero fields mean the default. They
+// are the store's record as it is.
+type Limits = store.Limits
 
 // NetworkPolicy is a container's outbound network (SPEC §3.4), fixed when
 // it is created: Type "allowlist" with at most 50 hostnames or "*.x.y"

@@ -116,7 +116,7 @@ func TestBodyBytesInFlight(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("a's held request: %d %s", rec.Code, rec.Body)
 	}
-	if n := e.srv.limits.bodyBytes(Principal{Account: "acme", Workspace: "a"}); n != 0 {
+	if n := e.srv.limits.held(Principal{Account: "acme", Workspace: "a"}).bodyBytes; n != 0 {
 		t.Fatalf("%d bytes still reserved after a's requests ended", n)
 	}
 	if st, b := e.do("POST", "/api/v1/eval", e.keyA, body(3<<20)); st != http.StatusOK {

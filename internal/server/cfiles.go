@@ -251,15 +251,23 @@ func (s *Server) fileErr(err error, ref, what string) error {
 	return err
 }
 
-// holdContainerFile is holdContainer for a route on one of the container's
-// files: the file's path, from {file_id}, is checked first.
-func (s *Server) holdContainerFile(r *http.Request, p Principal) (Container, string, func(), error) {
-	rel, err := fileParam(r)
-	if err != nil {
-		return Container{}, "", nil, err
+// onContainerFile makes a route on one of the container's files: the
+// file's path, from {file_id}, is checked first, then the container is held
+// (holdContainer) while h runs, and h's sandbox errors are answered as
+// fileErr says.
+func (s *Server) onContainerFile(h func(w http.ResponseWriter, r *http.Request, c Container, rel string, sh shape) error) func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+	return func(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
+		rel, err := fileParam(r)
+		if err != nil {
+			return err
+		}
+		c, release, err := s.holdContainer(r, p)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return s.fileErr(h(w, r, c, rel, sh), r.PathValue("id"), r.PathValue("file_id"))
 	}
-	c, release, err := s.holdContainer(r, p)
-	return c, rel, release, err
 }
 
 // fileParam parses {file_id}.
@@ -346,29 +354,19 @@ func (s *Server) listContainerFilesRoute(w http.ResponseWriter, r *http.Request,
 	return nil
 }
 
-func (s *Server) getContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
-	c, rel, release, err := s.holdContainerFile(r, p)
-	if err != nil {
-		return err
-	}
-	defer release()
+func (s *Server) getContainerFile(w http.ResponseWriter, r *http.Request, c Container, rel string, sh shape) error {
 	fi, err := s.mgr.StatFile(r.Context(), c.ID, rel)
 	if err != nil {
-		return s.fileErr(err, r.PathValue("id"), r.PathValue("file_id"))
+		return err
 	}
 	writeJSON(w, http.StatusOK, s.containerFile(c.ID, fi, sh))
 	return nil
 }
 
-func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
-	c, rel, release, err := s.holdContainerFile(r, p)
-	if err != nil {
-		return err
-	}
-	defer release()
+func (s *Server) containerFileContent(w http.ResponseWriter, r *http.Request, c Container, rel string, _ shape) error {
 	f, err := s.mgr.OpenFile(r.Context(), c.ID, rel, s.cfg.MaxFileBytes)
 	if err != nil {
-		return s.fileErr(err, r.PathValue("id"), r.PathValue("file_id"))
+		return err
 	}
 	defer f.Close()
 	h := w.Header()
@@ -384,14 +382,9 @@ func (s *Server) containerFileContentRoute(w http.ResponseWriter, r *http.Reques
 	return nil
 }
 
-func (s *Server) deleteContainerFileRoute(w http.ResponseWriter, r *http.Request, p Principal, sh shape) error {
-	c, rel, release, err := s.holdContainerFile(r, p)
-	if err != nil {
-		return err
-	}
-	defer release()
+func (s *Server) deleteContainerFile(w http.ResponseWriter, r *http.Request, c Container, rel string, _ shape) error {
 	if err := s.mgr.RemoveFile(r.Context(), c.ID, rel); err != nil {
-		return s.fileErr(err, r.PathValue("id"), r.PathValue("file_id"))
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": CFileID(rel), "object": "container.file.deleted", "deleted": true})
 	return nil

@@ -94,18 +94,10 @@ func DefaultMaxConns() int {
 
 // withDefaults fills l's zero fields.
 func (l ConnLimits) withDefaults() ConnLimits {
-	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = DefaultIdleConnTimeout
-	}
-	if l.HeaderTimeout <= 0 {
-		l.HeaderTimeout = DefaultHeaderTimeout
-	}
-	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
-	if l.StallTimeout <= 0 {
-		l.StallTimeout = DefaultStallTimeout
-	}
+	l.IdleTimeout = positiveOr(l.IdleTimeout, DefaultIdleConnTimeout)
+	l.HeaderTimeout = positiveOr(l.HeaderTimeout, DefaultHeaderTimeout)
+	l.MaxHeaderBytes = positiveOr(l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	l.StallTimeout = positiveOr(l.StallTimeout, DefaultStallTimeout)
 	if l.MaxConns == 0 {
 		l.MaxConns = max(DefaultMaxConns(), 2)
 	}

@@ -41,8 +41,24 @@ func (noSandboxes) Sleep(context.Context, string) error   { return nil }
 func (noSandboxes) Destroy(context.Context, string) error { return nil }
 func (noSandboxes) Create(context.Context, string) error  { return errors.New("no sandboxes here") }
 
-// runServer serves e with Run on a loopback port until the test ends.
+// runServer serves e with Run on a loopback port until the test ends,
+// and fails the test if Run does.
 func runServer(t *testing.T, e *env) string {
+	t.Helper()
+	stop, done := serveRun(t, e, 5*time.Second)
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return strings.TrimPrefix(e.url, "http://")
+}
+
+// serveRun starts e's Run on a loopback port (e.url) with grace; stop
+// cancels Run's context and done delivers what Run returned. When the test
+// ends, Run is stopped and waited for.
+func serveRun(t *testing.T, e *env, grace time.Duration) (stop context.CancelFunc, done <-chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,15 +66,17 @@ func runServer(t *testing.T, e *env) string {
 	}
 	e.url = "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.srv.Run(ctx, ln, 5*time.Second) }()
+	result := make(chan error, 1)
+	ended := make(chan struct{})
+	go func() {
+		result <- e.srv.Run(ctx, ln, grace)
+		close(ended)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		<-ended
 	})
-	return ln.Addr().String()
+	return cancel, result
 }
 
 // connLimitsServer is a server without sandboxes whose connections are

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/jsrun/jsrunhttp"
@@ -45,11 +44,7 @@ func (e *env) ledger(workspace, id string) store.UsageTotal {
 	if err := e.srv.WaitCalls(e.t.Context()); err != nil {
 		e.t.Fatal(err)
 	}
-	sums, err := e.st.Usage().ByContainer(e.t.Context(), store.Scope{Account: "acme", Workspace: workspace}, time.Time{}, time.Now().Add(time.Hour))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, s := range sums {
+	for _, s := range ledgerOf(e.t, e.st, workspace) {
 		if s.ContainerID == id {
 			return s
 		}

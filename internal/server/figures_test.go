@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -227,11 +226,7 @@ func TestMessagesLegacyCodeExecutionFigures(t *testing.T) {
 	}
 	betas := []anthropic.AnthropicBeta{anthropic.AnthropicBetaFilesAPI2025_04_14}
 	resp, err := client.Beta.Files.Download(t.Context(), fmt.Sprint(res.Content.Content[0]["file_id"]), anthropic.BetaFileDownloadParams{Betas: betas})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if b, _ := io.ReadAll(resp.Body); !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+	if b := bodyOf(t, resp, err); !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("downloaded %.16q", b)
 	}
 	// The shown figure went to the model, as an image in the tool_result.

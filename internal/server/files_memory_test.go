@@ -33,13 +33,8 @@ func (e *env) streamedUpload(t testing.TB, path string, fields map[string]string
 	req, _ := http.NewRequest("POST", e.url+path, pr)
 	req.Header.Set("Authorization", "Bearer "+e.keyA)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	st, _, b := roundTrip(t, req)
+	return st, b
 }
 
 // streamedDownload GETs path with key A and reads the body into nothing,

@@ -52,13 +52,18 @@ func (e *env) getRaw(path, key string) (int, []byte, http.Header) {
 	e.t.Helper()
 	req, _ := http.NewRequest("GET", e.url+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, resp.Header
+	st, h, b := roundTrip(e.t, req)
+	return st, b, h
+}
+
+// promote promotes the container's file rel with key A, which must
+// succeed, and returns the new workspace file and the answer's body.
+func (e *env) promote(ref, rel string) (orFile, []byte) {
+	e.t.Helper()
+	var f orFile
+	st, b := e.do("POST", "/api/v1/containers/"+ref+"/files/"+CFileID(rel)+"/promote", e.keyA, nil)
+	e.must(st, b, &f)
+	return f, b
 }
 
 type cfileList struct {
@@ -158,9 +163,7 @@ func TestContainerFiles(t *testing.T) {
 	})
 
 	t.Run("03 promote into the workspace's files", func(t *testing.T) {
-		var f orFile
-		st, b := e.do("POST", "/api/v1/containers/"+c.ID+"/files/"+CFileID("out/report.csv")+"/promote", e.keyA, nil)
-		e.must(st, b, &f)
+		f, b := e.promote(c.ID, "out/report.csv")
 		if f.Shape != "openrouter" || f.Type != "file" || f.Filename != "report.csv" || f.MimeType != "text/csv" || f.SizeBytes != 8 || f.Source != "container:"+c.ID || !f.Downloadable {
 			t.Fatalf("promote: %s", b)
 		}
@@ -280,9 +283,7 @@ func TestContainerFiles(t *testing.T) {
 	})
 
 	t.Run("06 another workspace's container and files answer like missing ones", func(t *testing.T) {
-		var f orFile
-		st, b := e.do("POST", "/api/v1/containers/"+c.ID+"/files/"+CFileID("keep.txt")+"/promote", e.keyA, nil)
-		e.must(st, b, &f)
+		f, _ := e.promote(c.ID, "keep.txt")
 		id := CFileID("keep.txt")
 		for _, tc := range []struct{ method, path, missing string }{
 			{"GET", "/api/v1/containers/%s/files", "/api/v1/containers/cntr_00000000000000000000000000000000/files"},

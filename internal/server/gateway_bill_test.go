@@ -20,7 +20,6 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/metering"
-	"github.com/shellgate/shellgate/internal/store"
 )
 
 // shellEcho is a model for any number of requests, concurrent ones
@@ -238,12 +237,8 @@ func TestGatewayBillBeforeAnswer(t *testing.T) {
 	}
 	rows := func() int {
 		t.Helper()
-		byC, err := e.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
 		n := 0
-		for _, u := range byC {
+		for _, u := range ledgerOf(t, e.st, "a") {
 			if u.ContainerID != c.ID {
 				t.Fatalf("a usage row of container %s", u.ContainerID)
 			}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 
@@ -76,11 +75,7 @@ func TestResponsesFileIDs(t *testing.T) {
 		t.Fatalf("out/north.txt not listed (%v)", err)
 	}
 	resp, err := client.Containers.Files.Content.Get(t.Context(), cid, found)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if b, _ := io.ReadAll(resp.Body); string(b) != "2\n" {
+	if b := bodyOf(t, resp, err); string(b) != "2\n" {
 		t.Fatalf("downloaded %q", b)
 	}
 	// An unknown file id is 404, and the model is never called.
@@ -133,11 +128,7 @@ func TestMessagesContainerUpload(t *testing.T) {
 		t.Fatalf("no output file in %s", m.RawJSON())
 	}
 	resp, err := client.Beta.Files.Download(t.Context(), fileID, anthropic.BetaFileDownloadParams{Betas: betas})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if b, _ := io.ReadAll(resp.Body); string(b) != "2\n" {
+	if b := bodyOf(t, resp, err); string(b) != "2\n" {
 		t.Fatalf("downloaded %q", b)
 	}
 	// Another workspace cannot download it.

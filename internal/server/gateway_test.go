@@ -13,7 +13,6 @@ import (
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
 	"github.com/shellgate/shellgate/internal/identity"
-	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/sandbox/egress"
 )
 
@@ -85,9 +84,8 @@ func TestGatewayLoop(t *testing.T) {
 		if res.CostMicroUSD < 3000 {
 			t.Fatalf("cost %d µ$, want the new-container minimum", res.CostMicroUSD)
 		}
-		sums, err := e.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-		if err != nil || len(sums) != 1 || sums[0].ContainerID != res.ContainerID || sums[0].CostMicroUSD != res.CostMicroUSD {
-			t.Fatalf("ledger %+v %v, want one charge of %d", sums, err, res.CostMicroUSD)
+		if sums := ledgerOf(t, e.st, "a"); len(sums) != 1 || sums[0].ContainerID != res.ContainerID || sums[0].CostMicroUSD != res.CostMicroUSD {
+			t.Fatalf("ledger %+v, want one charge of %d", sums, res.CostMicroUSD)
 		}
 		// The session's next request finds the file, in the same container.
 		res2, _, err := runLoop(t, e, pa, identity.Request{HeaderSessionID: "sess-1"}, 0,

@@ -128,9 +128,8 @@ func TestKubeBackend(t *testing.T) {
 	if st != http.StatusOK || string(b) != "kept\n" || h.Get("Content-Length") != "5" {
 		t.Fatalf("6: download: %d %q %v", st, b, h)
 	}
-	var pf orFile
-	st, b = e.do("POST", "/api/v1/containers/kube/files/"+CFileID("in/up.csv")+"/promote", e.keyA, nil)
-	if e.must(st, b, &pf); pf.SizeBytes != 8 || pf.Filename != "up.csv" {
+	pf, b := e.promote("kube", "in/up.csv")
+	if pf.SizeBytes != 8 || pf.Filename != "up.csv" {
 		t.Fatalf("6: promote: %s", b)
 	}
 	st, b, _ = e.getRaw("/api/v1/files/"+pf.ID+"/content", e.keyA)

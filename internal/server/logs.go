@@ -990,15 +990,18 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, p Principal) err
 			dets = append(dets, logDetection{Rule: d.Rule, Technique: d.Technique, Action: d.Action, Guardrail: d.Guardrail, Location: d.Location, Excerpt: d.Excerpt})
 		}
 	}
-	writeJSON(w, http.StatusOK, struct {
-		logSummary
-		Input      []logMessage   `json:"input"`
-		Output     string         `json:"output"`
-		Items      []logItem      `json:"items"`
-		Error      string         `json:"error,omitempty"`
-		Detections []logDetection `json:"detections"`
-	}{summaryOf(l), d.Input, d.Output, d.Items, d.Error, dets})
+	writeJSON(w, http.StatusOK, logRecord{summaryOf(l), d.Input, d.Output, d.Items, d.Error, dets})
 	return nil
+}
+
+// logRecord is GET /api/v1/logs/{id}: the summary and the whole exchange.
+type logRecord struct {
+	logSummary
+	Input      []logMessage   `json:"input"`
+	Output     string         `json:"output"`
+	Items      []logItem      `json:"items"`
+	Error      string         `json:"error,omitempty"`
+	Detections []logDetection `json:"detections"`
 }
 
 // logMetrics counts the records: written, dropped (queue full), failed.

@@ -28,22 +28,13 @@ import (
 	"github.com/shellgate/shellgate/internal/store"
 )
 
-// logList and logRecord are GET /api/v1/logs and /api/v1/logs/{id}, as
-// the web console reads them.
+// logList is GET /api/v1/logs as the web console reads it (logRecord is
+// the server's own type for /api/v1/logs/{id}).
 type logList struct {
 	Object  string       `json:"object"`
 	Data    []logSummary `json:"data"`
 	HasMore bool         `json:"has_more"`
 	LastID  *string      `json:"last_id"`
-}
-
-type logRecord struct {
-	logSummary
-	Input      []logMessage   `json:"input"`
-	Output     string         `json:"output"`
-	Items      []logItem      `json:"items"`
-	Error      string         `json:"error"`
-	Detections []logDetection `json:"detections"`
 }
 
 func (e *env) requestLogs(t *testing.T, key, query string) logList {

@@ -55,6 +55,14 @@ func quotaOr[T int | int64](v, def T) T {
 	return v
 }
 
+// positiveOr is a Config setting with the default for zero or negative.
+func positiveOr[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 func quotaError(status int, flag, format string, a ...any) *apiError {
 	e := errorf(status, format+"; "+fmt.Sprintf(quotaRaise, flag), a...)
 	e.code = codeQuota

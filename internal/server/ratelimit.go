@@ -138,24 +138,16 @@ func (l *wsLimits) admitBody(p Principal, n int64) (release func(), err *apiErro
 	}, nil
 }
 
-// bodyBytes are the bytes of request body p's requests in flight hold.
-func (l *wsLimits) bodyBytes(p Principal) int64 {
+// held is a copy of p's counts: inflight, its requests admitted and not
+// yet ended, and bodyBytes, the bytes of request body they hold (zero for
+// a workspace not tracked).
+func (l *wsLimits) held(p Principal) wsLimit {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.ws[p]; w != nil {
-		return w.bodyBytes
+		return *w
 	}
-	return 0
-}
-
-// inflight is the number of p's requests admitted and not yet ended.
-func (l *wsLimits) inflight(p Principal) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if w := l.ws[p]; w != nil {
-		return w.inflight
-	}
-	return 0
+	return wsLimit{}
 }
 
 func (l *wsLimits) pruneLocked(now time.Time) {

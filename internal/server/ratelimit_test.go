@@ -1,7 +1,6 @@
 package server
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,16 +17,7 @@ func (e *env) doHeaders(method, path, key string) (int, http.Header, []byte) {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
+	return roundTrip(e.t, req)
 }
 
 // TestRateLimit: a burst of requests from one workspace gets exactly its
@@ -100,7 +90,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		})
 	}
 	pa := Principal{Account: "acme", Workspace: "a"}
-	for i := 0; e.srv.limits.inflight(pa) < 2; i++ {
+	for i := 0; e.srv.limits.held(pa).inflight < 2; i++ {
 		if i > 3000 {
 			t.Fatal("the two calls never got in flight")
 		}
@@ -134,9 +124,9 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 	// An exec handler ends a moment after its answer (the ledger write
 	// follows it); then its place is free.
-	for i := 0; e.srv.limits.inflight(pa) > 0; i++ {
+	for i := 0; e.srv.limits.held(pa).inflight > 0; i++ {
 		if i > 3000 {
-			t.Fatalf("%d requests still counted in flight", e.srv.limits.inflight(pa))
+			t.Fatalf("%d requests still counted in flight", e.srv.limits.held(pa).inflight)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

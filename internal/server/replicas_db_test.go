@@ -20,7 +20,6 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
-	"github.com/shellgate/shellgate/internal/store"
 )
 
 // The database connections die mid-traffic (a PostgreSQL restart or
@@ -105,12 +104,8 @@ func TestReplicasDatabaseConnectionLoss(t *testing.T) {
 	// Every call answered 200 has its one usage row; none has two.
 	a.srv.WaitCalls(t.Context())
 	b.srv.WaitCalls(t.Context())
-	byC, err := a.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]int{}
-	for _, u := range byC {
+	for _, u := range ledgerOf(t, a.st, "a") {
 		got[u.ContainerID] += int(u.Events)
 	}
 	for id, n := range answered {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gatewaytest"
-	"github.com/shellgate/shellgate/internal/store"
 	"github.com/shellgate/shellgate/internal/store/s3blobs"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -395,12 +394,8 @@ func waitRows(t *testing.T, r *replica, id string, want int) int {
 // countRows is the number of usage rows of container id.
 func countRows(t *testing.T, r *replica, id string) int {
 	t.Helper()
-	byC, err := r.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, u := range byC {
+	for _, u := range ledgerOf(t, r.st, "a") {
 		if u.ContainerID == id {
 			n += int(u.Events)
 		}

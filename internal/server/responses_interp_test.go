@@ -41,6 +41,23 @@ func interpCalls(r *responses.Response) []responses.ResponseCodeInterpreterToolC
 	return out
 }
 
+// interpOnce sends a request (key A, the automatic container, session)
+// whose model runs code once in the interpreter, then answers; it returns
+// the request's one code_interpreter_call and the model's script.
+func (g *gwEnv) interpOnce(t *testing.T, session, code string) (responses.ResponseCodeInterpreterToolCall, *gatewaytest.Script) {
+	t.Helper()
+	s := g.script(gatewaytest.Turn{Parts: []gateway.Part{ciCall("call_1", code)}}, gatewaytest.EchoResult())
+	r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{interpAuto}, "include": includeCI, "session_id": session})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := interpCalls(r)
+	if len(c) != 1 {
+		t.Fatalf("output %s", r.RawJSON())
+	}
+	return c[0], s
+}
+
 // logsOf joins a call's logs outputs.
 func logsOf(c responses.ResponseCodeInterpreterToolCall) string {
 	var b strings.Builder
@@ -108,18 +125,10 @@ func TestResponsesCodeInterpreter(t *testing.T) {
 	t.Run("2 state across two requests on one container", func(t *testing.T) {
 		var cids []string
 		for i, code := range []string{"y = 41", "print(y + 1)"} {
-			g.script(gatewaytest.Turn{Parts: []gateway.Part{ciCall("call_1", code)}}, gatewaytest.EchoResult())
-			r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{interpAuto}, "include": includeCI, "session_id": "ci-two-requests"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := interpCalls(r)
-			if len(c) != 1 {
-				t.Fatalf("output %s", r.RawJSON())
-			}
-			cids = append(cids, c[0].ContainerID)
-			if i == 1 && logsOf(c[0]) != "42\n" {
-				t.Fatalf("the second request did not see the first one's variable: %s", c[0].RawJSON())
+			c, _ := g.interpOnce(t, "ci-two-requests", code)
+			cids = append(cids, c.ContainerID)
+			if i == 1 && logsOf(c) != "42\n" {
+				t.Fatalf("the second request did not see the first one's variable: %s", c.RawJSON())
 			}
 		}
 		if cids[0] != cids[1] {
@@ -389,19 +398,11 @@ func TestResponsesCodeInterpreterSleep(t *testing.T) {
 	g := &gwEnv{env: newEnv(t, "runsc", "default", func(c *Config) { c.Models = models }), models: models}
 	run := func(t *testing.T, code string) (string, *gatewaytest.Script) {
 		t.Helper()
-		s := g.script(gatewaytest.Turn{Parts: []gateway.Part{ciCall("call_1", code)}}, gatewaytest.EchoResult())
-		r, err := g.newResponse(t, g.keyA, "go", map[string]any{"tools": []any{interpAuto}, "include": includeCI, "session_id": "ci-sleep"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := interpCalls(r)
-		if len(c) != 1 {
-			t.Fatalf("output %s", r.RawJSON())
-		}
+		c, s := g.interpOnce(t, "ci-sleep", code)
 		if code == "x = 41" {
-			return c[0].ContainerID, s
+			return c.ContainerID, s
 		}
-		return logsOf(c[0]), s
+		return logsOf(c), s
 	}
 	cid, _ := run(t, "x = 41")
 	var obj containerObject

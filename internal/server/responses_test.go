@@ -231,14 +231,7 @@ type routerItem struct {
 	Action      struct {
 		Commands []string `json:"commands"`
 	} `json:"action"`
-	Output []struct {
-		Stdout  string `json:"stdout"`
-		Stderr  string `json:"stderr"`
-		Outcome struct {
-			Type     string `json:"type"`
-			ExitCode *int   `json:"exit_code"`
-		} `json:"outcome"`
-	} `json:"output"`
+	Output []CommandOutputJSON `json:"output"`
 }
 
 func asRouter(t *testing.T, it responses.ResponseOutputItemUnion) routerItem {

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -77,12 +76,7 @@ func TestOpenAIContainerFiles(t *testing.T) {
 	}
 
 	resp, err := client.Containers.Files.Content.Get(ctx, c.ID, up.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "a,b\n1,2\n" {
+	if b := bodyOf(t, resp, err); string(b) != "a,b\n1,2\n" {
 		t.Fatalf("content %q", b)
 	}
 
@@ -154,12 +148,7 @@ func workspaceFilesSDKs(t *testing.T, e *env) {
 			t.Fatalf("listed %v %v, want %v", listed, iter.Err(), ids)
 		}
 		resp, err := client.Files.Content(ctx, ids[2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(b) != "xxx" {
+		if b := bodyOf(t, resp, err); string(b) != "xxx" {
 			t.Fatalf("content %q", b)
 		}
 		del, err := client.Files.Delete(ctx, ids[0])
@@ -205,12 +194,7 @@ func workspaceFilesSDKs(t *testing.T, e *env) {
 			t.Fatalf("listed %v %v", listed, iter.Err())
 		}
 		resp, err := client.Beta.Files.Download(ctx, ids[1], anthropic.BetaFileDownloadParams{Betas: betas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(b) != "bytes of notes.txt" {
+		if b := bodyOf(t, resp, err); string(b) != "bytes of notes.txt" {
 			t.Fatalf("Download %q", b)
 		}
 		del, err := client.Beta.Files.Delete(ctx, ids[1], anthropic.BetaFileDeleteParams{Betas: betas})

@@ -440,21 +440,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.CallWait <= 0 {
-		cfg.CallWait = DefaultCallWait
-	}
-	if cfg.MaxUploadBytes <= 0 {
-		cfg.MaxUploadBytes = DefaultMaxUploadBytes
-	}
-	if cfg.MaxFileBytes <= 0 {
-		cfg.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.SweepEvery <= 0 {
-		cfg.SweepEvery = time.Minute
-	}
+	cfg.CallWait = positiveOr(cfg.CallWait, DefaultCallWait)
+	cfg.MaxUploadBytes = positiveOr(cfg.MaxUploadBytes, DefaultMaxUploadBytes)
+	cfg.MaxFileBytes = positiveOr(cfg.MaxFileBytes, DefaultMaxFileBytes)
+	cfg.Retention = positiveOr(cfg.Retention, DefaultRetention)
+	cfg.SweepEvery = positiveOr(cfg.SweepEvery, time.Minute)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -148,16 +147,44 @@ func (e *env) doH(method, path string, body any, hdr map[string]string) (int, []
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	st, _, out := roundTrip(e.t, req)
+	return st, out
+}
+
+// ledgerOf is the usage ledger of the acme account's workspace, all time,
+// by container.
+func ledgerOf(t testing.TB, st store.Store, workspace string) []store.UsageTotal {
+	t.Helper()
+	sums, err := st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: workspace}, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
+	}
+	return sums
+}
+
+// roundTrip sends req and reads its whole answer: status, headers and
+// body; a request that gets no answer, or whose body cannot be read,
+// fails t.
+func roundTrip(t testing.TB, req *http.Request) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	b := bodyOf(t, resp, err)
+	return resp.StatusCode, resp.Header, b
+}
+
+// bodyOf is the whole body of an SDK call's raw answer (resp, err), closed
+// after; an error from the call or the read fails t.
+func bodyOf(t testing.TB, resp *http.Response, err error) []byte {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return resp.StatusCode, out
+	return b
 }
 
 // must decodes a 200 answer into v.
@@ -392,11 +419,7 @@ func TestMetering(t *testing.T) {
 	if err := e.srv.WaitCalls(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	sums, err := e.st.Usage().ByContainer(t.Context(), store.Scope{Account: "acme", Workspace: "a"}, time.Time{}, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(sums) != 1 || sums[0].ContainerID != c.ID || sums[0].Events != 3 || sums[0].CostMicroUSD != total {
+	if sums := ledgerOf(t, e.st, "a"); len(sums) != 1 || sums[0].ContainerID != c.ID || sums[0].Events != 3 || sums[0].CostMicroUSD != total {
 		t.Fatalf("ledger %+v, want 3 events costing %d µ$", sums, total)
 	}
 }
@@ -836,23 +859,8 @@ func TestConcurrentCalls(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	serve := func(t *testing.T, grace time.Duration) (*env, context.CancelFunc, <-chan error) {
 		e := newServer(t, "crun", "busybox")
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.url = "http://" + ln.Addr().String()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		ended := make(chan struct{})
-		go func() {
-			done <- e.srv.Run(ctx, ln, grace)
-			close(ended)
-		}()
-		t.Cleanup(func() {
-			cancel()
-			<-ended
-		})
-		return e, cancel, done
+		stop, done := serveRun(t, e, grace)
+		return e, stop, done
 	}
 
 	t.Run("01 a call in flight finishes, then the manager closes", func(t *testing.T) {

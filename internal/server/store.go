@@ -41,7 +41,7 @@ func (b StoreBackend) Authenticate(ctx context.Context, key string) (Principal, 
 
 func fromStore(c store.Container) (Container, error) {
 	out := Container{ID: c.ID, Owner: Principal{Account: c.Scope.Account, Workspace: c.Scope.Workspace}, Name: c.Name,
-		Limits:  Limits{CPUMillis: c.Limits.CPUMillis, MemoryBytes: c.Limits.MemoryBytes, Processes: c.Limits.Processes, DiskBytes: c.Limits.DiskBytes},
+		Limits:  c.Limits,
 		Expired: c.Status == store.StatusExpired, CreatedAt: c.CreatedAt, LastActiveAt: c.LastActiveAt, ExpiresAt: c.ExpiresAt}
 	if len(c.NetworkPolicy) > 0 {
 		var np NetworkPolicy
@@ -69,9 +69,7 @@ func (b StoreBackend) CreateSpec(ctx context.Context, p Principal, spec Containe
 		now = time.Now()
 	}
 	now = store.Truncate(now)
-	l := spec.Limits
-	rec := store.Container{Scope: scope(p), Name: spec.Name, CreatedAt: now, LastActiveAt: now,
-		Limits: store.Limits{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes, Processes: l.Processes, DiskBytes: l.DiskBytes}}
+	rec := store.Container{Scope: scope(p), Name: spec.Name, CreatedAt: now, LastActiveAt: now, Limits: spec.Limits}
 	if spec.ExpiresAfter > 0 {
 		rec.ExpiresAt = now.Add(spec.ExpiresAfter)
 	}

@@ -34,17 +34,13 @@ const (
 	DefaultMaxFileBytes   = 5 << 30
 )
 
+// orFile is the OpenRouter shape: Anthropic's fields, marked, with the
+// purpose and source.
 type orFile struct {
-	Shape        string `json:"_shape"` // "openrouter"
-	ID           string `json:"id"`
-	Type         string `json:"type"` // "file"
-	Filename     string `json:"filename"`
-	MimeType     string `json:"mime_type"`
-	SizeBytes    int64  `json:"size_bytes"`
-	CreatedAt    string `json:"created_at"`
-	Downloadable bool   `json:"downloadable"`
-	Purpose      string `json:"purpose,omitempty"`
-	Source       string `json:"source,omitempty"`
+	Shape string `json:"_shape"` // "openrouter"
+	anthropicFile
+	Purpose string `json:"purpose,omitempty"`
+	Source  string `json:"source,omitempty"`
 }
 
 type anthropicFile struct {
@@ -68,15 +64,15 @@ type openAIFile struct {
 }
 
 func (s *Server) fileObject(f store.File, sh shape) any {
-	created := f.CreatedAt.UTC().Format(time.RFC3339Nano)
-	switch sh {
-	case shapeAnthropic:
-		return anthropicFile{ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes, CreatedAt: created, Downloadable: true}
-	case shapeOpenAI:
+	if sh == shapeOpenAI {
 		return openAIFile{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), Filename: f.Name, Purpose: f.Purpose, Status: "processed"}
 	}
-	return orFile{Shape: "openrouter", ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes,
-		CreatedAt: created, Downloadable: true, Purpose: f.Purpose, Source: f.Source}
+	af := anthropicFile{ID: f.ID, Type: "file", Filename: f.Name, MimeType: mimeOf(f.Name), SizeBytes: f.Bytes,
+		CreatedAt: f.CreatedAt.UTC().Format(time.RFC3339Nano), Downloadable: true}
+	if sh == shapeAnthropic {
+		return af
+	}
+	return orFile{Shape: "openrouter", anthropicFile: af, Purpose: f.Purpose, Source: f.Source}
 }
 
 // storeFile streams r (at most maxBytes) into a new workspace file of p's
@@ -455,23 +451,19 @@ func (s *Server) fileRoutes() {
 	or, oa := fixed(shapeOpenRouter), fixed(shapeOpenAI)
 	for _, v := range []struct {
 		prefix string
-		sh     shapeFunc
-	}{{"/api/v1", or}, {"/v1", oa}} {
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.sh, s.listContainerFilesRoute)
-		s.handleUploadAs("POST "+v.prefix+"/containers/{id}/files", upload, v.sh, s.uploadContainerFileRoute)
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.getContainerFileRoute)
-		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.sh, s.deleteContainerFileRoute)
-		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.sh, s.containerFileContentRoute)
+		// cf shapes the container-file answers, wf the workspace-file ones.
+		cf, wf shapeFunc
+	}{{"/api/v1", or, or}, {"/v1", oa, filesShape}} {
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files", maxEmptyBody, v.cf, s.listContainerFilesRoute)
+		s.handleUploadAs("POST "+v.prefix+"/containers/{id}/files", upload, v.cf, s.uploadContainerFileRoute)
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.onContainerFile(s.getContainerFile))
+		s.handleAs("DELETE "+v.prefix+"/containers/{id}/files/{file_id}", maxEmptyBody, v.cf, s.onContainerFile(s.deleteContainerFile))
+		s.handleAs("GET "+v.prefix+"/containers/{id}/files/{file_id}/content", maxEmptyBody, v.cf, s.onContainerFile(s.containerFileContent))
+		s.handleUploadAs("POST "+v.prefix+"/files", upload, v.wf, s.uploadFileRoute)
+		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.wf, s.listFilesRoute)
+		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.wf, s.getFileRoute)
+		s.handleAs("DELETE "+v.prefix+"/files/{file_id}", maxEmptyBody, v.wf, s.deleteFileRoute)
+		s.handleAs("GET "+v.prefix+"/files/{file_id}/content", maxEmptyBody, v.wf, s.fileContentRoute)
 	}
 	s.handleAs("POST /api/v1/containers/{id}/files/{file_id}/promote", maxEmptyBody, or, s.promoteContainerFileRoute)
-	for _, v := range []struct {
-		prefix string
-		sh     shapeFunc
-	}{{"/api/v1", or}, {"/v1", filesShape}} {
-		s.handleUploadAs("POST "+v.prefix+"/files", upload, v.sh, s.uploadFileRoute)
-		s.handleAs("GET "+v.prefix+"/files", maxEmptyBody, v.sh, s.listFilesRoute)
-		s.handleAs("GET "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.getFileRoute)
-		s.handleAs("DELETE "+v.prefix+"/files/{file_id}", maxEmptyBody, v.sh, s.deleteFileRoute)
-		s.handleAs("GET "+v.prefix+"/files/{file_id}/content", maxEmptyBody, v.sh, s.fileContentRoute)
-	}
 }

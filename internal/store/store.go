@@ -232,11 +232,14 @@ type Container struct {
 
 // LastUse is when the container was last used: LastActiveAt, or CreatedAt
 // before its first use.
-func (c Container) LastUse() time.Time {
-	if c.LastActiveAt.IsZero() {
-		return c.CreatedAt
+func (c Container) LastUse() time.Time { return LastUse(c.CreatedAt, c.LastActiveAt) }
+
+// LastUse is lastActive, or created when lastActive is zero (no use yet).
+func LastUse(created, lastActive time.Time) time.Time {
+	if lastActive.IsZero() {
+		return created
 	}
-	return c.LastActiveAt
+	return lastActive
 }
 
 // Limits are a sandbox's resources.
@@ -244,7 +247,7 @@ type Limits struct {
 	CPUMillis   int64 // 1000 = one CPU
 	MemoryBytes int64
 	Processes   int64
-	DiskBytes   int64
+	DiskBytes   int64 // the size of /workspace/home
 }
 
 // Files are the workspace's durable file records. Their bytes are in a

@@ -37,15 +37,24 @@ func scopeName(s string) bool {
 	return true
 }
 
+// validateNamed checks a named record's scope and its name of 1–MaxName
+// bytes; what says which record ("container").
+func validateNamed(scope Scope, what, name string) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	if len(name) < 1 || len(name) > MaxName {
+		return fmt.Errorf("%w: %s name of %d bytes: want 1-%d", ErrInvalid, what, len(name), MaxName)
+	}
+	return nil
+}
+
 // Prepare validates a container about to be created or updated and
 // normalises it: times in UTC at millisecond precision, status sleeping
 // when empty (a new record has no sandbox yet), CreatedAt now when zero.
 func (c *Container) Prepare(now time.Time) error {
-	if err := c.Scope.Validate(); err != nil {
+	if err := validateNamed(c.Scope, "container", c.Name); err != nil {
 		return err
-	}
-	if len(c.Name) < 1 || len(c.Name) > MaxName {
-		return fmt.Errorf("%w: container name of %d bytes: want 1-%d", ErrInvalid, len(c.Name), MaxName)
 	}
 	if len(c.Image) > MaxText {
 		return fmt.Errorf("%w: image name of %d bytes", ErrInvalid, len(c.Image))
@@ -74,11 +83,8 @@ func (c *Container) Prepare(now time.Time) error {
 
 // Prepare validates and normalises a file record like Container.Prepare.
 func (f *File) Prepare(now time.Time) error {
-	if err := f.Scope.Validate(); err != nil {
+	if err := validateNamed(f.Scope, "file", f.Name); err != nil {
 		return err
-	}
-	if len(f.Name) < 1 || len(f.Name) > MaxName {
-		return fmt.Errorf("%w: file name of %d bytes: want 1-%d", ErrInvalid, len(f.Name), MaxName)
 	}
 	if f.Bytes < 0 {
 		return fmt.Errorf("%w: file size %d", ErrInvalid, f.Bytes)

@@ -96,6 +96,27 @@ func newServer(t *testing.T, mod ...func(*jsrun.Config)) *testServer {
 	return &testServer{Server: srv, sb: sb}
 }
 
+// approveAnew runs req (for ws_a) from its start again, to a new
+// interruption, and sets req to resume that with interrupt-1 approved.
+func (s *testServer) approveAnew(t *testing.T, req map[string]any) {
+	t.Helper()
+	delete(req, "continuation")
+	delete(req, "resolutions")
+	_, out, _ := s.post(t, "ws_a", req)
+	req["continuation"] = out["continuation"]
+	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+}
+
+// refused posts body for workspace and fails t unless the answer is
+// status with the error code (the envelope's error.code).
+func (s *testServer) refused(t *testing.T, workspace string, body any, status int, code string) {
+	t.Helper()
+	st, out, raw := s.post(t, workspace, body)
+	if e, _ := out["error"].(map[string]any); st != status || e["code"] != code {
+		t.Fatalf("%d %s, want %d %s", st, raw, status, code)
+	}
+}
+
 func (s *testServer) post(t *testing.T, workspace string, body any) (int, map[string]any, string) {
 	t.Helper()
 	b, _ := json.Marshal(body)
@@ -218,10 +239,7 @@ func TestSandboxBuiltins(t *testing.T) {
 		t.Fatalf("file %q", s.sb.files["out/rows.txt"])
 	}
 	// Another workspace cannot reach the container.
-	code, out, raw = s.post(t, "ws_b", map[string]any{"source": `return 1`, "sandbox": map[string]any{"container_id": "ctr_1"}})
-	if code != 404 || out["error"].(map[string]any)["code"] != CodeSandboxNotFound {
-		t.Fatalf("%d %s", code, raw)
-	}
+	s.refused(t, "ws_b", map[string]any{"source": `return 1`, "sandbox": map[string]any{"container_id": "ctr_1"}}, 404, CodeSandboxNotFound)
 }
 
 func TestSandboxApproval(t *testing.T) {
@@ -244,21 +262,17 @@ func TestSandboxApproval(t *testing.T) {
 	}
 	req["continuation"] = tok
 	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": false}}
-	code, out, raw = s.post(t, "ws_a", req)
-	if code != 422 || out["error"].(map[string]any)["code"] != CodeNotApproved || s.sb.execs != 0 {
-		t.Fatalf("denied: %d %s", code, raw)
+	s.refused(t, "ws_a", req, 422, CodeNotApproved)
+	if s.sb.execs != 0 {
+		t.Fatalf("denied: %d execs", s.sb.execs)
 	}
 	// The denial was the answer to that token: it cannot be approved after.
 	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
-	code, out, raw = s.post(t, "ws_a", req)
-	if code != 409 || out["error"].(map[string]any)["code"] != "RUN_CONTINUATION_USED" || s.sb.execs != 0 {
-		t.Fatalf("approval after a denial: %d %s", code, raw)
+	s.refused(t, "ws_a", req, 409, "RUN_CONTINUATION_USED")
+	if s.sb.execs != 0 {
+		t.Fatalf("approval after a denial: %d execs", s.sb.execs)
 	}
-	delete(req, "continuation")
-	delete(req, "resolutions")
-	_, out, _ = s.post(t, "ws_a", req)
-	req["continuation"] = out["continuation"]
-	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	s.approveAnew(t, req)
 	code, out, raw = s.post(t, "ws_a", req)
 	if code != 200 || out["value"] != "approved\n" || s.sb.execs != 1 {
 		t.Fatalf("approved: %d %s", code, raw)
@@ -301,11 +315,7 @@ func TestApprovedCallRunsOnce(t *testing.T) {
 	}
 
 	// Concurrent resumes of one token: exactly one runs.
-	delete(req, "continuation")
-	delete(req, "resolutions")
-	_, out, _ = s.post(t, "ws_a", req)
-	req["continuation"] = out["continuation"]
-	req["resolutions"] = []map[string]any{{"interruption_id": "interrupt-1", "value": true}}
+	s.approveAnew(t, req)
 	const n = 8
 	codes := make([]int, n)
 	testenv.AtOnce(n, func(i int) { codes[i], _, _ = s.post(t, "ws_a", req) })
@@ -498,10 +508,7 @@ func TestTypeScriptRequest(t *testing.T) {
 	if code != 422 || !strings.Contains(fmt.Sprint(e["stack"]), "<source>:4:") {
 		t.Fatalf("%d %s", code, raw)
 	}
-	code, out, raw = s.post(t, "ws_a", map[string]any{"language": "rust", "source": "1"})
-	if code != 400 || out["error"].(map[string]any)["code"] != "RUN_INVALID_INPUT" {
-		t.Fatalf("%d %s", code, raw)
-	}
+	s.refused(t, "ws_a", map[string]any{"language": "rust", "source": "1"}, 400, "RUN_INVALID_INPUT")
 }
 
 func TestGuestCode(t *testing.T) {
@@ -532,10 +539,7 @@ return {text, missing, kind: typeof text, out: r.stdout}`,
 		{"container_id": "ctr_1", "functions": []string{"exec"}, "synchronous": []string{"readFile"}},
 		{"container_id": "ctr_1", "require_approval": []string{"exec"}, "synchronous": []string{"exec"}},
 	} {
-		code, out, raw = s.post(t, "ws_a", map[string]any{"source": "1", "sandbox": bad})
-		if code != 400 || out["error"].(map[string]any)["code"] != CodeBadRequest {
-			t.Fatalf("%v: %d %s", bad, code, raw)
-		}
+		s.refused(t, "ws_a", map[string]any{"source": "1", "sandbox": bad}, 400, CodeBadRequest)
 	}
 }
 
@@ -575,15 +579,9 @@ func TestModulesRequest(t *testing.T) {
 		{"modules": map[string]string{"../x.js": ""}, "source": "1"},
 		{"limits": map[string]any{"max_module_bytes": -1}, "source": "1"},
 	} {
-		code, out, raw = s.post(t, "ws_a", body)
-		if code != 400 || out["error"].(map[string]any)["code"] != "EVAL_BAD_REQUEST" {
-			t.Fatalf("%d %s", code, raw)
-		}
+		s.refused(t, "ws_a", body, 400, "EVAL_BAD_REQUEST")
 	}
-	code, out, raw = s.post(t, "ws_a", map[string]any{"source_type": "script", "source": "1"})
-	if code != 400 || out["error"].(map[string]any)["code"] != "RUN_INVALID_INPUT" {
-		t.Fatalf("%d %s", code, raw)
-	}
+	s.refused(t, "ws_a", map[string]any{"source_type": "script", "source": "1"}, 400, "RUN_INVALID_INPUT")
 }
 
 func TestModulesResumeBoundToSources(t *testing.T) {

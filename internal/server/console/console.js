@@ -297,21 +297,34 @@ async function renderRequest(id) {
 
 // ---- containers and files ----------------------------------------------
 
-async function renderContainers(q) {
-  const params = new URLSearchParams({limit: '100'});
+// pageOf fetches one page of the list at path: up to limit items after
+// the cursor in q ("after").
+function pageOf(path, q, limit) {
+  const params = new URLSearchParams({limit: String(limit)});
   if (q.get('after')) params.set('after', q.get('after'));
+  return api.get(path + '?' + params.toString());
+}
+
+// listTable is a page of a list: the table (id) of its rows under the
+// header cells, or the empty note when there are none, then a link to the
+// next page (next + the last id, labelled more) when the list has more.
+function listTable(list, rows, {id, heads, empty, next, more = 'More →'}) {
+  const out = [rows.length ? h('table', {id}, h('thead', {}, h('tr', {}, heads)), h('tbody', {}, rows))
+    : h('p', {class: 'muted'}, empty)];
+  if (list.has_more && list.last_id) out.push(h('a', {href: next + encodeURIComponent(list.last_id)}, more));
+  return out;
+}
+
+async function renderContainers(q) {
   let list;
-  try { list = await api.get('/containers?' + params.toString()); } catch (e) { return failed(e); }
+  try { list = await pageOf('/containers', q, 100); } catch (e) { return failed(e); }
   const rows = (list.data || []).map((c) => h('tr', {'data-id': c.id},
     h('td', {}, h('a', {href: '#/containers/' + encodeURIComponent(c.id)}, c.name || c.id)),
     h('td', {}, h('code', {}, c.id)), h('td', {class: cls('status', c.status)}, c.status),
     h('td', {}, fmtTime(c.created_at)), h('td', {}, fmtTime(c.last_active_at))));
-  const out = [h('h1', {}, 'Containers')];
-  out.push(rows.length ? h('table', {id: 'containers'},
-    h('thead', {}, h('tr', {}, ['Name', 'Id', 'Status', 'Created (UTC)', 'Last active (UTC)'].map((t) => h('th', {}, t)))),
-    h('tbody', {}, rows)) : h('p', {class: 'muted'}, 'No containers in this workspace.'));
-  if (list.has_more && list.last_id) out.push(h('a', {href: '#/containers?after=' + encodeURIComponent(list.last_id)}, 'More →'));
-  show(...out);
+  show(h('h1', {}, 'Containers'), ...listTable(list, rows, {id: 'containers',
+    heads: ['Name', 'Id', 'Status', 'Created (UTC)', 'Last active (UTC)'].map((t) => h('th', {}, t)),
+    empty: 'No containers in this workspace.', next: '#/containers?after='}));
 }
 
 async function renderContainer(id, q) {
@@ -334,10 +347,8 @@ async function renderContainer(id, q) {
     return;
   }
   show(...out, h('p', {class: 'muted'}, 'Loading files…'));
-  const params = new URLSearchParams({limit: '200'});
-  if (q.get('after')) params.set('after', q.get('after'));
   let list;
-  try { list = await api.get(`/containers/${enc}/files?` + params.toString()); } catch (e) {
+  try { list = await pageOf(`/containers/${enc}/files`, q, 200); } catch (e) {
     if (e.status === 401) return failed(e);
     show(...out, errorBox(e.message));
     return;
@@ -362,30 +373,23 @@ async function renderContainer(id, q) {
           } finally { ev.target.disabled = false; }
         }}, 'Promote')));
   });
-  out.push(rows.length ? h('table', {id: 'files'},
-    h('thead', {}, h('tr', {}, ['Path', 'Size', 'Modified (UTC)', 'Source', ''].map((t, i) => h('th', {class: i === 1 ? 'num' : ''}, t)))),
-    h('tbody', {}, rows)) : h('p', {class: 'muted'}, 'No files in the container\'s home.'));
-  if (list.has_more && list.last_id) out.push(h('a', {href: `#/containers/${enc}?after=` + encodeURIComponent(list.last_id)}, 'More files →'));
-  show(...out);
+  show(...out, ...listTable(list, rows, {id: 'files',
+    heads: ['Path', 'Size', 'Modified (UTC)', 'Source', ''].map((t, i) => h('th', {class: i === 1 ? 'num' : ''}, t)),
+    empty: 'No files in the container\'s home.', next: `#/containers/${enc}?after=`, more: 'More files →'}));
 }
 
 async function renderFiles(q) {
-  const params = new URLSearchParams({limit: '100'});
-  if (q.get('after')) params.set('after', q.get('after'));
   let list;
-  try { list = await api.get('/files?' + params.toString()); } catch (e) { return failed(e); }
+  try { list = await pageOf('/files', q, 100); } catch (e) { return failed(e); }
   const status = h('div', {id: 'file-status'});
   const rows = (list.data || []).map((f) => h('tr', {'data-file-id': f.id},
     h('td', {class: 'filename'}, h('code', {}, f.filename)), h('td', {}, h('code', {}, f.id)),
     h('td', {class: 'num'}, fmtBytes(f.size_bytes)), h('td', {}, f.mime_type), h('td', {}, fmtTime(f.created_at)),
     h('td', {}, f.downloadable === false ? '' : h('button', {type: 'button', class: 'download',
       onclick: () => download(`/files/${encodeURIComponent(f.id)}/content`, f.filename, status)}, 'Download'))));
-  const out = [h('h1', {}, 'Workspace files'), status];
-  out.push(rows.length ? h('table', {id: 'workspace-files'},
-    h('thead', {}, h('tr', {}, ['Name', 'Id', 'Size', 'Type', 'Created', ''].map((t, i) => h('th', {class: i === 2 ? 'num' : ''}, t)))),
-    h('tbody', {}, rows)) : h('p', {class: 'muted'}, 'No workspace files.'));
-  if (list.has_more && list.last_id) out.push(h('a', {href: '#/files?after=' + encodeURIComponent(list.last_id)}, 'More →'));
-  show(...out);
+  show(h('h1', {}, 'Workspace files'), status, ...listTable(list, rows, {id: 'workspace-files',
+    heads: ['Name', 'Id', 'Size', 'Type', 'Created', ''].map((t, i) => h('th', {class: i === 2 ? 'num' : ''}, t)),
+    empty: 'No workspace files.', next: '#/files?after='}));
 }
 
 // ---- usage -------------------------------------------------------------

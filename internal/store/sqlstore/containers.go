@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,11 +46,9 @@ func (cs containers) CreateWithin(ctx context.Context, c store.Container, max in
 		return store.Container{}, err
 	}
 	c.ID = store.NewID("cntr")
-	var err error
-	if max < 1 {
-		_, err = cs.s.exec(ctx, insertContainer, containerArgs(c)...)
-	} else {
-		err = cs.s.scopeTx(ctx, c.Scope, func(tx *sql.Tx) error {
+	var check func(tx *sql.Tx) error
+	if max >= 1 {
+		check = func(tx *sql.Tx) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM containers WHERE account = $1 AND workspace = $2 AND status <> $3`,
 				c.Scope.Account, c.Scope.Workspace, store.StatusExpired).Scan(&n); err != nil {
@@ -60,38 +57,18 @@ func (cs containers) CreateWithin(ctx context.Context, c store.Container, max in
 			if n >= max {
 				return fmt.Errorf("the scope has %d containers that are not expired, its cap of %d: %w", n, max, store.ErrQuota)
 			}
-			_, err := tx.ExecContext(ctx, insertContainer, containerArgs(c)...)
-			return err
-		})
+			return nil
+		}
 	}
-	if errors.Is(err, store.ErrQuota) {
+	if err := cs.s.insertWithin(ctx, c.Scope, check, insertContainer, containerArgs(c),
+		fmt.Sprintf("container named %q", c.Name), fmt.Sprintf("creating container %q", c.Name)); err != nil {
 		return store.Container{}, err
-	}
-	if cs.s.dialect.isUnique(err) {
-		return store.Container{}, fmt.Errorf("container named %q: %w", c.Name, store.ErrConflict)
-	}
-	if err != nil {
-		return store.Container{}, fmt.Errorf("creating container %q: %w", c.Name, err)
 	}
 	return c, nil
 }
 
 func (cs containers) get(ctx context.Context, scope store.Scope, col, v string) (store.Container, error) {
-	if err := scope.Validate(); err != nil {
-		return store.Container{}, err
-	}
-	var c store.Container
-	err := cs.s.retry(ctx, func() error {
-		var err error
-		c, err = scanContainer(cs.s.db.QueryRowContext(ctx,
-			`SELECT `+containerCols+` FROM containers WHERE account = $1 AND workspace = $2 AND `+col+` = $3`,
-			scope.Account, scope.Workspace, v))
-		return err
-	})
-	if err != nil {
-		return store.Container{}, notFound(err, "container", v)
-	}
-	return c, nil
+	return getScoped(ctx, cs.s, "containers", containerCols, "container", scanContainer, scope, col, v)
 }
 
 func (cs containers) Get(ctx context.Context, scope store.Scope, id string) (store.Container, error) {
@@ -103,21 +80,11 @@ func (cs containers) GetByName(ctx context.Context, scope store.Scope, name stri
 }
 
 func (cs containers) List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[store.Container], error) {
-	var page store.Page[store.Container]
 	var filters map[string]string
 	if opts.Name != "" {
 		filters = map[string]string{"name": opts.Name}
 	}
-	more, err := cs.s.listPage(ctx, "containers", containerCols, scope, &opts, filters, func(r *sql.Rows) error {
-		c, err := scanContainer(r)
-		page.Items = append(page.Items, c)
-		return err
-	})
-	if err != nil {
-		return store.Page[store.Container]{}, fmt.Errorf("listing containers: %w", err)
-	}
-	page.HasMore = more
-	return page, nil
+	return listPage(ctx, cs.s, "containers", containerCols, scope, opts, filters, scanContainer)
 }
 
 func (cs containers) Update(ctx context.Context, c store.Container) (store.Container, error) {
@@ -143,17 +110,7 @@ func (cs containers) Update(ctx context.Context, c store.Container) (store.Conta
 }
 
 func (cs containers) Delete(ctx context.Context, scope store.Scope, id string) error {
-	if err := scope.Validate(); err != nil {
-		return err
-	}
-	n, err := cs.s.exec(ctx, `DELETE FROM containers WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
-	if err != nil {
-		return fmt.Errorf("deleting container %s: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("container %s: %w", id, store.ErrNotFound)
-	}
-	return nil
+	return cs.s.deleteScoped(ctx, "containers", "container", scope, id)
 }
 
 // lastUseSQL is Container.LastUse in SQL.

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,11 +39,9 @@ func (fs files) CreateWithin(ctx context.Context, f store.File, maxBytes int64) 
 		f.ID = store.NewID("file")
 	}
 	args := []any{f.ID, f.Scope.Account, f.Scope.Workspace, f.Name, f.Bytes, f.SHA256, store.Millis(f.CreatedAt), f.Purpose, f.Source}
-	var err error
-	if maxBytes < 1 {
-		_, err = fs.s.exec(ctx, insertFile, args...)
-	} else {
-		err = fs.s.scopeTx(ctx, f.Scope, func(tx *sql.Tx) error {
+	var check func(tx *sql.Tx) error
+	if maxBytes >= 1 {
+		check = func(tx *sql.Tx) error {
 			var used int64
 			if err := tx.QueryRowContext(ctx, usedSQL, f.Scope.Account, f.Scope.Workspace).Scan(&used); err != nil {
 				return err
@@ -52,18 +49,12 @@ func (fs files) CreateWithin(ctx context.Context, f store.File, maxBytes int64) 
 			if used+f.Bytes > maxBytes {
 				return fmt.Errorf("the scope's files hold %d bytes: %d more is over its cap of %d: %w", used, f.Bytes, maxBytes, store.ErrQuota)
 			}
-			_, err := tx.ExecContext(ctx, insertFile, args...)
-			return err
-		})
+			return nil
+		}
 	}
-	if errors.Is(err, store.ErrQuota) {
+	if err := fs.s.insertWithin(ctx, f.Scope, check, insertFile, args,
+		fmt.Sprintf("file %s", f.ID), fmt.Sprintf("creating file %q", f.Name)); err != nil {
 		return store.File{}, err
-	}
-	if fs.s.dialect.isUnique(err) {
-		return store.File{}, fmt.Errorf("file %s: %w", f.ID, store.ErrConflict)
-	}
-	if err != nil {
-		return store.File{}, fmt.Errorf("creating file %q: %w", f.Name, err)
 	}
 	return f, nil
 }
@@ -80,51 +71,18 @@ func (fs files) Used(ctx context.Context, scope store.Scope) (int64, error) {
 }
 
 func (fs files) Get(ctx context.Context, scope store.Scope, id string) (store.File, error) {
-	if err := scope.Validate(); err != nil {
-		return store.File{}, err
-	}
-	var f store.File
-	err := fs.s.retry(ctx, func() error {
-		var err error
-		f, err = scanFile(fs.s.db.QueryRowContext(ctx, `SELECT `+fileCols+` FROM files WHERE account = $1 AND workspace = $2 AND id = $3`,
-			scope.Account, scope.Workspace, id))
-		return err
-	})
-	if err != nil {
-		return store.File{}, notFound(err, "file", id)
-	}
-	return f, nil
+	return getScoped(ctx, fs.s, "files", fileCols, "file", scanFile, scope, "id", id)
 }
 
 func (fs files) List(ctx context.Context, scope store.Scope, opts store.ListOptions) (store.Page[store.File], error) {
 	if opts.Name != "" {
 		return store.Page[store.File]{}, fmt.Errorf("%w: files are not listed by name", store.ErrInvalid)
 	}
-	var page store.Page[store.File]
-	more, err := fs.s.listPage(ctx, "files", fileCols, scope, &opts, nil, func(r *sql.Rows) error {
-		f, err := scanFile(r)
-		page.Items = append(page.Items, f)
-		return err
-	})
-	if err != nil {
-		return store.Page[store.File]{}, fmt.Errorf("listing files: %w", err)
-	}
-	page.HasMore = more
-	return page, nil
+	return listPage(ctx, fs.s, "files", fileCols, scope, opts, nil, scanFile)
 }
 
 func (fs files) Delete(ctx context.Context, scope store.Scope, id string) error {
-	if err := scope.Validate(); err != nil {
-		return err
-	}
-	n, err := fs.s.exec(ctx, `DELETE FROM files WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
-	if err != nil {
-		return fmt.Errorf("deleting file %s: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("file %s: %w", id, store.ErrNotFound)
-	}
-	return nil
+	return fs.s.deleteScoped(ctx, "files", "file", scope, id)
 }
 
 // missingBatch bounds the ids of one query (SQLite allows 32,766

@@ -81,7 +81,7 @@ const logCols = `l.id, l.account, l.workspace, l.request_id, l.created_at_ms, l.
 	l.container_id, l.input_tokens, l.output_tokens, l.cost_micro_usd, l.tool_calls, l.truncated, l.user_agent,
 	(SELECT COUNT(*) FROM guard_detections d WHERE d.account = l.account AND d.workspace = l.workspace AND d.request_id = l.request_id)`
 
-func scanLog(r *sql.Rows, extra ...any) (store.RequestLog, error) {
+func scanLog(r scanner, extra ...any) (store.RequestLog, error) {
 	var l store.RequestLog
 	var at, trunc int64
 	dest := append([]any{&l.ID, &l.Scope.Account, &l.Scope.Workspace, &l.RequestID, &at, &l.API, &l.Model, &l.Status, &l.HTTPStatus, &l.DurationMillis,
@@ -127,25 +127,15 @@ func (l logs) List(ctx context.Context, scope store.Scope, f store.LogFilter) (s
 		fmt.Fprintf(&q, ` AND %sEXISTS (SELECT 1 FROM guard_detections d WHERE d.account = l.account AND d.workspace = l.workspace AND d.request_id = l.request_id)`, not)
 	}
 	if f.After != "" {
-		var at int64
-		err := l.s.queryRow(ctx, `SELECT created_at_ms FROM request_logs WHERE account = $1 AND workspace = $2 AND id = $3`,
-			[]any{scope.Account, scope.Workspace, f.After}, &at)
+		at, err := l.s.cursorAt(ctx, "request_logs", scope, f.After)
 		if err != nil {
-			return page, notFound(err, "cursor", f.After)
+			return page, err
 		}
 		a, id := arg(at), arg(f.After)
 		fmt.Fprintf(&q, ` AND (l.created_at_ms < %s OR (l.created_at_ms = %s AND l.id < %s))`, a, a, id)
 	}
 	fmt.Fprintf(&q, ` ORDER BY l.created_at_ms DESC, l.id DESC LIMIT %s`, arg(f.Limit+1))
-	err := l.s.query(ctx, q.String(), args, func(r *sql.Rows) error {
-		if len(page.Items) == f.Limit {
-			page.HasMore = true
-			return nil
-		}
-		rec, err := scanLog(r)
-		page.Items = append(page.Items, rec)
-		return err
-	})
+	page, err := queryPage(ctx, l.s, q.String(), args, f.Limit, func(r scanner) (store.RequestLog, error) { return scanLog(r) })
 	if err != nil {
 		return store.Page[store.RequestLog]{}, fmt.Errorf("listing request logs: %w", err)
 	}

@@ -41,12 +41,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlstore: connecting to PostgreSQL (%s): %w", where, err)
 	}
-	s, err := newDB(ctx, db, postgresDialect)
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%w (PostgreSQL %s)", err, where)
-	}
-	return s, nil
+	return newDB(ctx, db, postgresDialect, "PostgreSQL "+where)
 }
 
 // maxPGConns bounds one handle's connections: PostgreSQL's default

@@ -50,12 +50,7 @@ func OpenSQLite(ctx context.Context, dataDir string) (*DB, error) {
 	// schema. Unbounded, a burst of 200 concurrent requests left the
 	// server's RSS higher after each burst (TestServeUnderAbuse).
 	db.SetMaxOpenConns(maxSQLiteConns)
-	s, err := newDB(ctx, db, sqliteDialect)
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%w (database %s)", err, path)
-	}
-	return s, nil
+	return newDB(ctx, db, sqliteDialect, "database "+path)
 }
 
 // maxSQLiteConns bounds one SQLite handle's connections.

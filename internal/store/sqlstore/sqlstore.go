@@ -100,11 +100,13 @@ type dialect struct {
 // busyFor bounds how long a statement is retried while the database is busy.
 const busyFor = 15 * time.Second
 
-// newDB migrates db to the current schema and returns a store on it.
-func newDB(ctx context.Context, db *sql.DB, d dialect) (*DB, error) {
+// newDB migrates db to the current schema and returns a store on it. On
+// failure it closes db and says where (which database) it failed.
+func newDB(ctx context.Context, db *sql.DB, d dialect, where string) (*DB, error) {
 	s := &DB{db: db, dialect: d}
 	if err := s.migrate(ctx); err != nil {
-		return nil, err
+		db.Close()
+		return nil, fmt.Errorf("%w (%s)", err, where)
 	}
 	return s, nil
 }
@@ -287,6 +289,33 @@ func (s *DB) scopeTx(ctx context.Context, scope store.Scope, f func(tx *sql.Tx) 
 	})
 }
 
+// insertWithin runs insert with args: alone when check is nil, else in a
+// scopeTx after check, which refuses with store.ErrQuota when the row
+// would take the scope over its cap. A quota error comes back as check
+// made it; a unique violation is store.ErrConflict after conflict's words;
+// any other error is wrapped after what's.
+func (s *DB) insertWithin(ctx context.Context, scope store.Scope, check func(tx *sql.Tx) error, insert string, args []any, conflict, what string) error {
+	var err error
+	if check == nil {
+		_, err = s.exec(ctx, insert, args...)
+	} else {
+		err = s.scopeTx(ctx, scope, func(tx *sql.Tx) error {
+			if err := check(tx); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, insert, args...)
+			return err
+		})
+	}
+	switch {
+	case err == nil || errors.Is(err, store.ErrQuota):
+		return err
+	case s.dialect.isUnique(err):
+		return fmt.Errorf("%s: %w", conflict, store.ErrConflict)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // scopeLockKey is the advisory lock of a scope's capped writes: 64 bits
 // of FNV-1a over the scope (two scopes that collide only wait for each
 // other).
@@ -332,4 +361,42 @@ func notFound(err error, what, id string) error {
 		return fmt.Errorf("%s %s: %w", what, id, store.ErrNotFound)
 	}
 	return fmt.Errorf("%s %s: %w", what, id, err)
+}
+
+// deleteScoped deletes the row of table with id in scope; what names the
+// record in errors ("container"): store.ErrNotFound when the scope has no
+// such row.
+func (s *DB) deleteScoped(ctx context.Context, table, what string, scope store.Scope, id string) error {
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	n, err := s.exec(ctx, `DELETE FROM `+table+` WHERE account = $1 AND workspace = $2 AND id = $3`, scope.Account, scope.Workspace, id)
+	if err != nil {
+		return fmt.Errorf("deleting %s %s: %w", what, id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %s: %w", what, id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// getScoped reads the row of table whose col is v in scope, with its cols
+// scanned by scan; what names the record in errors ("container"):
+// store.ErrNotFound when the scope has no such row.
+func getScoped[T any](ctx context.Context, s *DB, table, cols, what string, scan func(scanner) (T, error), scope store.Scope, col, v string) (T, error) {
+	var x T
+	if err := scope.Validate(); err != nil {
+		return x, err
+	}
+	err := s.retry(ctx, func() error {
+		var err error
+		x, err = scan(s.db.QueryRowContext(ctx, `SELECT `+cols+` FROM `+table+` WHERE account = $1 AND workspace = $2 AND `+col+` = $3`,
+			scope.Account, scope.Workspace, v))
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, notFound(err, what, v)
+	}
+	return x, nil
 }

@@ -38,10 +38,7 @@ func Containers(t *testing.T, f Factory) {
 		s := open(t, f(t))
 		in := sampleContainer(scopeA, "analysis")
 		in.ID = "cntr_chosen_by_caller"
-		c, err := s.Containers().Create(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := created(t, s.Containers().Create, in)
 		if !strings.HasPrefix(c.ID, "cntr_") || c.ID == in.ID || len(c.ID) > 40 {
 			t.Fatalf("id %q: want a new cntr_ id of at most 40 characters", c.ID)
 		}
@@ -60,10 +57,7 @@ func Containers(t *testing.T, f Factory) {
 			t.Fatalf("GetByName = %+v, %v", byName, err)
 		}
 		// Defaults: no policy, status sleeping, created now, no expiry.
-		d, err := s.Containers().Create(t.Context(), store.Container{Scope: scopeA, Name: "bare"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := created(t, s.Containers().Create, store.Container{Scope: scopeA, Name: "bare"})
 		if d.NetworkPolicy != nil || d.Status != store.StatusSleeping || time.Since(d.CreatedAt) > time.Minute || !d.ExpiresAt.IsZero() || !d.LastActiveAt.IsZero() {
 			t.Fatalf("defaults: %+v", d)
 		}
@@ -73,9 +67,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("02 names are unique within a scope only", func(t *testing.T) {
 		s := open(t, f(t))
-		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x")); err != nil {
-			t.Fatal(err)
-		}
+		created(t, s.Containers().Create, sampleContainer(scopeA, "x"))
 		_, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "x"))
 		wantErr(t, err, store.ErrConflict, "second container named x")
 		for _, sc := range []store.Scope{scopeB, scopeC} {
@@ -86,10 +78,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("03 another scope's container answers like a missing one", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "secret"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := created(t, s.Containers().Create, sampleContainer(scopeA, "secret"))
 		othersSeeNothing(t, s.Containers(), a, a.ID, store.NewID("cntr"), func(sc store.Scope, missing string) {
 			_, ef := s.Containers().GetByName(t.Context(), sc, "secret")
 			_, em := s.Containers().GetByName(t.Context(), sc, "nosuch")
@@ -107,14 +96,8 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("04 update", func(t *testing.T) {
 		s := open(t, f(t))
-		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "u"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "taken"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := created(t, s.Containers().Create, sampleContainer(scopeA, "u"))
+		other := created(t, s.Containers().Create, sampleContainer(scopeA, "taken"))
 		u := c
 		u.Name, u.Image, u.Status = "u2", "busybox", store.StatusSleeping
 		u.Limits.MemoryBytes = 1 << 30
@@ -144,10 +127,7 @@ func Containers(t *testing.T, f Factory) {
 	})
 	t.Run("05 delete", func(t *testing.T) {
 		s := open(t, f(t))
-		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := created(t, s.Containers().Create, sampleContainer(scopeA, "d"))
 		deleteOnce(t, s.Containers(), c.ID)
 		if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "d")); err != nil {
 			t.Fatalf("the name of a deleted container is not free: %v", err)
@@ -186,14 +166,9 @@ func Containers(t *testing.T, f Factory) {
 		for _, i := range []int{12, 3, 24, 0, 7, 19, 1, 2, 4, 5, 6, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23} {
 			c := sampleContainer(scopeA, fmt.Sprintf("p%02d", i))
 			c.CreatedAt = t0.Add(time.Duration(i/3) * time.Millisecond)
-			c, err := s.Containers().Create(t.Context(), c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c = created(t, s.Containers().Create, c)
 			rows = append(rows, listed{c.CreatedAt, c.ID})
-			if _, err := s.Containers().Create(t.Context(), sampleContainer(scopeB, fmt.Sprintf("p%02d", i))); err != nil {
-				t.Fatal(err)
-			}
+			created(t, s.Containers().Create, sampleContainer(scopeB, fmt.Sprintf("p%02d", i)))
 		}
 		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.Container], error) {
 			return s.Containers().List(t.Context(), scopeA, o)
@@ -208,10 +183,7 @@ func Containers(t *testing.T, f Factory) {
 		s := open(t, o)
 		var made []store.Container
 		for i := range 5 {
-			c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, fmt.Sprintf("r%d", i)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := created(t, s.Containers().Create, sampleContainer(scopeA, fmt.Sprintf("r%d", i)))
 			made = append(made, c)
 		}
 		if err := s.Containers().Delete(t.Context(), scopeA, made[4].ID); err != nil {

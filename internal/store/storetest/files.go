@@ -31,10 +31,7 @@ func Files(t *testing.T, f Factory) {
 		s := open(t, f(t))
 		in := sampleFile(scopeA, "sales.csv")
 		in.ID = "file_chosen_by_caller"
-		got, err := s.Files().Create(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := created(t, s.Files().Create, in)
 		if !strings.HasPrefix(got.ID, "file_") || got.ID == in.ID || !store.ValidBlobID(got.ID) {
 			t.Fatalf("id %q: want a new file_ id that can name a blob", got.ID)
 		}
@@ -57,24 +54,16 @@ func Files(t *testing.T, f Factory) {
 			t.Fatalf("Create with a taken id: %v, want ErrConflict", err)
 		}
 		// The same name twice is two files.
-		if _, err := s.Files().Create(t.Context(), sampleFile(scopeA, "sales.csv")); err != nil {
-			t.Fatal(err)
-		}
+		created(t, s.Files().Create, sampleFile(scopeA, "sales.csv"))
 	})
 	t.Run("02 another scope's file answers like a missing one", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "secret.txt"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := created(t, s.Files().Create, sampleFile(scopeA, "secret.txt"))
 		othersSeeNothing(t, s.Files(), a, a.ID, store.NewID("file"), nil)
 	})
 	t.Run("03 delete", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "x"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := created(t, s.Files().Create, sampleFile(scopeA, "x"))
 		deleteOnce(t, s.Files(), a.ID)
 	})
 	t.Run("04 invalid files", func(t *testing.T) {
@@ -101,14 +90,9 @@ func Files(t *testing.T, f Factory) {
 		for i := range 23 {
 			in := sampleFile(scopeA, fmt.Sprintf("f%d", i))
 			in.CreatedAt = t0.Add(time.Duration((i*7)%5) * time.Millisecond)
-			got, err := s.Files().Create(t.Context(), in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := created(t, s.Files().Create, in)
 			rows = append(rows, listed{got.CreatedAt, got.ID})
-			if _, err := s.Files().Create(t.Context(), sampleFile(scopeC, "noise")); err != nil {
-				t.Fatal(err)
-			}
+			created(t, s.Files().Create, sampleFile(scopeC, "noise"))
 		}
 		checkPages(t, listOrder(rows), func(o store.ListOptions) (store.Page[store.File], error) {
 			return s.Files().List(t.Context(), scopeA, o)
@@ -148,14 +132,8 @@ func Files(t *testing.T, f Factory) {
 	})
 	t.Run("07 missing: which ids no file of any scope has", func(t *testing.T) {
 		s := open(t, f(t))
-		a, err := s.Files().Create(t.Context(), sampleFile(scopeA, "a.csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := s.Files().Create(t.Context(), sampleFile(scopeB, "b.csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := created(t, s.Files().Create, sampleFile(scopeA, "a.csv"))
+		b := created(t, s.Files().Create, sampleFile(scopeB, "b.csv"))
 		if got, err := s.Files().Missing(t.Context(), nil); err != nil || len(got) != 0 {
 			t.Fatalf("Missing(nil) = %v, %v", got, err)
 		}

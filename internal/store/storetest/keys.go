@@ -13,10 +13,7 @@ import (
 func Keys(t *testing.T, f Factory) {
 	t.Run("01 create then authenticate", func(t *testing.T) {
 		s := open(t, f(t))
-		key, token, err := s.Keys().Create(t.Context(), scopeA)
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, token := mustKey(t, s, scopeA)
 		if !strings.HasPrefix(token, store.TokenPrefix) || !strings.HasPrefix(key.ID, "key_") || token[len(store.TokenPrefix):len(store.TokenPrefix)+16] != key.ID[4:] {
 			t.Fatalf("key %s, token %q: want %s + the id's digits", key.ID, token, store.TokenPrefix)
 		}
@@ -33,14 +30,8 @@ func Keys(t *testing.T, f Factory) {
 	})
 	t.Run("02 tokens that are not a valid key", func(t *testing.T) {
 		s := open(t, f(t))
-		_, tokA, err := s.Keys().Create(t.Context(), scopeA)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, tokB, err := s.Keys().Create(t.Context(), scopeB)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, tokA := mustKey(t, s, scopeA)
+		_, tokB := mustKey(t, s, scopeB)
 		flip := []byte(tokA)
 		if flip[len(flip)-2] == 'A' {
 			flip[len(flip)-2] = 'B'
@@ -68,10 +59,7 @@ func Keys(t *testing.T, f Factory) {
 		s := open(t, f(t))
 		var ids []string
 		for _, sc := range []store.Scope{scopeA, scopeB, scopeC} {
-			k, _, err := s.Keys().Create(t.Context(), sc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			k, _ := mustKey(t, s, sc)
 			ids = append(ids, k.ID)
 		}
 		list, err := s.Keys().List(t.Context())
@@ -99,14 +87,8 @@ func Keys(t *testing.T, f Factory) {
 	t.Run("04 a revoked key never authenticates", func(t *testing.T) {
 		o := f(t)
 		s := open(t, o)
-		key, token, err := s.Keys().Create(t.Context(), scopeA)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, other, err := s.Keys().Create(t.Context(), scopeA)
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, token := mustKey(t, s, scopeA)
+		_, other := mustKey(t, s, scopeA)
 		if err := s.Keys().Revoke(t.Context(), key.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -200,4 +182,15 @@ func revokedAt(t *testing.T, s store.Store, id string) (at time.Time) {
 	}
 	t.Fatalf("key %s not listed", id)
 	return
+}
+
+// mustKey creates a key of scope in s and returns it with its token,
+// failing the test when it cannot.
+func mustKey(t *testing.T, s store.Store, scope store.Scope) (store.Key, string) {
+	t.Helper()
+	k, tok, err := s.Keys().Create(t.Context(), scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, tok
 }

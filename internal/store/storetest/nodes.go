@@ -46,10 +46,7 @@ func Nodes(t *testing.T, f Factory) {
 	t.Run("02 claim, refuse while the holder lives, release, take over from a dead holder", func(t *testing.T) {
 		s := open(t, f(t))
 		ns := s.Nodes()
-		c, err := s.Containers().Create(t.Context(), sampleContainer(scopeA, "located"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := created(t, s.Containers().Create, sampleContainer(scopeA, "located"))
 		if loc, err := ns.Location(t.Context(), c.ID); err != nil || loc != (store.Node{}) {
 			t.Fatalf("new container's location: %+v %v", loc, err)
 		}

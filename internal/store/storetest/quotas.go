@@ -102,26 +102,17 @@ func Quotas(t *testing.T, f Factory) {
 		const perHandle, max = 8, 5
 		race := func(fn func(st store.Store, i int) error) (won int, errs []error) {
 			var mu sync.Mutex
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for h, st := range handles {
-				for w := range perHandle {
-					wg.Go(func() {
-						<-start
-						err := fn(st, h*perHandle+w)
-						mu.Lock()
-						defer mu.Unlock()
-						switch {
-						case err == nil:
-							won++
-						case !errors.Is(err, store.ErrQuota):
-							errs = append(errs, err)
-						}
-					})
+			raceHandles(handles, perHandle, func(st store.Store, i int) {
+				err := fn(st, i)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					won++
+				case !errors.Is(err, store.ErrQuota):
+					errs = append(errs, err)
 				}
-			}
-			close(start)
-			wg.Wait()
+			})
 			return won, errs
 		}
 		for r := range 5 {

@@ -17,21 +17,6 @@ import (
 // handle released at once, and must always end the same way.
 func Replicas(t *testing.T, f Factory) {
 	const rounds, perHandle = 20, 4
-	// race runs fn on perHandle goroutines per handle, released together.
-	race := func(handles []store.Store, fn func(st store.Store, i int)) {
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for h, st := range handles {
-			for w := range perHandle {
-				wg.Go(func() {
-					<-start
-					fn(st, h*perHandle+w)
-				})
-			}
-		}
-		close(start)
-		wg.Wait()
-	}
 	t.Run("01 one name: exactly one create wins, the others conflict", func(t *testing.T) {
 		o := f(t)
 		handles := []store.Store{open(t, o), open(t, o)}
@@ -40,7 +25,7 @@ func Replicas(t *testing.T, f Factory) {
 			var mu sync.Mutex
 			var wins []string
 			var errs []error
-			race(handles, func(st store.Store, _ int) {
+			raceHandles(handles, perHandle, func(st store.Store, _ int) {
 				c, err := st.Containers().Create(t.Context(), sampleContainer(scopeA, name))
 				mu.Lock()
 				defer mu.Unlock()
@@ -68,7 +53,7 @@ func Replicas(t *testing.T, f Factory) {
 			id := fmt.Sprintf("use_retry_%d", r)
 			var mu sync.Mutex
 			var errs []error
-			race(handles, func(st store.Store, i int) {
+			raceHandles(handles, perHandle, func(st store.Store, i int) {
 				// Every retry carries the same id and charge.
 				err := st.Usage().Record(t.Context(), store.UsageEvent{ID: id, Scope: scopeA, ContainerID: "cntr_hot", At: at,
 					MeteredMillis: 1000, BilledMillis: 1000, CostMicroUSD: 7, Kind: "exec"})
@@ -102,7 +87,7 @@ func Replicas(t *testing.T, f Factory) {
 			base := last
 			var mu sync.Mutex
 			var errs []error
-			race(handles, func(st store.Store, i int) {
+			raceHandles(handles, perHandle, func(st store.Store, i int) {
 				// Distinct times, in no order across the writers.
 				at := base.Add(time.Duration((i*5)%(2*perHandle)+1) * time.Second)
 				if err := st.Containers().Touch(t.Context(), scopeA, c.ID, at); err != nil {
@@ -163,4 +148,22 @@ func Replicas(t *testing.T, f Factory) {
 		}
 		t.Logf("outcomes over %d rounds: %v", rounds, outcomes)
 	})
+}
+
+// raceHandles runs fn on perHandle goroutines per handle, released
+// together, each with its own i (0 to len(handles)*perHandle-1), and waits
+// for them all.
+func raceHandles(handles []store.Store, perHandle int, fn func(st store.Store, i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for h, st := range handles {
+		for w := range perHandle {
+			wg.Go(func() {
+				<-start
+				fn(st, h*perHandle+w)
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
 }

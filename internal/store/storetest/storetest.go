@@ -144,3 +144,14 @@ func deleteOnce[T any](t *testing.T, rows scoped[T], id string) {
 func contextWithCancel(t *testing.T) (context.Context, func()) {
 	return context.WithCancel(t.Context())
 }
+
+// created stores rec with create (a Create method of the store under
+// test) and returns the stored record, failing the test when it cannot.
+func created[T any](t *testing.T, create func(context.Context, T) (T, error), rec T) T {
+	t.Helper()
+	x, err := create(t.Context(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
