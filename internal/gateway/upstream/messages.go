@@ -276,12 +276,7 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if body, ok := directTurn(req, gateway.APIMessages, stream, "messages", true, messagesResults); ok {
 		return body, nil
 	}
-	from := memoFrom(req, gateway.APIMessages)
-	p, tail, err := messagesParams(req, from)
-	if err == nil && memoContinued(req, from, tail) {
-		from = req.Encoded.From
-		p, tail, err = messagesParams(req, from)
-	}
+	p, from, tail, err := mergedParams(req, gateway.APIMessages, messagesParams)
 	if err != nil {
 		return nil, err
 	}
@@ -300,51 +295,44 @@ const messagesPath = "/v1/messages"
 
 // Turn implements gateway.Upstream.
 func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	call, err := c.send(ctx, req, onDelta != nil, messagesBody, messagesPath, c.hdr)
-	if err != nil {
-		return nil, err
-	}
-	defer call.close()
-	if onDelta == nil {
-		var m messagesAnswer
-		if err := call.decode(ctx, &m); err != nil {
-			return nil, err
-		}
-		t := &gateway.Turn{ID: m.ID, Model: m.Model, Stop: messagesStop(m.StopReason),
-			Usage: gateway.Usage{
-				InputTokens:      m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens,
-				OutputTokens:     m.Usage.OutputTokens,
-				CacheReadTokens:  m.Usage.CacheReadInputTokens,
-				CacheWriteTokens: m.Usage.CacheCreationInputTokens,
-				ReasoningTokens:  m.Usage.OutputTokensDetails.ThinkingTokens,
-			}}
-		hosted := map[string]*gateway.HostedCall{}
-		for i := range m.Content {
-			b := &m.Content[i]
-			switch b.Type {
-			case "text":
-				if b.Text != "" {
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText, Text: b.Text})
-				}
-			case "tool_use":
-				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)}})
-			default:
-				h, err := messagesHosted(b, hosted)
-				if err != nil {
+	return turn(ctx, &c.Endpoint, req, onDelta, messagesBody, messagesPath, c.hdr, messagesTurn, messagesStream)
+}
+
+// messagesTurn is a non-streamed answer as a Turn.
+func messagesTurn(m *messagesAnswer) (*gateway.Turn, error) {
+	t := &gateway.Turn{ID: m.ID, Model: m.Model, Stop: messagesStop(m.StopReason),
+		Usage: gateway.Usage{
+			InputTokens:      m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens,
+			OutputTokens:     m.Usage.OutputTokens,
+			CacheReadTokens:  m.Usage.CacheReadInputTokens,
+			CacheWriteTokens: m.Usage.CacheCreationInputTokens,
+			ReasoningTokens:  m.Usage.OutputTokensDetails.ThinkingTokens,
+		}}
+	hosted := map[string]*gateway.HostedCall{}
+	for i := range m.Content {
+		b := &m.Content[i]
+		switch b.Type {
+		case "text":
+			if b.Text != "" {
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText, Text: b.Text})
+			}
+		case "tool_use":
+			t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)}})
+		default:
+			h, err := messagesHosted(b, hosted)
+			if err != nil {
+				return nil, badAnswer(err)
+			}
+			if h != nil {
+				if err := hostedInput(h, b.Input); err != nil {
 					return nil, badAnswer(err)
 				}
-				if h != nil {
-					if err := hostedInput(h, b.Input); err != nil {
-						return nil, badAnswer(err)
-					}
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
-				}
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
 			}
 		}
-		hostedIn(t, m.Container)
-		return t, nil
 	}
-	return messagesStream(ctx, call, onDelta)
+	hostedIn(t, m.Container)
+	return t, nil
 }
 
 // anthropicStatus is the HTTP status of an error type in a stream's error
