@@ -234,32 +234,19 @@ func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 	rd := &renderer{model: model, id: newID()}
 	ctx := r.Context()
 	if !stream {
-		res, err := gateway.Execute(ctx, run)
-		if err != nil {
-			if ctx.Err() == nil {
-				fail(err)
-			}
-			return
-		}
-		writeJSON(w, http.StatusOK, rd.response(res))
+		gateway.Serve(ctx, run, func(res *gateway.Result) { writeJSON(w, http.StatusOK, rd.response(res)) }, fail)
 		return
 	}
 	st := &streamer{w: w, rd: rd}
 	run.Sink = st
-	res, err := gateway.Execute(ctx, run)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
+	gateway.Serve(ctx, run, st.finish, func(err error) {
 		if !st.started {
 			fail(err)
 			return
 		}
 		status, msg := classify(err)
 		st.send(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": StatusWord(status)}})
-		return
-	}
-	st.finish(res)
+	})
 }
 
 // parse turns the body into a run.

@@ -89,24 +89,13 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		sb.Close() // nothing ran in it: nothing to bill
 	}
 	if !p.stream {
-		res, err := gateway.Execute(ctx, p.run)
-		if err != nil {
-			if ctx.Err() == nil {
-				fail(err)
-			}
-			return
-		}
-		writeJSON(w, http.StatusOK, rd.message(res))
+		gateway.Serve(ctx, p.run, func(res *gateway.Result) { writeJSON(w, http.StatusOK, rd.message(res)) }, fail)
 		return
 	}
 	st := &streamer{w: w, rd: rd}
 	defer st.stop()
 	p.run.Sink = st
-	res, err := gateway.Execute(ctx, p.run)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
+	gateway.Serve(ctx, p.run, st.finish, func(err error) {
 		if !st.started {
 			fail(err)
 			return
@@ -114,9 +103,7 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		status, typ, msg := classify(err)
 		logErr(o.Log, r, status, err)
 		st.event("error", map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}, "request_id": reqID})
-		return
-	}
-	st.finish(res)
+	})
 }
 
 // resolveUploads names each container_upload's file for the model and
