@@ -174,6 +174,11 @@ func errorType(status int, upstream string) string {
 		"rate_limit_error", "api_error", "overloaded_error", "timeout_error", "billing_error":
 		return upstream
 	}
+	return ErrorType(status)
+}
+
+// ErrorType is Anthropic's error type for an HTTP status.
+func ErrorType(status int) string {
 	switch status {
 	case 400, 409, 410, 422:
 		return "invalid_request_error"
