@@ -506,22 +506,27 @@ func (s *sse) event(name string, v any) {
 
 // chunks splits text into pieces of about n bytes at word ends, so
 // streamed text arrives in several deltas.
-func chunks(text string, n int) []string {
+func chunks(text string, n int) []string { return Chunks(text, n, true) }
+
+// Chunks splits s into pieces of n bytes, each run on to the end of a
+// word (at a space) when words is set, and to the end of a UTF-8
+// sequence; the last piece is the rest (none when s is empty). The
+// scripted models stream text and arguments in them.
+func Chunks(s string, n int, words bool) []string {
 	var out []string
-	for len(text) > n {
+	for len(s) > n {
 		cut := n
-		for cut < len(text) && text[cut-1] != ' ' {
+		for words && cut < len(s) && s[cut-1] != ' ' {
 			cut++
 		}
-		// keep UTF-8 sequences whole
-		for cut < len(text) && text[cut]&0xC0 == 0x80 {
+		for cut < len(s) && s[cut]&0xC0 == 0x80 {
 			cut++
 		}
-		out = append(out, text[:cut])
-		text = text[cut:]
+		out = append(out, s[:cut])
+		s = s[cut:]
 	}
-	if text != "" {
-		out = append(out, text)
+	if s != "" {
+		out = append(out, s)
 	}
 	return out
 }
@@ -532,15 +537,5 @@ func argChunks(args string) []string {
 	if len(args) < 2 {
 		return []string{args}
 	}
-	var out []string
-	n := max(len(args)/3, 1)
-	for len(args) > 0 {
-		cut := min(n, len(args))
-		for cut < len(args) && args[cut]&0xC0 == 0x80 {
-			cut++
-		}
-		out = append(out, args[:cut])
-		args = args[cut:]
-	}
-	return out
+	return Chunks(args, max(len(args)/3, 1), false)
 }
