@@ -30,7 +30,6 @@
 package gemini
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -122,32 +121,11 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 
 func classify(err error) (int, string) {
 	var ge *Error
-	var re *gateway.RequestError
-	switch {
-	case errors.As(err, &ge):
+	if errors.As(err, &ge) {
 		return ge.Status, ge.Message
-	case errors.As(err, &re):
-		st := re.Status
-		if st == 0 {
-			st = http.StatusBadRequest
-		}
-		msg := re.Message
-		if re.Param != "" && !strings.Contains(msg, re.Param) {
-			msg = re.Param + ": " + msg
-		}
-		return st, msg
 	}
-	if ue, ok := gateway.AsUpstreamError(err); ok {
-		st := ue.Status
-		if st < 400 || st > 599 {
-			st = http.StatusBadGateway
-		}
-		return st, "upstream model: " + ue.Message
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, "the request took too long"
-	}
-	return http.StatusInternalServerError, "internal error"
+	status, msg, _ := gateway.Describe(err)
+	return status, msg
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -138,32 +138,11 @@ func (p *parsed) resolveUploads(ctx context.Context, sbs gateway.Sandboxes) erro
 // classify maps an error to its status, Anthropic error type and message.
 func classify(err error) (int, string, string) {
 	var re *reqError
-	var ge *gateway.RequestError
 	if errors.As(err, &re) {
 		return re.status, re.typ, re.msg
 	}
-	if errors.As(err, &ge) {
-		st := ge.Status
-		if st == 0 {
-			st = http.StatusBadRequest
-		}
-		msg := ge.Message
-		if ge.Param != "" && !strings.Contains(msg, ge.Param) {
-			msg = ge.Param + ": " + msg
-		}
-		return st, errorType(st, ""), msg
-	}
-	if ue, ok := gateway.AsUpstreamError(err); ok {
-		st := ue.Status
-		if st < 400 || st > 599 {
-			st = http.StatusBadGateway
-		}
-		return st, errorType(st, ue.Type), "upstream model: " + ue.Message
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, "timeout_error", "the request took too long"
-	}
-	return http.StatusInternalServerError, "api_error", "internal error"
+	status, msg, utype := gateway.Describe(err)
+	return status, errorType(status, utype), msg
 }
 
 // errorType is Anthropic's error type for a status, keeping an upstream's
