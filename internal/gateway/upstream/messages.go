@@ -117,29 +117,21 @@ func messagesParams(req *gateway.Request, from int) (p anthropic.MessageNewParam
 				}
 				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfToolResult: &tr})
 			}
-			for _, part := range m.Parts {
-				switch part.Kind {
-				case gateway.PartText:
-					if part.Text != "" {
-						blocks = append(blocks, anthropic.NewTextBlock(part.Text))
-					}
-				case gateway.PartImage:
-					blocks = append(blocks, anthropic.ContentBlockParamUnion{OfImage: &anthropic.ImageBlockParam{Source: anthropicImage(part.Image)}})
-				}
-			}
 		case gateway.RoleAssistant:
-			for _, part := range m.Parts {
-				switch part.Kind {
-				case gateway.PartText:
-					if part.Text != "" {
-						blocks = append(blocks, anthropic.NewTextBlock(part.Text))
-					}
-				case gateway.PartToolCall:
-					blocks = append(blocks, anthropic.NewToolUseBlock(part.Call.ID, toolInput(part.Call.Arguments), part.Call.Name))
-				}
-			}
 		default:
 			return p, nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
+		}
+		// After the tool results: the text, a user's images, an
+		// assistant's calls.
+		for _, part := range m.Parts {
+			switch {
+			case part.Kind == gateway.PartText && part.Text != "":
+				blocks = append(blocks, anthropic.NewTextBlock(part.Text))
+			case part.Kind == gateway.PartImage && m.Role == gateway.RoleUser:
+				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfImage: &anthropic.ImageBlockParam{Source: anthropicImage(part.Image)}})
+			case part.Kind == gateway.PartToolCall && m.Role == gateway.RoleAssistant:
+				blocks = append(blocks, anthropic.NewToolUseBlock(part.Call.ID, toolInput(part.Call.Arguments), part.Call.Name))
+			}
 		}
 		if len(blocks) == 0 {
 			continue
