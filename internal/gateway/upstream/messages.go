@@ -359,6 +359,15 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 	hosted := map[string]*gateway.HostedCall{}
 	var stop string
 	var container messagesContainer
+	// open adds part p for block index, its text or arguments gathered
+	// in into, and returns the part's index.
+	open := func(index int64, p gateway.Part, into map[int]*strings.Builder) int {
+		i := len(t.Parts)
+		partOf[index] = i
+		t.Parts = append(t.Parts, p)
+		into[i] = &strings.Builder{}
+		return i
+	}
 	for {
 		ev, err := r.next(ctx)
 		if err == io.EOF {
@@ -396,18 +405,12 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 			case "text":
 				isText[e.Index] = true
 				if e.ContentBlock.Text != "" {
-					i := len(t.Parts)
-					partOf[e.Index] = i
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
-					texts[i] = &strings.Builder{}
+					i := open(e.Index, gateway.Part{Kind: gateway.PartText}, texts)
 					texts[i].WriteString(e.ContentBlock.Text)
 					onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.ContentBlock.Text})
 				}
 			case "tool_use":
-				i := len(t.Parts)
-				partOf[e.Index] = i
-				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
-				args[i] = &strings.Builder{}
+				i := open(e.Index, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}}, args)
 				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
 			default:
 				h, err := messagesHosted(&e.ContentBlock, hosted)
@@ -415,10 +418,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 					return nil, badAnswer(err)
 				}
 				if h != nil {
-					i := len(t.Parts)
-					partOf[e.Index] = i
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
-					args[i] = &strings.Builder{}
+					i := open(e.Index, gateway.Part{Kind: gateway.PartHosted, Hosted: h}, args)
 					onDelta(gateway.Delta{Kind: gateway.DeltaHosted, Index: i})
 				}
 			}
@@ -430,10 +430,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 				}
 				i, ok := partOf[e.Index]
 				if !ok {
-					i = len(t.Parts)
-					partOf[e.Index] = i
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
-					texts[i] = &strings.Builder{}
+					i = open(e.Index, gateway.Part{Kind: gateway.PartText}, texts)
 				}
 				texts[i].WriteString(e.Delta.Text)
 				onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.Delta.Text})
