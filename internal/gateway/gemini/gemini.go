@@ -370,16 +370,7 @@ func conversation(contents []*genai.Content, g *gateway.Request) error {
 	var pending []*gateway.ToolCall // the last model message's unanswered calls
 	n := 0
 	newCallID := func() string { n++; return fmt.Sprintf("gx_%d", n) }
-	add := func(m gateway.Message) {
-		if len(m.Parts) == 0 {
-			return
-		}
-		if k := len(g.Messages); k > 0 && g.Messages[k-1].Role == m.Role {
-			g.Messages[k-1].Parts = append(g.Messages[k-1].Parts, m.Parts...)
-			return
-		}
-		g.Messages = append(g.Messages, m)
-	}
+	add := func(m gateway.Message) { g.Messages = gateway.AppendMerged(g.Messages, m) }
 	answer := func(name, id string) (*gateway.ToolCall, bool) {
 		for i, c := range pending {
 			if (id != "" && c.ID == id) || (id == "" && c.Name == name) {

@@ -581,14 +581,7 @@ func (p *parsed) parseMessages(in []inMessage) error {
 	// user's next message).
 	var merged []gateway.Message
 	for _, m := range out {
-		if len(m.Parts) == 0 {
-			continue
-		}
-		if n := len(merged); n > 0 && merged[n-1].Role == m.Role {
-			merged[n-1].Parts = append(merged[n-1].Parts, m.Parts...)
-			continue
-		}
-		merged = append(merged, m)
+		merged = gateway.AppendMerged(merged, m)
 	}
 	merged, err := p.resumeCall(srvCalls, len(in)-1, merged)
 	if err != nil {
