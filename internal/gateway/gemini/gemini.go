@@ -591,7 +591,8 @@ func callPart(c *gateway.ToolCall) map[string]any {
 	return map[string]any{"functionCall": map[string]any{"id": c.ID, "name": c.Name, "args": args}}
 }
 
-func finishReason(stop gateway.StopReason) genai.FinishReason {
+// FinishReason is a stop reason in Gemini's words.
+func FinishReason(stop gateway.StopReason) genai.FinishReason {
 	switch stop {
 	case gateway.StopMaxTokens:
 		return genai.FinishReasonMaxTokens
@@ -621,7 +622,7 @@ func (rd *renderer) chunk(parts []any, res *gateway.Result) map[string]any {
 	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
 	v := map[string]any{"candidates": []any{cand}, "modelVersion": rd.model, "responseId": rd.id}
 	if res != nil {
-		cand["finishReason"] = finishReason(res.Stop)
+		cand["finishReason"] = FinishReason(res.Stop)
 		v["usageMetadata"] = usage(res)
 	}
 	return v

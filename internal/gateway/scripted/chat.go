@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/chat"
 )
 
 // Chat Completions (POST /v1/chat/completions), as OpenAI serves it.
@@ -191,18 +194,9 @@ func parseChat(raw []byte) (*conversation, error) {
 	return c, nil
 }
 
-func chatFinish(a *answer) string {
-	switch a.turn.stop() {
-	case "max_tokens":
-		return "length"
-	case "tool_use":
-		return "tool_calls"
-	case "refusal":
-		return "content_filter"
-	default:
-		return "stop"
-	}
-}
+// chatFinish is the answer's stop reason in Chat Completions' words (the
+// script's stop is in the gateway's).
+func chatFinish(a *answer) string { return chat.FinishReason(gateway.StopReason(a.turn.stop())) }
 
 func chatUsage(u Usage) map[string]any {
 	return map[string]any{
