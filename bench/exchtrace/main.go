@@ -19,6 +19,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"slices"
 
@@ -161,6 +162,21 @@ func read(r io.Reader) ([]*exchange, error) {
 	}
 }
 
+// goTransitions yields x's goroutine state transitions, each with its
+// event.
+func (x *exchange) goTransitions() iter.Seq2[trace.Event, trace.StateTransition] {
+	return func(yield func(trace.Event, trace.StateTransition) bool) {
+		for _, ev := range x.evs {
+			if ev.Kind() != trace.EventStateTransition {
+				continue
+			}
+			if st := ev.StateTransition(); st.Resource.Kind == trace.ResourceGoroutine && !yield(ev, st) {
+				return
+			}
+		}
+	}
+}
+
 // phases measures x's phases in µs, the whole last; only the whole, and
 // false, when the phases are not in sequence: the server's read returned
 // before the writer's last write(2) did (its other CPU took the first
@@ -169,14 +185,7 @@ func read(r io.Reader) ([]*exchange, error) {
 func (x *exchange) phases() ([]float64, bool) {
 	var clientWaits, writerRuns, writeStart, writeEnd, readEnd trace.Time
 	writer := trace.NoGoroutine
-	for _, ev := range x.evs {
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
-		}
+	for ev, st := range x.goTransitions() {
 		g := st.Resource.Goroutine()
 		from, to := st.Goroutine()
 		switch {
@@ -207,14 +216,7 @@ func (x *exchange) phases() ([]float64, bool) {
 // ran during x.
 func (x *exchange) others() int {
 	seen := map[trace.GoID]bool{}
-	for _, ev := range x.evs {
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
-		}
+	for _, st := range x.goTransitions() {
 		if _, to := st.Goroutine(); to == trace.GoRunning {
 			if g := st.Resource.Goroutine(); g != x.client && g != x.handler {
 				seen[g] = true

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/shellgate/shellgate/internal/guard"
+	"github.com/shellgate/shellgate/internal/guard/guardtest"
 )
 
 type sample struct {
@@ -125,7 +126,7 @@ func runGo(corpus []sample, n int) result {
 		}
 	}
 	r.PromptP50 = median(per)
-	p := prompt10K()
+	p := guardtest.Prompt10K() // the prompt of internal/guard's BenchmarkGuard10K
 	for i := 0; i < 50; i++ {
 		flagged(p)
 	}
@@ -135,16 +136,4 @@ func runGo(corpus []sample, n int) result {
 	}
 	r.TenKP50 = median(tenK)
 	return r
-}
-
-// prompt10K is the prompt of internal/guard's BenchmarkGuard10K.
-func prompt10K() string {
-	var b strings.Builder
-	para := "Please look at the attached sales data and tell me which region grew fastest last quarter. " +
-		"Ignore the first row of the CSV, it is a header, and treat empty cells as zero. Act as a careful analyst.\n" +
-		"region,q1,q2,q3,q4\nnorth,120,130,150,170\nsouth,90,95,99,101\neast,200,180,220,260\n"
-	for b.Len() < 10<<10 {
-		b.WriteString(para)
-	}
-	return b.String()[:10<<10]
 }

@@ -121,6 +121,20 @@ type Message struct {
 	Parts []Part
 }
 
+// AppendMerged appends m to msgs, its parts added to the last message
+// when that has m's role (the frontends of APIs whose clients may send
+// neighbours of one role); a message without parts is left out.
+func AppendMerged(msgs []Message, m Message) []Message {
+	if len(m.Parts) == 0 {
+		return msgs
+	}
+	if n := len(msgs); n > 0 && msgs[n-1].Role == m.Role {
+		msgs[n-1].Parts = append(msgs[n-1].Parts, m.Parts...)
+		return msgs
+	}
+	return append(msgs, m)
+}
+
 // PartKind says which field of a Part is set.
 type PartKind string
 

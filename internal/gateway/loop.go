@@ -212,6 +212,20 @@ func Execute(ctx context.Context, run *Run) (*Result, error) {
 	return res, err
 }
 
+// Serve is Execute for a frontend's handler: done gets the result, failed
+// the error, unless ctx ended (the client went away: no one is left to
+// answer).
+func Serve(ctx context.Context, run *Run, done func(*Result), failed func(error)) {
+	res, err := Execute(ctx, run)
+	if err != nil {
+		if ctx.Err() == nil {
+			failed(err)
+		}
+		return
+	}
+	done(res)
+}
+
 func execute(ctx context.Context, run *Run) (res *Result, err error) {
 	max := run.MaxToolCalls
 	if max <= 0 || max > MaxToolCalls {

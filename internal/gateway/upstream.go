@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Upstream is one model provider's API. Turn sends req and returns the
@@ -47,6 +48,15 @@ func (e *UpstreamError) Error() string {
 	return fmt.Sprintf("upstream %d %s: %s", e.Status, e.Type, e.Message)
 }
 
+// HTTPStatus is the status a frontend answers e with: Status when it is
+// an error status (4xx, 5xx), else 502.
+func (e *UpstreamError) HTTPStatus() int {
+	if e.Status < 400 || e.Status > 599 {
+		return http.StatusBadGateway
+	}
+	return e.Status
+}
+
 // AsUpstreamError returns err's *UpstreamError, if it has one.
 func AsUpstreamError(err error) (*UpstreamError, bool) {
 	var ue *UpstreamError
@@ -67,6 +77,38 @@ type RequestError struct {
 }
 
 func (e *RequestError) Error() string { return e.Message }
+
+// HTTPStatus is the status a frontend answers e with: Status, or 400.
+func (e *RequestError) HTTPStatus() int {
+	if e.Status == 0 {
+		return http.StatusBadRequest
+	}
+	return e.Status
+}
+
+// Describe is how a frontend whose error envelope has no field for the
+// parameter (Gemini's, Anthropic's) answers err: the HTTP status
+// (HTTPStatus) and message of a *RequestError, its Param leading the
+// message unless the message names it, or of an *UpstreamError, with its
+// type (utype); 504 for a deadline; anything else is the server's fault,
+// 500 "internal error".
+func Describe(err error) (status int, msg, utype string) {
+	var re *RequestError
+	if errors.As(err, &re) {
+		msg := re.Message
+		if re.Param != "" && !strings.Contains(msg, re.Param) {
+			msg = re.Param + ": " + msg
+		}
+		return re.HTTPStatus(), msg, ""
+	}
+	if ue, ok := AsUpstreamError(err); ok {
+		return ue.HTTPStatus(), "upstream model: " + ue.Message, ue.Type
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout, "the request took too long", ""
+	}
+	return http.StatusInternalServerError, "internal error", ""
+}
 
 // BadRequest is a *RequestError with status 400.
 func BadRequest(param, format string, a ...any) error {

@@ -277,6 +277,12 @@ func (r *Reader) Array(elem func() bool) bool {
 	}
 }
 
+// Strs reads an object of string fields (Object's rules): the member
+// names[k] into dst[k] with Str.
+func (r *Reader) Strs(names []string, dst ...*string) bool {
+	return r.Object(names, func(k int) bool { return r.Str(dst[k]) })
+}
+
 // Str reads a string into dst; a null leaves dst as it is.
 func (r *Reader) Str(dst *string) bool {
 	switch r.peek() {

@@ -335,11 +335,7 @@ func (e Errors) write(w http.ResponseWriter, err error) {
 		return
 	}
 	if re, ok := err.(*gateway.RequestError); ok {
-		st := re.Status
-		if st == 0 {
-			st = http.StatusBadRequest
-		}
-		e.Write(w, st, re.Param, "", re.Message)
+		e.Write(w, re.HTTPStatus(), re.Param, "", re.Message)
 		return
 	}
 	if ue, ok := gateway.AsUpstreamError(err); ok {

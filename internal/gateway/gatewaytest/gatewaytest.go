@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/scripted"
 )
 
 // Turn is one scripted answer. Reply, when set, computes the turn from the
@@ -101,12 +102,12 @@ func (s *Script) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 		for i, p := range turn.Parts {
 			switch p.Kind {
 			case gateway.PartText:
-				for _, chunk := range chunks(p.Text, 7) {
+				for _, chunk := range scripted.Chunks(p.Text, 7, false) {
 					onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: chunk})
 				}
 			case gateway.PartToolCall:
 				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: p.Call.ID, Name: p.Call.Name}})
-				for _, chunk := range chunks(p.Call.Arguments, 11) {
+				for _, chunk := range scripted.Chunks(p.Call.Arguments, 11, false) {
 					onDelta(gateway.Delta{Kind: gateway.DeltaCallArgs, Index: i, Text: chunk})
 				}
 			}
@@ -114,24 +115,6 @@ func (s *Script) Turn(ctx context.Context, req *gateway.Request, onDelta func(ga
 	}
 	return turn, nil
 }
-
-func chunks(s string, n int) []string {
-	var out []string
-	for len(s) > n {
-		k := n
-		for k < len(s) && !isRuneStart(s[k]) {
-			k++
-		}
-		out = append(out, s[:k])
-		s = s[k:]
-	}
-	if s != "" {
-		out = append(out, s)
-	}
-	return out
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // Models resolves "provider/model" names to in-process upstreams.
 type Models map[string]gateway.Upstream // by provider

@@ -30,7 +30,6 @@
 package gemini
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -122,32 +121,11 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 
 func classify(err error) (int, string) {
 	var ge *Error
-	var re *gateway.RequestError
-	switch {
-	case errors.As(err, &ge):
+	if errors.As(err, &ge) {
 		return ge.Status, ge.Message
-	case errors.As(err, &re):
-		st := re.Status
-		if st == 0 {
-			st = http.StatusBadRequest
-		}
-		msg := re.Message
-		if re.Param != "" && !strings.Contains(msg, re.Param) {
-			msg = re.Param + ": " + msg
-		}
-		return st, msg
 	}
-	if ue, ok := gateway.AsUpstreamError(err); ok {
-		st := ue.Status
-		if st < 400 || st > 599 {
-			st = http.StatusBadGateway
-		}
-		return st, "upstream model: " + ue.Message
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, "the request took too long"
-	}
-	return http.StatusInternalServerError, "internal error"
+	status, msg, _ := gateway.Describe(err)
+	return status, msg
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -234,32 +212,19 @@ func Serve(w http.ResponseWriter, r *http.Request, rest string, o Options) {
 	rd := &renderer{model: model, id: newID()}
 	ctx := r.Context()
 	if !stream {
-		res, err := gateway.Execute(ctx, run)
-		if err != nil {
-			if ctx.Err() == nil {
-				fail(err)
-			}
-			return
-		}
-		writeJSON(w, http.StatusOK, rd.response(res))
+		gateway.Serve(ctx, run, func(res *gateway.Result) { writeJSON(w, http.StatusOK, rd.response(res)) }, fail)
 		return
 	}
 	st := &streamer{w: w, rd: rd}
 	run.Sink = st
-	res, err := gateway.Execute(ctx, run)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
+	gateway.Serve(ctx, run, st.finish, func(err error) {
 		if !st.started {
 			fail(err)
 			return
 		}
 		status, msg := classify(err)
 		st.send(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": StatusWord(status)}})
-		return
-	}
-	st.finish(res)
+	})
 }
 
 // parse turns the body into a run.
@@ -405,16 +370,7 @@ func conversation(contents []*genai.Content, g *gateway.Request) error {
 	var pending []*gateway.ToolCall // the last model message's unanswered calls
 	n := 0
 	newCallID := func() string { n++; return fmt.Sprintf("gx_%d", n) }
-	add := func(m gateway.Message) {
-		if len(m.Parts) == 0 {
-			return
-		}
-		if k := len(g.Messages); k > 0 && g.Messages[k-1].Role == m.Role {
-			g.Messages[k-1].Parts = append(g.Messages[k-1].Parts, m.Parts...)
-			return
-		}
-		g.Messages = append(g.Messages, m)
-	}
+	add := func(m gateway.Message) { g.Messages = gateway.AppendMerged(g.Messages, m) }
 	answer := func(name, id string) (*gateway.ToolCall, bool) {
 		for i, c := range pending {
 			if (id != "" && c.ID == id) || (id == "" && c.Name == name) {
@@ -635,7 +591,8 @@ func callPart(c *gateway.ToolCall) map[string]any {
 	return map[string]any{"functionCall": map[string]any{"id": c.ID, "name": c.Name, "args": args}}
 }
 
-func finishReason(stop gateway.StopReason) genai.FinishReason {
+// FinishReason is a stop reason in Gemini's words.
+func FinishReason(stop gateway.StopReason) genai.FinishReason {
 	switch stop {
 	case gateway.StopMaxTokens:
 		return genai.FinishReasonMaxTokens
@@ -665,7 +622,7 @@ func (rd *renderer) chunk(parts []any, res *gateway.Result) map[string]any {
 	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
 	v := map[string]any{"candidates": []any{cand}, "modelVersion": rd.model, "responseId": rd.id}
 	if res != nil {
-		cand["finishReason"] = finishReason(res.Stop)
+		cand["finishReason"] = FinishReason(res.Stop)
 		v["usageMetadata"] = usage(res)
 	}
 	return v

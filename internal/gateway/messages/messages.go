@@ -89,24 +89,13 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		sb.Close() // nothing ran in it: nothing to bill
 	}
 	if !p.stream {
-		res, err := gateway.Execute(ctx, p.run)
-		if err != nil {
-			if ctx.Err() == nil {
-				fail(err)
-			}
-			return
-		}
-		writeJSON(w, http.StatusOK, rd.message(res))
+		gateway.Serve(ctx, p.run, func(res *gateway.Result) { writeJSON(w, http.StatusOK, rd.message(res)) }, fail)
 		return
 	}
 	st := &streamer{w: w, rd: rd}
 	defer st.stop()
 	p.run.Sink = st
-	res, err := gateway.Execute(ctx, p.run)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
+	gateway.Serve(ctx, p.run, st.finish, func(err error) {
 		if !st.started {
 			fail(err)
 			return
@@ -114,9 +103,7 @@ func Serve(w http.ResponseWriter, r *http.Request, o Options) {
 		status, typ, msg := classify(err)
 		logErr(o.Log, r, status, err)
 		st.event("error", map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}, "request_id": reqID})
-		return
-	}
-	st.finish(res)
+	})
 }
 
 // resolveUploads names each container_upload's file for the model and
@@ -151,32 +138,11 @@ func (p *parsed) resolveUploads(ctx context.Context, sbs gateway.Sandboxes) erro
 // classify maps an error to its status, Anthropic error type and message.
 func classify(err error) (int, string, string) {
 	var re *reqError
-	var ge *gateway.RequestError
 	if errors.As(err, &re) {
 		return re.status, re.typ, re.msg
 	}
-	if errors.As(err, &ge) {
-		st := ge.Status
-		if st == 0 {
-			st = http.StatusBadRequest
-		}
-		msg := ge.Message
-		if ge.Param != "" && !strings.Contains(msg, ge.Param) {
-			msg = ge.Param + ": " + msg
-		}
-		return st, errorType(st, ""), msg
-	}
-	if ue, ok := gateway.AsUpstreamError(err); ok {
-		st := ue.Status
-		if st < 400 || st > 599 {
-			st = http.StatusBadGateway
-		}
-		return st, errorType(st, ue.Type), "upstream model: " + ue.Message
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, "timeout_error", "the request took too long"
-	}
-	return http.StatusInternalServerError, "api_error", "internal error"
+	status, msg, utype := gateway.Describe(err)
+	return status, errorType(status, utype), msg
 }
 
 // errorType is Anthropic's error type for a status, keeping an upstream's
@@ -187,6 +153,11 @@ func errorType(status int, upstream string) string {
 		"rate_limit_error", "api_error", "overloaded_error", "timeout_error", "billing_error":
 		return upstream
 	}
+	return ErrorType(status)
+}
+
+// ErrorType is Anthropic's error type for an HTTP status.
+func ErrorType(status int) string {
 	switch status {
 	case 400, 409, 410, 422:
 		return "invalid_request_error"

@@ -199,6 +199,18 @@ func readBody(r *http.Request) (*request, error) {
 	return &req, nil
 }
 
+// blocksOf decodes raw, Anthropic's content (a message's, a tool_result's,
+// the system prompt): a string, as one text block, or an array of blocks.
+func blocksOf(raw json.RawMessage) ([]block, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []block{{Type: "text", Text: &s}}, nil
+	}
+	var blocks []block
+	err := json.Unmarshal(raw, &blocks)
+	return blocks, err
+}
+
 // decodeStrict decodes one JSON value into v and says plainly what is
 // wrong (field and expected type), without Go type names.
 func decodeStrict(data []byte, v any) error {
@@ -278,23 +290,18 @@ func parse(req *request, r *http.Request) (*parsed, error) {
 
 	// System prompt: a string or text blocks.
 	if len(req.System) > 0 && string(req.System) != "null" {
-		var s string
-		if err := json.Unmarshal(req.System, &s); err == nil {
-			gr.System = s
-		} else {
-			var blocks []block
-			if err := json.Unmarshal(req.System, &blocks); err != nil {
-				return nil, badRequest("system: expected a string or an array of text blocks")
-			}
-			var parts []string
-			for i, b := range blocks {
-				if b.Type != "text" || b.Text == nil {
-					return nil, badRequest("system.%d: expected a text block {\"type\":\"text\",\"text\":...}", i)
-				}
-				parts = append(parts, *b.Text)
-			}
-			gr.System = strings.Join(parts, "\n\n")
+		blocks, err := blocksOf(req.System)
+		if err != nil {
+			return nil, badRequest("system: expected a string or an array of text blocks")
 		}
+		var parts []string
+		for i, b := range blocks {
+			if b.Type != "text" || b.Text == nil {
+				return nil, badRequest("system.%d: expected a text block {\"type\":\"text\",\"text\":...}", i)
+			}
+			parts = append(parts, *b.Text)
+		}
+		gr.System = strings.Join(parts, "\n\n")
 	}
 
 	// Container: "container_…" or {"id": …}.
@@ -548,15 +555,11 @@ func (p *parsed) parseMessages(in []inMessage) error {
 		if m.Role != "user" && m.Role != "assistant" {
 			return badRequest("messages.%d.role: %q is not user or assistant", i, clip(m.Role))
 		}
-		var blocks []block
 		if len(m.Content) == 0 || string(m.Content) == "null" {
 			return badRequest("messages.%d.content: Field required", i)
 		}
-		var s string
-		if err := json.Unmarshal(m.Content, &s); err == nil {
-			t := s
-			blocks = []block{{Type: "text", Text: &t}}
-		} else if err := json.Unmarshal(m.Content, &blocks); err != nil {
+		blocks, err := blocksOf(m.Content)
+		if err != nil {
 			if err := decodeStrict(m.Content, &blocks); err != nil {
 				return badRequest("messages.%d.content: %v", i, err)
 			}
@@ -565,7 +568,6 @@ func (p *parsed) parseMessages(in []inMessage) error {
 		if len(blocks) > MaxBlocks {
 			return badRequest("messages.%d.content: %d blocks, at most %d are accepted", i, len(blocks), MaxBlocks)
 		}
-		var err error
 		if m.Role == "user" {
 			out, err = p.userMessage(out, i, blocks)
 		} else {
@@ -579,14 +581,7 @@ func (p *parsed) parseMessages(in []inMessage) error {
 	// user's next message).
 	var merged []gateway.Message
 	for _, m := range out {
-		if len(m.Parts) == 0 {
-			continue
-		}
-		if n := len(merged); n > 0 && merged[n-1].Role == m.Role {
-			merged[n-1].Parts = append(merged[n-1].Parts, m.Parts...)
-			continue
-		}
-		merged = append(merged, m)
+		merged = gateway.AppendMerged(merged, m)
 	}
 	merged, err := p.resumeCall(srvCalls, len(in)-1, merged)
 	if err != nil {
@@ -621,34 +616,29 @@ func (p *parsed) userMessage(out []gateway.Message, i int, blocks []block) ([]ga
 			}
 			res := &gateway.ToolResult{CallID: b.ToolUseID, IsError: b.IsError}
 			if len(b.Content) > 0 && string(b.Content) != "null" {
-				var s string
-				if err := json.Unmarshal(b.Content, &s); err == nil {
-					res.Content = s
-				} else {
-					var inner []block
-					if err := json.Unmarshal(b.Content, &inner); err != nil {
-						return nil, badRequest("%s.content: expected a string or an array of text and image blocks", where)
-					}
-					var texts []string
-					for k, ib := range inner {
-						switch ib.Type {
-						case "text":
-							if ib.Text == nil {
-								return nil, badRequest("%s.content.%d.text: Field required", where, k)
-							}
-							texts = append(texts, *ib.Text)
-						case "image":
-							img, err := image(fmt.Sprintf("%s.content.%d", where, k), ib.Source)
-							if err != nil {
-								return nil, err
-							}
-							res.Images = append(res.Images, *img)
-						default:
-							return nil, badRequest("%s.content.%d.type: %q is not supported in a tool_result (text, image)", where, k, clip(ib.Type))
-						}
-					}
-					res.Content = strings.Join(texts, "\n")
+				inner, err := blocksOf(b.Content)
+				if err != nil {
+					return nil, badRequest("%s.content: expected a string or an array of text and image blocks", where)
 				}
+				var texts []string
+				for k, ib := range inner {
+					switch ib.Type {
+					case "text":
+						if ib.Text == nil {
+							return nil, badRequest("%s.content.%d.text: Field required", where, k)
+						}
+						texts = append(texts, *ib.Text)
+					case "image":
+						img, err := image(fmt.Sprintf("%s.content.%d", where, k), ib.Source)
+						if err != nil {
+							return nil, err
+						}
+						res.Images = append(res.Images, *img)
+					default:
+						return nil, badRequest("%s.content.%d.type: %q is not supported in a tool_result (text, image)", where, k, clip(ib.Type))
+					}
+				}
+				res.Content = strings.Join(texts, "\n")
 			}
 			if _, ok := p.prog[b.ToolUseID]; ok {
 				// The answer to a call made by code: for the code, not

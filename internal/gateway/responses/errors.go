@@ -80,10 +80,7 @@ func toAPIError(err error) (*apiError, bool) {
 	}
 	var re *gateway.RequestError
 	if errors.As(err, &re) {
-		st := re.Status
-		if st == 0 {
-			st = http.StatusBadRequest
-		}
+		st := re.HTTPStatus()
 		code := re.Code
 		if code == "" {
 			code = codeFor(st)
@@ -91,10 +88,7 @@ func toAPIError(err error) (*apiError, bool) {
 		return &apiError{Status: st, Type: typeFor(st), Message: re.Message, Param: re.Param, Code: code}, true
 	}
 	if ue, ok := gateway.AsUpstreamError(err); ok {
-		st := ue.Status
-		if st < 400 || st > 599 {
-			st = http.StatusBadGateway
-		}
+		st := ue.HTTPStatus()
 		typ := ue.Type
 		if typ == "" {
 			typ = typeFor(st)

@@ -222,11 +222,8 @@ func itemEntries(it *inputItem, param string, envs map[string]string) ([]entry, 
 		res.CallID = it.CallID
 		return []entry{outputEntry(famFunction, res)}, nil, nil
 	case "shell_call":
-		if err := need(param, "call_id", it.CallID); err != nil {
-			return nil, nil, err
-		}
-		var a shellAction
-		if err := unmarshalField(it.Action, &a, param+".action"); err != nil {
+		a, err := callAction[shellAction](it, param)
+		if err != nil {
 			return nil, nil, err
 		}
 		var ids []string
@@ -245,11 +242,8 @@ func itemEntries(it *inputItem, param string, envs map[string]string) ([]entry, 
 		}
 		return []entry{outputEntry(famShell, shellOutputResult(it.CallID, it.Status, envs[it.CallID], outs))}, nil, nil
 	case "local_shell_call":
-		if err := need(param, "call_id", it.CallID); err != nil {
-			return nil, nil, err
-		}
-		var a localAction
-		if err := unmarshalField(it.Action, &a, param+".action"); err != nil {
+		a, err := callAction[localAction](it, param)
+		if err != nil {
 			return nil, nil, err
 		}
 		return []entry{callEntry(famLocalShell, it.CallID, shellFunction, shellArgs(fromLocalAction(a)))}, nil, nil
@@ -289,6 +283,17 @@ func itemEntries(it *inputItem, param string, envs map[string]string) ([]entry, 
 		return nil, nil, invalid(param+".type", "Missing required parameter: '%s.type'.", param)
 	}
 	return nil, nil, invalid(param+".type", "Input item type %q is not supported by Shellgate.", clip(typ))
+}
+
+// callAction is the action of a call item (shell_call, local_shell_call),
+// which must have a call_id.
+func callAction[A any](it *inputItem, param string) (A, error) {
+	var a A
+	if err := need(param, "call_id", it.CallID); err != nil {
+		return a, err
+	}
+	err := unmarshalField(it.Action, &a, param+".action")
+	return a, err
 }
 
 func need(param, field, v string) error {

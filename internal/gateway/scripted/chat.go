@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/gateway"
+	"github.com/shellgate/shellgate/internal/gateway/chat"
 )
 
 // Chat Completions (POST /v1/chat/completions), as OpenAI serves it.
@@ -112,12 +115,7 @@ func parseChat(raw []byte) (*conversation, error) {
 		if len(req.Tools) == 0 {
 			return nil, badRequest("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.")
 		}
-		var mode string
-		if json.Unmarshal(tc, &mode) == nil {
-			if mode != "none" && mode != "auto" && mode != "required" {
-				return nil, badRequest("Invalid value: '%s'. Supported values are: 'none', 'auto', and 'required'. ('tool_choice')", mode)
-			}
-		} else {
+		err := checkToolChoice(tc, func() error {
 			var named struct {
 				Type     string `json:"type"`
 				Function struct {
@@ -125,11 +123,15 @@ func parseChat(raw []byte) (*conversation, error) {
 				} `json:"function"`
 			}
 			if json.Unmarshal(tc, &named) != nil || named.Type != "function" {
-				return nil, badRequest("Invalid 'tool_choice': expected 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}.")
+				return badRequest("Invalid 'tool_choice': expected 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}.")
 			}
 			if !names[named.Function.Name] {
-				return nil, badRequest("Invalid value for 'tool_choice': tool choice '%s' not found in 'tools' parameter.", named.Function.Name)
+				return badRequest("Invalid value for 'tool_choice': tool choice '%s' not found in 'tools' parameter.", named.Function.Name)
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	var pending []string // tool_call ids of the last assistant message not yet answered
@@ -192,18 +194,9 @@ func parseChat(raw []byte) (*conversation, error) {
 	return c, nil
 }
 
-func chatFinish(a *answer) string {
-	switch a.turn.stop() {
-	case "max_tokens":
-		return "length"
-	case "tool_use":
-		return "tool_calls"
-	case "refusal":
-		return "content_filter"
-	default:
-		return "stop"
-	}
-}
+// chatFinish is the answer's stop reason in Chat Completions' words (the
+// script's stop is in the gateway's).
+func chatFinish(a *answer) string { return chat.FinishReason(gateway.StopReason(a.turn.stop())) }
 
 func chatUsage(u Usage) map[string]any {
 	return map[string]any{

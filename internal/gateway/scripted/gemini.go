@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/gemini"
 )
 
@@ -159,15 +160,10 @@ func parseGemini(raw []byte, rest string) (*conversation, error) {
 	return c, nil
 }
 
+// geminiFinish is the answer's stop reason in Gemini's words (the
+// script's stop is in the gateway's).
 func geminiFinish(a *answer) string {
-	switch a.turn.stop() {
-	case "max_tokens":
-		return "MAX_TOKENS"
-	case "refusal":
-		return "SAFETY"
-	default:
-		return "STOP"
-	}
+	return string(gemini.FinishReason(gateway.StopReason(a.turn.stop())))
 }
 
 func geminiUsage(u Usage) map[string]any {

@@ -113,22 +113,21 @@ func parseResponses(raw []byte) (*conversation, error) {
 		c.Tools = append(c.Tools, t.Name)
 	}
 	if tc := bytes.TrimSpace(req.ToolChoice); len(tc) > 0 && string(tc) != "null" {
-		var mode string
-		if json.Unmarshal(tc, &mode) == nil {
-			if mode != "none" && mode != "auto" && mode != "required" {
-				return nil, badRequest("Invalid value: '%s'. Supported values are: 'none', 'auto', and 'required'. ('tool_choice')", mode)
-			}
-		} else {
+		err := checkToolChoice(tc, func() error {
 			var named struct {
 				Type string `json:"type"`
 				Name string `json:"name"`
 			}
 			if json.Unmarshal(tc, &named) != nil || named.Type == "" {
-				return nil, badRequest("Invalid 'tool_choice'.")
+				return badRequest("Invalid 'tool_choice'.")
 			}
 			if named.Type == "function" && !names[named.Name] {
-				return nil, badRequest("Tool choice 'function' not found in 'tools' parameter.")
+				return badRequest("Tool choice 'function' not found in 'tools' parameter.")
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	in := bytes.TrimSpace(req.Input)

@@ -50,6 +50,10 @@ func TestValidation(t *testing.T) {
 		{"17 messages empty text", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":""}]}]}`, 400, "text content blocks must be non-empty"},
 		{"18 messages input not object", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":"x"}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t"}]}]}`, 400, "valid dictionary"},
 		{"19 messages no schema", msgs, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f"}]}`, 400, "input_schema: Field required"},
+		{"20 chat tool_choice mode", chat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"any"}`, 400, "Invalid value: 'any'. Supported values are: 'none', 'auto', and 'required'."},
+		{"21 responses tool_choice mode", resp, `{"model":"m","input":"hi","tools":[{"type":"function","name":"f"}],"tool_choice":"any"}`, 400, "Invalid value: 'any'. Supported values are: 'none', 'auto', and 'required'."},
+		{"22 responses tool_choice unknown", resp, `{"model":"m","input":"hi","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}}`, 400, "Tool choice 'function' not found in 'tools' parameter."},
+		{"23 responses tool_choice named", resp, `{"model":"m","input":"hi","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f"}}`, 200, `"output_text"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

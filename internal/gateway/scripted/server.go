@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shellgate/shellgate/internal/gateway/messages"
 )
 
 // The four APIs, as Request.API names them.
@@ -333,7 +335,7 @@ func streamError(s *sse, api, model string, e *Error) {
 		s.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant",
 			"model": model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil, "usage": messagesUsage(Usage{})}})
 		if typ == "" {
-			typ = anthropicErrorType(e.Status)
+			typ = messages.ErrorType(e.Status)
 		}
 		s.event("error", map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": e.Message}})
 	case APIGemini:
@@ -414,7 +416,7 @@ func writeError(w http.ResponseWriter, api string, e *apiError) int {
 	}
 	if api == APIMessages {
 		if typ == "" {
-			typ = anthropicErrorType(e.status)
+			typ = messages.ErrorType(e.status)
 		}
 		writeJSON(w, e.status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": e.msg}, "request_id": newID("req_")})
 		return e.status
@@ -433,25 +435,18 @@ func writeError(w http.ResponseWriter, api string, e *apiError) int {
 	return e.status
 }
 
-func anthropicErrorType(status int) string {
-	switch status {
-	case 400:
-		return "invalid_request_error"
-	case 401:
-		return "authentication_error"
-	case 403:
-		return "permission_error"
-	case 404:
-		return "not_found_error"
-	case 413:
-		return "request_too_large"
-	case 429:
-		return "rate_limit_error"
-	case 529:
-		return "overloaded_error"
-	default:
-		return "api_error"
+// checkToolChoice checks an OpenAI tool_choice (Chat Completions and
+// Responses): a mode (none, auto, required), or an object that named
+// checks (its shape is each API's).
+func checkToolChoice(tc []byte, named func() error) error {
+	var mode string
+	if json.Unmarshal(tc, &mode) != nil {
+		return named()
 	}
+	if mode != "none" && mode != "auto" && mode != "required" {
+		return badRequest("Invalid value: '%s'. Supported values are: 'none', 'auto', and 'required'. ('tool_choice')", mode)
+	}
+	return nil
 }
 
 // sse writes Server-Sent Events, one flush per event, with the scripted
@@ -511,22 +506,27 @@ func (s *sse) event(name string, v any) {
 
 // chunks splits text into pieces of about n bytes at word ends, so
 // streamed text arrives in several deltas.
-func chunks(text string, n int) []string {
+func chunks(text string, n int) []string { return Chunks(text, n, true) }
+
+// Chunks splits s into pieces of n bytes, each run on to the end of a
+// word (at a space) when words is set, and to the end of a UTF-8
+// sequence; the last piece is the rest (none when s is empty). The
+// scripted models stream text and arguments in them.
+func Chunks(s string, n int, words bool) []string {
 	var out []string
-	for len(text) > n {
+	for len(s) > n {
 		cut := n
-		for cut < len(text) && text[cut-1] != ' ' {
+		for words && cut < len(s) && s[cut-1] != ' ' {
 			cut++
 		}
-		// keep UTF-8 sequences whole
-		for cut < len(text) && text[cut]&0xC0 == 0x80 {
+		for cut < len(s) && s[cut]&0xC0 == 0x80 {
 			cut++
 		}
-		out = append(out, text[:cut])
-		text = text[cut:]
+		out = append(out, s[:cut])
+		s = s[cut:]
 	}
-	if text != "" {
-		out = append(out, text)
+	if s != "" {
+		out = append(out, s)
 	}
 	return out
 }
@@ -537,15 +537,5 @@ func argChunks(args string) []string {
 	if len(args) < 2 {
 		return []string{args}
 	}
-	var out []string
-	n := max(len(args)/3, 1)
-	for len(args) > 0 {
-		cut := min(n, len(args))
-		for cut < len(args) && args[cut]&0xC0 == 0x80 {
-			cut++
-		}
-		out = append(out, args[:cut])
-		args = args[cut:]
-	}
-	return out
+	return Chunks(args, max(len(args)/3, 1), false)
 }

@@ -107,12 +107,16 @@ type chatAnswer struct {
 
 // chatChoice is a choice of a Chat Completions response.
 type chatChoice struct {
-	FinishReason string `json:"finish_reason"`
-	Message      struct {
-		Content   string         `json:"content"`
-		Refusal   string         `json:"refusal"`
-		ToolCalls []chatToolCall `json:"tool_calls"`
-	} `json:"message"`
+	FinishReason string                    `json:"finish_reason"`
+	Message      chatMessage[chatToolCall] `json:"message"`
+}
+
+// chatMessage is a choice's message (C chatToolCall), or a streamed
+// chunk's delta (C chatToolCallDelta).
+type chatMessage[C any] struct {
+	Content   string `json:"content"`
+	Refusal   string `json:"refusal"`
+	ToolCalls []C    `json:"tool_calls"`
 }
 
 // chatToolCall is a tool call of a Chat Completions message.
@@ -163,12 +167,8 @@ type chatChunk struct {
 
 // chatChunkChoice is a choice of a streamed chunk.
 type chatChunkChoice struct {
-	FinishReason string `json:"finish_reason"`
-	Delta        struct {
-		Content   string              `json:"content"`
-		Refusal   string              `json:"refusal"`
-		ToolCalls []chatToolCallDelta `json:"tool_calls"`
-	} `json:"delta"`
+	FinishReason string                         `json:"finish_reason"`
+	Delta        chatMessage[chatToolCallDelta] `json:"delta"`
 }
 
 // chatToolCallDelta is a piece of a streamed tool call.

@@ -53,14 +53,9 @@ func (a *responsesAnswer) read(r *jsonr.Reader) bool {
 		case 2:
 			return r.Str(&a.Status)
 		case 3:
-			return r.Object(codeMessageNames, func(k int) bool {
-				if k == 0 {
-					return r.Str(&a.Error.Code)
-				}
-				return r.Str(&a.Error.Message)
-			})
+			return r.Strs(codeMessageNames, &a.Error.Code, &a.Error.Message)
 		case 4:
-			return r.Object(reasonNames, func(int) bool { return r.Str(&a.IncompleteDetails.Reason) })
+			return r.Strs(reasonNames, &a.IncompleteDetails.Reason)
 		case 5:
 			return jsonr.Slice(r, &a.Output, func(it *responsesItem) bool { return it.read(r) })
 		default:
@@ -107,7 +102,7 @@ func (it *responsesItem) read(r *jsonr.Reader) bool {
 		case 10:
 			return r.Str(&it.Status)
 		case 11:
-			return r.Object(containerIDNames, func(int) bool { return r.Str(&it.Environment.ContainerID) })
+			return r.Strs(containerIDNames, &it.Environment.ContainerID)
 		default:
 			return r.Str(&it.ContainerID)
 		}
@@ -138,23 +133,13 @@ func (a *chatAnswer) read(r *jsonr.Reader) bool {
 					if k == 0 {
 						return r.Str(&ch.FinishReason)
 					}
-					m := &ch.Message
-					return r.Object(chatMessageNames, func(k int) bool {
-						switch k {
-						case 0:
-							return r.Str(&m.Content)
-						case 1:
-							return r.Str(&m.Refusal)
-						default:
-							return jsonr.Slice(r, &m.ToolCalls, func(tc *chatToolCall) bool {
-								return r.Object(chatToolCallNames, func(k int) bool {
-									if k == 0 {
-										return r.Str(&tc.ID)
-									}
-									return tc.Function.read(r)
-								})
-							})
-						}
+					return ch.Message.read(r, func(tc *chatToolCall) bool {
+						return r.Object(chatToolCallNames, func(k int) bool {
+							if k == 0 {
+								return r.Str(&tc.ID)
+							}
+							return tc.Function.read(r)
+						})
 					})
 				})
 			})
@@ -164,13 +149,22 @@ func (a *chatAnswer) read(r *jsonr.Reader) bool {
 	})
 }
 
-func (f *chatFunction) read(r *jsonr.Reader) bool {
-	return r.Object(chatFunctionNames, func(k int) bool {
-		if k == 0 {
-			return r.Str(&f.Name)
+// read reads m, each tool call with call.
+func (m *chatMessage[C]) read(r *jsonr.Reader, call func(*C) bool) bool {
+	return r.Object(chatMessageNames, func(k int) bool {
+		switch k {
+		case 0:
+			return r.Str(&m.Content)
+		case 1:
+			return r.Str(&m.Refusal)
+		default:
+			return jsonr.Slice(r, &m.ToolCalls, call)
 		}
-		return r.Str(&f.Arguments)
 	})
+}
+
+func (f *chatFunction) read(r *jsonr.Reader) bool {
+	return r.Strs(chatFunctionNames, &f.Name, &f.Arguments)
 }
 
 func (u *chatUsageJSON) read(r *jsonr.Reader) bool {
@@ -199,12 +193,7 @@ var (
 func (a *messagesAnswer) reset() { *a = messagesAnswer{} }
 
 func (c *messagesContainer) read(r *jsonr.Reader) bool {
-	return r.Object(containerNames, func(k int) bool {
-		if k == 0 {
-			return r.Str(&c.ID)
-		}
-		return r.Str(&c.ExpiresAt)
-	})
+	return r.Strs(containerNames, &c.ID, &c.ExpiresAt)
 }
 
 func (b *messagesBlock) read(r *jsonr.Reader) bool {
@@ -270,7 +259,6 @@ var (
 	responsesEventNames  = []string{"type", "item_id", "delta", "item", "response", "code", "message"}
 	chatChunkNames       = []string{"id", "model", "usage", "choices"}
 	chatChunkChoiceNames = []string{"finish_reason", "delta"}
-	chatDeltaNames       = []string{"content", "refusal", "tool_calls"}
 	chatCallDeltaNames   = []string{"index", "id", "function"}
 	messagesEventNames   = []string{"type", "index", "message", "content_block", "delta", "usage"}
 	messagesStartNames   = []string{"id", "model", "usage"}
@@ -317,27 +305,17 @@ func (c *chatChunk) read(r *jsonr.Reader) bool {
 					if k == 0 {
 						return r.Str(&ch.FinishReason)
 					}
-					d := &ch.Delta
-					return r.Object(chatDeltaNames, func(k int) bool {
-						switch k {
-						case 0:
-							return r.Str(&d.Content)
-						case 1:
-							return r.Str(&d.Refusal)
-						default:
-							return jsonr.Slice(r, &d.ToolCalls, func(tc *chatToolCallDelta) bool {
-								return r.Object(chatCallDeltaNames, func(k int) bool {
-									switch k {
-									case 0:
-										return r.Int64(&tc.Index)
-									case 1:
-										return r.Str(&tc.ID)
-									default:
-										return tc.Function.read(r)
-									}
-								})
-							})
-						}
+					return ch.Delta.read(r, func(tc *chatToolCallDelta) bool {
+						return r.Object(chatCallDeltaNames, func(k int) bool {
+							switch k {
+							case 0:
+								return r.Int64(&tc.Index)
+							case 1:
+								return r.Str(&tc.ID)
+							default:
+								return tc.Function.read(r)
+							}
+						})
 					})
 				})
 			})
@@ -415,7 +393,7 @@ func (a *geminiAnswer) read(r *jsonr.Reader) bool {
 			return jsonr.Slice(r, &a.Candidates, func(c *geminiCandidate) bool { return c.read(r) })
 		case 3:
 			return jsonr.Ptr(r, &a.PromptFeedback, func(pf *geminiPromptFeedback) bool {
-				return r.Object(blockReasonNames, func(int) bool { return r.Str((*string)(&pf.BlockReason)) })
+				return r.Strs(blockReasonNames, (*string)(&pf.BlockReason))
 			})
 		default:
 			return jsonr.Ptr(r, &a.UsageMetadata, func(u *geminiUsage) bool {
@@ -457,23 +435,9 @@ func (p *geminiAnswerPart) read(r *jsonr.Reader) bool {
 		case 1:
 			return r.Str(&p.Text)
 		case 3:
-			return jsonr.Ptr(r, &p.ExecutableCode, func(c *geminiCode) bool {
-				return r.Object(geminiCodeNames, func(k int) bool {
-					if k == 0 {
-						return r.Str(&c.Language)
-					}
-					return r.Str(&c.Code)
-				})
-			})
+			return jsonr.Ptr(r, &p.ExecutableCode, func(c *geminiCode) bool { return r.Strs(geminiCodeNames, &c.Language, &c.Code) })
 		case 4:
-			return jsonr.Ptr(r, &p.CodeExecutionResult, func(c *geminiCodeResult) bool {
-				return r.Object(geminiResultNames, func(k int) bool {
-					if k == 0 {
-						return r.Str(&c.Outcome)
-					}
-					return r.Str(&c.Output)
-				})
-			})
+			return jsonr.Ptr(r, &p.CodeExecutionResult, func(c *geminiCodeResult) bool { return r.Strs(geminiResultNames, &c.Outcome, &c.Output) })
 		default:
 			return jsonr.Ptr(r, &p.FunctionCall, func(fc *geminiCall) bool {
 				return r.Object(geminiCallNames, func(k int) bool {

@@ -188,19 +188,7 @@ const chatPath = "/chat/completions"
 
 // Turn implements gateway.Upstream.
 func (c *Chat) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	call, err := c.send(ctx, req, onDelta != nil, chatBody, chatPath, c.hdr)
-	if err != nil {
-		return nil, err
-	}
-	defer call.close()
-	if onDelta == nil {
-		var cc chatAnswer
-		if err := call.decode(ctx, &cc); err != nil {
-			return nil, err
-		}
-		return chatTurn(&cc)
-	}
-	return chatStream(ctx, call, onDelta)
+	return turn(ctx, &c.Endpoint, req, onDelta, chatBody, chatPath, c.hdr, chatTurn, chatStream)
 }
 
 // chatTurn is a non-streamed answer as a Turn.

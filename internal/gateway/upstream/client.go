@@ -233,6 +233,26 @@ func (e *Endpoint) send(ctx context.Context, req *gateway.Request, stream bool, 
 	return e.post(ctx, path, b, hdr, ready)
 }
 
+// turn is an adapter's Turn: it sends req (send) and reads the answer, a
+// whole one decoded into an A and made a Turn by whole, a streamed one
+// (onDelta set) by stream.
+func turn[A any](ctx context.Context, e *Endpoint, req *gateway.Request, onDelta func(gateway.Delta), body func(*gateway.Request, bool) ([]byte, error), path string, hdr http.Header,
+	whole func(*A) (*gateway.Turn, error), stream func(context.Context, *call, func(gateway.Delta)) (*gateway.Turn, error)) (*gateway.Turn, error) {
+	call, err := e.send(ctx, req, onDelta != nil, body, path, hdr)
+	if err != nil {
+		return nil, err
+	}
+	defer call.close()
+	if onDelta == nil {
+		var a A
+		if err := call.decode(ctx, &a); err != nil {
+			return nil, err
+		}
+		return whole(&a)
+	}
+	return stream(ctx, call, onDelta)
+}
+
 // post sends body to path and returns the exchange with a 2xx answer, or
 // the error the adapter returns (an *UpstreamError or ctx's error).
 //

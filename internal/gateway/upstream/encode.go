@@ -291,6 +291,21 @@ func memoContinued(req *gateway.Request, from int, tail []int) bool {
 		req.Messages[tail[0]].Role == req.Messages[m.From].Role
 }
 
+// mergedParams is params (an adapter that merges consecutive turns of
+// one role) of req's messages from the memo's place on (memoFrom), or from
+// the memo's From when the new messages continue its last element
+// (memoContinued); it returns the params, the message they start at and
+// their tail.
+func mergedParams[P any](req *gateway.Request, flavour string, params func(*gateway.Request, int) (P, []int, error)) (P, int, []int, error) {
+	from := memoFrom(req, flavour)
+	p, tail, err := params(req, from)
+	if err == nil && memoContinued(req, from, tail) {
+		from = req.Encoded.From
+		p, tail, err = params(req, from)
+	}
+	return p, from, tail, err
+}
+
 // memoTools says whether the run's memo holds the encoded tools, so the
 // adapter need not build them again; it takes them from the runs before
 // when they had the same tools (the server tools' functions are the same

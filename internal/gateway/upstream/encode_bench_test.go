@@ -92,24 +92,10 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 	}
 	leanWith := func(dec func([]byte, any) error) map[string]func([]byte) error {
 		return map[string]func([]byte) error{
-			gateway.APIResponses: func(d []byte) error {
-				var v responsesAnswer
-				if err := dec(d, &v); err != nil {
-					return err
-				}
-				_, err := responsesTurn(&v)
-				return err
-			},
-			gateway.APIChat: func(d []byte) error {
-				var v chatAnswer
-				if err := dec(d, &v); err != nil {
-					return err
-				}
-				_, err := chatTurn(&v)
-				return err
-			},
-			gateway.APIMessages: func(d []byte) error { var v messagesAnswer; return dec(d, &v) },
-			gateway.APIGemini:   func(d []byte) error { var v geminiAnswer; return dec(d, &v) },
+			gateway.APIResponses: decodeTurn(dec, responsesTurn),
+			gateway.APIChat:      decodeTurn(dec, chatTurn),
+			gateway.APIMessages:  decodeTurn[messagesAnswer](dec, nil),
+			gateway.APIGemini:    decodeTurn[geminiAnswer](dec, nil),
 		}
 	}
 	kinds := map[string]map[string]func([]byte) error{"sdk": sdk, "lean-encjson": leanWith(json.Unmarshal),
@@ -133,6 +119,19 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// decodeTurn decodes an answer into an A with dec and, when turn is set,
+// makes it a Turn.
+func decodeTurn[A any](dec func([]byte, any) error, turn func(*A) (*gateway.Turn, error)) func([]byte) error {
+	return func(d []byte) error {
+		var v A
+		if err := dec(d, &v); err != nil || turn == nil {
+			return err
+		}
+		_, err := turn(&v)
+		return err
 	}
 }
 

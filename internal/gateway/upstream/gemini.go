@@ -231,12 +231,7 @@ func geminiBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if body, ok := directTurn(req, gateway.APIGemini, false, "contents", true, geminiResults); ok {
 		return body, nil
 	}
-	from := memoFrom(req, gateway.APIGemini)
-	p, tail, err := geminiParams(req, from)
-	if err == nil && memoContinued(req, from, tail) {
-		from = req.Encoded.From
-		p, tail, err = geminiParams(req, from)
-	}
+	p, from, tail, err := mergedParams(req, gateway.APIGemini, geminiParams)
 	if err != nil {
 		return nil, err
 	}
@@ -454,22 +449,22 @@ func geminiPath(model string, stream bool) string {
 
 // Turn implements gateway.Upstream.
 func (c *Gemini) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	call, err := c.send(ctx, req, onDelta != nil, geminiBody, geminiPath(req.Model, onDelta != nil), c.hdr)
-	if err != nil {
+	return turn(ctx, &c.Endpoint, req, onDelta, geminiBody, geminiPath(req.Model, onDelta != nil), c.hdr, geminiWhole, geminiStream)
+}
+
+// geminiWhole is a non-streamed answer as a Turn.
+func geminiWhole(r *geminiAnswer) (*gateway.Turn, error) {
+	g := newGeminiTurn(nil)
+	if err := g.add(r); err != nil {
 		return nil, err
 	}
-	defer call.close()
+	return g.done(), nil
+}
+
+// geminiStream reads a streamed answer, its chunks in order, calling
+// onDelta as parts arrive.
+func geminiStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
 	g := newGeminiTurn(onDelta)
-	if onDelta == nil {
-		var r geminiAnswer
-		if err := call.decode(ctx, &r); err != nil {
-			return nil, err
-		}
-		if err := g.add(&r); err != nil {
-			return nil, err
-		}
-		return g.done(), nil
-	}
 	sr := newSSEReader(call)
 	for {
 		ev, err := sr.next(ctx)

@@ -94,15 +94,7 @@ func responsesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byt
 
 // messagesResults writes a user message of tool_result blocks.
 func messagesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
-	if !textResults(req, mi) {
-		return b, ends, false
-	}
-	b = append(b, `{"content":[`...)
-	for i, p := range req.Messages[mi].Parts {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		r := p.Result
+	return userResults(b, req, mi, ends, `{"content":[`, func(b []byte, r *gateway.ToolResult) []byte {
 		b = append(b, `{"tool_use_id":`...)
 		b = appendString(b, r.CallID)
 		if r.IsError {
@@ -113,28 +105,33 @@ func messagesResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte
 			b = appendString(b, r.Content)
 			b = append(b, `,"type":"text"}]`...)
 		}
-		b = append(b, `,"type":"tool_result"}`...)
-	}
-	b = append(b, `],"role":"user"}`...)
-	return b, append(ends, len(b)), true
+		return append(b, `,"type":"tool_result"}`...)
+	})
 }
 
 // geminiResults writes a user content of functionResponse parts.
 func geminiResults(b []byte, req *gateway.Request, mi int, ends []int) ([]byte, []int, bool) {
-	if !textResults(req, mi) {
-		return b, ends, false
-	}
-	b = append(b, `{"parts":[`...)
-	for i, p := range req.Messages[mi].Parts {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		r := p.Result
+	return userResults(b, req, mi, ends, `{"parts":[`, func(b []byte, r *gateway.ToolResult) []byte {
 		key := "output"
 		if r.IsError {
 			key = "error"
 		}
-		b = appendFunctionResponse(b, r.CallID, callName(req.Messages[:mi], r.CallID), key, r.Content)
+		return appendFunctionResponse(b, r.CallID, callName(req.Messages[:mi], r.CallID), key, r.Content)
+	})
+}
+
+// userResults writes message mi's results as one user element, open
+// (`{"content":[`, `{"parts":[`) and then each result written by one.
+func userResults(b []byte, req *gateway.Request, mi int, ends []int, open string, one func([]byte, *gateway.ToolResult) []byte) ([]byte, []int, bool) {
+	if !textResults(req, mi) {
+		return b, ends, false
+	}
+	b = append(b, open...)
+	for i, p := range req.Messages[mi].Parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = one(b, p.Result)
 	}
 	b = append(b, `],"role":"user"}`...)
 	return b, append(ends, len(b)), true

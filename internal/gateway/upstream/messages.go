@@ -117,29 +117,21 @@ func messagesParams(req *gateway.Request, from int) (p anthropic.MessageNewParam
 				}
 				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfToolResult: &tr})
 			}
-			for _, part := range m.Parts {
-				switch part.Kind {
-				case gateway.PartText:
-					if part.Text != "" {
-						blocks = append(blocks, anthropic.NewTextBlock(part.Text))
-					}
-				case gateway.PartImage:
-					blocks = append(blocks, anthropic.ContentBlockParamUnion{OfImage: &anthropic.ImageBlockParam{Source: anthropicImage(part.Image)}})
-				}
-			}
 		case gateway.RoleAssistant:
-			for _, part := range m.Parts {
-				switch part.Kind {
-				case gateway.PartText:
-					if part.Text != "" {
-						blocks = append(blocks, anthropic.NewTextBlock(part.Text))
-					}
-				case gateway.PartToolCall:
-					blocks = append(blocks, anthropic.NewToolUseBlock(part.Call.ID, toolInput(part.Call.Arguments), part.Call.Name))
-				}
-			}
 		default:
 			return p, nil, gateway.BadRequest("messages", "unknown role %q", m.Role)
+		}
+		// After the tool results: the text, a user's images, an
+		// assistant's calls.
+		for _, part := range m.Parts {
+			switch {
+			case part.Kind == gateway.PartText && part.Text != "":
+				blocks = append(blocks, anthropic.NewTextBlock(part.Text))
+			case part.Kind == gateway.PartImage && m.Role == gateway.RoleUser:
+				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfImage: &anthropic.ImageBlockParam{Source: anthropicImage(part.Image)}})
+			case part.Kind == gateway.PartToolCall && m.Role == gateway.RoleAssistant:
+				blocks = append(blocks, anthropic.NewToolUseBlock(part.Call.ID, toolInput(part.Call.Arguments), part.Call.Name))
+			}
 		}
 		if len(blocks) == 0 {
 			continue
@@ -276,12 +268,7 @@ func messagesBody(req *gateway.Request, stream bool) ([]byte, error) {
 	if body, ok := directTurn(req, gateway.APIMessages, stream, "messages", true, messagesResults); ok {
 		return body, nil
 	}
-	from := memoFrom(req, gateway.APIMessages)
-	p, tail, err := messagesParams(req, from)
-	if err == nil && memoContinued(req, from, tail) {
-		from = req.Encoded.From
-		p, tail, err = messagesParams(req, from)
-	}
+	p, from, tail, err := mergedParams(req, gateway.APIMessages, messagesParams)
 	if err != nil {
 		return nil, err
 	}
@@ -300,51 +287,44 @@ const messagesPath = "/v1/messages"
 
 // Turn implements gateway.Upstream.
 func (c *Messages) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	call, err := c.send(ctx, req, onDelta != nil, messagesBody, messagesPath, c.hdr)
-	if err != nil {
-		return nil, err
-	}
-	defer call.close()
-	if onDelta == nil {
-		var m messagesAnswer
-		if err := call.decode(ctx, &m); err != nil {
-			return nil, err
-		}
-		t := &gateway.Turn{ID: m.ID, Model: m.Model, Stop: messagesStop(m.StopReason),
-			Usage: gateway.Usage{
-				InputTokens:      m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens,
-				OutputTokens:     m.Usage.OutputTokens,
-				CacheReadTokens:  m.Usage.CacheReadInputTokens,
-				CacheWriteTokens: m.Usage.CacheCreationInputTokens,
-				ReasoningTokens:  m.Usage.OutputTokensDetails.ThinkingTokens,
-			}}
-		hosted := map[string]*gateway.HostedCall{}
-		for i := range m.Content {
-			b := &m.Content[i]
-			switch b.Type {
-			case "text":
-				if b.Text != "" {
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText, Text: b.Text})
-				}
-			case "tool_use":
-				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)}})
-			default:
-				h, err := messagesHosted(b, hosted)
-				if err != nil {
+	return turn(ctx, &c.Endpoint, req, onDelta, messagesBody, messagesPath, c.hdr, messagesTurn, messagesStream)
+}
+
+// messagesTurn is a non-streamed answer as a Turn.
+func messagesTurn(m *messagesAnswer) (*gateway.Turn, error) {
+	t := &gateway.Turn{ID: m.ID, Model: m.Model, Stop: messagesStop(m.StopReason),
+		Usage: gateway.Usage{
+			InputTokens:      m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens,
+			OutputTokens:     m.Usage.OutputTokens,
+			CacheReadTokens:  m.Usage.CacheReadInputTokens,
+			CacheWriteTokens: m.Usage.CacheCreationInputTokens,
+			ReasoningTokens:  m.Usage.OutputTokensDetails.ThinkingTokens,
+		}}
+	hosted := map[string]*gateway.HostedCall{}
+	for i := range m.Content {
+		b := &m.Content[i]
+		switch b.Type {
+		case "text":
+			if b.Text != "" {
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText, Text: b.Text})
+			}
+		case "tool_use":
+			t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)}})
+		default:
+			h, err := messagesHosted(b, hosted)
+			if err != nil {
+				return nil, badAnswer(err)
+			}
+			if h != nil {
+				if err := hostedInput(h, b.Input); err != nil {
 					return nil, badAnswer(err)
 				}
-				if h != nil {
-					if err := hostedInput(h, b.Input); err != nil {
-						return nil, badAnswer(err)
-					}
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
-				}
+				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
 			}
 		}
-		hostedIn(t, m.Container)
-		return t, nil
 	}
-	return messagesStream(ctx, call, onDelta)
+	hostedIn(t, m.Container)
+	return t, nil
 }
 
 // anthropicStatus is the HTTP status of an error type in a stream's error
@@ -379,6 +359,15 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 	hosted := map[string]*gateway.HostedCall{}
 	var stop string
 	var container messagesContainer
+	// open adds part p for block index, its text or arguments gathered
+	// in into, and returns the part's index.
+	open := func(index int64, p gateway.Part, into map[int]*strings.Builder) int {
+		i := len(t.Parts)
+		partOf[index] = i
+		t.Parts = append(t.Parts, p)
+		into[i] = &strings.Builder{}
+		return i
+	}
 	for {
 		ev, err := r.next(ctx)
 		if err == io.EOF {
@@ -416,18 +405,12 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 			case "text":
 				isText[e.Index] = true
 				if e.ContentBlock.Text != "" {
-					i := len(t.Parts)
-					partOf[e.Index] = i
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
-					texts[i] = &strings.Builder{}
+					i := open(e.Index, gateway.Part{Kind: gateway.PartText}, texts)
 					texts[i].WriteString(e.ContentBlock.Text)
 					onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.ContentBlock.Text})
 				}
 			case "tool_use":
-				i := len(t.Parts)
-				partOf[e.Index] = i
-				t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
-				args[i] = &strings.Builder{}
+				i := open(e.Index, gateway.Part{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}}, args)
 				onDelta(gateway.Delta{Kind: gateway.DeltaCallStart, Index: i, Call: &gateway.ToolCall{ID: e.ContentBlock.ID, Name: e.ContentBlock.Name}})
 			default:
 				h, err := messagesHosted(&e.ContentBlock, hosted)
@@ -435,10 +418,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 					return nil, badAnswer(err)
 				}
 				if h != nil {
-					i := len(t.Parts)
-					partOf[e.Index] = i
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartHosted, Hosted: h})
-					args[i] = &strings.Builder{}
+					i := open(e.Index, gateway.Part{Kind: gateway.PartHosted, Hosted: h}, args)
 					onDelta(gateway.Delta{Kind: gateway.DeltaHosted, Index: i})
 				}
 			}
@@ -450,10 +430,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 				}
 				i, ok := partOf[e.Index]
 				if !ok {
-					i = len(t.Parts)
-					partOf[e.Index] = i
-					t.Parts = append(t.Parts, gateway.Part{Kind: gateway.PartText})
-					texts[i] = &strings.Builder{}
+					i = open(e.Index, gateway.Part{Kind: gateway.PartText}, texts)
 				}
 				texts[i].WriteString(e.Delta.Text)
 				onDelta(gateway.Delta{Kind: gateway.DeltaText, Index: i, Text: e.Delta.Text})

@@ -261,19 +261,7 @@ const responsesPath = "/responses"
 
 // Turn implements gateway.Upstream.
 func (c *Responses) Turn(ctx context.Context, req *gateway.Request, onDelta func(gateway.Delta)) (*gateway.Turn, error) {
-	call, err := c.send(ctx, req, onDelta != nil, responsesBody, responsesPath, c.hdr)
-	if err != nil {
-		return nil, err
-	}
-	defer call.close()
-	if onDelta == nil {
-		var r responsesAnswer
-		if err := call.decode(ctx, &r); err != nil {
-			return nil, err
-		}
-		return responsesTurn(&r)
-	}
-	return responsesStream(ctx, call, onDelta)
+	return turn(ctx, &c.Endpoint, req, onDelta, responsesBody, responsesPath, c.hdr, responsesTurn, responsesStream)
 }
 
 // responsesStream reads a streamed response, calling onDelta as text and
