@@ -15,7 +15,6 @@ import (
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
-	"github.com/shellgate/shellgate/internal/jsonr"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -124,35 +123,21 @@ func codeExecResult(content any, executed bool) StepResult {
 }
 
 // decodeArgs decodes a model's arguments object into v, saying plainly
-// what is wrong; read, when not nil, is v's reader (jsonr).
-func decodeArgs(raw string, v any, shape string, read func(r *jsonr.Reader) bool) error {
+// what is wrong.
+func decodeArgs(raw string, v any, shape string) error {
 	if strings.TrimSpace(raw) == "" {
 		raw = "{}"
 	}
-	// As tool.ParseShellArgs does: the common case without reflection
-	// (a step runs right after a wait, when a reflective decoder's code
-	// and type data are cold), else in one pass with encoding/json's
-	// semantics (the v1 API of the encoding/json/v2 module). Anything else
-	// takes encoding/json's Decoder, whose results and errors these are
-	// (TestDecodeArgsMatchesDecoder).
-	if read != nil {
-		if jsonr.Decode([]byte(raw), read) {
-			return nil
-		}
-		reflect.ValueOf(v).Elem().SetZero()
-	}
+	// As tool.ParseShellArgs does: in one pass with encoding/json's
+	// semantics (the v1 API of the encoding/json/v2 module); what that
+	// refuses takes encoding/json's Decoder, whose results and errors these
+	// are (TestDecodeArgsMatchesDecoder).
 	if jsonv1.Unmarshal([]byte(raw), v) == nil {
 		return nil
 	}
 	reflect.ValueOf(v).Elem().SetZero()
 	return decodeArgsDecoder(raw, v, shape)
 }
-
-var (
-	bashArgNames   = []string{"command", "restart"}
-	pythonArgNames = []string{"code"}
-	nsBashArgNames = []string{"command", "commands", "restart", "timeout_ms", "max_output_length"}
-)
 
 // decodeArgsDecoder is decodeArgs with encoding/json's Decoder alone.
 func decodeArgsDecoder(raw string, v any, shape string) error {
@@ -202,15 +187,7 @@ func (BashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, onOutp
 		Command *string `json:"command"`
 		Restart bool    `json:"restart"`
 	}
-	read := func(r *jsonr.Reader) bool {
-		return r.Object(bashArgNames, func(k int) bool {
-			if k == 0 {
-				return jsonr.Ptr(r, &a.Command, r.Str)
-			}
-			return r.Bool(&a.Restart)
-		})
-	}
-	if err := decodeArgs(call.Arguments, &a, `{"command": "..."}`, read); err != nil {
+	if err := decodeArgs(call.Arguments, &a, `{"command": "..."}`); err != nil {
 		return codeExecResult(bashError("invalid_tool_input", err.Error()), false)
 	}
 	if a.Restart && a.Command == nil {
@@ -628,7 +605,7 @@ func (EditorTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, _ fu
 		ViewRange []int   `json:"view_range"`
 	}
 	invalid := func(msg string) StepResult { return codeExecResult(editorError("invalid_tool_input", msg), false) }
-	if err := decodeArgs(call.Arguments, &a, `{"command": "view|create|str_replace", "path": "...", ...}`, nil); err != nil {
+	if err := decodeArgs(call.Arguments, &a, `{"command": "view|create|str_replace", "path": "...", ...}`); err != nil {
 		return invalid(err.Error())
 	}
 	switch a.Command {
@@ -824,23 +801,7 @@ func (t NSBashTool) Run(ctx context.Context, open SandboxFunc, call ToolCall, on
 		TimeoutMs       *int64   `json:"timeout_ms"`
 		MaxOutputLength *int64   `json:"max_output_length"`
 	}
-	read := func(r *jsonr.Reader) bool {
-		return r.Object(nsBashArgNames, func(k int) bool {
-			switch k {
-			case 0:
-				return jsonr.Ptr(r, &a.Command, r.Str)
-			case 1:
-				return jsonr.Slice(r, &a.Commands, r.Str)
-			case 2:
-				return r.Bool(&a.Restart)
-			case 3:
-				return jsonr.Ptr(r, &a.TimeoutMs, r.Int64)
-			default:
-				return jsonr.Ptr(r, &a.MaxOutputLength, r.Int64)
-			}
-		})
-	}
-	if err := decodeArgs(call.Arguments, &a, `{"command": "..."} or {"commands": ["..."]}`, read); err != nil {
+	if err := decodeArgs(call.Arguments, &a, `{"command": "..."} or {"commands": ["..."]}`); err != nil {
 		d := &ShellDetail{Error: err.Error(), ErrorCode: "invalid_tool_input"}
 		return StepResult{Content: "error: " + err.Error(), IsError: true, Detail: d}
 	}

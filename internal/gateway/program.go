@@ -93,7 +93,7 @@ func ProgramCode(arguments string) (string, error) {
 	var a struct {
 		Code *string `json:"code"`
 	}
-	if err := decodeArgs(arguments, &a, `{"code": "..."}`, nil); err != nil {
+	if err := decodeArgs(arguments, &a, `{"code": "..."}`); err != nil {
 		return "", err
 	}
 	if a.Code == nil || strings.TrimSpace(*a.Code) == "" {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
 	"github.com/shellgate/shellgate/internal/gateway/upstream"
-	"github.com/shellgate/shellgate/internal/jsonr"
 	"github.com/shellgate/shellgate/internal/tool"
 	"github.com/shellgate/shellgate/sandbox"
 )
@@ -473,29 +472,11 @@ func BenchmarkGatewayStep(b *testing.B) {
 			var perStep, perReq, cpuStep, cpuReq, objStep, objReq, bareStep, bareReq []float64
 			var gw, dir []time.Duration
 			var ownGw, ownDir, ownDiff, exchDiff, totalDiff []float64
-			// Iterations cycle through codecModes: the first runs as the
-			// gateway does (the metrics above); the others with some of
-			// the hand-written JSON readers off (each use falls back to
-			// its library path), their step-total and step-gw kept apart.
 			// The order of the gateway request and its direct twin
-			// alternates from one cycle to the next, so that neither side
-			// always gets the warmer caches of running second.
-			var offTotal, offGw [len(codecModes)][]float64
-			defer setCodecs(codecModes[0])
+			// alternates from one iteration to the next, so that neither
+			// side always gets the warmer caches of running second.
 			for i := 0; b.Loop(); i++ {
-				mode := i % len(codecModes)
-				swap := i/len(codecModes)%2 == 1
-				setCodecs(codecModes[mode])
-				s0, s1 := runs[0](swap), runs[1](swap)
-				if mode > 0 {
-					for _, s := range []stepSample{s0, s1} {
-						for k := range s.own[0] {
-							offGw[mode] = append(offGw[mode], us(s.own[0][k]))
-							offTotal[mode] = append(offTotal[mode], us(s.own[0][k]+s.exch[0][k]-s.own[1][k]-s.exch[1][k]))
-						}
-					}
-					continue
-				}
+				s0, s1 := runs[0](i%2 == 1), runs[1](i%2 == 1)
 				ws := us(s1.wall-s0.wall) / float64(steps)
 				cs := us(s1.cpu-s0.cpu) / float64(steps)
 				os := float64(s1.allocs-s0.allocs) / float64(steps)
@@ -526,14 +507,6 @@ func BenchmarkGatewayStep(b *testing.B) {
 			b.ReportMetric(median(ownDir), "step-direct-µs")
 			b.ReportMetric(median(ownDiff), "step-own-µs")
 			b.ReportMetric(median(exchDiff), "step-exch-µs")
-			for mode, m := range codecModes[1:] {
-				if tot := offTotal[mode+1]; len(tot) > 0 {
-					b.ReportMetric(median(tot), m.name+"-step-total-µs")
-					b.ReportMetric(median(offGw[mode+1]), m.name+"-step-gw-µs")
-					b.ReportMetric(median(tot)-median(totalDiff), m.name+"-saved-µs")
-					b.ReportMetric(median(offGw[mode+1])-median(ownGw), m.name+"-saved-gw-µs")
-				}
-			}
 			b.ReportMetric(median(cpuStep), "cpu-µs/step")
 			b.ReportMetric(median(cpuReq), "cpu-µs/request")
 			b.ReportMetric(median(objStep), "allocs/step")
@@ -541,18 +514,6 @@ func BenchmarkGatewayStep(b *testing.B) {
 		})
 	}
 }
-
-// codecModes are the settings of the hand-written JSON readers that
-// BenchmarkGatewayStep compares: on (as the gateway runs) and off (jsonr:
-// answers and tool arguments decoded by the library).
-var codecModes = [...]codecMode{{"codecs", false}, {"nojsonr", true}}
-
-type codecMode struct {
-	name     string
-	jsonrOff bool
-}
-
-func setCodecs(m codecMode) { jsonr.Off.Store(m.jsonrOff) }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/dustin/go-humanize"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
-	"github.com/shellgate/shellgate/internal/jsonr"
 	"github.com/shellgate/shellgate/sandbox"
 )
 
@@ -47,17 +46,11 @@ func invalid(format string, a ...any) error {
 // raw (text after it is ignored).
 func ParseShellArgs(raw []byte) (ShellArgs, error) {
 	var a ShellArgs
-	// The common case without reflection (jsonr: a tool step runs right
-	// after a wait, when a reflective decoder's code and type data are
-	// cold), then in one pass with encoding/json's semantics (the
-	// encoding/json/v2 module's v1 API, without encoding/json's separate
-	// validating scan and a Decoder's buffer); anything else (trailing
-	// text, an error) takes encoding/json's Decoder path, whose results
-	// and errors these are (TestParseShellArgsMatchesDecoder).
-	if jsonr.Decode(raw, a.read) {
-		return a, nil
-	}
-	a = ShellArgs{}
+	// In one pass with encoding/json's semantics (the encoding/json/v2
+	// module's v1 API, without encoding/json's separate validating scan
+	// and a Decoder's buffer); anything else (trailing text, an error)
+	// takes encoding/json's Decoder path, whose results and errors these
+	// are (TestParseShellArgsMatchesDecoder).
 	if jsonv1.Unmarshal(raw, &a) == nil {
 		return a, nil
 	}
@@ -67,22 +60,6 @@ func ParseShellArgs(raw []byte) (ShellArgs, error) {
 		return ShellArgs{}, invalid("arguments are not a JSON object of the form {\"commands\": [\"...\"], \"timeout_ms\": N, \"max_output_length\": N}: %v", err)
 	}
 	return a, nil
-}
-
-var shellArgNames = []string{"commands", "timeout_ms", "max_output_length"}
-
-// read is ParseShellArgs' reader of the arguments (see jsonr).
-func (a *ShellArgs) read(r *jsonr.Reader) bool {
-	return r.Object(shellArgNames, func(k int) bool {
-		switch k {
-		case 0:
-			return jsonr.Slice(r, &a.Commands, r.Str)
-		case 1:
-			return jsonr.Ptr(r, &a.TimeoutMs, r.Int64)
-		default:
-			return jsonr.Ptr(r, &a.MaxOutputLength, r.Int64)
-		}
-	})
 }
 
 // Plan is a validated shell call with its limits resolved.

@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 
 	"github.com/shellgate/shellgate/internal/gateway"
-	"github.com/shellgate/shellgate/internal/jsonr"
 )
 
 // Lean views of the upstream answers the adapters read: only the fields
 // they use, under the JSON names of the official SDKs' types
 // (responses.Response, openai.ChatCompletion, anthropic.Message), decoded
-// with encoding/json. The SDKs' own decoders (apijson) keep each field's
+// with unmarshal (encoding/json's semantics). The SDKs' own decoders (apijson) keep each field's
 // raw JSON and validity and cost ≈ 0.1–0.2 ms an answer — most of the
 // gateway's own work in a tool step — for fields no adapter reads. Fields
 // whose type varies with the item or event type are kept raw and read
@@ -89,10 +88,9 @@ func rawString(raw json.RawMessage) string {
 	if len(raw) == 0 || raw[0] != '"' {
 		return ""
 	}
-	s, ok := jsonr.String(raw)
-	if !ok {
-		s = ""
-		unmarshal(raw, &s)
+	var s string
+	if unmarshal(raw, &s) != nil {
+		return ""
 	}
 	return s
 }

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/genai"
 
-	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
+	"github.com/shellgate/shellgate/internal/jsontest"
 )
 
 // geminiFromSDK is what the Gemini adapter read from the genai SDK's type
@@ -51,7 +51,7 @@ func geminiFromSDK(r *genai.GenerateContentResponse) geminiAnswer {
 // nil pointer made the adapter panic).
 func TestGeminiAnswerMatchesSDK(t *testing.T) {
 	var bodies []string
-	for i, s := range jsonrtest.Strings() {
+	for i, s := range jsontest.Strings() {
 		q, _ := json.Marshal(s)
 		bodies = append(bodies, fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[{"text":%s},{"text":"x","thought":true,"thoughtSignature":"c2ln"},{"functionCall":{"id":"c%d","name":%s,"args":{"code":%s,"n":1.5e3,"big":12345678901234567890,"nested":{"a":[1,null,true,{"b":%s}]}}}},{"text":%s}]},"finishReason":"STOP","index":0,"safetyRatings":[{"category":"HARM_CATEGORY_HATE_SPEECH","probability":"NEGLIGIBLE"}]}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":7,"cachedContentTokenCount":3,"thoughtsTokenCount":2,"totalTokenCount":20},"modelVersion":%s,"responseId":"r%d","createTime":"2026-12-01T10:00:00Z"}`,
 			q, i, q, q, q, q, i, q, i))

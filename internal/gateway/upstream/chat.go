@@ -246,7 +246,7 @@ func chatStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) (*
 			return nil, ue
 		}
 		var ch chatChunk
-		if err := decodeAnswer(ev.data, &ch); err != nil {
+		if err := unmarshal(ev.data, &ch); err != nil {
 			return nil, badAnswer(err)
 		}
 		if t.ID == "" {

@@ -30,22 +30,15 @@
 //     response types (`answers.go`, and `geminiAnswer` for
 //     `genai.GenerateContentResponse`: only the fields read, same JSON names;
 //     the SDKs' own decoders cost 1.5–9× as much and were most of a step's
-//     work). Every answer and stream event is read by its view's own reader
-//     (`answers_read.go`, on `internal/jsonr`): a hand-written walk of the
-//     view's fields that yields exactly what encoding/json would, or refuses (a
-//     name matching only without regard to case, a duplicate, invalid UTF-8, a
-//     number that is not a plain integer where one is read, …) and leaves the
-//     bytes to `unmarshal`: the v1 API of `github.com/go-json-experiment/json`
-//     (the module that becomes `encoding/json/v2` in Go 1.27), encoding/json's
-//     semantics in one pass. A step decodes its answer right after its goroutine
-//     wakes from waiting on the model, when a reflective decoder's code and type
-//     data are cold; there the reader takes 0.4–0.5× `unmarshal`'s time
-//     (`BenchmarkDecodeAnswerAfterWake`). `FuzzAnswerReadersMatchUnmarshal`
-//     checks that whatever a reader takes, `unmarshal` decodes to the same
-//     value. The tools' arguments (`tool.ParseShellArgs`, the code-execution
-//     tools' `decodeArgs`) are read the same way, with `unmarshal` and then
-//     encoding/json's Decoder (whose errors the model reads) behind; Gemini's
-//     call arguments are written back with json.Marshal. A non-streamed
+//     work). Every answer and stream event is decoded with `unmarshal`: the
+//     v1 API of `github.com/go-json-experiment/json` (the module that becomes
+//     `encoding/json/v2` in Go 1.27), encoding/json's semantics in one pass.
+//     The tools' arguments (`tool.ParseShellArgs`, the code-execution tools'
+//     `decodeArgs`) are decoded the same way, with encoding/json's Decoder
+//     (whose errors the model reads) behind; Gemini's call arguments are
+//     written back with json.Marshal. (Hand-written readers of the views and
+//     arguments saved 10.8–12.6 µs of a step's gateway work on a quiet
+//     machine, under issue 30's 30 µs rule, and were deleted.) A non-streamed
 //     answer is read into a pooled buffer (the views copy what they keep). Within a run the loop sets
 //     `Request.Encoded`, a memo (`encode.go`): each turn translates into SDK
 //     params and encodes only the messages added since the memo's (`Msgs`),
@@ -416,8 +409,7 @@ var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxPooledAnswer = 1 << 20
 
 // decode reads a non-streamed answer, capped, and decodes it into v (with
-// decodeAnswer): the
-// exchange's error (see fail) when the read fails, badAnswer when it does
+// unmarshal): the exchange's error (see fail) when the read fails, badAnswer when it does
 // not decode.
 func (c *call) decode(ctx context.Context, v any) error {
 	buf := answerBufs.Get().(*bytes.Buffer)
@@ -437,7 +429,7 @@ func (c *call) decode(ctx context.Context, v any) error {
 	if buf.Len() > maxAnswer {
 		return &gateway.UpstreamError{Status: http.StatusBadGateway, Message: fmt.Sprintf("upstream answer larger than %d bytes", maxAnswer)}
 	}
-	if err := decodeAnswer(buf.Bytes(), v); err != nil {
+	if err := unmarshal(buf.Bytes(), v); err != nil {
 		return badAnswer(err)
 	}
 	return nil

@@ -3,9 +3,7 @@ package upstream
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
@@ -98,12 +96,11 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 			gateway.APIGemini:    decodeTurn[geminiAnswer](dec, nil),
 		}
 	}
-	kinds := map[string]map[string]func([]byte) error{"sdk": sdk, "lean-encjson": leanWith(json.Unmarshal),
-		"lean-unmarshal": leanWith(unmarshal), "lean": leanWith(decodeAnswer)}
+	kinds := map[string]map[string]func([]byte) error{"sdk": sdk, "lean-encjson": leanWith(json.Unmarshal), "lean": leanWith(unmarshal)}
 	for _, api := range []string{gateway.APIChat, gateway.APIResponses, gateway.APIMessages, gateway.APIGemini} {
 		body := []byte(answerBodies[api])
 		ns := map[string]float64{}
-		for _, k := range []string{"sdk", "lean-encjson", "lean-unmarshal", "lean"} {
+		for _, k := range []string{"sdk", "lean-encjson", "lean"} {
 			f := kinds[k][api]
 			b.Run(api+"/"+k, func(b *testing.B) {
 				for b.Loop() {
@@ -112,10 +109,9 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 					}
 				}
 				ns[k] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-				if k == "lean" && ns["sdk"] > 0 && ns["lean-encjson"] > 0 && ns["lean-unmarshal"] > 0 {
+				if k == "lean" && ns["sdk"] > 0 && ns["lean-encjson"] > 0 {
 					b.ReportMetric(ns[k]/ns["sdk"], "lean/sdk")
 					b.ReportMetric(ns[k]/ns["lean-encjson"], "lean/encjson")
-					b.ReportMetric(ns[k]/ns["lean-unmarshal"], "lean/unmarshal")
 				}
 			})
 		}
@@ -132,45 +128,5 @@ func decodeTurn[A any](dec func([]byte, any) error, turn func(*A) (*gateway.Turn
 		}
 		_, err := turn(&v)
 		return err
-	}
-}
-
-// BenchmarkDecodeAnswerAfterWake decodes each API's answer as a tool step
-// does: right after its goroutine wakes from a 3 ms wait (the command,
-// the model), when the decoder's code and data are no longer in the
-// caches. Iterations alternate unmarshal (encoding/json's reflective
-// decoding) and decodeAnswer (the lean view's reader); it reports each
-// one's median time and their ratio. One iteration takes ≈ 3 ms.
-func BenchmarkDecodeAnswerAfterWake(b *testing.B) {
-	for _, api := range []string{gateway.APIResponses, gateway.APIChat, gateway.APIMessages, gateway.APIGemini} {
-		b.Run(api, func(b *testing.B) {
-			body := []byte(answerBodies[api])
-			fresh := answerKinds[api]
-			decoders := [2]func([]byte, any) error{unmarshal, decodeAnswer}
-			var took [2][]float64
-			wake := make(chan struct{})
-			i := 0
-			for b.Loop() {
-				k := i % 2
-				i++
-				time.AfterFunc(3*time.Millisecond, func() { wake <- struct{}{} })
-				<-wake
-				t0 := time.Now()
-				if err := decoders[k](body, fresh()); err != nil {
-					b.Fatal(err)
-				}
-				took[k] = append(took[k], float64(time.Since(t0).Nanoseconds())/1e3)
-			}
-			if len(took[1]) == 0 {
-				return
-			}
-			for k := range took {
-				slices.Sort(took[k])
-			}
-			u, r := took[0][len(took[0])/2], took[1][len(took[1])/2]
-			b.ReportMetric(u, "unmarshal-µs")
-			b.ReportMetric(r, "reader-µs")
-			b.ReportMetric(r/u, "reader/unmarshal")
-		})
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/shellgate/shellgate/internal/gateway"
 	"github.com/shellgate/shellgate/internal/gateway/scripted"
-	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
+	"github.com/shellgate/shellgate/internal/jsontest"
 )
 
 var bodies = map[string]func(*gateway.Request, bool) ([]byte, error){
@@ -210,7 +210,7 @@ func TestResultsWritersMatchSDK(t *testing.T) {
 	}
 	for _, api := range apis {
 		write := resultsWriters[api]
-		for i, s := range append(jsonrtest.Strings(), "") {
+		for i, s := range append(jsontest.Strings(), "") {
 			req := &gateway.Request{Messages: []gateway.Message{userText("q"), {Role: gateway.RoleAssistant, Parts: []gateway.Part{
 				{Kind: gateway.PartText, Text: "let me"},
 				{Kind: gateway.PartToolCall, Call: &gateway.ToolCall{ID: s, Name: "n" + s, Arguments: `{}`}},

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/shellgate/shellgate/internal/gateway"
-	"github.com/shellgate/shellgate/internal/jsonr"
 	"github.com/shellgate/shellgate/internal/tool"
 )
 
@@ -481,7 +480,7 @@ func geminiStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) 
 			return nil, ue
 		}
 		var r geminiAnswer
-		if err := decodeAnswer(ev.data, &r); err != nil {
+		if err := unmarshal(ev.data, &r); err != nil {
 			return nil, badAnswer(err)
 		}
 		if err := g.add(&r); err != nil {
@@ -490,14 +489,9 @@ func geminiStream(ctx context.Context, call *call, onDelta func(gateway.Delta)) 
 	}
 }
 
-// argsObject is a call's arguments as the object Gemini's calls carry:
-// with a reader (jsonr) when they are one, else as unmarshal decodes them
-// into a map.
+// argsObject is a call's arguments as the object Gemini's calls carry,
+// as unmarshal decodes them into a map.
 func argsObject(raw string) (map[string]any, error) {
-	m := map[string]any{}
-	if jsonr.Decode([]byte(raw), func(r *jsonr.Reader) bool { return r.Map(m) }) {
-		return m, nil
-	}
 	var args map[string]any
 	err := unmarshal([]byte(raw), &args)
 	return args, err

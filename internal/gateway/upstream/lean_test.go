@@ -11,7 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"google.golang.org/genai"
 
-	"github.com/shellgate/shellgate/internal/jsonr/jsonrtest"
+	"github.com/shellgate/shellgate/internal/jsontest"
 )
 
 func TestLeanMatchesSDK(t *testing.T) {
@@ -44,7 +44,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		check(t, fmt.Sprintf("%+v", m), func(b []byte) ([]byte, bool) { return leanMessage(b, &m) }, m, wantLean)
 	}
 	t.Run("responses", func(t *testing.T) {
-		for _, s := range jsonrtest.Strings() {
+		for _, s := range jsontest.Strings() {
 			responsesCase(t, responses.ResponseInputItemUnionParam{OfFunctionCall: &responses.ResponseFunctionToolCallParam{
 				CallID: "call_" + s, Name: s, Arguments: s}}, true)
 			out := responses.ResponseInputItemFunctionCallOutputParam{CallID: param.NewOpt(s)}
@@ -67,7 +67,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 			Role: responses.EasyInputMessageRoleUser, Content: responses.EasyInputMessageContentUnionParam{OfString: param.NewOpt("hi")}}}, false)
 	})
 	t.Run("messages", func(t *testing.T) {
-		for _, s := range jsonrtest.Strings() {
+		for _, s := range jsontest.Strings() {
 			input := toolInput(s) // what messagesParams puts there, valid or not
 			messageCase(t, anthropic.NewAssistantMessage(anthropic.NewTextBlock(s), anthropic.NewToolUseBlock("toolu_"+s, input, s)), true)
 			tr := anthropic.ToolResultBlockParam{ToolUseID: s, IsError: anthropic.Bool(len(s)%2 == 0)}
@@ -91,7 +91,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		check(t, fmt.Sprintf("%+v", c), func(b []byte) ([]byte, bool) { return leanGeminiContent(b, &c) }, c, wantLean)
 	}
 	t.Run("gemini", func(t *testing.T) {
-		for i, s := range jsonrtest.Strings() {
+		for i, s := range jsontest.Strings() {
 			// The arguments as geminiParams makes them: the model's JSON
 			// decoded, or the text it wrote when that is not an object.
 			var args map[string]any

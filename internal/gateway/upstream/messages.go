@@ -12,7 +12,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/shellgate/shellgate/internal/gateway"
-	"github.com/shellgate/shellgate/internal/jsonr"
 	"github.com/shellgate/shellgate/internal/tool"
 )
 
@@ -69,9 +68,7 @@ func toolInput(args string) json.RawMessage {
 	if t == "" {
 		return json.RawMessage("{}")
 	}
-	// jsonr's Skip takes only valid JSON (and refuses some that is, which
-	// json.Valid then judges): no second scanner's code in a step.
-	if strings.HasPrefix(t, "{") && (jsonr.Decode([]byte(t), (*jsonr.Reader).Skip) || json.Valid([]byte(t))) {
+	if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
 		return json.RawMessage(t)
 	}
 	b, _ := json.Marshal(map[string]string{"_invalid_json": args})
@@ -387,7 +384,7 @@ func messagesStream(ctx context.Context, call *call, onDelta func(gateway.Delta)
 			return nil, &gateway.UpstreamError{Status: anthropicStatus(e.Error.Type), Type: e.Error.Type, Message: e.Error.Message}
 		}
 		var e messagesEvent
-		if err := decodeAnswer(ev.data, &e); err != nil {
+		if err := unmarshal(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {

@@ -285,7 +285,7 @@ func responsesStream(ctx context.Context, call *call, onDelta func(gateway.Delta
 			return nil, truncated("response.completed")
 		}
 		var e responsesEvent
-		if err := decodeAnswer(ev.data, &e); err != nil {
+		if err := unmarshal(ev.data, &e); err != nil {
 			return nil, badAnswer(err)
 		}
 		switch e.Type {

@@ -1,7 +1,8 @@
-// Package jsonrtest holds the texts that differential tests of hand-written
-// JSON code (package jsonr's readers, the gateway's hand-written writers)
-// compare against encoding/json.
-package jsonrtest
+// Package jsontest holds hostile texts for differential tests of JSON
+// handling: the upstream adapters' hand-written element writers (compared
+// with the SDKs' encoders) and the tools' argument decoding (compared with
+// encoding/json's Decoder).
+package jsontest
 
 import (
 	"math/rand/v2"
