@@ -34,7 +34,7 @@ trap stop EXIT
 # does not need it. Without it serve picks the next runtime, crun (seccomp,
 # no new privileges, no capabilities, read-only root); `make setup` (or
 # `make test`) builds runsc, and serve picks it from then on.
-phase "building shellgate in the background (about 3.5 minutes on a fresh 2-core machine)"
+phase "building shellgate in the background (about 4 minutes on a fresh 2-core machine)"
 ${MAKE:-make} --no-print-directory build >"$tmp/build.log" 2>&1 &
 build=$!
 pids+=("$build")
