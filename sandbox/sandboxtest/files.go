@@ -206,7 +206,7 @@ echo ok`)
 
 	t.Run("04 destroy stops a download; a failed upload keeps the old file", func(t *testing.T) {
 		const box = "doomed-files"
-		Run(t, m, box, "head -c 100000 /dev/zero > big && echo old > keep")
+		Run(t, m, box, "head -c 1000000 /dev/zero > big && echo old > keep")
 		f, err := m.OpenFile(ctx, box, "big", 1<<20)
 		if err != nil {
 			t.Fatal(err)
@@ -217,10 +217,17 @@ echo ok`)
 		}
 		destroyed := make(chan error, 1)
 		go func() { destroyed <- m.Destroy(ctx, box) }()
-		// Destroy cancels the reader; it waits for Close to go on.
+		// Destroy cancels the reader; it waits for Close to go on. A reader
+		// that got to the end before Destroy began (io.EOF) is stopped too:
+		// its next read answers ErrDestroyed.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if _, err = f.Read(buf); err != nil || time.Now().After(deadline) {
+			_, err = f.Read(buf)
+			if err == io.EOF && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil || time.Now().After(deadline) {
 				break
 			}
 		}
