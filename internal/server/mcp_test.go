@@ -1,14 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -22,7 +25,6 @@ import (
 // mcpClient is one MCP session of key's workspace, with what the server
 // sent it besides answers.
 type mcpClient struct {
-	t  *testing.T
 	cs *sdk.ClientSession
 
 	mu       sync.Mutex
@@ -35,12 +37,50 @@ type mcpClient struct {
 
 func (e *env) mcpClient(t *testing.T, key string) *mcpClient {
 	t.Helper()
-	return connectMCP(t, &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: mcp.KeyClient(key), MaxRetries: -1})
+	hc := mcp.KeyClient(key)
+	hc.Transport = busyRetry{hc.Transport}
+	return connectMCP(t, &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: hc, MaxRetries: -1})
+}
+
+// busyRetry sends a request again when the workspace's quota of requests
+// in flight refused it (429 naming --max-concurrent), up to 2 s. A client
+// that calls one tool after another can meet that refusal under a small
+// quota (TestMCP's is 3): its previous call's answer reaches it a moment
+// before that call's handler returns and gives its place back. A place
+// held for good, as by an open session's stream if it were counted (13),
+// still fails.
+type busyRetry struct{ next http.RoundTripper }
+
+func (b busyRetry) RoundTrip(r *http.Request) (*http.Response, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		resp, err := b.next.RoundTrip(r)
+		if err != nil || resp.StatusCode != http.StatusTooManyRequests || (r.Body != nil && r.GetBody == nil) || time.Now().After(deadline) {
+			return resp, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil || !bytes.Contains(body, []byte(flagMaxConcurrent)) {
+			return resp, nil
+		}
+		r = r.Clone(r.Context())
+		if r.GetBody != nil {
+			if r.Body, err = r.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func connectMCP(t *testing.T, tr sdk.Transport) *mcpClient {
 	t.Helper()
-	c := &mcpClient{t: t, progressed: make(chan struct{}, 1024), listChanged: make(chan struct{}, 64)}
+	c := &mcpClient{progressed: make(chan struct{}, 1024), listChanged: make(chan struct{}, 64)}
 	client := sdk.NewClient(&sdk.Implementation{Name: "shellgate-test", Version: "1"}, &sdk.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
 			c.mu.Lock()
@@ -67,19 +107,20 @@ func connectMCP(t *testing.T, tr sdk.Transport) *mcpClient {
 	return c
 }
 
-// call calls a tool and decodes its structured result into out (may be nil).
-func (c *mcpClient) call(ctx context.Context, name string, args map[string]any, out any) *sdk.CallToolResult {
-	c.t.Helper()
+// call calls a tool and decodes its structured result into out (may be
+// nil); a failure fails t, the calling (sub)test.
+func (c *mcpClient) call(t testing.TB, name string, args map[string]any, out any) *sdk.CallToolResult {
+	t.Helper()
 	p := &sdk.CallToolParams{Name: name, Arguments: args}
 	p.SetProgressToken(name)
-	res, err := c.cs.CallTool(ctx, p)
+	res, err := c.cs.CallTool(t.Context(), p)
 	if err != nil {
-		c.t.Fatalf("%s: %v", name, err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	if out != nil && res.StructuredContent != nil {
 		b, _ := json.Marshal(res.StructuredContent)
 		if err := json.Unmarshal(b, out); err != nil {
-			c.t.Fatalf("%s: structured result %s: %v", name, b, err)
+			t.Fatalf("%s: structured result %s: %v", name, b, err)
 		}
 	}
 	return res
@@ -144,7 +185,7 @@ func TestMCP(t *testing.T) {
 	})
 	t.Run("02 exec streams progress in the session's container", func(t *testing.T) {
 		var out mcpExec
-		res := a.call(ctx, "exec", map[string]any{"commands": []string{"echo hello; echo oops >&2", "echo two > two.txt"}}, &out)
+		res := a.call(t, "exec", map[string]any{"commands": []string{"echo hello; echo oops >&2", "echo two > two.txt"}}, &out)
 		if res.IsError || len(out.Output) != 2 || out.Output[0].Stdout != "hello\n" || out.Output[0].Stderr != "oops\n" ||
 			out.Output[0].Outcome.Type != "exit" || *out.Output[0].Outcome.ExitCode != 0 {
 			t.Fatalf("exec: isError %v %+v (%s)", res.IsError, out, text(res))
@@ -165,18 +206,18 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("progress messages %q, want hello and oops", streamed)
 		}
 		var again mcpExec
-		a.call(ctx, "exec", map[string]any{"commands": []string{"cat two.txt"}}, &again)
+		a.call(t, "exec", map[string]any{"commands": []string{"cat two.txt"}}, &again)
 		if again.ContainerID != own || again.stdout() != "two\n" {
 			t.Fatalf("a second call ran in %s (%+v), want the session's %s", again.ContainerID, again, own)
 		}
 	})
 	t.Run("03 a failing command is a tool error with its outcome", func(t *testing.T) {
 		var out mcpExec
-		res := a.call(ctx, "exec", map[string]any{"commands": []string{"echo before; exit 3"}}, &out)
+		res := a.call(t, "exec", map[string]any{"commands": []string{"echo before; exit 3"}}, &out)
 		if !res.IsError || len(out.Output) != 1 || out.Output[0].Outcome.ExitCode == nil || *out.Output[0].Outcome.ExitCode != 3 || out.Output[0].Stdout != "before\n" {
 			t.Fatalf("exit 3: isError %v %+v", res.IsError, out)
 		}
-		res = a.call(ctx, "exec", map[string]any{"commands": []string{"sleep 5"}, "timeout_ms": 300}, &out)
+		res = a.call(t, "exec", map[string]any{"commands": []string{"sleep 5"}, "timeout_ms": 300}, &out)
 		if !res.IsError || len(out.Output) != 1 || out.Output[0].Outcome.Type != "timeout" {
 			t.Fatalf("timeout: isError %v %+v", res.IsError, out)
 		}
@@ -197,30 +238,30 @@ func TestMCP(t *testing.T) {
 			{"exec", map[string]any{"commands": []string{"true"}, "container": "cntr_00000000000000000000000000000000"}, "No container"},
 			{"write_file", map[string]any{"path": "x", "content": "!!", "encoding": "base64"}, "base64"},
 		} {
-			res := a.call(ctx, c.name, c.args, nil)
+			res := a.call(t, c.name, c.args, nil)
 			if !res.IsError || !strings.Contains(text(res), c.want) {
 				t.Errorf("%s %v: isError %v %q, want an error naming %q", c.name, c.args, res.IsError, text(res), c.want)
 			}
 		}
 		var out mcpExec
-		a.call(ctx, "exec", map[string]any{"commands": []string{"test -e x && echo written || echo absent"}}, &out)
+		a.call(t, "exec", map[string]any{"commands": []string{"test -e x && echo written || echo absent"}}, &out)
 		if out.stdout() != "absent\n" {
 			t.Fatalf("the refused write_file wrote: %q", out.stdout())
 		}
 	})
 	t.Run("05 files", func(t *testing.T) {
 		var w struct{ Bytes int }
-		a.call(ctx, "write_file", map[string]any{"path": "dir/a.txt", "content": "héllo"}, &w)
-		a.call(ctx, "write_file", map[string]any{"path": "bin.dat", "content": "AAH/", "encoding": "base64"}, nil)
+		a.call(t, "write_file", map[string]any{"path": "dir/a.txt", "content": "héllo"}, &w)
+		a.call(t, "write_file", map[string]any{"path": "bin.dat", "content": "AAH/", "encoding": "base64"}, nil)
 		var r struct {
 			Text, Base64 string
 			Bytes        int
 		}
-		if res := a.call(ctx, "read_file", map[string]any{"path": "/workspace/home/dir/a.txt"}, &r); res.IsError || r.Text != "héllo" || w.Bytes != 6 {
+		if res := a.call(t, "read_file", map[string]any{"path": "/workspace/home/dir/a.txt"}, &r); res.IsError || r.Text != "héllo" || w.Bytes != 6 {
 			t.Fatalf("read_file: %+v %s", r, text(res))
 		}
 		r.Text = ""
-		a.call(ctx, "read_file", map[string]any{"path": "bin.dat"}, &r)
+		a.call(t, "read_file", map[string]any{"path": "bin.dat"}, &r)
 		if r.Base64 != "AAH/" || r.Text != "" {
 			t.Fatalf("binary read_file: %+v", r)
 		}
@@ -228,7 +269,7 @@ func TestMCP(t *testing.T) {
 			Files []mcp.File
 			Next  string
 		}
-		a.call(ctx, "list_files", map[string]any{"limit": 2}, &l)
+		a.call(t, "list_files", map[string]any{"limit": 2}, &l)
 		if len(l.Files) != 2 || l.Files[0].Path != "bin.dat" || l.Next != l.Files[1].Path {
 			t.Fatalf("list_files page: %+v", l)
 		}
@@ -239,12 +280,12 @@ func TestMCP(t *testing.T) {
 			Results []string
 			Error   *struct{ Ename string }
 		}
-		a.call(ctx, "python", map[string]any{"code": "x = 41\nprint('set')"}, &out)
-		res := a.call(ctx, "python", map[string]any{"code": "x + 1"}, &out)
+		a.call(t, "python", map[string]any{"code": "x = 41\nprint('set')"}, &out)
+		res := a.call(t, "python", map[string]any{"code": "x + 1"}, &out)
 		if res.IsError || !slices.Equal(out.Results, []string{"42"}) {
 			t.Fatalf("python: %+v %s", out, text(res))
 		}
-		res = a.call(ctx, "python", map[string]any{"code": "1/0"}, &out)
+		res = a.call(t, "python", map[string]any{"code": "1/0"}, &out)
 		if !res.IsError || out.Error == nil || out.Error.Ename != "ZeroDivisionError" {
 			t.Fatalf("python raising: isError %v %+v", res.IsError, out)
 		}
@@ -256,19 +297,19 @@ func TestMCP(t *testing.T) {
 			Continuation  string
 			Interruptions []struct{ ID string }
 		}
-		a.call(ctx, "eval", map[string]any{"source": "const n = await host.ask(20); const f = await sandbox.readFile('two.txt'); return n + 1 + f.trim().length",
+		a.call(t, "eval", map[string]any{"source": "const n = await host.ask(20); const f = await sandbox.readFile('two.txt'); return n + 1 + f.trim().length",
 			"client_functions": map[string][]string{"host": {"ask"}}, "sandbox": true}, &out)
 		if out.Status != "interrupted" || len(out.Interruptions) != 1 || out.Continuation == "" {
 			t.Fatalf("eval: %+v", out)
 		}
 		cont := out.Continuation
-		a.call(ctx, "eval", map[string]any{"continuation": cont, "resolutions": []map[string]any{{"interruption_id": out.Interruptions[0].ID, "value": 21}}}, &out)
+		a.call(t, "eval", map[string]any{"continuation": cont, "resolutions": []map[string]any{{"interruption_id": out.Interruptions[0].ID, "value": 21}}}, &out)
 		if out.Status != "completed" || out.Value != float64(25) {
 			t.Fatalf("resumed eval: %+v", out)
 		}
 		// Another workspace cannot resume it.
 		b := e.mcpClient(t, e.keyB)
-		res := b.call(ctx, "eval", map[string]any{"continuation": cont, "resolutions": []map[string]any{{"interruption_id": "x", "value": 1}}}, &out)
+		res := b.call(t, "eval", map[string]any{"continuation": cont, "resolutions": []map[string]any{{"interruption_id": "x", "value": 1}}}, &out)
 		if !res.IsError || out.Status != "error" {
 			t.Fatalf("another workspace resumed a continuation: %+v", out)
 		}
@@ -277,7 +318,7 @@ func TestMCP(t *testing.T) {
 		for len(a.listChanged) > 0 {
 			<-a.listChanged
 		}
-		a.call(ctx, "exec", map[string]any{"commands": []string{"printf 'a,b\\n' > new.csv"}}, nil)
+		a.call(t, "exec", map[string]any{"commands": []string{"printf 'a,b\\n' > new.csv"}}, nil)
 		<-a.listChanged
 		res, err := a.cs.ListResources(ctx, nil)
 		if err != nil {
@@ -327,19 +368,19 @@ func TestMCP(t *testing.T) {
 		// The next call gets the container (the call lock was released) and
 		// finds no sleep left behind.
 		var out mcpExec
-		a.call(ctx, "exec", map[string]any{"commands": []string{"n=0; for c in /proc/[0-9]*/comm; do [ \"$(cat $c 2>/dev/null)\" = sleep ] && n=$((n+1)); done; echo $n; test -e late.txt && echo late || echo early"}}, &out)
+		a.call(t, "exec", map[string]any{"commands": []string{"n=0; for c in /proc/[0-9]*/comm; do [ \"$(cat $c 2>/dev/null)\" = sleep ] && n=$((n+1)); done; echo $n; test -e late.txt && echo late || echo early"}}, &out)
 		if out.stdout() != "0\nearly\n" {
 			t.Fatalf("after the cancel: %q", out.stdout())
 		}
 	})
 	t.Run("10 containers and two workspaces", func(t *testing.T) {
 		var c mcp.Container
-		a.call(ctx, "create_container", map[string]any{"name": "mcp-made"}, &c)
+		a.call(t, "create_container", map[string]any{"name": "mcp-made"}, &c)
 		if c.Name != "mcp-made" || c.Status != "running" {
 			t.Fatalf("create_container: %+v", c)
 		}
 		var l struct{ Containers []mcp.Container }
-		a.call(ctx, "list_containers", nil, &l)
+		a.call(t, "list_containers", nil, &l)
 		var names []string
 		for _, x := range l.Containers {
 			names = append(names, x.Name)
@@ -348,25 +389,25 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("list_containers: %q", names)
 		}
 		var out mcpExec
-		a.call(ctx, "exec", map[string]any{"commands": []string{"echo in-named"}, "container": "mcp-made"}, &out)
+		a.call(t, "exec", map[string]any{"commands": []string{"echo in-named"}, "container": "mcp-made"}, &out)
 		if out.ContainerID != c.ID {
 			t.Fatalf("exec by name ran in %s, want %s", out.ContainerID, c.ID)
 		}
 
 		b := e.mcpClient(t, e.keyB)
 		for _, ref := range []string{own, c.ID, "mcp-made"} {
-			res := b.call(ctx, "exec", map[string]any{"commands": []string{"touch /workspace/home/b-was-here"}, "container": ref}, nil)
+			res := b.call(t, "exec", map[string]any{"commands": []string{"touch /workspace/home/b-was-here"}, "container": ref}, nil)
 			if !res.IsError || !strings.Contains(text(res), "No container") {
 				t.Fatalf("workspace b ran in a's %s: %s", ref, text(res))
 			}
-			if res := b.call(ctx, "delete_container", map[string]any{"container": ref}, nil); !res.IsError {
+			if res := b.call(t, "delete_container", map[string]any{"container": ref}, nil); !res.IsError {
 				t.Fatalf("workspace b deleted a's %s", ref)
 			}
 		}
 		if _, err := b.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: mcp.FileURI(own, "two.txt")}); err == nil {
 			t.Fatal("workspace b read a's file")
 		}
-		b.call(ctx, "list_containers", nil, &l)
+		b.call(t, "list_containers", nil, &l)
 		if slices.ContainsFunc(l.Containers, func(x mcp.Container) bool { return x.ID == own || x.ID == c.ID }) {
 			t.Fatalf("workspace b lists a's containers: %+v", l)
 		}
@@ -376,7 +417,7 @@ func TestMCP(t *testing.T) {
 		if st != http.StatusForbidden {
 			t.Fatalf("a's session with b's key: %d %s", st, body)
 		}
-		if res := a.call(ctx, "exec", map[string]any{"commands": []string{"test ! -e b-was-here"}}, &out); res.IsError {
+		if res := a.call(t, "exec", map[string]any{"commands": []string{"test ! -e b-was-here"}}, &out); res.IsError {
 			t.Fatal("b's command ran in a's container")
 		}
 
@@ -384,11 +425,11 @@ func TestMCP(t *testing.T) {
 			ID      string
 			Deleted bool
 		}
-		a.call(ctx, "delete_container", map[string]any{"container": "mcp-made"}, &d)
+		a.call(t, "delete_container", map[string]any{"container": "mcp-made"}, &d)
 		if d.ID != c.ID || !d.Deleted {
 			t.Fatalf("delete_container: %+v", d)
 		}
-		if res := a.call(ctx, "exec", map[string]any{"commands": []string{"true"}, "container": c.ID}, nil); !res.IsError {
+		if res := a.call(t, "exec", map[string]any{"commands": []string{"true"}, "container": c.ID}, nil); !res.IsError {
 			t.Fatal("exec in a deleted container")
 		}
 	})
@@ -408,7 +449,7 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("tools through the bridge: %v %v", tools, err)
 		}
 		var out mcpExec
-		res := c.call(ctx, "exec", map[string]any{"commands": []string{"echo bridged > bridged.txt; echo streamed"}}, &out)
+		res := c.call(t, "exec", map[string]any{"commands": []string{"echo bridged > bridged.txt; echo streamed"}}, &out)
 		if res.IsError || out.stdout() != "streamed\n" || out.ContainerID == own || !strings.HasPrefix(out.ContainerID, "cntr_") {
 			t.Fatalf("exec through the bridge: %+v %s", out, text(res))
 		}
@@ -448,7 +489,7 @@ func TestMCP(t *testing.T) {
 		last := e.mcpClient(t, e.keyA) // an ended session makes room
 		// Three sessions' streams open, and calls still run.
 		var out mcpExec
-		if res := last.call(ctx, "exec", map[string]any{"commands": []string{"echo still"}}, &out); res.IsError || out.stdout() != "still\n" {
+		if res := last.call(t, "exec", map[string]any{"commands": []string{"echo still"}}, &out); res.IsError || out.stdout() != "still\n" {
 			t.Fatalf("a call beside three open sessions: %s", text(res))
 		}
 	})

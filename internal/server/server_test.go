@@ -919,7 +919,7 @@ func TestGracefulShutdown(t *testing.T) {
 	t.Run("03 an open MCP session does not hold the shutdown", func(t *testing.T) {
 		e, stop, done := serve(t, time.Minute)
 		a := e.mcpClient(t, e.keyA)
-		a.call(t.Context(), "exec", map[string]any{"commands": []string{"true"}}, nil)
+		a.call(t, "exec", map[string]any{"commands": []string{"true"}}, nil)
 		stop()
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
