@@ -387,9 +387,11 @@ func BenchmarkGatewayStep(b *testing.B) {
 	// chat_completions is a Responses client on a Chat Completions
 	// upstream (vLLM, Ollama, OpenRouter: the other APIs' clients on it
 	// differ only in the client's own wire format).
+	runs := 0 // -count runs each sub-benchmark again on this env: a name each
 	for _, api := range []string{"responses", "messages", "gemini", "chat_completions"} {
 		b.Run(api, func(b *testing.B) {
-			c := e.create(e.keyA, "bench-"+api)
+			runs++
+			c := e.create(e.keyA, fmt.Sprintf("bench-%s-%d", api, runs))
 			e.exec(e.keyA, c.ID, "true") // starts it
 			command := "true"
 			if api == "gemini" {
