@@ -69,6 +69,15 @@ test-race:
 test-runtimes:
 	$(GO) test $(TESTFLAGS) -count=1 -p 1 -timeout 30m -skip '^TestLifecycle$$' $$($(GO) list ./... | grep -v -E '/shellgate/(internal|jsrun)(/|$$)|/sandbox/(agent|kube|egress)(/|$$)')
 
+# The inner loop while editing, without root: every test that needs neither
+# root nor a runtime (about a minute once the build cache is warm), then
+# gotestsum's summary of each test it skipped with its SKIPPED, NOT TESTED
+# reason: what is left to make test.
+GOTESTSUM := gotest.tools/gotestsum@v1.13.0
+.PHONY: quick
+quick:
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails -- -count=1 ./...
+
 # The Kubernetes backend on a real single-node cluster built here from Go
 # modules and started as root (deploy/kube-e2e/run.sh, docs/scaling.md);
 # not part of make test: its first build takes about 10 minutes.
