@@ -355,7 +355,7 @@ func (c *Client) PutFilePerm(ctx context.Context, home, rel string, r io.Reader,
 		if n > 0 {
 			sent += int64(n)
 			if maxBytes > 0 && sent > maxBytes {
-				c.stop(id, fc)
+				c.abortWrite(ctx, id, fc)
 				return homefs.FileInfo{}, fmt.Errorf("write %s: %w: more than %d bytes", clean, homefs.ErrTooLarge, maxBytes)
 			}
 			if err := c.send(frameData, id, buf[:n]); err != nil {
@@ -367,7 +367,7 @@ func (c *Client) PutFilePerm(ctx context.Context, home, rel string, r io.Reader,
 			break
 		}
 		if rerr != nil {
-			c.stop(id, fc)
+			c.abortWrite(ctx, id, fc)
 			return homefs.FileInfo{}, fmt.Errorf("write %s: %w", clean, rerr)
 		}
 	}
@@ -376,6 +376,25 @@ func (c *Client) PutFilePerm(ctx context.Context, home, rel string, r io.Reader,
 		return homefs.FileInfo{}, fmt.Errorf("%w: %v", ErrClosed, err)
 	}
 	return c.putResult(ctx, id, fc, clean)
+}
+
+// abortWrite stops a write the host will not finish and waits for the
+// agent's answer to it, which comes once the agent has removed the write's
+// temporary file: a PutFile that failed has left nothing in the home by
+// the time it returns (a kube home restore that failed, say, is followed
+// by an empty home, not one still being cleaned). Every agent that serves
+// files answers a canceled write; ctx bounds the wait all the same.
+func (c *Client) abortWrite(ctx context.Context, id uint32, fc *fileCall) {
+	if err := c.send(frameCancel, id); err != nil {
+		c.stop(id, fc)
+		return
+	}
+	select {
+	case <-fc.results: // fileFrame forgot the request
+	case <-c.done:
+	case <-ctx.Done():
+		c.stop(id, fc)
+	}
 }
 
 func (c *Client) putResult(ctx context.Context, id uint32, fc *fileCall, clean string) (homefs.FileInfo, error) {

@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 
 	"github.com/shellgate/shellgate/sandbox/agent"
 	"github.com/shellgate/shellgate/sandbox/homefs"
@@ -87,6 +89,15 @@ func TestAgentFiles(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(home, "big.bin")); !os.IsNotExist(err) {
 		t.Fatalf("a refused write left a file: %v", err)
+	}
+	// A write whose source fails: once PutFile returns, the agent has
+	// removed the temporary file too (as after the refused write above).
+	broken := io.MultiReader(bytes.NewReader(data), iotest.ErrReader(errors.New("the source broke")))
+	if _, err := c.PutFile(ctx, home, "broken.bin", broken, 0); err == nil || !strings.Contains(err.Error(), "the source broke") {
+		t.Fatalf("write from a failing source: %v", err)
+	}
+	if names := listDir(t, home); !slices.Equal(names, []string{"a"}) {
+		t.Fatalf("failed writes left %q in the home", names)
 	}
 	// A huge (sparse) file: refused by size; a read closed early stops the
 	// stream and the connection goes on.
